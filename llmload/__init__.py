@@ -1,0 +1,76 @@
+"""llmload: a Locust-based load generator for OpenAI-compatible LLM servers.
+
+Importing ``llmload`` has no side effects and does not import Locust (which
+monkey-patches the standard library with gevent on import). ``ChatUser``,
+``CompletionUser`` and ``hooks`` are loaded on first access.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from llmload.config import RunConfig, Timeouts
+from llmload.errors import (
+    ConfigError,
+    DatasetError,
+    HTTPStatusError,
+    LLMLoadError,
+    RequestError,
+    RequestTimeout,
+    ServerStreamError,
+    SSEProtocolError,
+    StreamError,
+    TokenizerError,
+    TransportError,
+    WireFormatError,
+)
+from llmload.histogram import LatencyHistogram
+from llmload.record import ErrorInfo, ITLKind, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.sse import SSEDecoder, SSEEvent
+from llmload.stats import LLMStats
+
+if TYPE_CHECKING:
+    from llmload.users import ChatUser, CompletionUser
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ChatUser",
+    "CompletionUser",
+    "ConfigError",
+    "DatasetError",
+    "ErrorInfo",
+    "HTTPStatusError",
+    "ITLKind",
+    "LLMLoadError",
+    "LLMStats",
+    "LatencyHistogram",
+    "Outcome",
+    "RequestError",
+    "RequestRecord",
+    "RequestTimeout",
+    "RunConfig",
+    "SSEDecoder",
+    "SSEEvent",
+    "SSEProtocolError",
+    "ServerStreamError",
+    "StreamError",
+    "Timeouts",
+    "TokenCount",
+    "TokenSource",
+    "TokenizerError",
+    "TransportError",
+    "WireFormatError",
+]
+
+_LAZY = {"ChatUser": "llmload.users", "CompletionUser": "llmload.users"}
+
+
+def __getattr__(name: str) -> Any:
+    """Load the Locust user classes on first access (importing them imports Locust)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'llmload' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

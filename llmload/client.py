@@ -1,0 +1,373 @@
+"""One request over a ``Transport``: send, read bytes as they arrive, decode, timestamp, account.
+
+``StreamingClient.run`` turns every per-request outcome into a
+``RequestRecord`` and never raises for it. Metric definitions are those of
+``record.py`` (vLLM ``benchmark_serving`` / guidellm):
+
+- t0 is taken right before ``Transport.post``; every read is stamped right
+  after it returns, and an event's time is the time of the read that
+  completed it.
+- Token-bearing events carry non-empty ``content``/``text``,
+  ``reasoning_content``/``reasoning`` or a ``tool_calls`` delta; role-only
+  and usage-only chunks do not count (vllm PR #3768, sglang PR #29251).
+- ``usage`` may be cumulative (vLLM ``continuous_usage_stats``): the last
+  value wins, never a sum (vllm-project/production-stack PR #873).
+- The reply ends at ``[DONE]`` or at a clean end of body after a
+  ``finish_reason``. An ``error`` object in a 2xx body or stream is a failure
+  (vllm PR #57519, runpod-workers/worker-vllm #57); a 2xx reply without any
+  generated token is ``EMPTY`` (vllm PR #5895).
+
+Each event's JSON is decoded here and read into a typed ``ChunkDelta`` by
+``chunks.py`` at once (style rule R6).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from llmload.chunks import ReplyAccumulator, parse_chunk, read_server_error
+from llmload.errors import ConnectionClosedError, RequestTimeout, SSEProtocolError, TransportError
+from llmload.payloads import LLMRequest
+from llmload.record import ErrorInfo, Outcome, RequestRecord
+from llmload.sse import SSEDecoder
+from llmload.tokens import TokenCounter, resolve_completion_tokens, resolve_prompt_tokens
+
+__all__ = ["Response", "StreamingClient", "Transport"]
+
+_MESSAGE_CHARS = 500  # ErrorInfo.message limit
+_ERROR_BODY_BYTES = 64 * 1024  # read at most this much of a non-2xx body
+_JSON_BODY_BYTES = 16 * 1024 * 1024  # a non-streamed reply larger than this is refused
+_DRAIN_BYTES = 64 * 1024  # bytes read after [DONE] to finish the HTTP message (keeps the connection)
+_STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+_JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+
+
+class Response(Protocol):
+    """An HTTP response whose status and headers have arrived."""
+
+    status: int
+    content_type: str  # lower-cased media type without parameters; "" if absent
+
+    def read_some(self) -> bytes:
+        """Return the next body bytes as soon as any arrive; b"" at the clean end of the body.
+
+        Raises:
+            RequestTimeout: no bytes within the idle timeout.
+            ConnectionClosedError: the body was cut short.
+            TransportError: the connection failed.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the connection; discard it if the body was not fully read. Idempotent."""
+        ...
+
+
+class Transport(Protocol):
+    """Sends one request and returns once status and headers are in."""
+
+    def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> Response:
+        """POST ``body`` to ``path``.
+
+        Raises:
+            RequestTimeout: connect or header wait timed out.
+            TransportError: refused, reset, DNS or TLS failure.
+        """
+        ...
+
+
+class _DeadlineError(Exception):
+    """The total time limit of the request passed."""
+
+
+class _Failed(Exception):  # noqa: N818 - control flow inside the client, never escapes it
+    """The reply is a failure of this outcome and category; unwinds to one handler."""
+
+    def __init__(self, outcome: Outcome, category: str, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.outcome, self.category, self.message, self.status = outcome, category, message, status
+
+
+class StreamingClient:
+    """Runs one request at a time over a transport and measures it."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        wall_clock: Callable[[], float] = time.time,
+        token_counter: TokenCounter | None = None,
+        total_timeout_s: float = 1800.0,
+    ) -> None:
+        """Create a client.
+
+        Args:
+            transport: sends requests (one connection per client is typical).
+            clock: monotonic seconds, for every duration.
+            wall_clock: Unix seconds, only to label when a request started.
+            token_counter: local tokenizer used when the server sends no usage.
+            total_timeout_s: limit on one request from send to end of body,
+                checked after every read (the transport's idle timeout bounds
+                each read).
+        """
+        self._transport = transport
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._token_counter = token_counter
+        self._total_timeout_s = total_timeout_s
+
+    def run(self, request: LLMRequest) -> RequestRecord:
+        """Send ``request``, read the whole reply and return its record.
+
+        Never raises for a per-request failure: those become the record's
+        ``outcome`` and ``error``. ``BaseException``s that are not
+        ``Exception`` (``GreenletExit``, ``KeyboardInterrupt``) propagate
+        after the response is closed.
+        """
+        record = RequestRecord(
+            endpoint=request.endpoint,
+            model=request.model,
+            started_at_unix=self._wall_clock(),
+            requested_prompt_tokens=request.requested_prompt_tokens,
+        )
+        clock = self._clock
+        t0 = clock()
+        try:
+            response = self._transport.post(
+                request.path, request.body, _STREAM_HEADERS if request.stream else _JSON_HEADERS
+            )
+        except RequestTimeout as exc:
+            return _fail(record, Outcome.TIMEOUT, "timeout: before headers", str(exc), clock() - t0)
+        except (TransportError, OSError) as exc:
+            return _fail(
+                record, Outcome.TRANSPORT_ERROR, "transport error: connect/send", str(exc), clock() - t0
+            )
+        record.headers_s = clock() - t0
+        try:
+            status, ctype = response.status, response.content_type
+            if not 200 <= status < 300:
+                self._read_http_error(response, record, t0)
+            elif ctype == "text/event-stream" or (request.stream and not _is_json(ctype)):
+                self._read_stream(response, record, request, t0)
+            else:
+                self._read_json(response, record, request, t0)
+        finally:
+            response.close()
+        return record
+
+    # ── replies ──────────────────────────────────────────────────────────
+    def _read_stream(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
+        clock, read, loads = self._clock, response.read_some, json.loads
+        feed = SSEDecoder().feed
+        deadline_s = self._total_timeout_s
+        acc = ReplyAccumulator()
+        head = b""  # the first bytes of the body, for error messages
+        t = 0.0
+        try:
+            while True:
+                data = read()
+                t = clock() - t0
+                if not data:
+                    break
+                if not head:
+                    head = data[:120]
+                for event in feed(data):
+                    payload = event.data
+                    if payload == "[DONE]":
+                        acc.done = True
+                        break
+                    if not payload:
+                        continue  # an empty data field carries nothing
+                    try:
+                        obj = loads(payload)
+                    except ValueError as exc:
+                        message = f"{exc}: {payload[:120]!r}"
+                        raise _Failed(Outcome.STREAM_ERROR, "invalid JSON in stream", message) from exc
+                    if (
+                        event.event is not None
+                        or type(obj) is not dict
+                        or "error" in obj
+                        or "choices" not in obj
+                    ):
+                        error = read_server_error(obj, event.event)  # {"object": "error"} has no choices
+                        if error is not None:
+                            raise _Failed(Outcome.SERVER_ERROR, error.category, error.message, 200)
+                    acc.add(parse_chunk(obj), t)
+                if acc.done:
+                    break
+                if t > deadline_s:
+                    raise _DeadlineError
+            if not acc.done and acc.finish_reason is None:
+                detail = f"{acc.events} events, {len(acc.token_times_s)} with tokens"
+                if not acc.events:
+                    detail += f"; body began {head!r}"
+                raise _Failed(
+                    Outcome.STREAM_ERROR,
+                    "stream ended before completion",
+                    f"no finish_reason or [DONE] ({detail})",
+                )
+        except _Failed as failed:
+            self._fill(record, acc, request)
+            _fail(record, failed.outcome, failed.category, failed.message, t, status=failed.status)
+            return
+        except SSEProtocolError as exc:
+            self._fill(record, acc, request)
+            _fail(record, Outcome.STREAM_ERROR, "unexpected chunk shape", str(exc), t)
+            return
+        except (_DeadlineError, TransportError, OSError) as exc:
+            self._fill(record, acc, request)
+            _fail_read(record, exc, clock() - t0, "stream ended before completion", self._total_timeout_s)
+            return
+        self._fill(record, acc, request)
+        record.end_s = t
+        if acc.done:
+            _drain(read)
+        _check_empty(record)
+
+    def _read_json(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
+        try:
+            body, t = self._read_all(response, t0, _JSON_BODY_BYTES)
+        except (_DeadlineError, TransportError, OSError) as exc:
+            _fail_read(record, exc, self._clock() - t0, "body ended before completion", self._total_timeout_s)
+            return
+        acc = ReplyAccumulator()
+        try:
+            obj = json.loads(body)
+            error = read_server_error(obj, None)
+            if error is not None:
+                raise _Failed(Outcome.SERVER_ERROR, error.category, error.message, response.status)
+            acc.add(parse_chunk(obj), t)
+        except _Failed as failed:
+            _fail(record, failed.outcome, failed.category, failed.message, t, status=failed.status)
+            return
+        except SSEProtocolError as exc:
+            _fail(record, Outcome.STREAM_ERROR, "unexpected body shape", str(exc), t)
+            return
+        except ValueError as exc:
+            _fail(record, Outcome.STREAM_ERROR, "invalid JSON body", f"{exc}: {body[:120]!r}", t)
+            return
+        self._fill(record, acc, request, streamed=False)
+        record.end_s = t
+        _check_empty(record)
+
+    def _read_http_error(self, response: Response, record: RequestRecord, t0: float) -> None:
+        status = response.status
+        try:
+            body, t = self._read_all(response, t0, _ERROR_BODY_BYTES)
+        except (_DeadlineError, TransportError, OSError) as exc:
+            body, t = f"(body unreadable: {exc})".encode(), self._clock() - t0
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            obj = None
+        error = read_server_error(obj, None, http_body=True)
+        kind = error.kind if error is not None else None
+        message = error.message if error is not None else body.decode("utf-8", "replace")
+        _fail(
+            record,
+            Outcome.HTTP_ERROR,
+            f"HTTP {status} {kind}" if kind else f"HTTP {status}",
+            message,
+            t,
+            status=status,
+        )
+
+    def _read_all(self, response: Response, t0: float, limit: int) -> tuple[bytes, float]:
+        parts: list[bytes] = []
+        size = 0
+        t = 0.0
+        while True:
+            data = response.read_some()
+            t = self._clock() - t0
+            if not data:
+                return b"".join(parts), t
+            parts.append(data)
+            size += len(data)
+            if size > limit:
+                return b"".join(parts)[:limit], t
+            if t > self._total_timeout_s:
+                raise _DeadlineError
+
+    def _fill(
+        self, record: RequestRecord, acc: ReplyAccumulator, request: LLMRequest, *, streamed: bool = True
+    ) -> None:
+        record.token_times_s = acc.token_times_s
+        record.token_counts = acc.token_counts() if streamed else None
+        record.first_content_s = acc.first_content_s
+        record.finish_reason = acc.finish_reason
+        record.completion_tokens = resolve_completion_tokens(
+            server_tokens=acc.completion_tokens,
+            pieces=acc.pieces,
+            counter=self._token_counter,
+            chunk_count=len(acc.token_times_s) if streamed else None,
+        )
+        record.prompt_tokens = resolve_prompt_tokens(
+            server_tokens=acc.prompt_tokens, prompt_text=request.prompt_text, counter=self._token_counter
+        )
+
+
+# ── helpers of the classifier ────────────────────────────────────────────
+def _is_json(content_type: str) -> bool:
+    return content_type == "application/json" or content_type.endswith("+json")
+
+
+def _fail(
+    record: RequestRecord,
+    outcome: Outcome,
+    category: str,
+    message: str,
+    end_s: float,
+    *,
+    status: int | None = None,
+) -> RequestRecord:
+    record.outcome = outcome
+    record.error = ErrorInfo(category, message[:_MESSAGE_CHARS], status)
+    record.end_s = end_s
+    return record
+
+
+def _fail_read(record: RequestRecord, exc: Exception, t: float, closed_category: str, total_s: float) -> None:
+    """Record a failure while reading the body (after the headers)."""
+    if isinstance(exc, _DeadlineError):
+        _fail(record, Outcome.TIMEOUT, "timeout: total", f"no complete reply within {total_s:g} s", t)
+    elif isinstance(exc, RequestTimeout):
+        _fail(record, Outcome.TIMEOUT, "timeout: read idle", str(exc), t)
+    elif isinstance(exc, ConnectionClosedError):
+        _fail(record, Outcome.STREAM_ERROR, closed_category, str(exc), t)
+    else:
+        _fail(record, Outcome.TRANSPORT_ERROR, "transport error: mid-body", str(exc), t)
+
+
+def _check_empty(record: RequestRecord) -> None:
+    """Mark a well-formed reply without any generated token as EMPTY (BC-09)."""
+    if record.token_times_s:
+        return
+    _fail(
+        record,
+        Outcome.EMPTY,
+        "empty response",
+        f"no generated token in the reply (finish_reason={record.finish_reason!r}, "
+        f"completion_tokens={record.completion_tokens.value!r})",
+        record.end_s if record.end_s is not None else 0.0,
+    )
+
+
+def _drain(read: Callable[[], bytes]) -> None:
+    """Read the rest of the HTTP body after ``[DONE]`` so the connection can be reused.
+
+    Failures here do not change the outcome; the transport discards a
+    connection whose body was not fully read.
+    """
+    size = 0
+    try:
+        while size < _DRAIN_BYTES:
+            data = read()
+            if not data:
+                return
+            size += len(data)
+    except (TransportError, OSError):
+        return

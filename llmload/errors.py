@@ -1,0 +1,94 @@
+"""The one exception tree of llmload.
+
+::
+
+    LLMLoadError
+    ├── ConfigError          bad option value, caught before any load is sent
+    ├── DatasetError         unusable prompt source
+    ├── TokenizerError       tokenizer cannot be loaded (never fetched silently)
+    ├── RequestError         one request failed; becomes a failed RequestRecord, never escapes a user
+    │   ├── TransportError   connect/reset/timeout
+    │   │   ├── RequestTimeout         connect or read-idle timeout
+    │   │   └── ConnectionClosedError  peer closed the connection before the end of the HTTP message
+    │   ├── HTTPStatusError  non-2xx status
+    │   └── StreamError      the body could not be read as a valid reply
+    │       ├── SSEProtocolError   malformed SSE or JSON
+    │       └── ServerStreamError  the server sent an error object in a 2xx body
+    └── WireFormatError      worker→master payload of an unknown version or shape
+
+Every message names the offending value and the fix.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "ConnectionClosedError",
+    "DatasetError",
+    "HTTPStatusError",
+    "LLMLoadError",
+    "RequestError",
+    "RequestTimeout",
+    "SSEProtocolError",
+    "ServerStreamError",
+    "StreamError",
+    "TokenizerError",
+    "TransportError",
+    "WireFormatError",
+]
+
+
+class LLMLoadError(Exception):
+    """Root of every error llmload raises on purpose."""
+
+
+class ConfigError(LLMLoadError):
+    """An option value is invalid; raised before any load is sent."""
+
+
+class DatasetError(LLMLoadError):
+    """A prompt source cannot be used."""
+
+
+class TokenizerError(LLMLoadError):
+    """A tokenizer cannot be loaded locally."""
+
+
+class RequestError(LLMLoadError):
+    """One request failed."""
+
+
+class TransportError(RequestError):
+    """Connecting, sending or reading failed (refused, reset, timeout)."""
+
+
+class RequestTimeout(TransportError):  # noqa: N818 - name fixed by the client/transport interface
+    """No connection, or no bytes, within the configured connect or idle timeout."""
+
+
+class ConnectionClosedError(TransportError):
+    """The peer closed the connection before the end of the HTTP message.
+
+    A clean end of the body (terminating chunk, full Content-Length, or close of a
+    read-until-close body) is not an error; this is raised only for truncated bodies.
+    """
+
+
+class HTTPStatusError(RequestError):
+    """The server answered with a non-2xx status."""
+
+
+class StreamError(RequestError):
+    """The reply body could not be read as a valid completion."""
+
+
+class SSEProtocolError(StreamError):
+    """The SSE framing or an event's JSON is malformed."""
+
+
+class ServerStreamError(StreamError):
+    """The server reported an error inside a 2xx body or stream."""
+
+
+class WireFormatError(LLMLoadError):
+    """A worker payload has an unknown version or shape."""

@@ -1,0 +1,220 @@
+"""Request bodies for ``/v1/completions`` and ``/v1/chat/completions`` (pure functions).
+
+Bodies follow the OpenAI API as served by vLLM, SGLang and llama.cpp. When
+streaming, ``stream_options.include_usage`` is always requested so that the
+server's token counts (the preferred source, see ``tokens.py``) arrive in
+the final chunk; servers that ignore it simply send no usage.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from llmload.errors import ConfigError
+
+__all__ = [
+    "CHAT_PATH",
+    "COMPLETIONS_PATH",
+    "Endpoint",
+    "LLMRequest",
+    "build_chat_request",
+    "build_completion_request",
+]
+
+Endpoint = Literal["chat", "completions"]
+
+COMPLETIONS_PATH = "/v1/completions"
+CHAT_PATH = "/v1/chat/completions"
+
+# Keys the builders own; `extra` may not override them.
+_RESERVED = frozenset({"model", "prompt", "messages", "stream", "max_tokens"})
+
+
+@dataclass(frozen=True, slots=True)
+class LLMRequest:
+    """One ready-to-send request.
+
+    Attributes:
+        endpoint: ``"chat"`` or ``"completions"``.
+        path: URL path, e.g. ``/v1/chat/completions``.
+        body: the JSON body, UTF-8 encoded.
+        model: the model name in the body.
+        stream: whether an SSE stream was requested.
+        prompt_text: the prompt as plain text (chat: message contents joined
+            with newlines); only used to count prompt tokens locally when the
+            server reports no usage.
+        requested_prompt_tokens: the workload's own estimate of the prompt
+            length in tokens; None if it has none.
+    """
+
+    endpoint: Endpoint
+    path: str
+    body: bytes
+    model: str
+    stream: bool
+    prompt_text: str
+    requested_prompt_tokens: int | None = None
+
+
+def build_completion_request(
+    *,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    temperature: float | None = None,
+    ignore_eos: bool = False,
+    stream: bool = True,
+    extra: Mapping[str, Any] | None = None,
+    requested_prompt_tokens: int | None = None,
+) -> LLMRequest:
+    """Build a ``/v1/completions`` request.
+
+    Args:
+        model: served model name.
+        prompt: the prompt text.
+        max_tokens: upper bound on generated tokens, > 0.
+        temperature: sampling temperature; None leaves the server default.
+        ignore_eos: ask the server to keep generating past EOS (a vLLM/SGLang
+            extension); only sent when true.
+        stream: request an SSE stream.
+        extra: additional body fields (e.g. ``top_p``, ``logit_bias``); a
+            ``stream_options`` mapping is merged with ``include_usage``.
+        requested_prompt_tokens: the workload's prompt length estimate.
+
+    Raises:
+        ConfigError: an argument is invalid; the message names it.
+    """
+    if not isinstance(prompt, str):
+        raise ConfigError(f"prompt must be a string, got {type(prompt).__name__}; pass the prompt text")
+    body: dict[str, Any] = {"model": _checked_model(model), "prompt": prompt}
+    _add_common(
+        body,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        ignore_eos=ignore_eos,
+        stream=stream,
+        extra=extra,
+    )
+    return LLMRequest(
+        endpoint="completions",
+        path=COMPLETIONS_PATH,
+        body=_encode(body),
+        model=model,
+        stream=stream,
+        prompt_text=prompt,
+        requested_prompt_tokens=requested_prompt_tokens,
+    )
+
+
+def build_chat_request(
+    *,
+    model: str,
+    messages: Sequence[Mapping[str, str]],
+    max_tokens: int,
+    temperature: float | None = None,
+    ignore_eos: bool = False,
+    stream: bool = True,
+    extra: Mapping[str, Any] | None = None,
+    requested_prompt_tokens: int | None = None,
+) -> LLMRequest:
+    """Build a ``/v1/chat/completions`` request.
+
+    Args:
+        model: served model name.
+        messages: ``{"role": ..., "content": ...}`` mappings with string
+            values, in conversation order; at least one.
+        max_tokens, temperature, ignore_eos, stream, extra,
+            requested_prompt_tokens: as for ``build_completion_request``.
+
+    Raises:
+        ConfigError: an argument is invalid; the message names it.
+    """
+    if isinstance(messages, (str, bytes)) or not messages:
+        raise ConfigError(
+            f"messages must be a non-empty list of {{'role', 'content'}} mappings, got {messages!r}"
+        )
+    clean: list[dict[str, str]] = []
+    for i, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, Mapping) else None
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if not isinstance(role, str) or not role or not isinstance(content, str):
+            raise ConfigError(
+                f"messages[{i}] must be a mapping with string 'role' and 'content', got {message!r}; "
+                'e.g. {"role": "user", "content": "hello"}'
+            )
+        clean.append({"role": role, "content": content})
+    body: dict[str, Any] = {"model": _checked_model(model), "messages": clean}
+    _add_common(
+        body,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        ignore_eos=ignore_eos,
+        stream=stream,
+        extra=extra,
+    )
+    return LLMRequest(
+        endpoint="chat",
+        path=CHAT_PATH,
+        body=_encode(body),
+        model=model,
+        stream=stream,
+        prompt_text="\n".join(m["content"] for m in clean),
+        requested_prompt_tokens=requested_prompt_tokens,
+    )
+
+
+def _checked_model(model: str) -> str:
+    if not isinstance(model, str) or not model.strip():
+        raise ConfigError(f"model must be a non-empty string, got {model!r}; pass --model NAME")
+    return model
+
+
+def _add_common(
+    body: dict[str, Any],
+    *,
+    max_tokens: int,
+    temperature: float | None,
+    ignore_eos: bool,
+    stream: bool,
+    extra: Mapping[str, Any] | None,
+) -> None:
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ConfigError(f"max_tokens must be a positive integer, got {max_tokens!r}; pass e.g. 256")
+    body["max_tokens"] = max_tokens
+    if temperature is not None:
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+            raise ConfigError(f"temperature must be a number >= 0 or None, got {temperature!r}")
+        body["temperature"] = temperature
+    if ignore_eos:
+        body["ignore_eos"] = True
+    body["stream"] = stream
+    options: dict[str, Any] = {}
+    for key, value in (extra or {}).items():
+        if key in _RESERVED:
+            raise ConfigError(
+                f"extra body field {key!r} is set by llmload itself; use the matching option instead"
+            )
+        if key == "stream_options":
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"extra 'stream_options' must be a mapping, got {value!r}")
+            options.update(value)
+        else:
+            body[key] = value
+    if stream:
+        options["include_usage"] = True
+        body["stream_options"] = options
+    elif options:
+        raise ConfigError(
+            f"stream_options {options!r} only apply to streamed requests (servers reject them otherwise); "
+            "drop them or enable streaming"
+        )
+
+
+def _encode(body: Mapping[str, Any]) -> bytes:
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"request body is not JSON-serialisable: {exc}; check the extra fields") from exc

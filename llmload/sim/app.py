@@ -1,0 +1,247 @@
+"""The simulator's WSGI application: routing, request intake and reply writers.
+
+Each generation request is written by its own handler greenlet (one per
+connection, from ``gevent.pywsgi``). Streams use the WSGI ``write`` callable
+so that every write is timed and a failed write (client gone) is seen at
+once: the sequence leaves the engine and the request is counted as aborted.
+Headers go out with the first chunk. A client that disconnects while its
+request is still queued, or during a non-streaming request, is noticed at
+the next write attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from llmload.sim.config import SimConfig
+from llmload.sim.engine import Engine, Sequence
+from llmload.sim.metrics import SimMetrics
+from llmload.sim.protocol import Endpoint, ErrorReply, GenerationRequest, parse_generation_request
+from llmload.sim.replies import ReplyPlan, StreamEncoder, encode_whole_reply, plan_reply
+
+__all__ = ["MAX_BODY_BYTES", "SimApp"]
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""Largest accepted request body; larger ones get 413."""
+
+StartResponse = Callable[..., Callable[[bytes], object]]
+
+_JSON = ("Content-Type", "application/json")
+_SSE_HEADERS = [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache")]
+_GENERATION = {e.value: e for e in Endpoint}
+
+
+class SimApp:
+    """WSGI callable serving the OpenAI-compatible endpoints of one simulator.
+
+    Args:
+        config: served model, context length and seed.
+        engine: the shared step loop.
+        metrics: ground-truth counters to update.
+        registry: rendered by ``GET /metrics``.
+        clock: monotonic seconds, for TTFT and duration.
+        wall_clock: Unix seconds, only for the ``created`` fields.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: SimConfig,
+        engine: Engine,
+        metrics: SimMetrics,
+        registry: CollectorRegistry,
+        clock: Callable[[], float] = time.perf_counter,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._engine = engine
+        self._metrics = metrics
+        self._registry = registry
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._accepted = 0
+        created = int(wall_clock())
+        self._models_body = json.dumps(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": config.model,
+                        "object": "model",
+                        "created": created,
+                        "owned_by": "llmload-sim",
+                        "root": config.model,
+                        "parent": None,
+                        "max_model_len": config.max_model_len,
+                    }
+                ],
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        """Route one request."""
+        received_s = self._clock()
+        method = environ["REQUEST_METHOD"]
+        path = environ["PATH_INFO"]
+        endpoint = _GENERATION.get(path)
+        if endpoint is not None:
+            if method != "POST":
+                return self._error(
+                    start_response, path, ErrorReply(405, "MethodNotAllowed", f"use POST {path}")
+                )
+            return self._generate(environ, start_response, endpoint, received_s)
+        if path in ("/v1/models", "/health", "/metrics"):
+            if method != "GET":
+                return self._error(
+                    start_response, path, ErrorReply(405, "MethodNotAllowed", f"use GET {path}")
+                )
+            if path == "/v1/models":
+                return _respond(start_response, "200 OK", _JSON, self._models_body)
+            if path == "/health":
+                return _respond(start_response, "200 OK", ("Content-Type", "text/plain"), b"")
+            return _respond(
+                start_response,
+                "200 OK",
+                ("Content-Type", CONTENT_TYPE_LATEST),
+                generate_latest(self._registry),
+            )
+        reply = ErrorReply(
+            404,
+            "NotFoundError",
+            f"no route {method} {path}; serving /v1/models, /v1/completions, /v1/chat/completions, "
+            "/health, /metrics",
+        )
+        return self._error(start_response, "other", reply)
+
+    def _error(
+        self, start_response: StartResponse, endpoint_label: str, reply: ErrorReply
+    ) -> Iterable[bytes]:
+        self._metrics.rejected.labels(endpoint_label, str(reply.status)).inc()
+        return _respond(start_response, reply.status_line, _JSON, reply.body())
+
+    def _generate(
+        self, environ: dict[str, Any], start_response: StartResponse, endpoint: Endpoint, received_s: float
+    ) -> Iterable[bytes]:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        if length > MAX_BODY_BYTES:
+            reply = ErrorReply(
+                413, "BadRequestError", f"request body of {length} bytes exceeds {MAX_BODY_BYTES}"
+            )
+            return self._error(start_response, endpoint.value, reply)
+        raw = environ["wsgi.input"].read(MAX_BODY_BYTES + 1)
+        parsed = parse_generation_request(endpoint, raw, self._config.model, self._config.max_model_len)
+        if isinstance(parsed, ErrorReply):
+            return self._error(start_response, endpoint.value, parsed)
+        self._accepted += 1
+        cfg = self._config
+        plan = plan_reply(parsed, cfg.seed, self._accepted, cfg.output_len_mean)
+        prefix = "chatcmpl" if endpoint is Endpoint.CHAT else "cmpl"
+        request_id = f"{prefix}-sim{cfg.seed}-{self._accepted}"
+        seq = Sequence(parsed.prompt_tokens, len(plan.words), wake_per_token=parsed.stream)
+        self._engine.submit(seq)
+        if parsed.stream:
+            encoder = StreamEncoder(parsed, request_id, int(self._wall_clock()), cfg.model)
+            self._stream(
+                start_response=start_response,
+                request=parsed,
+                plan=plan,
+                seq=seq,
+                encoder=encoder,
+                received_s=received_s,
+            )
+            return []
+        return self._whole(
+            start_response=start_response,
+            request=parsed,
+            plan=plan,
+            seq=seq,
+            request_id=request_id,
+            received_s=received_s,
+        )
+
+    def _stream(
+        self,
+        *,
+        start_response: StartResponse,
+        request: GenerationRequest,
+        plan: ReplyPlan,
+        seq: Sequence,
+        encoder: StreamEncoder,
+        received_s: float,
+    ) -> None:
+        m = self._metrics.endpoints[request.endpoint]
+        engine = self._engine
+        clock = self._clock
+        write = start_response("200 OK", _SSE_HEADERS)
+        words = plan.words
+        written = 0
+        completed = False
+        try:
+            out: list[bytes] = []
+            if request.endpoint is Endpoint.CHAT:
+                out.append(encoder.role_chunk())
+            while True:
+                engine.wait_for_tokens(seq, written)
+                generated = seq.generated
+                encoder.add_tokens(words, written, generated, out)
+                if seq.done:
+                    encoder.add_end(plan.finish_reason, generated, out)
+                write(b"".join(out))
+                out.clear()
+                if written == 0:
+                    m.ttft_s.observe(clock() - received_s)
+                written = generated
+                if seq.done:
+                    break
+            completed = True
+        finally:
+            if completed:
+                self._count_completed(request, written, received_s)
+            else:
+                engine.abort(seq)
+                m.aborted.inc()
+
+    def _whole(
+        self,
+        *,
+        start_response: StartResponse,
+        request: GenerationRequest,
+        plan: ReplyPlan,
+        seq: Sequence,
+        request_id: str,
+        received_s: float,
+    ) -> Iterable[bytes]:
+        completed = False
+        try:
+            self._engine.wait_for_tokens(seq, len(plan.words) - 1)
+            body = encode_whole_reply(request, plan, request_id, int(self._wall_clock()), self._config.model)
+            write = start_response("200 OK", [_JSON, ("Content-Length", str(len(body)))])
+            write(body)
+            completed = True
+        finally:
+            if completed:
+                self._count_completed(request, len(plan.words), received_s)
+            else:
+                self._engine.abort(seq)
+                self._metrics.endpoints[request.endpoint].aborted.inc()
+        return []
+
+    def _count_completed(self, request: GenerationRequest, completion_tokens: int, received_s: float) -> None:
+        m = self._metrics.endpoints[request.endpoint]
+        m.completed.inc()
+        m.prompt_tokens.inc(request.prompt_tokens)
+        m.completion_tokens.inc(completion_tokens)
+        m.duration_s.observe(self._clock() - received_s)
+
+
+def _respond(
+    start_response: StartResponse, status: str, content_type: tuple[str, str], body: bytes
+) -> list[bytes]:
+    start_response(status, [content_type, ("Content-Length", str(len(body)))])
+    return [body]

@@ -1,0 +1,126 @@
+"""Ground-truth Prometheus metrics of the simulator, in their own registry.
+
+Names use the ``llmload_sim_`` prefix and base units (seconds, tokens), in the
+style of vLLM's ``vllm:`` metrics. Token counters cover *completed* requests
+only, so over any set of finished requests they equal the sum of the
+``usage`` the clients received (and of the chunks they were streamed).
+
+================================================  =========  ====================================
+name                                              type       meaning
+================================================  =========  ====================================
+llmload_sim_requests_completed_total{endpoint}    counter    replies written to the end
+llmload_sim_requests_aborted_total{endpoint}      counter    client went away before the end
+llmload_sim_requests_rejected_total{endpoint,     counter    4xx answers (bad JSON, unknown model,
+code}                                                        wrong method, unknown path)
+llmload_sim_prompt_tokens_total{endpoint}         counter    prompt tokens of completed requests
+llmload_sim_completion_tokens_total{endpoint}     counter    generated tokens of completed requests
+llmload_sim_requests_running                      gauge      sequences in the batch
+llmload_sim_requests_waiting                      gauge      sequences queued for a slot
+llmload_sim_time_to_first_token_seconds{endpoint} histogram  streams: request received → first
+                                                             token chunk written to the socket
+llmload_sim_request_duration_seconds{endpoint}    histogram  request received → last byte written
+llmload_sim_engine_steps_total                    counter    engine steps run
+================================================  =========  ====================================
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from llmload.sim.engine import Engine
+from llmload.sim.protocol import Endpoint
+
+__all__ = ["LATENCY_BUCKETS_S", "SimMetrics"]
+
+LATENCY_BUCKETS_S: tuple[float, ...] = (
+    *(round(i * 0.001, 3) for i in range(1, 101)),  # 1 ms resolution to 100 ms: TTFT accuracy benchmark
+    0.125, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+    1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0, 60.0, 120.0, float("inf"),
+)  # fmt: skip
+"""Histogram bucket upper bounds, seconds."""
+
+
+class _EngineCollector(Collector):
+    """Reads the engine's step count at scrape time."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def collect(self) -> list[CounterMetricFamily]:
+        family = CounterMetricFamily("llmload_sim_engine_steps", "Engine steps run.")
+        family.add_metric([], self._engine.steps)
+        return [family]
+
+
+class EndpointMetrics:
+    """The per-endpoint children, resolved once so the request path does no label lookups."""
+
+    __slots__ = ("aborted", "completed", "completion_tokens", "duration_s", "prompt_tokens", "ttft_s")
+
+    def __init__(self, parent: SimMetrics, endpoint: str) -> None:
+        self.completed = parent.completed.labels(endpoint)
+        self.aborted = parent.aborted.labels(endpoint)
+        self.prompt_tokens = parent.prompt_tokens.labels(endpoint)
+        self.completion_tokens = parent.completion_tokens.labels(endpoint)
+        self.ttft_s = parent.ttft_s.labels(endpoint)
+        self.duration_s = parent.duration_s.labels(endpoint)
+
+
+class SimMetrics:
+    """All simulator metrics, registered in ``registry`` (never the global one).
+
+    Args:
+        registry: where to register; ``generate_latest(registry)`` renders them.
+        engine: read at scrape time for the running/waiting gauges and steps.
+    """
+
+    def __init__(self, registry: CollectorRegistry, engine: Engine) -> None:
+        self.completed = Counter(
+            "llmload_sim_requests_completed", "Replies written to the end.", ["endpoint"], registry=registry
+        )
+        self.aborted = Counter(
+            "llmload_sim_requests_aborted",
+            "Requests whose client disconnected before the reply ended; their slot was freed.",
+            ["endpoint"],
+            registry=registry,
+        )
+        self.rejected = Counter(
+            "llmload_sim_requests_rejected",
+            "Requests answered with a 4xx error.",
+            ["endpoint", "code"],
+            registry=registry,
+        )
+        self.prompt_tokens = Counter(
+            "llmload_sim_prompt_tokens",
+            "Prompt tokens of completed requests (as reported in usage).",
+            ["endpoint"],
+            registry=registry,
+        )
+        self.completion_tokens = Counter(
+            "llmload_sim_completion_tokens",
+            "Generated tokens of completed requests (as reported in usage and streamed).",
+            ["endpoint"],
+            registry=registry,
+        )
+        self.ttft_s = Histogram(
+            "llmload_sim_time_to_first_token_seconds",
+            "Streaming requests: request received to first token chunk written.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=registry,
+        )
+        self.duration_s = Histogram(
+            "llmload_sim_request_duration_seconds",
+            "Completed requests: request received to last byte written.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=registry,
+        )
+        running = Gauge("llmload_sim_requests_running", "Sequences in the batch.", registry=registry)
+        running.set_function(lambda: engine.running)
+        waiting = Gauge("llmload_sim_requests_waiting", "Sequences queued for a slot.", registry=registry)
+        waiting.set_function(lambda: engine.waiting)
+        registry.register(_EngineCollector(engine))
+        self.endpoints = {e: EndpointMetrics(self, e.value) for e in Endpoint}

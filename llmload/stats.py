@@ -1,0 +1,461 @@
+"""Mergeable run statistics, per (endpoint, model), built from ``RequestRecord``s.
+
+Workers ``add`` records to an ``LLMStats``, ship it as a delta (``llmload.wire``)
+and start a fresh one; the master ``merge_in``s every delta. ``merge`` is
+associative and commutative with ``LLMStats.empty()`` as identity, so the
+master's totals equal what one process adding every record would hold
+(property-tested in ``tests/property/test_merge_laws.py``).
+
+Counting rules (definitions follow vLLM ``benchmark_serving`` and guidellm):
+
+- successes (``Outcome.OK``) feed token sums and latency histograms;
+- failures (every other outcome except ``CANCELLED``, including ``EMPTY``)
+  are counted per outcome and grouped by ``ErrorInfo.category``; their partial
+  tokens and timings are excluded (BC-10);
+- cancelled requests (in flight at stop, BC-27) are only counted;
+- a token count of ``None`` is counted as "unknown", never as 0 (R5).
+
+Memory stays bounded in long failing runs (BC-28): at most
+``MAX_ERROR_CATEGORIES`` categories and ``MAX_ERROR_SAMPLES`` sample messages
+each. The bound is applied deterministically (keep the lexicographically
+smallest categories/messages) so that merging stays lawful.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from llmload.histogram import LatencyHistogram
+from llmload.record import ITLKind, Outcome, RequestRecord, TokenSource
+
+__all__ = [
+    "HISTOGRAM_NAMES",
+    "MAX_ERROR_CATEGORIES",
+    "MAX_ERROR_SAMPLES",
+    "OVERFLOW_CATEGORY",
+    "EndpointStats",
+    "ErrorGroup",
+    "LLMStats",
+    "StatsKey",
+]
+
+MAX_ERROR_CATEGORIES = 50
+MAX_ERROR_SAMPLES = 3
+OVERFLOW_CATEGORY = "other"
+
+StatsKey = tuple[str, str]
+"""``(endpoint, model)``."""
+
+_K = TypeVar("_K")
+
+HISTOGRAM_NAMES = ("ttft_s", "ttfc_s", "itl_s", "tpot_s", "e2e_s")
+"""Attribute names of the latency histograms of ``EndpointStats``."""
+
+
+def _min_status(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+@dataclass(slots=True)
+class ErrorGroup:
+    """Failures sharing one ``ErrorInfo.category``.
+
+    Attributes:
+        count: number of failed requests in the group.
+        status: the smallest HTTP status seen in the group; None if none had one.
+        samples: up to ``MAX_ERROR_SAMPLES`` distinct messages, the
+            lexicographically smallest ones (deterministic, so merging is
+            commutative), sorted.
+    """
+
+    count: int = 0
+    status: int | None = None
+    samples: list[str] = field(default_factory=list)
+
+    def add_sample(self, message: str) -> None:
+        """Keep ``message`` if it is among the smallest distinct messages seen."""
+        samples = self.samples
+        if message in samples:
+            return
+        if len(samples) < MAX_ERROR_SAMPLES:
+            samples.append(message)
+            samples.sort()
+        elif message < samples[-1]:
+            samples[-1] = message
+            samples.sort()
+
+    def merge_in(self, other: ErrorGroup) -> None:
+        """Fold ``other`` into this group, in place."""
+        self.count += other.count
+        self.status = _min_status(self.status, other.status)
+        for message in other.samples:
+            self.add_sample(message)
+
+    def copy(self) -> ErrorGroup:
+        """Return an independent copy."""
+        return ErrorGroup(self.count, self.status, list(self.samples))
+
+
+def _add_count(counts: dict[_K, int], key: _K, n: int) -> None:
+    counts[key] = counts.get(key, 0) + n
+
+
+def _merge_counts(into: dict[_K, int], other: dict[_K, int]) -> None:
+    for key, n in other.items():
+        into[key] = into.get(key, 0) + n
+
+
+@dataclass(slots=True)
+class EndpointStats:
+    """Counters and histograms for one (endpoint, model).
+
+    Count dictionaries never hold zero entries, so equal statistics compare
+    equal. Times are seconds; ``*_unix`` are wall-clock stamps.
+
+    Attributes:
+        requests_by_outcome: requests per outcome, ``CANCELLED`` included.
+        prompt_tokens_sum: prompt tokens of successes whose count is known.
+        completion_tokens_sum: completion tokens of successes whose count is known.
+        prompt_source_requests: successes per prompt-count source (``UNKNOWN``
+            when the count is None).
+        completion_source_requests: successes per completion-count source.
+        completion_tokens_by_source: completion tokens of successes per source.
+        requested_prompt_tokens_sum: the workload's prompt-length estimates
+            ("requested ISL", BC-16) over successes that had one.
+        requested_prompt_tokens_count: successes that had such an estimate.
+        ttft_s, ttfc_s, itl_s, tpot_s, e2e_s: histograms over successes
+            (definitions in ``llmload.record``); ITL has every sample of
+            ``RequestRecord.itl_samples_s``.
+        itl_kind_requests: successes with at least one ITL sample, per ITL kind.
+        errors: failures grouped by category (at most ``MAX_ERROR_CATEGORIES``).
+        first_send_unix: earliest send of a finished request; None if none.
+        last_end_unix: latest end of a finished request; None if none.
+    """
+
+    requests_by_outcome: dict[Outcome, int] = field(default_factory=dict)
+    prompt_tokens_sum: int = 0
+    completion_tokens_sum: int = 0
+    prompt_source_requests: dict[TokenSource, int] = field(default_factory=dict)
+    completion_source_requests: dict[TokenSource, int] = field(default_factory=dict)
+    completion_tokens_by_source: dict[TokenSource, int] = field(default_factory=dict)
+    requested_prompt_tokens_sum: int = 0
+    requested_prompt_tokens_count: int = 0
+    ttft_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
+    ttfc_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
+    itl_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
+    tpot_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
+    e2e_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
+    itl_kind_requests: dict[ITLKind, int] = field(default_factory=dict)
+    errors: dict[str, ErrorGroup] = field(default_factory=dict)
+    first_send_unix: float | None = None
+    last_end_unix: float | None = None
+
+    # ── derived counts ──────────────────────────────────────────────────
+    @property
+    def succeeded(self) -> int:
+        """Requests with outcome ``OK``."""
+        return self.requests_by_outcome.get(Outcome.OK, 0)
+
+    @property
+    def failed(self) -> int:
+        """Requests with a failure outcome (``EMPTY`` included)."""
+        return sum(n for outcome, n in self.requests_by_outcome.items() if outcome.is_failure)
+
+    @property
+    def cancelled(self) -> int:
+        """Requests still in flight when the run stopped (neither success nor failure)."""
+        return self.requests_by_outcome.get(Outcome.CANCELLED, 0)
+
+    @property
+    def finished(self) -> int:
+        """Successes plus failures; cancelled requests are not finished."""
+        return self.succeeded + self.failed
+
+    @property
+    def prompt_tokens_known_requests(self) -> int:
+        """Successes whose prompt token count is known."""
+        return self.succeeded - self.prompt_source_requests.get(TokenSource.UNKNOWN, 0)
+
+    @property
+    def completion_tokens_known_requests(self) -> int:
+        """Successes whose completion token count is known."""
+        return self.succeeded - self.completion_source_requests.get(TokenSource.UNKNOWN, 0)
+
+    def histograms(self) -> dict[str, LatencyHistogram]:
+        """Return the five latency histograms by attribute name (not copies)."""
+        return {name: getattr(self, name) for name in HISTOGRAM_NAMES}
+
+    def is_empty(self) -> bool:
+        """True when nothing was counted."""
+        return not self.requests_by_outcome
+
+    # ── recording ───────────────────────────────────────────────────────
+    def add(self, record: RequestRecord, finished_at_unix: float | None = None) -> None:
+        """Count one request; see ``LLMStats.add``."""
+        outcome = record.outcome
+        counts = self.requests_by_outcome
+        counts[outcome] = counts.get(outcome, 0) + 1
+        if outcome is Outcome.CANCELLED:
+            return
+        self._extend_span(record, finished_at_unix)
+        if outcome is Outcome.OK:
+            self._add_success(record)
+            return
+        error = record.error
+        if error is None:
+            self.add_failure(outcome.value, None, "", 1)
+        else:
+            self.add_failure(error.category, error.status, error.message, 1)
+
+    def _extend_span(self, record: RequestRecord, finished_at_unix: float | None) -> None:
+        started = record.started_at_unix
+        if record.end_s is not None:
+            end = started + record.end_s
+        elif finished_at_unix is not None:
+            end = finished_at_unix
+        else:
+            end = started + (record.last_token_s or record.headers_s or 0.0)
+        if self.first_send_unix is None or started < self.first_send_unix:
+            self.first_send_unix = started
+        if self.last_end_unix is None or end > self.last_end_unix:
+            self.last_end_unix = end
+
+    def _add_success(self, record: RequestRecord) -> None:
+        prompt = record.prompt_tokens
+        if prompt.value is None:
+            _add_count(self.prompt_source_requests, TokenSource.UNKNOWN, 1)
+        else:
+            _add_count(self.prompt_source_requests, prompt.source, 1)
+            self.prompt_tokens_sum += prompt.value
+        completion = record.completion_tokens
+        if completion.value is None:
+            _add_count(self.completion_source_requests, TokenSource.UNKNOWN, 1)
+        else:
+            _add_count(self.completion_source_requests, completion.source, 1)
+            self.completion_tokens_sum += completion.value
+            if completion.value:
+                _add_count(self.completion_tokens_by_source, completion.source, completion.value)
+        if record.requested_prompt_tokens is not None:
+            self.requested_prompt_tokens_sum += record.requested_prompt_tokens
+            self.requested_prompt_tokens_count += 1
+
+        ttft = record.ttft_s
+        if ttft is not None:
+            self.ttft_s.add(ttft)
+        if record.first_content_s is not None:
+            self.ttfc_s.add(record.first_content_s)
+        tpot = record.tpot_s
+        if tpot is not None:
+            self.tpot_s.add(tpot)
+        if record.end_s is not None:
+            self.e2e_s.add(record.end_s)
+        itl = record.itl_samples_s()
+        if itl:
+            self.itl_s.add_many(itl)
+            _add_count(self.itl_kind_requests, record.itl_kind, 1)
+
+    def add_failure(self, category: str, status: int | None, message: str, count: int) -> None:
+        """Add ``count`` failures to ``category`` (folded into ``OVERFLOW_CATEGORY`` past the bound).
+
+        Only the error table changes; ``requests_by_outcome`` is the caller's.
+        """
+        errors = self.errors
+        group = errors.get(category)
+        if group is None:
+            group = errors[category] = ErrorGroup()
+            needs_bound = len(errors) > MAX_ERROR_CATEGORIES
+        else:
+            needs_bound = False
+        group.count += count
+        group.status = _min_status(group.status, status)
+        if message:
+            group.add_sample(message)
+        if needs_bound:
+            self.bound_errors()
+
+    def bound_errors(self) -> None:
+        """Fold categories beyond ``MAX_ERROR_CATEGORIES`` into ``OVERFLOW_CATEGORY``.
+
+        When there are more than ``MAX_ERROR_CATEGORIES`` categories, the
+        ``MAX_ERROR_CATEGORIES - 1`` lexicographically smallest ones (other than
+        ``OVERFLOW_CATEGORY``) are kept and all others are merged into
+        ``OVERFLOW_CATEGORY``. A category kept for a union of failures is kept
+        for every part of it, which makes this rule compatible with merging
+        (the result depends only on the multiset of failures).
+        """
+        errors = self.errors
+        if len(errors) <= MAX_ERROR_CATEGORIES:
+            return
+        named = sorted(c for c in errors if c != OVERFLOW_CATEGORY)
+        overflow = errors.pop(OVERFLOW_CATEGORY, None) or ErrorGroup()
+        for category in named[MAX_ERROR_CATEGORIES - 1 :]:
+            overflow.merge_in(errors.pop(category))
+        errors[OVERFLOW_CATEGORY] = overflow
+
+    # ── merging ─────────────────────────────────────────────────────────
+    def merge_in(self, other: EndpointStats) -> None:
+        """Add everything counted in ``other`` to this object, in place."""
+        _merge_counts(self.requests_by_outcome, other.requests_by_outcome)
+        self.prompt_tokens_sum += other.prompt_tokens_sum
+        self.completion_tokens_sum += other.completion_tokens_sum
+        _merge_counts(self.prompt_source_requests, other.prompt_source_requests)
+        _merge_counts(self.completion_source_requests, other.completion_source_requests)
+        _merge_counts(self.completion_tokens_by_source, other.completion_tokens_by_source)
+        self.requested_prompt_tokens_sum += other.requested_prompt_tokens_sum
+        self.requested_prompt_tokens_count += other.requested_prompt_tokens_count
+        self.ttft_s.merge_in(other.ttft_s)
+        self.ttfc_s.merge_in(other.ttfc_s)
+        self.itl_s.merge_in(other.itl_s)
+        self.tpot_s.merge_in(other.tpot_s)
+        self.e2e_s.merge_in(other.e2e_s)
+        _merge_counts(self.itl_kind_requests, other.itl_kind_requests)
+        errors = self.errors
+        for category, group in other.errors.items():
+            mine = errors.get(category)
+            if mine is None:
+                errors[category] = group.copy()
+            else:
+                mine.merge_in(group)
+        self.bound_errors()
+        if other.first_send_unix is not None and (
+            self.first_send_unix is None or other.first_send_unix < self.first_send_unix
+        ):
+            self.first_send_unix = other.first_send_unix
+        if other.last_end_unix is not None and (
+            self.last_end_unix is None or other.last_end_unix > self.last_end_unix
+        ):
+            self.last_end_unix = other.last_end_unix
+
+    def merge(self, other: EndpointStats) -> EndpointStats:
+        """Return the combination of both; neither input changes."""
+        merged = self.copy()
+        merged.merge_in(other)
+        return merged
+
+    def copy(self) -> EndpointStats:
+        """Return an independent deep copy."""
+        merged = EndpointStats()
+        merged.merge_in(self)
+        return merged
+
+
+class LLMStats:
+    """Per-(endpoint, model) statistics of a run or of one worker's delta.
+
+    Mutable through ``add``/``add_cancelled``/``merge_in``; ``merge`` is pure.
+    Keys exist only once something was counted for them.
+    """
+
+    __slots__ = ("_by_key",)
+
+    def __init__(self) -> None:
+        """Create empty statistics; prefer ``LLMStats.empty()``."""
+        self._by_key: dict[StatsKey, EndpointStats] = {}
+
+    @classmethod
+    def empty(cls) -> LLMStats:
+        """Return statistics with nothing counted (the identity of ``merge``)."""
+        return cls()
+
+    @classmethod
+    def from_endpoints(cls, items: Iterable[tuple[StatsKey, EndpointStats]]) -> LLMStats:
+        """Build statistics from ``((endpoint, model), EndpointStats)`` pairs.
+
+        Pairs with the same key are merged; empty ``EndpointStats`` are dropped.
+        The ``EndpointStats`` are copied.
+        """
+        stats = cls()
+        for key, endpoint_stats in items:
+            if not endpoint_stats.is_empty():
+                stats._slot(key).merge_in(endpoint_stats)
+        return stats
+
+    def _slot(self, key: StatsKey) -> EndpointStats:
+        slot = self._by_key.get(key)
+        if slot is None:
+            slot = self._by_key[key] = EndpointStats()
+        return slot
+
+    def add(self, record: RequestRecord, finished_at_unix: float | None = None) -> None:
+        """Count one finished (or cancelled) request.
+
+        Args:
+            record: the request; its outcome decides what is counted (see the
+                module docstring).
+            finished_at_unix: wall-clock time the request ended, used for the
+                run span when the record has no ``end_s`` (failures that never
+                completed). Default: send time plus the last known timing.
+
+        Raises:
+            ValueError: a timing in the record is negative or not finite.
+        """
+        key = (record.endpoint, record.model)
+        slot = self._by_key.get(key)
+        if slot is None:
+            slot = self._by_key[key] = EndpointStats()
+        slot.add(record, finished_at_unix)
+
+    def add_cancelled(self, endpoint: str, model: str, n: int = 1) -> None:
+        """Count ``n`` requests still in flight when the run stopped (BC-27).
+
+        Raises:
+            ValueError: ``n`` is negative.
+        """
+        if n < 0:
+            raise ValueError(f"cancelled request count must be >= 0, got {n}")
+        if n:
+            _add_count(self._slot((endpoint, model)).requests_by_outcome, Outcome.CANCELLED, n)
+
+    def merge_in(self, other: LLMStats) -> None:
+        """Add everything counted in ``other`` to this object, in place (the master's hot path)."""
+        for key, endpoint_stats in other._by_key.items():
+            self._slot(key).merge_in(endpoint_stats)
+
+    def merge(self, other: LLMStats) -> LLMStats:
+        """Return the combination of both; neither input changes."""
+        merged = LLMStats()
+        merged.merge_in(self)
+        merged.merge_in(other)
+        return merged
+
+    def is_empty(self) -> bool:
+        """True when nothing was counted."""
+        return not self._by_key
+
+    def keys(self) -> list[StatsKey]:
+        """Return the ``(endpoint, model)`` keys, sorted."""
+        return sorted(self._by_key)
+
+    def items(self) -> Iterator[tuple[StatsKey, EndpointStats]]:
+        """Iterate over ``(key, EndpointStats)`` sorted by key (not copies)."""
+        for key in sorted(self._by_key):
+            yield key, self._by_key[key]
+
+    def get(self, endpoint: str, model: str) -> EndpointStats:
+        """Return a copy of the statistics for one key (empty if never counted)."""
+        slot = self._by_key.get((endpoint, model))
+        return slot.copy() if slot is not None else EndpointStats()
+
+    def total(self) -> EndpointStats:
+        """Return all keys merged into one new ``EndpointStats``."""
+        merged = EndpointStats()
+        for endpoint_stats in self._by_key.values():
+            merged.merge_in(endpoint_stats)
+        return merged
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LLMStats):
+            return NotImplemented
+        return self._by_key == other._by_key
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{e}/{m}: {s.finished} finished" for (e, m), s in self.items())
+        return f"LLMStats({parts})"

@@ -1,0 +1,244 @@
+"""Production transport: one keep-alive HTTP/1.1 connection over geventhttpclient.
+
+Each Locust user owns one ``GeventHTTPTransport`` (``concurrency=1``: one
+connection, reused while the server keeps it alive), the same client Locust's
+``FastHttpUser`` uses, so thousands of users per worker stay cheap.
+
+Why this reaches into geventhttpclient internals: ``HTTPSocketResponse.read(n)``
+and its iterator block until ``n`` bytes (default 4 KiB) have arrived or the
+body ends, so SSE events would be held back and timestamped late; that
+defeats TTFT/ITL measurement. ``GeventResponse.read_some`` therefore returns
+whatever body bytes the response parser has already buffered
+(``_body_buffer``, filled by the llhttp ``_on_body`` callback), and otherwise
+performs exactly one ``sock.recv`` and ``feed``. Only ``_body_buffer``,
+``_sock``, ``message_complete``, ``feed`` and ``release`` are used; the
+dependency is pinned to geventhttpclient 2.x in ``pyproject.toml`` and
+covered by the integration tests in ``tests/integration``.
+
+End of body: ``read_some`` returns ``b""`` only at the clean end of the HTTP
+message (last chunk, full Content-Length, or close of a read-until-close
+body). A connection closed before that raises ``ConnectionClosedError``;
+the client reports it as "stream ended before completion". A connection
+whose body was not read to the end is closed, never reused.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Mapping
+from dataclasses import dataclass
+from http.client import HTTPException
+from typing import Any
+from urllib.parse import urlsplit
+
+import gevent.ssl
+from geventhttpclient import HTTPClient
+from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
+
+from llmload.config import Timeouts
+from llmload.errors import ConfigError, ConnectionClosedError, RequestTimeout, TransportError
+
+__all__ = ["GeventHTTPTransport", "GeventResponse", "HTTPResult"]
+
+_RECV_BYTES = 16 * 1024  # one recv per read_some; SSE events are ~100-500 bytes
+_GET_BODY_BYTES = 8 * 1024 * 1024
+_USER_AGENT = "llmload"
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPResult:
+    """A small, fully read reply (for preflight checks such as ``GET /v1/models``)."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+
+class GeventResponse:
+    """A ``client.Response`` over a geventhttpclient response whose headers have arrived."""
+
+    __slots__ = ("_idle_s", "_resp", "_where", "content_type", "status")
+
+    def __init__(self, resp: HTTPSocketPoolResponse, *, where: str, idle_s: float) -> None:
+        """Wrap ``resp``; ``where`` names the request in messages; ``idle_s`` is the read timeout."""
+        self._resp = resp
+        self._where = where
+        self._idle_s = idle_s
+        self.status: int = resp.status_code
+        self.content_type = _media_type(resp.get("content-type"))
+
+    def read_some(self) -> bytes:
+        """Return the next body bytes as soon as any arrive; b"" at the clean end of the body.
+
+        Raises:
+            RequestTimeout: no bytes within the idle timeout.
+            ConnectionClosedError: the peer closed the connection mid-body.
+            TransportError: reset or malformed HTTP framing.
+        """
+        resp = self._resp
+        buf = resp._body_buffer
+        while not buf:
+            if resp.message_complete:
+                return b""
+            sock = resp._sock
+            if sock is None:
+                raise ConnectionClosedError(f"{self._where}: connection released before the end of the body")
+            try:
+                data = sock.recv(_RECV_BYTES)
+            except TimeoutError as exc:
+                resp.release()
+                raise RequestTimeout(
+                    f"{self._where}: no bytes for {self._idle_s:g} s (read idle timeout)"
+                ) from exc
+            except OSError as exc:
+                resp.release()
+                raise TransportError(f"{self._where}: read failed: {_describe(exc)}") from exc
+            try:
+                resp.feed(data)  # b"" signals EOF: completes a read-until-close body, else raises
+            except HTTPParseError as exc:
+                resp.release()
+                if not data:
+                    raise ConnectionClosedError(f"{self._where}: connection closed mid-body") from exc
+                raise TransportError(f"{self._where}: malformed HTTP body: {exc}") from exc
+            if not data and not resp.message_complete:
+                resp.release()
+                raise ConnectionClosedError(f"{self._where}: connection closed mid-body")
+        data = bytes(buf)
+        buf.clear()
+        return data
+
+    def close(self) -> None:
+        """Return the connection to the pool if the message was complete, else close it. Idempotent."""
+        self._resp.release()
+
+
+class GeventHTTPTransport:
+    """Sends requests to one server over one keep-alive connection.
+
+    Not safe for concurrent use by several greenlets: give each user its own.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        headers: Mapping[str, str],
+        timeouts: Timeouts,
+        insecure: bool = False,
+    ) -> None:
+        """Create the transport; no connection is opened until the first request.
+
+        Args:
+            base_url: ``http://host[:port][/prefix]`` or ``https://...``; request
+                paths are appended to the prefix.
+            headers: sent with every request (e.g. ``Authorization``).
+            timeouts: ``connect_s`` for TCP+TLS setup, ``idle_s`` for every
+                send and read (headers included). ``total_s`` is enforced by
+                the client, not here.
+            insecure: skip TLS certificate and host name verification.
+
+        Raises:
+            ConfigError: ``base_url`` is not an http(s) URL with a host.
+        """
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise ConfigError(
+                f"base URL {base_url!r} must look like http://HOST[:PORT][/PREFIX] or https://...; "
+                "e.g. --host http://127.0.0.1:8000"
+            )
+        try:
+            port = parts.port
+        except ValueError as exc:
+            raise ConfigError(f"base URL {base_url!r} has an invalid port: {exc}") from exc
+        self._prefix = parts.path.rstrip("/")
+        self._origin = f"{parts.scheme}://{parts.netloc}"
+        self._timeouts = timeouts
+        https = parts.scheme == "https"
+        extra: dict[str, Any] = {}
+        if https and insecure:
+            extra["ssl_context_factory"] = _unverified_context
+        self._client = HTTPClient(
+            parts.hostname,
+            port=port,
+            headers={"User-Agent": _USER_AGENT, **headers},
+            block_size=_RECV_BYTES,
+            connection_timeout=timeouts.connect_s,
+            network_timeout=timeouts.idle_s,
+            concurrency=1,
+            ssl=https,
+            insecure=insecure,
+            **extra,
+        )
+
+    def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> GeventResponse:
+        """POST ``body``; return once status and headers are in.
+
+        Raises:
+            RequestTimeout: no connection within ``connect_s`` or no headers within ``idle_s``.
+            TransportError: refused, reset, DNS, TLS or HTTP framing failure.
+        """
+        return self._request("POST", path, body, headers)
+
+    def get(self, path: str) -> HTTPResult:
+        """GET ``path`` and read the whole body (at most 8 MiB), e.g. ``/v1/models``.
+
+        Raises:
+            RequestTimeout, TransportError: as for ``post``.
+        """
+        response = self._request("GET", path, None, {})
+        try:
+            parts: list[bytes] = []
+            size = 0
+            while size <= _GET_BODY_BYTES:
+                data = response.read_some()
+                if not data:
+                    break
+                parts.append(data)
+                size += len(data)
+            return HTTPResult(response.status, response.content_type, b"".join(parts)[:_GET_BODY_BYTES])
+        finally:
+            response.close()
+
+    def close(self) -> None:
+        """Close the pooled connection."""
+        self._client.close()
+
+    def _request(
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> GeventResponse:
+        where = f"{method} {self._origin}{self._prefix}{path}"
+        try:
+            resp = self._client.request(method, self._prefix + path, body=body, headers=headers)
+        except TimeoutError as exc:
+            raise RequestTimeout(
+                f"{where}: no connection or response headers in time "
+                f"(connect timeout {self._timeouts.connect_s:g} s, idle timeout {self._timeouts.idle_s:g} s)"
+            ) from exc
+        except (OSError, HTTPException, RuntimeError, ValueError) as exc:
+            # RuntimeError: name did not resolve to any address; ValueError: invalid path or header.
+            raise TransportError(f"{where} failed: {_describe(exc)}") from exc
+        return GeventResponse(resp, where=where, idle_s=self._timeouts.idle_s)
+
+
+def _media_type(value: str | list[str] | None) -> str:
+    """Lower-cased media type of a Content-Type header without parameters; "" if absent."""
+    if isinstance(value, list):
+        value = value[0] if value else None
+    if not value:
+        return ""
+    return value.split(";", 1)[0].strip().lower()
+
+
+def _describe(exc: BaseException) -> str:
+    code = getattr(exc, "errno", None)
+    name = errno.errorcode.get(code, "") if isinstance(code, int) else ""
+    text = str(exc) or type(exc).__name__
+    return f"{name} {text}" if name and name not in text else text
+
+
+def _unverified_context(**_: Any) -> gevent.ssl.SSLContext:
+    """TLS context for ``insecure=True``: no certificate or host name check."""
+    context = gevent.ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = gevent.ssl.CERT_NONE
+    return context

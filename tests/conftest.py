@@ -1,0 +1,171 @@
+"""Shared fixtures. Tests never reach the network: only loopback servers they start themselves."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from llmload.record import RequestRecord
+from llmload.testing import ReceivedRequest, Reply, ScriptedServer, SendLog
+
+# No hub access from any test, even if something tries to load a tokenizer by name.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+_SENTENCES = [
+    "Hello world",
+    "Hello there world",
+    "the quick brown fox jumps over the lazy dog",
+    "a world of tokens and words",
+    "Hello again to the whole world",
+] * 20
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    """A ``tokenizers.Tokenizer`` (BPE, whitespace pre-tokenizer) trained here from a few sentences."""
+    return _train(bos=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_bos_tokenizer():
+    """Like ``tiny_tokenizer`` but its post-processor adds ``<s>`` (BOS), Llama-style."""
+    return _train(bos=True)
+
+
+def _train(*, bos: bool):
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]", "<s>"], show_progress=False)
+    tokenizer.train_from_iterator(_SENTENCES, trainer)
+    if bos:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="<s> $A", special_tokens=[("<s>", tokenizer.token_to_id("<s>"))]
+        )
+    return tokenizer
+
+
+@dataclass
+class RecordingCounter:
+    """A ``TokenCounter`` that counts whitespace-separated words and remembers every text it saw."""
+
+    texts: list[str]
+
+    def count(self, text: str) -> int:
+        self.texts.append(text)
+        return len(text.split())
+
+
+@pytest.fixture
+def recording_counter() -> RecordingCounter:
+    return RecordingCounter([])
+
+
+@pytest.fixture(scope="session")
+def gevent_ready() -> None:
+    """Start gevent's hub and resolver thread pool once (~25 ms), so no test's first request pays it."""
+    import gevent.socket
+
+    gevent.socket.getaddrinfo("127.0.0.1", 80, 0, gevent.socket.SOCK_STREAM)
+
+
+TIME_TOLERANCE_S = 0.005  # CASES.md: loopback timings within ±5 ms
+_SERVER_LATE_LIMIT_S = 0.05  # a write sent later than this means an overloaded machine, not a client bug
+
+
+def near(seconds: float):
+    """``seconds`` within the loopback tolerance, for ``==`` comparisons."""
+    return pytest.approx(seconds, abs=TIME_TOLERANCE_S)
+
+
+@dataclass
+class ScriptedRun:
+    """What one request against a ``ScriptedServer`` produced, with the server's real send times."""
+
+    record: RequestRecord
+    requests: Sequence[ReceivedRequest]
+    connections: int
+    reply: Reply
+    log: SendLog
+    t0_s: float  # the client's send time on the shared perf_counter clock
+
+    def sent(self, at_ms: float) -> float:
+        """When the write scheduled at ``at_ms`` was really sent, in seconds after the client's send."""
+        index = [i for i, w in enumerate(self.reply.writes) if w.at_ms == at_ms]
+        assert len(index) == 1, f"the script has {len(index)} writes at {at_ms} ms; give them distinct times"
+        return self._checked(self.log.writes_s[index[0]], at_ms)
+
+    def headers_sent(self) -> float:
+        """When the headers were really sent, in seconds after the client's send."""
+        assert self.log.headers_s is not None
+        return self._checked(self.log.headers_s, self.reply.headers_at_ms)
+
+    def at(self, at_ms: float):
+        """The write at ``at_ms`` as seen by the client: its real send time within ±5 ms."""
+        return near(self.sent(at_ms))
+
+    def _checked(self, sent_s: float, at_ms: float) -> float:
+        late_s = sent_s - self.log.arrived_s - at_ms / 1000
+        assert late_s < _SERVER_LATE_LIMIT_S, (
+            f"server wrote {late_s * 1000:.1f} ms late (overloaded machine?)"
+        )
+        return sent_s - self.t0_s
+
+
+class _FirstCallClock:
+    """``time.perf_counter`` that remembers its first reading (the client's t0)."""
+
+    def __init__(self) -> None:
+        self.first_s: float | None = None
+
+    def __call__(self) -> float:
+        now = time.perf_counter()
+        if self.first_s is None:
+            self.first_s = now
+        return now
+
+
+@pytest.fixture
+def run_scripted(gevent_ready: None) -> Callable[..., ScriptedRun]:
+    """Run one request through ScriptedServer → GeventHTTPTransport → StreamingClient."""
+    from llmload.client import StreamingClient
+    from llmload.config import Timeouts
+    from llmload.payloads import build_chat_request
+    from llmload.transport import GeventHTTPTransport
+
+    def run(
+        reply: Reply,
+        request=None,
+        *,
+        token_counter=None,
+        timeouts: Timeouts | None = None,
+        total_timeout_s: float = 60.0,
+    ) -> ScriptedRun:
+        if request is None:
+            request = build_chat_request(
+                model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=16
+            )
+        clock = _FirstCallClock()
+        with ScriptedServer(reply) as server:
+            transport = GeventHTTPTransport(
+                server.base_url, headers={}, timeouts=timeouts or Timeouts(connect_s=5, idle_s=10, total_s=60)
+            )
+            try:
+                client = StreamingClient(
+                    transport, clock=clock, token_counter=token_counter, total_timeout_s=total_timeout_s
+                )
+                record = client.run(request)
+            finally:
+                transport.close()
+            assert clock.first_s is not None
+            return ScriptedRun(
+                record, server.requests, server.connections_accepted, reply, server.send_log(0), clock.first_s
+            )
+
+    return run

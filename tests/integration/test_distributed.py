@@ -1,0 +1,183 @@
+"""End to end: Locust master + 2 workers against `llmload sim`; totals equal the simulator's ground truth.
+
+Each test runs real `locust` processes on loopback and is bounded by `-t` and a
+subprocess timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_sim import REPO_ROOT, metric_sum, metrics, start_sim, stop_sim
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+LOCUST_TIMEOUT_S = 120
+
+
+@pytest.fixture
+def sim_url():
+    url, proc = start_sim("--decode-step-ms", "5", "--output-len-mean", "40")
+    yield url
+    stop_sim(proc)
+
+
+def _locust(args: list[str], *, timeout_s: float = LOCUST_TIMEOUT_S, env: dict[str, str] | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", "locust", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def _ground_truth(url: str, endpoint: str) -> dict[str, float]:
+    samples = metrics(url)
+    label = (("endpoint", endpoint),)
+    return {
+        name: samples[(f"llmload_sim_{name}_total", label)]
+        for name in ("requests_completed", "requests_aborted", "prompt_tokens", "completion_tokens")
+    }
+
+
+def _results(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def test_e2e_num_requests_exact_with_processes_totals_equal_sim(sim_url, tmp_path):
+    out = tmp_path / "r.json"
+    proc = _locust(
+        [
+            "-f", "locustfiles/completions.py", "--headless", "--only-summary", "-H", sim_url,
+            "--processes", "2", "-u", "256", "-r", "256", "--num-requests", "300", "-t", "90s",
+            "--max-tokens", "64", "--results-json", str(out),
+        ]
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = _results(out)
+    truth = _ground_truth(sim_url, "/v1/completions")
+    assert results["requests"]["total"] == 300
+    assert results["requests"]["succeeded"] == 300
+    assert results["requests"]["failed"] == 0
+    assert results["requests"]["cancelled"] == 0
+    assert truth["requests_completed"] == 300
+    assert results["tokens"]["prompt"] == truth["prompt_tokens"]
+    assert results["tokens"]["completion"] == truth["completion_tokens"]
+    assert results["tokens"]["completion_source"] == "server"
+    assert results["run"]["workers"] == 2
+    assert results["latency"]["e2e_s"]["count"] == 300
+    assert "Successful requests:" in proc.stdout
+    assert "300/300" in proc.stdout
+
+
+def test_e2e_separate_master_and_workers_with_time_limit_keep_every_final_report(sim_url, tmp_path):
+    """-t with separate --master/--worker processes: nothing finished on a worker is lost.
+
+    --stop-timeout lets in-flight requests finish, so the totals equal the
+    simulator's counters exactly even though the run stops on time.
+    """
+    out = tmp_path / "r.json"
+    port = _free_port()
+    common = ["-f", "locustfiles/chat.py"]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "locust", *common, "--worker", "--master-host", "127.0.0.1",
+             "--master-port", str(port)],
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]
+    try:
+        proc = _locust(
+            [
+                *common, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                "--headless", "--only-summary",
+                "--expect-workers", "2", "-H", sim_url, "-u", "128", "-r", "128", "-t", "6s",
+                "--stop-timeout", "30", "--max-tokens", "48", "--results-json", str(out),
+            ]
+        )  # fmt: skip
+    finally:
+        for worker in workers:
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = _results(out)
+    truth = _ground_truth(sim_url, "/v1/chat/completions")
+    assert results["requests"]["cancelled"] == 0
+    assert results["requests"]["succeeded"] == truth["requests_completed"] > 100
+    assert results["tokens"]["prompt"] == truth["prompt_tokens"]
+    assert results["tokens"]["completion"] == truth["completion_tokens"]
+    assert results["run"]["workers"] == 2
+    assert "lost_workers" not in results
+
+
+def test_e2e_time_limit_counts_in_flight_requests_as_cancelled(sim_url, tmp_path):
+    """Without a stop timeout, requests in flight at -t are cancelled: neither success nor failure."""
+    out = tmp_path / "r.json"
+    proc = _locust(
+        [
+            "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", sim_url,
+            "--processes", "2", "-u", "128", "-r", "128", "-t", "4s", "--ignore-eos",
+            "--max-tokens", "150", "--results-json", str(out),
+        ]
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = _results(out)
+    truth = _ground_truth(sim_url, "/v1/chat/completions")
+    started = truth["requests_completed"] + truth["requests_aborted"]
+    assert results["requests"]["failed"] == 0
+    assert results["requests"]["cancelled"] > 0
+    # Every request the simulator saw is either measured or cancelled; a request the
+    # simulator finished just as the client was stopped may be counted as cancelled.
+    assert results["requests"]["succeeded"] + results["requests"]["cancelled"] == started
+    assert results["requests"]["succeeded"] <= truth["requests_completed"]
+    assert results["latency"]["e2e_s"]["count"] == results["requests"]["succeeded"]
+
+
+def test_e2e_wrong_model_stops_before_any_load(sim_url, tmp_path):
+    proc = _locust(
+        [
+            "-f", "locustfiles/completions.py", "--headless", "-H", sim_url, "-u", "4", "-r", "4",
+            "-t", "10s", "--model", "other", "--results-json", str(tmp_path / "r.json"),
+        ],
+        timeout_s=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert 'model "other" not served; available: llmload-sim' in proc.stderr
+    truth = _ground_truth(sim_url, "/v1/completions")
+    assert truth["requests_completed"] + truth["requests_aborted"] == 0
+
+
+def test_e2e_bad_option_value_stops_before_any_load(sim_url):
+    proc = _locust(
+        ["-f", "locustfiles/chat.py", "--headless", "-H", sim_url, "-u", "2", "-t", "5s", "--max-tokens", "-1"],
+        timeout_s=60,
+    )
+    assert proc.returncode == 2
+    assert "--max-tokens must be a positive integer, got -1" in proc.stderr
+    assert metric_sum(metrics(sim_url), "llmload_sim_requests_completed_total") == 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    time.sleep(0)
+    return port

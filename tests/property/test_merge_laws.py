@@ -1,0 +1,214 @@
+"""Merge laws (R7) for LatencyHistogram and LLMStats, and the wire round-trip, with hypothesis.
+
+merge is associative and commutative with empty() as identity, including the
+bounded error table (more categories than MAX_ERROR_CATEGORIES, many samples),
+and a master merging N worker deltas holds exactly what one process adding
+every record would hold.
+"""
+
+import msgpack
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmload.histogram import LatencyHistogram
+from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.stats import MAX_ERROR_CATEGORIES, LLMStats
+from llmload.wire import from_wire, to_wire
+
+_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+latencies = st.one_of(
+    st.floats(min_value=0.0, max_value=600.0, allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.0, 1e-10, 1e-9, 0.02, 0.1]),
+)
+
+
+def _hist(values: list[float]) -> LatencyHistogram:
+    hist = LatencyHistogram.empty()
+    hist.add_many(values)
+    return hist
+
+
+histograms = st.lists(latencies, max_size=40).map(_hist)
+
+
+# A pool larger than MAX_ERROR_CATEGORIES so the overflow rule is exercised,
+# including a real category literally named "other".
+_CATEGORIES = [f"cat{i:02d}" for i in range(MAX_ERROR_CATEGORIES + 15)] + ["other", "HTTP 500"]
+_FAILURES = [o for o in Outcome if o.is_failure]
+_SOURCES = list(TokenSource)
+
+
+@st.composite
+def token_counts(draw: st.DrawFn) -> TokenCount:
+    source = draw(st.sampled_from(_SOURCES))
+    if source is TokenSource.UNKNOWN:
+        return TokenCount.unknown()
+    return TokenCount(draw(st.integers(min_value=0, max_value=5000)), source)
+
+
+@st.composite
+def records(draw: st.DrawFn) -> RequestRecord:
+    gaps = draw(st.lists(st.floats(min_value=0.0, max_value=2.0), max_size=6))
+    first = draw(st.floats(min_value=0.0, max_value=30.0))
+    times = []
+    t = first
+    for gap in gaps:
+        times.append(t)
+        t += gap
+    end = draw(st.one_of(st.none(), st.just(t + 0.001)))
+    outcome = draw(st.sampled_from([Outcome.OK, Outcome.OK, Outcome.CANCELLED, *_FAILURES]))
+    error = None
+    if outcome.is_failure and draw(st.booleans()):
+        error = ErrorInfo(
+            draw(st.sampled_from(_CATEGORIES)),
+            draw(st.sampled_from(["", "a", "b", "c", "d", "e", "request id 9"])),
+            draw(st.one_of(st.none(), st.sampled_from([400, 404, 500, 503]))),
+        )
+    n_times = len(times)
+    return RequestRecord(
+        endpoint=draw(st.sampled_from(["chat", "completions"])),
+        model=draw(st.sampled_from(["m", "n"])),
+        started_at_unix=draw(st.floats(min_value=1.7e9, max_value=1.7e9 + 1000.0)),
+        outcome=outcome,
+        error=error,
+        token_times_s=times,
+        token_counts=draw(
+            st.one_of(st.none(), st.lists(st.integers(1, 4), min_size=n_times, max_size=n_times))
+        ),
+        first_content_s=draw(st.one_of(st.none(), st.sampled_from(times))) if times else None,
+        end_s=end,
+        prompt_tokens=draw(token_counts()),
+        completion_tokens=draw(token_counts()),
+        requested_prompt_tokens=draw(st.one_of(st.none(), st.integers(0, 4000))),
+    )
+
+
+def _stats_of(recs: list[RequestRecord], cancelled: int = 0) -> LLMStats:
+    stats = LLMStats.empty()
+    for record in recs:
+        stats.add(record)
+    if cancelled:
+        stats.add_cancelled("chat", "m", cancelled)
+    return stats
+
+
+stats_values = st.builds(_stats_of, st.lists(records(), max_size=25), st.integers(0, 3))
+
+
+# Many failures over many categories: the 50-category bound must hold and stay lawful.
+def _failure(category: str, message: str, status: int | None) -> RequestRecord:
+    return RequestRecord(
+        endpoint="chat",
+        model="m",
+        started_at_unix=1.7e9,
+        outcome=Outcome.HTTP_ERROR,
+        error=ErrorInfo(category, message, status),
+    )
+
+
+@st.composite
+def failure_heavy(draw: st.DrawFn) -> LLMStats:
+    """20-60 distinct categories in a random order, with a few messages and statuses each."""
+    order = draw(st.permutations(_CATEGORIES))
+    n = draw(st.integers(min_value=20, max_value=60))
+    recs = [
+        _failure(
+            category, draw(st.sampled_from(["", "a", "b", "c", "d"])), draw(st.sampled_from([None, 404, 500]))
+        )
+        for category in order[:n]
+    ]
+    return _stats_of(recs)
+
+
+# ── histogram ─────────────────────────────────────────────────────────────
+@_SETTINGS
+@given(histograms, histograms)
+def test_histogram_merge_commutative(a: LatencyHistogram, b: LatencyHistogram) -> None:
+    assert a.merge(b) == b.merge(a)
+
+
+@_SETTINGS
+@given(histograms, histograms, histograms)
+def test_histogram_merge_associative(a: LatencyHistogram, b: LatencyHistogram, c: LatencyHistogram) -> None:
+    assert a.merge(b).merge(c) == a.merge(b.merge(c))
+
+
+@_SETTINGS
+@given(histograms)
+def test_histogram_merge_empty_identity(a: LatencyHistogram) -> None:
+    assert a.merge(LatencyHistogram.empty()) == a
+    assert LatencyHistogram.empty().merge(a) == a
+
+
+@_SETTINGS
+@given(st.lists(latencies, min_size=1, max_size=200), st.floats(min_value=0.0, max_value=1.0))
+def test_histogram_quantile_within_bounds_and_accuracy(values: list[float], q: float) -> None:
+    hist = _hist(values)
+    estimate = hist.quantile(q)
+    assert estimate is not None
+    assert min(values) <= estimate <= max(values)
+
+
+# ── stats ─────────────────────────────────────────────────────────────────
+@_SETTINGS
+@given(st.one_of(stats_values, failure_heavy()), st.one_of(stats_values, failure_heavy()))
+def test_stats_merge_commutative(a: LLMStats, b: LLMStats) -> None:
+    assert a.merge(b) == b.merge(a)
+
+
+@_SETTINGS
+@given(
+    st.one_of(stats_values, failure_heavy()),
+    st.one_of(stats_values, failure_heavy()),
+    st.one_of(stats_values, failure_heavy()),
+)
+def test_stats_merge_associative(a: LLMStats, b: LLMStats, c: LLMStats) -> None:
+    assert a.merge(b).merge(c) == a.merge(b.merge(c))
+
+
+@_SETTINGS
+@given(st.one_of(stats_values, failure_heavy()))
+def test_stats_merge_empty_identity(a: LLMStats) -> None:
+    assert a.merge(LLMStats.empty()) == a
+    assert LLMStats.empty().merge(a) == a
+
+
+@_SETTINGS
+@given(failure_heavy(), failure_heavy())
+def test_stats_error_table_stays_bounded(a: LLMStats, b: LLMStats) -> None:
+    merged = a.merge(b)
+    for _, s in merged.items():
+        assert len(s.errors) <= MAX_ERROR_CATEGORIES
+        assert sum(g.count for g in s.errors.values()) == s.failed
+        assert all(len(g.samples) <= 3 for g in s.errors.values())
+
+
+@_SETTINGS
+@given(st.lists(st.one_of(records(), st.none()), max_size=60), st.integers(min_value=1, max_value=5))
+def test_master_merging_worker_deltas_equals_single_process(
+    items: list[RequestRecord | None], n_workers: int
+) -> None:
+    """Each worker adds its share and ships a delta after every few requests; None = report tick."""
+    single = LLMStats.empty()
+    master = LLMStats.empty()
+    deltas = [LLMStats.empty() for _ in range(n_workers)]
+    for i, record in enumerate(items):
+        worker = i % n_workers
+        if record is None:  # report_to_master: ship the delta through the wire and start afresh
+            master.merge_in(from_wire(msgpack.unpackb(msgpack.packb(to_wire(deltas[worker])))))
+            deltas[worker] = LLMStats.empty()
+            continue
+        single.add(record)
+        deltas[worker].add(record)
+    for delta in deltas:
+        master.merge_in(from_wire(to_wire(delta)))
+    assert master == single
+
+
+# ── wire ──────────────────────────────────────────────────────────────────
+@_SETTINGS
+@given(st.one_of(stats_values, failure_heavy()))
+def test_wire_round_trip(stats: LLMStats) -> None:
+    assert from_wire(to_wire(stats)) == stats
+    assert from_wire(msgpack.unpackb(msgpack.packb(to_wire(stats)))) == stats

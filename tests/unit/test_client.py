@@ -1,0 +1,370 @@
+"""StreamingClient over an in-memory transport: outcomes, timestamps and token precedence."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from llmload.client import StreamingClient
+from llmload.errors import ConnectionClosedError, RequestTimeout, TransportError
+from llmload.payloads import build_chat_request, build_completion_request
+from llmload.record import Outcome, TokenCount, TokenSource
+from llmload.testing import CF, ROLE, TF, C, T, U, sse
+
+CHAT = build_chat_request(model="m", messages=[{"role": "user", "content": "hello world"}], max_tokens=8)
+COMPLETION = build_completion_request(model="m", prompt="count", max_tokens=8)
+NO_STREAM = build_chat_request(
+    model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8, stream=False
+)
+
+
+class FakeResponse:
+    """Plays ``reads`` (bytes, or an exception to raise) from ``read_some``; then b""."""
+
+    def __init__(self, reads: Sequence[bytes | BaseException], status: int, content_type: str) -> None:
+        self.status = status
+        self.content_type = content_type
+        self._reads = list(reads)
+        self.reads_done = 0
+        self.closed = False
+
+    def read_some(self) -> bytes:
+        if not self._reads:
+            return b""
+        item = self._reads.pop(0)
+        self.reads_done += 1
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeTransport:
+    def __init__(self, response: FakeResponse | Exception) -> None:
+        self._response = response
+        self.sent: list[tuple[str, bytes, Mapping[str, str]]] = []
+
+    def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> FakeResponse:
+        self.sent.append((path, body, dict(headers)))
+        if isinstance(self._response, Exception):
+            raise self._response
+        return self._response
+
+
+class StepClock:
+    """Starts at 0.0 and advances ``step_s`` on every reading."""
+
+    def __init__(self, step_s: float = 0.01) -> None:
+        self._now = -step_s
+        self._step = step_s
+
+    def __call__(self) -> float:
+        self._now += self._step
+        return self._now
+
+
+class WordCounter:
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def count(self, text: str) -> int:
+        self.texts.append(text)
+        return len(text.split())
+
+
+def run(
+    reads: Sequence[bytes | BaseException],
+    *,
+    request=CHAT,
+    status: int = 200,
+    content_type: str = "text/event-stream",
+    counter=None,
+    total_timeout_s: float = 60.0,
+):
+    response = FakeResponse(reads, status, content_type)
+    client = StreamingClient(
+        FakeTransport(response),
+        clock=StepClock(),
+        wall_clock=lambda: 1_700_000_000.0,
+        token_counter=counter,
+        total_timeout_s=total_timeout_s,
+    )
+    return client.run(request), response
+
+
+# ── success and timestamps ─────────────────────────────────────────────────
+def test_client_stamps_each_event_with_the_read_that_completed_it():
+    # clock readings: t0=0.00, headers 0.01, then one per read: 0.02, 0.03, 0.04, 0.05
+    reads = [
+        sse(ROLE),
+        sse(C({"content": "a"})) + b"data: ",
+        C({"content": "b"}).encode() + b"\n\n",
+        sse(CF("stop"), "[DONE]"),
+    ]
+    record, response = run(reads)
+    assert record.outcome is Outcome.OK
+    assert record.started_at_unix == 1_700_000_000.0
+    assert record.headers_s == pytest.approx(0.01)
+    assert record.token_times_s == pytest.approx([0.03, 0.04])
+    assert record.first_content_s == pytest.approx(0.03)
+    assert record.end_s == pytest.approx(0.05)
+    assert record.finish_reason == "stop"
+    assert response.closed
+
+
+def test_client_asks_for_sse_and_sends_the_body():
+    transport = FakeTransport(
+        FakeResponse([sse(C({"content": "a"}), CF("stop"), "[DONE]")], 200, "text/event-stream")
+    )
+    StreamingClient(transport, clock=StepClock()).run(CHAT)
+    path, body, headers = transport.sent[0]
+    assert path == "/v1/chat/completions"
+    assert body == CHAT.body
+    assert headers["Accept"] == "text/event-stream"
+    assert headers["Content-Type"] == "application/json"
+
+
+def test_client_clean_end_of_body_after_finish_reason_is_success():
+    record, _ = run([sse(T("a"), TF("length"))], request=COMPLETION)
+    assert record.outcome is Outcome.OK
+    assert record.end_s == pytest.approx(0.03)  # the read that returned b""
+
+
+def test_client_reads_rest_of_body_after_done():
+    record, response = run([sse(C({"content": "a"}), "[DONE]"), b"trailing", b"more"])
+    assert record.outcome is Outcome.OK
+    assert response.reads_done == 3  # drained so the connection can be reused
+    assert record.end_s == pytest.approx(0.02)
+
+
+def test_client_tool_call_delta_is_a_token():
+    call = {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "get", "arguments": '{"x"'}}]}
+    record, _ = run([sse(ROLE, C(call), CF("tool_calls"), "[DONE]")])
+    assert record.outcome is Outcome.OK
+    assert len(record.token_times_s) == 1
+    assert record.first_content_s is None
+
+
+def test_client_ignores_empty_data_events():
+    record, _ = run([b"data:\n\n" + sse(C({"content": "a"}), CF("stop"), "[DONE]")])
+    assert record.outcome is Outcome.OK
+
+
+# ── failures ───────────────────────────────────────────────────────────────
+def test_client_http_error_category_from_error_object():
+    body = (
+        b'{"error":{"message":"model \'other\' is not served","type":"NotFoundError",'
+        b'"param":null,"code":404}}'
+    )
+    record, response = run([body], status=404, content_type="application/json")
+    assert record.outcome is Outcome.HTTP_ERROR
+    assert record.error is not None
+    assert record.error.category == "HTTP 404 NotFoundError"
+    assert record.error.message == "model 'other' is not served"
+    assert record.error.status == 404
+    assert response.closed
+
+
+def test_client_http_error_category_from_object_error_shape():
+    body = b'{"object":"error","message":"bad","type":"BadRequestError","param":null,"code":400}'
+    record, _ = run([body], status=400, content_type="application/json")
+    assert record.error is not None
+    assert record.error.category == "HTTP 400 BadRequestError"
+
+
+def test_client_http_error_without_json_keeps_body_as_message():
+    record, _ = run([b"<html>Bad Gateway</html>"], status=502, content_type="text/html")
+    assert record.outcome is Outcome.HTTP_ERROR
+    assert record.error is not None
+    assert record.error.category == "HTTP 502"
+    assert record.error.message == "<html>Bad Gateway</html>"
+
+
+def test_client_error_category_stays_bounded():
+    body = (
+        b'{"error":{"message":"internal error, request id 9b2f' + b"x" * 600 + b'",'
+        b'"type":"Internal Error 9b2f-11ee","code":"req 42"}}'
+    )
+    record, _ = run([body], status=500, content_type="application/json")
+    assert record.error is not None
+    assert record.error.category == "HTTP 500"  # free-text type/code are not labels
+    assert len(record.error.message) == 500
+
+
+def test_client_transport_error_before_headers():
+    client = StreamingClient(FakeTransport(TransportError("refused")), clock=StepClock())
+    record = client.run(CHAT)
+    assert record.outcome is Outcome.TRANSPORT_ERROR
+    assert record.error is not None
+    assert record.error.category == "transport error: connect/send"
+    assert record.error.message == "refused"
+    assert record.headers_s is None
+
+
+def test_client_timeout_before_headers():
+    record = StreamingClient(FakeTransport(RequestTimeout("slow")), clock=StepClock()).run(CHAT)
+    assert record.outcome is Outcome.TIMEOUT
+    assert record.error is not None
+    assert record.error.category == "timeout: before headers"
+
+
+def test_client_idle_timeout_mid_stream_keeps_partial_tokens():
+    record, response = run([sse(ROLE, C({"content": "a"})), RequestTimeout("no bytes for 300 s")])
+    assert record.outcome is Outcome.TIMEOUT
+    assert record.error is not None
+    assert record.error.category == "timeout: read idle"
+    assert len(record.token_times_s) == 1
+    assert response.closed
+
+
+def test_client_total_timeout():
+    reads = [sse(C({"content": "a"})), b": ping\n\n", b": ping\n\n", b": ping\n\n"]
+    record, _ = run(reads, total_timeout_s=0.035)
+    assert record.outcome is Outcome.TIMEOUT
+    assert record.error is not None
+    assert record.error.category == "timeout: total"
+
+
+def test_client_connection_closed_mid_body_is_stream_error():
+    record, _ = run([sse(ROLE, C({"content": "a"})), ConnectionClosedError("closed mid-body")])
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    assert record.error.category == "stream ended before completion"
+
+
+def test_client_reset_mid_body_is_transport_error():
+    record, _ = run([sse(C({"content": "a"})), TransportError("ECONNRESET")])
+    assert record.outcome is Outcome.TRANSPORT_ERROR
+    assert record.error is not None
+    assert record.error.category == "transport error: mid-body"
+
+
+def test_client_eof_before_finish_is_stream_error():
+    record, _ = run([sse(ROLE, C({"content": "a"}), C({"content": "b"}))])
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    assert record.error.category == "stream ended before completion"
+    assert "2 with tokens" in record.error.message
+
+
+def test_client_body_without_events_names_its_first_bytes():
+    record, _ = run([b'{"detail":"oops"}'])
+    assert record.error is not None
+    assert record.error.category == "stream ended before completion"
+    assert "oops" in record.error.message
+
+
+def test_client_invalid_json_names_an_excerpt():
+    record, _ = run([sse(C({"content": "a"}), '{"choices": [tru')])
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    assert record.error.category == "invalid JSON in stream"
+    assert '{"choices": [tru' in record.error.message
+
+
+def test_client_unexpected_chunk_shape_is_stream_error():
+    record, _ = run([sse('{"choices": [{"delta": "text"}]}')])
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    assert record.error.category == "unexpected chunk shape"
+
+
+def test_client_sse_error_event_is_server_error():
+    record, _ = run([b'event: error\ndata: {"message": "overloaded"}\n\n'])
+    assert record.outcome is Outcome.SERVER_ERROR
+    assert record.error is not None
+    assert record.error.category == "server error"
+
+
+def test_client_error_object_mid_stream_stops_reading():
+    error = '{"error":{"message":"boom","type":"InternalServerError","code":500}}'
+    record, response = run([sse(C({"content": "a"}), error), sse(C({"content": "never"}))])
+    assert record.outcome is Outcome.SERVER_ERROR
+    assert record.error is not None
+    assert record.error.category == "InternalServerError/500"
+    assert record.error.status == 200
+    assert response.reads_done == 1
+
+
+def test_client_empty_stream_is_empty_not_success():
+    record, _ = run([sse(ROLE, CF("length"), "[DONE]")])
+    assert record.outcome is Outcome.EMPTY
+    assert record.ttft_s is None
+    assert record.end_s is not None
+
+
+def test_client_cancellation_propagates_after_closing():
+    class Cancelled(BaseException):
+        pass
+
+    response = FakeResponse([sse(C({"content": "a"})), Cancelled()], 200, "text/event-stream")
+    client = StreamingClient(FakeTransport(response), clock=StepClock())
+    with pytest.raises(Cancelled):
+        client.run(CHAT)
+    assert response.closed
+
+
+# ── non-streamed replies ───────────────────────────────────────────────────
+def test_client_non_stream_completion_ttft_equals_e2e():
+    body = (
+        b'{"choices":[{"index":0,"message":{"role":"assistant","content":"hi there"},'
+        b'"finish_reason":"stop"}],'
+        b'"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}'
+    )
+    record, _ = run([body[:40], body[40:]], request=NO_STREAM, content_type="application/json")
+    assert record.outcome is Outcome.OK
+    # clock: t0 0.00, headers 0.01, reads 0.02 and 0.03, end of body reported at 0.04
+    assert record.ttft_s == record.e2e_s == pytest.approx(0.04)
+    assert record.first_content_s == pytest.approx(0.04)
+    assert record.completion_tokens == TokenCount(2, TokenSource.SERVER)
+    assert record.prompt_tokens == TokenCount(9, TokenSource.SERVER)
+    assert record.token_counts is None
+
+
+def test_client_stream_request_answered_with_json_completion():
+    body = b'{"choices":[{"index":0,"text":" yes","finish_reason":"length"}]}'
+    record, _ = run([body], request=COMPLETION, content_type="application/json")
+    assert record.outcome is Outcome.OK
+    assert record.completion_tokens == TokenCount.unknown()  # one body is not a chunk count
+
+
+def test_client_non_stream_empty_is_empty():
+    body = b'{"choices":[{"index":0,"message":{"role":"assistant","content":""},"finish_reason":"length"}]}'
+    record, _ = run([body], request=NO_STREAM, content_type="application/json")
+    assert record.outcome is Outcome.EMPTY
+
+
+# ── token precedence ───────────────────────────────────────────────────────
+def test_client_server_usage_wins_over_tokenizer():
+    counter = WordCounter()
+    record, _ = run([sse(C({"content": "a b c"}), CF("stop"), U(5, 7), "[DONE]")], counter=counter)
+    assert record.completion_tokens == TokenCount(7, TokenSource.SERVER)
+    assert record.prompt_tokens == TokenCount(5, TokenSource.SERVER)
+    assert counter.texts == []
+
+
+def test_client_tokenizer_counts_content_and_reasoning_joined():
+    counter = WordCounter()
+    reads = [sse(C({"reasoning_content": "think "}), C({"content": "a b"}), CF("stop"), "[DONE]")]
+    record, _ = run(reads, counter=counter)
+    assert record.completion_tokens == TokenCount(3, TokenSource.TOKENIZER)
+    assert record.prompt_tokens == TokenCount(2, TokenSource.TOKENIZER)
+    assert counter.texts == ["think a b", "hello world"]
+
+
+def test_client_chunk_count_without_usage_or_tokenizer():
+    record, _ = run([sse(C({"content": "a b"}), C({"content": "c"}), CF("stop"), "[DONE]")])
+    assert record.completion_tokens == TokenCount(2, TokenSource.CHUNKS)
+    assert record.prompt_tokens == TokenCount.unknown()
+
+
+def test_client_token_counts_need_usage_on_every_token_chunk():
+    with_usage = (
+        C({"content": "a"})[:-1] + ',"usage":{"prompt_tokens":1,"completion_tokens":3,"total_tokens":4}}'
+    )
+    record, _ = run([sse(with_usage, C({"content": "b"}), CF("stop"), U(1, 4), "[DONE]")])
+    assert record.completion_tokens.value == 4
+    assert record.token_counts is None

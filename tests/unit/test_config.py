@@ -1,0 +1,61 @@
+"""RunConfig validation: every bad value is refused with the value and a fix (before any load)."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from llmload.config import OPTIONS, RunConfig, Timeouts
+from llmload.errors import ConfigError
+
+
+def options(**overrides):
+    values = {spec.dest: spec.default for spec in OPTIONS}
+    values.update(overrides)
+    return SimpleNamespace(**values)
+
+
+def test_config_defaults_are_valid():
+    config = RunConfig.from_options(options())
+    assert config.max_tokens == 128
+    assert config.stream is True
+    assert config.num_requests is None
+    assert config.model is None
+    assert config.results_json is None
+    assert config.timeouts == Timeouts(30.0, 300.0, 1800.0)
+
+
+def test_config_reads_string_values_from_web_ui_or_env():
+    config = RunConfig.from_options(
+        options(max_tokens="64", num_requests="300", temperature="0.5", no_stream="true", ignore_eos="1")
+    )
+    assert (config.max_tokens, config.num_requests, config.temperature) == (64, 300, 0.5)
+    assert config.stream is False
+    assert config.ignore_eos is True
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "needle"),
+    [
+        ("max_tokens", "0", "--max-tokens must be a positive integer, got 0"),
+        ("max_tokens", "-5", "--max-tokens must be a positive integer, got -5"),
+        ("max_tokens", "lots", "--max-tokens must be a positive integer, got 'lots'"),
+        ("num_requests", "0", "Leave it unset for no limit"),
+        ("num_requests", "-1", "--num-requests must be a positive integer, got -1"),
+        ("temperature", "-0.1", "--temperature must be a finite number >= 0"),
+        ("temperature", "hot", "--temperature must be a number >= 0, got 'hot'"),
+        ("read_timeout", "0", "--read-timeout must be a finite number of seconds > 0"),
+        ("request_timeout", "inf", "--request-timeout must be a finite number of seconds > 0"),
+        ("prompt", "  ", "--prompt must not be empty"),
+    ],
+)
+def test_config_rejects_bad_values_with_value_and_fix(field, value, needle):
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_options(options(**{field: value}))
+    assert needle in str(info.value)
+    assert "e.g." in str(info.value)
+
+
+def test_option_env_names_follow_locust_prefix():
+    names = {spec.flag: spec.env for spec in OPTIONS}
+    assert names["--max-tokens"] == "LOCUST_MAX_TOKENS"
+    assert names["--num-requests"] == "LOCUST_NUM_REQUESTS"

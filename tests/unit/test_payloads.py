@@ -1,0 +1,121 @@
+"""Request builders: exact JSON bodies, include_usage when streaming, clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmload.errors import ConfigError
+from llmload.payloads import build_chat_request, build_completion_request
+
+MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello world"}]
+
+
+def test_build_chat_request_body_and_path():
+    request = build_chat_request(model="m", messages=MESSAGES, max_tokens=32, temperature=0.5)
+    assert request.endpoint == "chat"
+    assert request.path == "/v1/chat/completions"
+    assert request.stream is True
+    assert json.loads(request.body) == {
+        "model": "m",
+        "messages": MESSAGES,
+        "max_tokens": 32,
+        "temperature": 0.5,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+def test_build_completion_request_body_and_path():
+    request = build_completion_request(model="m", prompt="Once", max_tokens=8, requested_prompt_tokens=1)
+    assert request.endpoint == "completions"
+    assert request.path == "/v1/completions"
+    assert request.prompt_text == "Once"
+    assert request.requested_prompt_tokens == 1
+    assert json.loads(request.body) == {
+        "model": "m",
+        "prompt": "Once",
+        "max_tokens": 8,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+def test_build_request_non_stream_has_no_stream_options():
+    body = json.loads(build_completion_request(model="m", prompt="p", max_tokens=8, stream=False).body)
+    assert body["stream"] is False
+    assert "stream_options" not in body
+
+
+def test_build_request_non_stream_rejects_stream_options():
+    with pytest.raises(ConfigError, match="only apply to streamed requests"):
+        build_completion_request(
+            model="m", prompt="p", max_tokens=8, stream=False, extra={"stream_options": {"x": 1}}
+        )
+
+
+def test_build_request_ignore_eos_sent_only_when_true():
+    on = json.loads(build_completion_request(model="m", prompt="p", max_tokens=8, ignore_eos=True).body)
+    off = json.loads(build_completion_request(model="m", prompt="p", max_tokens=8).body)
+    assert on["ignore_eos"] is True
+    assert "ignore_eos" not in off
+
+
+def test_build_request_temperature_omitted_when_none():
+    body = json.loads(build_completion_request(model="m", prompt="p", max_tokens=8).body)
+    assert "temperature" not in body
+
+
+def test_build_request_extra_fields_and_stream_options_merge():
+    request = build_completion_request(
+        model="m",
+        prompt="p",
+        max_tokens=8,
+        extra={"top_p": 0.9, "stream_options": {"continuous_usage_stats": True, "include_usage": False}},
+    )
+    body = json.loads(request.body)
+    assert body["top_p"] == 0.9
+    assert body["stream_options"] == {"continuous_usage_stats": True, "include_usage": True}
+
+
+@pytest.mark.parametrize("key", ["model", "prompt", "messages", "stream", "max_tokens"])
+def test_build_request_extra_may_not_override_owned_fields(key):
+    with pytest.raises(ConfigError, match=repr(key)):
+        build_completion_request(model="m", prompt="p", max_tokens=8, extra={key: 1})
+
+
+@pytest.mark.parametrize("max_tokens", [0, -1, 1.5, True, "8"])
+def test_build_request_rejects_bad_max_tokens(max_tokens):
+    with pytest.raises(ConfigError, match="max_tokens must be a positive integer"):
+        build_completion_request(model="m", prompt="p", max_tokens=max_tokens)
+
+
+def test_build_request_rejects_negative_temperature():
+    with pytest.raises(ConfigError, match="temperature"):
+        build_completion_request(model="m", prompt="p", max_tokens=8, temperature=-0.1)
+
+
+def test_build_request_rejects_empty_model():
+    with pytest.raises(ConfigError, match="--model"):
+        build_chat_request(model=" ", messages=MESSAGES, max_tokens=8)
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [[], "hello", [{"role": "user"}], [{"role": "user", "content": 3}], [{"content": "x"}], ["hello"]],
+)
+def test_build_chat_request_rejects_malformed_messages(messages):
+    with pytest.raises(ConfigError, match="messages"):
+        build_chat_request(model="m", messages=messages, max_tokens=8)
+
+
+def test_build_chat_request_prompt_text_joins_contents():
+    request = build_chat_request(model="m", messages=MESSAGES, max_tokens=8)
+    assert request.prompt_text == "be brief\nhello world"
+
+
+def test_build_request_body_is_compact_utf8():
+    request = build_completion_request(model="m", prompt="café", max_tokens=8)
+    assert "café".encode() in request.body
+    assert b", " not in request.body

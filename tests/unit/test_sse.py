@@ -1,0 +1,134 @@
+"""SSEDecoder: WHATWG event-stream parsing, fed in arbitrary pieces."""
+
+from __future__ import annotations
+
+from llmload.sse import SSEDecoder, SSEEvent
+
+
+def feed_all(*chunks: bytes) -> list[SSEEvent]:
+    decoder = SSEDecoder()
+    events: list[SSEEvent] = []
+    for chunk in chunks:
+        events += decoder.feed(chunk)
+    return events + decoder.flush()
+
+
+def datas(*chunks: bytes) -> list[str]:
+    return [event.data for event in feed_all(*chunks)]
+
+
+def test_sse_decoder_single_event_per_chunk():
+    decoder = SSEDecoder()
+    assert decoder.feed(b'data: {"a":1}\n\n') == [SSEEvent('{"a":1}')]
+    assert decoder.feed(b"data: [DONE]\n\n") == [SSEEvent("[DONE]")]
+
+
+def test_sse_decoder_several_events_in_one_chunk():
+    assert datas(b"data: a\n\ndata: b\n\ndata: c\n\n") == ["a", "b", "c"]
+
+
+def test_sse_decoder_event_split_inside_the_field_name():
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: x\n\nda") == [SSEEvent("x")]
+    assert decoder.feed(b"ta: y\n\n") == [SSEEvent("y")]
+
+
+def test_sse_decoder_crlf_and_cr_line_ends():
+    assert datas(b"data: a\r\n\r\ndata: b\r\rdata: c\n\n") == ["a", "b", "c"]
+
+
+def test_sse_decoder_cr_then_lf_in_next_feed_is_one_line_end():
+    # If CR and LF were two line ends, the second would dispatch "a" before "b" is appended.
+    assert datas(b"data: a\r", b"\ndata: b\r\n\r\n") == ["a\nb"]
+
+
+def test_sse_decoder_cr_then_lf_alone_in_next_feed():
+    assert datas(b"data: a\r", b"\n", b"\r\n") == ["a"]
+
+
+def test_sse_decoder_ignores_comments_and_meta_only_blocks():
+    stream = b": ping\n\nretry: 3000\n\nid: 7\n\nevent: ping\n\n:\n\ndata: x\n\n"
+    assert feed_all(stream) == [SSEEvent("x", None, "7")]
+
+
+def test_sse_decoder_joins_multiline_data_with_lf():
+    assert datas(b"data: a\ndata:\ndata: c\n\n") == ["a\n\nc"]
+
+
+def test_sse_decoder_strips_exactly_one_space():
+    assert datas(b"data:x\n\ndata: x\n\ndata:  x\n\n") == ["x", "x", " x"]
+
+
+def test_sse_decoder_empty_data_field_dispatches_empty_event():
+    assert datas(b"data:\n\n") == [""]
+
+
+def test_sse_decoder_field_without_colon_is_a_field_with_empty_value():
+    assert datas(b"data\n\n") == [""]
+    assert datas(b"event\ndata: x\n\n") == ["x"]
+
+
+def test_sse_decoder_unknown_fields_ignored():
+    assert datas(b"foo: bar\ndata: x\n\n") == ["x"]
+
+
+def test_sse_decoder_utf8_char_split_across_feeds():
+    assert datas(b"data: caf\xc3", b"\xa9\n\n") == ["café"]
+
+
+def test_sse_decoder_four_byte_char_split_in_every_position():
+    raw = "data: 🦙\n\n".encode()
+    for cut in range(len(raw) + 1):
+        assert datas(raw[:cut], raw[cut:]) == ["🦙"]
+
+
+def test_sse_decoder_invalid_utf8_becomes_replacement_char():
+    assert datas(b"data: a\xffb\n\n") == ["a\ufffdb"]
+    assert datas(b"data: a\xc3", b"b\n\n") == ["a\ufffdb"]
+
+
+def test_sse_decoder_event_type_applies_to_one_event():
+    assert feed_all(b"event: error\ndata: x\n\ndata: y\n\n") == [SSEEvent("x", "error"), SSEEvent("y")]
+
+
+def test_sse_decoder_id_persists_and_empty_id_resets():
+    events = feed_all(b"id: 1\ndata: a\n\ndata: b\n\nid\ndata: c\n\n")
+    assert [e.id for e in events] == ["1", "1", None]
+
+
+def test_sse_decoder_id_with_nul_is_ignored():
+    assert feed_all(b"id: 1\n\nid: 2\x003\ndata: a\n\n") == [SSEEvent("a", None, "1")]
+
+
+def test_sse_decoder_leading_bom_dropped_once():
+    assert datas(b"\xef\xbb\xbfdata: a\n\n") == ["a"]
+    assert datas(b"\xef\xbb", b"\xbfdata: a\n\n") == ["a"]
+    # a BOM later in the stream is not a BOM but part of a field name
+    assert datas(b"data: a\n\n\xef\xbb\xbfdata: b\n\n") == ["a"]
+
+
+def test_sse_decoder_flush_discards_unterminated_event():
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\n\ndata: partial\n") == [SSEEvent("a")]
+    assert decoder.has_partial_event
+    assert decoder.flush() == []
+    assert not decoder.has_partial_event
+
+
+def test_sse_decoder_no_partial_event_after_complete_events():
+    decoder = SSEDecoder()
+    decoder.feed(b"data: a\r\n\r")
+    assert not decoder.has_partial_event
+
+
+def test_sse_decoder_reusable_after_flush():
+    decoder = SSEDecoder()
+    decoder.feed(b"data: a")
+    decoder.flush()
+    assert decoder.feed(b"data: b\n\n") == [SSEEvent("b")]
+
+
+def test_sse_decoder_empty_feed_yields_nothing():
+    decoder = SSEDecoder()
+    assert decoder.feed(b"") == []
+    assert decoder.feed(b"data: a\n\n") == [SSEEvent("a")]

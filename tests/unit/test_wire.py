@@ -1,0 +1,160 @@
+"""wire: version-1 worker payload, compact and strictly validated."""
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+import pytest
+
+from llmload.errors import WireFormatError
+from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.stats import MAX_ERROR_CATEGORIES, OVERFLOW_CATEGORY, LLMStats
+from llmload.wire import WIRE_VERSION, from_wire, to_wire
+
+T0 = 1_700_000_000.0
+
+
+def _typical_delta(n_requests: int = 50, n_tokens: int = 200) -> LLMStats:
+    stats = LLMStats.empty()
+    for i in range(n_requests):
+        ttft = 0.05 + 0.01 * (i % 20)
+        times = [ttft + 0.02 * k + 0.0001 * (i % 7) * k for k in range(n_tokens)]
+        stats.add(
+            RequestRecord(
+                endpoint="chat",
+                model="m",
+                started_at_unix=T0 + i * 0.06,
+                token_times_s=times,
+                first_content_s=ttft,
+                end_s=times[-1] + 0.001,
+                prompt_tokens=TokenCount(100, TokenSource.SERVER),
+                completion_tokens=TokenCount(n_tokens, TokenSource.SERVER),
+            )
+        )
+    stats.add(
+        RequestRecord(
+            endpoint="chat",
+            model="m",
+            started_at_unix=T0,
+            outcome=Outcome.HTTP_ERROR,
+            error=ErrorInfo("InternalServerError/500", "internal error, request id 1234", 500),
+            end_s=0.01,
+        )
+    )
+    stats.add_cancelled("chat", "m", 3)
+    return stats
+
+
+def _all_primitives(value: object) -> bool:
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _all_primitives(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_all_primitives(v) for v in value)
+    return value is None or isinstance(value, bool | int | float | str)
+
+
+def test_wire_payload_is_versioned_and_made_of_primitives() -> None:
+    payload = to_wire(_typical_delta())
+    assert payload["v"] == WIRE_VERSION == 1
+    assert _all_primitives(payload)
+
+
+def test_wire_round_trips_through_msgpack_and_json() -> None:
+    stats = _typical_delta()
+    payload = to_wire(stats)
+    assert from_wire(msgpack.unpackb(msgpack.packb(payload))) == stats
+    assert from_wire(json.loads(json.dumps(payload))) == stats
+
+
+def test_wire_empty_stats_round_trip() -> None:
+    assert to_wire(LLMStats.empty()) == {"v": 1, "endpoints": []}
+    assert from_wire({"v": 1, "endpoints": []}) == LLMStats.empty()
+
+
+def test_wire_typical_delta_is_compact() -> None:
+    # 51 finished requests with 200 tokens each: ~10k ITL samples, but a few hundred buckets.
+    size = len(msgpack.packb(to_wire(_typical_delta())))
+    assert size < 2_500, size
+
+
+def test_wire_histogram_indexes_are_delta_encoded() -> None:
+    payload = to_wire(_typical_delta())
+    itl = payload["endpoints"][0]["hist"]["itl_s"]
+    assert len(itl["idx"]) == len(itl["cnt"])
+    assert all(d > 0 for d in itl["idx"][1:])
+    assert sum(itl["cnt"]) + itl["zero"] == 50 * 199
+
+
+def test_wire_omits_empty_histograms() -> None:
+    stats = LLMStats.empty()
+    stats.add_cancelled("chat", "m", 2)
+    assert to_wire(stats)["endpoints"][0]["hist"] == {}
+
+
+@pytest.mark.parametrize(
+    ("version", "fix"),
+    [(2, "upgrade llmload on the master"), (0, "upgrade llmload on the workers"), (None, "on the workers")],
+)
+def test_wire_wrong_version_says_what_to_upgrade(version: object, fix: str) -> None:
+    payload = to_wire(_typical_delta())
+    payload["v"] = version
+    with pytest.raises(WireFormatError, match=fix):
+        from_wire(payload)
+
+
+def test_wire_bool_version_is_rejected() -> None:
+    with pytest.raises(WireFormatError, match="version True"):
+        from_wire({"v": True, "endpoints": []})
+
+
+def test_wire_non_dict_payload_is_rejected() -> None:
+    with pytest.raises(WireFormatError, match="must be a dict, got list"):
+        from_wire([1, 2])
+
+
+def _mutated(mutate: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+    payload = copy.deepcopy(to_wire(_typical_delta()))
+    mutate(payload["endpoints"][0])
+    return payload
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda e: e.pop("outcomes"), r"endpoints\[0\]\.outcomes is missing"),
+        (lambda e: e.update(surprise=1), r"unknown fields \['surprise'\]"),
+        (lambda e: e["outcomes"].update(exploded=1), "known names"),
+        (lambda e: e["outcomes"].update(ok=-1), r"outcomes\.ok must be an integer >= 0"),
+        (lambda e: e.update(prompt_tokens_sum="10"), "prompt_tokens_sum must be an integer"),
+        (lambda e: e.update(prompt_tokens_sum=True), "prompt_tokens_sum must be an integer"),
+        (lambda e: e.update(first_send_unix="now"), "first_send_unix must be a finite number"),
+        (lambda e: e["hist"].update(foo_s={}), r"hist must be keyed by"),
+        (lambda e: e["hist"]["itl_s"]["cnt"].pop(), "as long as idx"),
+        (lambda e: e["hist"]["itl_s"]["idx"].__setitem__(1, 0), "increasing after the first"),
+        (lambda e: e["hist"]["itl_s"]["cnt"].__setitem__(0, 0), "positive integer"),
+        (lambda e: e["hist"]["e2e_s"].update(min=None), "needs finite 0 <= min <= max"),
+        (lambda e: e["errors"][0].update(count=0), r"errors\[0\]\.count must be a positive integer"),
+        (lambda e: e["errors"][0].update(status="500"), "status must be an integer or None"),
+        (lambda e: e["errors"].append(dict(e["errors"][0])), "must be unique"),
+    ],
+)
+def test_wire_bad_shape_names_the_field(mutate: Callable[[dict[str, Any]], object], message: str) -> None:
+    with pytest.raises(WireFormatError, match=message) as info:
+        from_wire(_mutated(mutate))
+    assert "same llmload version" in str(info.value)
+
+
+def test_wire_decoding_reapplies_error_category_bound() -> None:
+    payload = to_wire(LLMStats.empty())
+    errors: list[dict[str, Any]] = [
+        {"category": f"c{i:03d}", "count": 1, "status": None, "samples": []} for i in range(60)
+    ]
+    delta = to_wire(_typical_delta())["endpoints"][0]
+    delta["errors"] = errors
+    delta["outcomes"] = {"http_error": 60}
+    payload["endpoints"] = [delta]
+    decoded = from_wire(payload).total()
+    assert len(decoded.errors) == MAX_ERROR_CATEGORIES
+    assert decoded.errors[OVERFLOW_CATEGORY].count == 11
