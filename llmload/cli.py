@@ -75,7 +75,8 @@ def _demo(args: argparse.Namespace) -> int:
         codes = []
         chat_json = results / "demo-chat.json"
         print(
-            f"\n== 1/2 ChatUser: {args.chat_users} users, master + {args.processes} workers, {args.chat_run_time}",
+            f"\n== 1/2 ChatUser: {args.chat_users} users, master + {args.processes} workers,"
+            f" {args.chat_run_time}",
             flush=True,
         )
         codes.append(

@@ -38,7 +38,7 @@ import gevent
 import gevent.event
 
 from llmload.config import OPTIONS, RunConfig
-from llmload.errors import ConfigError, LLMLoadError, RequestError, TokenizerError, WireFormatError
+from llmload.errors import ConfigError, LLMLoadError, RequestError, WireFormatError
 from llmload.exporters.report import RunInfo, build_results, format_summary, write_results_json
 from llmload.runtime import RequestBudget, Runtime
 from llmload.stats import LLMStats
@@ -342,7 +342,7 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         run_id=runtime.run_id,
         host=environment.host or "",
         user_classes=tuple(sorted(u.__name__ for u in environment.user_classes)),
-        model=runtime.model,
+        model=runtime.model or "",
         users=int(getattr(options, "num_users", 0) or 0),
         workers=workers,
         num_requests=runtime.config.num_requests,

@@ -16,6 +16,7 @@ used by vLLM's ``benchmark_serving`` and guidellm:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -193,7 +194,7 @@ class RequestRecord:
             return []
         counts = self.token_counts
         if counts is None:
-            return [b - a for a, b in zip(times, times[1:], strict=False)]
+            return [b - a for a, b in itertools.pairwise(times)]
         out: list[float] = []
         for i in range(1, len(times)):
             k = counts[i] if i < len(counts) else 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -160,8 +161,10 @@ def run_scripted(gevent_ready: None) -> Callable[..., ScriptedRun]:
                 client = StreamingClient(
                     transport, clock=clock, token_counter=token_counter, total_timeout_s=total_timeout_s
                 )
+                gc.disable()  # a full collection late in a long session can pause for >5 ms
                 record = client.run(request)
             finally:
+                gc.enable()
                 transport.close()
             assert clock.first_s is not None
             return ScriptedRun(

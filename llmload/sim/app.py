@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import gevent
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from llmload.sim.config import SimConfig
@@ -144,6 +145,8 @@ class SimApp:
         prefix = "chatcmpl" if endpoint is Endpoint.CHAT else "cmpl"
         request_id = f"{prefix}-sim{cfg.seed}-{self._accepted}"
         seq = Sequence(parsed.prompt_tokens, len(plan.words), wake_per_token=parsed.stream)
+        if cfg.queue_delay_ms > 0:
+            gevent.sleep(cfg.queue_delay_ms / 1000.0)
         self._engine.submit(seq)
         if parsed.stream:
             encoder = StreamEncoder(parsed, request_id, int(self._wall_clock()), cfg.model)

@@ -30,6 +30,9 @@ class SimConfig:
         max_num_batched_tokens: most prompt tokens admitted (prefilled) in one
             step; a longer prompt is admitted alone in its own step.
         prefill_base_ms: fixed prefill cost per admitted sequence.
+        queue_delay_ms: fixed delay before a request joins the waiting queue
+            (tokenization, scheduling, network); it does not occupy the
+            batch, so it adds the same latency to every TTFT whatever the load.
         prefill_ms_per_token: prefill cost per prompt token.
         decode_step_ms: fixed cost of one decode step.
         decode_ms_per_seq: extra cost of one decode step per running sequence.
@@ -48,6 +51,7 @@ class SimConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     prefill_base_ms: float = 1.0
+    queue_delay_ms: float = 0.0
     prefill_ms_per_token: float = 0.02
     decode_step_ms: float = 10.0
     decode_ms_per_seq: float = 0.04
@@ -70,6 +74,7 @@ class SimConfig:
                 raise ConfigError(f"{flag} must be a positive integer, got {value}")
         for name in (
             "prefill_base_ms",
+            "queue_delay_ms",
             "prefill_ms_per_token",
             "decode_step_ms",
             "decode_ms_per_seq",
@@ -109,6 +114,12 @@ def build_parser(prog: str = "llmload sim") -> argparse.ArgumentParser:
         help="max prompt tokens admitted per step (a longer prompt is admitted alone)",
     )
     p.add_argument("--prefill-base-ms", type=float, default=d.prefill_base_ms, help="prefill ms per sequence")
+    p.add_argument(
+        "--queue-delay-ms",
+        type=float,
+        default=d.queue_delay_ms,
+        help="fixed ms before a request joins the queue; adds to every TTFT without using the batch",
+    )
     p.add_argument(
         "--prefill-ms-per-token",
         type=float,

@@ -92,8 +92,17 @@ def test_e2e_separate_master_and_workers_with_time_limit_keep_every_final_report
     common = ["-f", "locustfiles/chat.py"]
     workers = [
         subprocess.Popen(
-            [sys.executable, "-m", "locust", *common, "--worker", "--master-host", "127.0.0.1",
-             "--master-port", str(port)],
+            [
+                sys.executable,
+                "-m",
+                "locust",
+                *common,
+                "--worker",
+                "--master-host",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+            ],
             cwd=REPO_ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -165,7 +174,19 @@ def test_e2e_wrong_model_stops_before_any_load(sim_url, tmp_path):
 
 def test_e2e_bad_option_value_stops_before_any_load(sim_url):
     proc = _locust(
-        ["-f", "locustfiles/chat.py", "--headless", "-H", sim_url, "-u", "2", "-t", "5s", "--max-tokens", "-1"],
+        [
+            "-f",
+            "locustfiles/chat.py",
+            "--headless",
+            "-H",
+            sim_url,
+            "-u",
+            "2",
+            "-t",
+            "5s",
+            "--max-tokens",
+            "-1",
+        ],
         timeout_s=60,
     )
     assert proc.returncode == 2
