@@ -7,7 +7,7 @@ STAMP := $(VENV)/.llmload-installed
 PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: install demo test test-all bench lint check clean
+.PHONY: install demo test test-all test-real bench lint check clean
 
 $(STAMP): pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "llmload needs Python >= 3.11 (python3.11 or newer on PATH); install it, e.g. apt-get install python3 python3-venv" >&2; exit 1; fi
@@ -23,6 +23,15 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+# Opt-in, not part of `make test`: tests/real against llama.cpp's llama-server, built once by the
+# real-server kit (../shared/realserver beside the repo, or LLMLOAD_REALSERVER_DIR; ~5-10 min, cached in /tmp/rs).
+REALSERVER_DIR ?= $(or $(LLMLOAD_REALSERVER_DIR),$(abspath $(dir $(abspath $(firstword $(MAKEFILE_LIST))))../shared/realserver))
+
+test-real: install
+	@test -x "$(REALSERVER_DIR)/setup.sh" || { echo "real-server kit not found: $(REALSERVER_DIR)/setup.sh; set LLMLOAD_REALSERVER_DIR" >&2; exit 1; }
+	"$(REALSERVER_DIR)/setup.sh"
+	LLMLOAD_REAL=1 LLMLOAD_REALSERVER_DIR="$(REALSERVER_DIR)" $(PY) -m pytest -q -s -m real tests/real
 
 bench: install
 	$(PY) bench/run_bench.py

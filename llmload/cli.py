@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -127,6 +128,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _locust(locustfile: str, url: str, extra: list[str], processes: int, results_json: Path) -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     cmd = [
         sys.executable,
         "-m",
@@ -139,6 +143,13 @@ def _locust(locustfile: str, url: str, extra: list[str], processes: int, results
         url,
         "--processes",
         str(processes),
+        # a private master port, so a Locust already running on this machine does not collide
+        "--master-bind-host",
+        "127.0.0.1",
+        "--master-bind-port",
+        str(port),
+        "--master-port",
+        str(port),
         "--max-tokens",
         "128",
         "--results-json",

@@ -118,6 +118,35 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "--read-timeout", "Longest silence in seconds between two reads of a reply.", 300.0, metavar="S"
     ),
     OptionSpec("--request-timeout", "Longest total time in seconds for one request.", 1800.0, metavar="S"),
+    OptionSpec("--api-key-file", "File whose first line is the API key (instead of --api-key-env).",
+               "", metavar="PATH"),
+    OptionSpec("--insecure", "Do not verify the server's TLS certificate (printed as a warning).",
+               False, is_flag=True),
+    OptionSpec("--max-failure-ratio", "Exit with status 1 when failed / finished requests exceed this "
+               "ratio (0..1).", 0.01, metavar="R"),
+    OptionSpec("--skip-preflight", "Do not probe the server before load (GET /v1/models is still used "
+               "to find the model when --model is not given).", False, is_flag=True),
+    OptionSpec("--requests-log", "Stream one JSON line per finished request to PATH (each worker "
+               "writes PATH with its worker index inserted before the extension).", "", metavar="PATH"),
+    # ── Prometheus exporter (issue 5) ──
+    OptionSpec(
+        "--prometheus-port",
+        "Serve Prometheus metrics at /metrics on this port on the master (or the single "
+        "process); workers serve nothing. 0 disables the exporter.",
+        9646,
+        metavar="PORT",
+    ),
+    OptionSpec(
+        "--prometheus-host", "Address the Prometheus exporter listens on. Empty: all interfaces.", "",
+        metavar="ADDR",
+    ),
+    OptionSpec(
+        "--prometheus-grace",
+        "After the run, keep /metrics up at most S seconds until one scrape has read the final "
+        "totals. No wait when nothing has scraped /metrics yet.",
+        60.0,
+        metavar="S",
+    ),
 )
 
 
@@ -137,6 +166,14 @@ class RunConfig:
         results_json: output path or None.
         tokenizer: local tokenizer path or None.
         timeouts: per-request time limits.
+        api_key_file: file holding the API key (first line), or None.
+        insecure: skip TLS certificate verification.
+        max_failure_ratio: failed/finished above this → exit status 1.
+        skip_preflight: skip the probe requests before load.
+        requests_log: per-request JSON lines path, or None.
+        prometheus_port: exporter port on the master, 0 = no exporter.
+        prometheus_host: exporter listen address, "" = all interfaces.
+        prometheus_grace_s: longest wait after the run for a scrape of the final totals.
     """
 
     model: str | None = None
@@ -150,6 +187,14 @@ class RunConfig:
     results_json: str | None = None
     tokenizer: str | None = None
     timeouts: Timeouts = Timeouts()
+    api_key_file: str | None = None
+    insecure: bool = False
+    max_failure_ratio: float = 0.01
+    skip_preflight: bool = False
+    requests_log: str | None = None
+    prometheus_port: int = 9646
+    prometheus_host: str = ""
+    prometheus_grace_s: float = 60.0
 
     @classmethod
     def from_options(cls, options: object) -> RunConfig:
@@ -184,6 +229,14 @@ class RunConfig:
                 idle_s=_seconds("--read-timeout", get("read_timeout"), 300.0),
                 total_s=_seconds("--request-timeout", get("request_timeout"), 1800.0),
             ),
+            api_key_file=_text(get("api_key_file")),
+            insecure=_flag(get("insecure")),
+            max_failure_ratio=_ratio("--max-failure-ratio", get("max_failure_ratio"), 0.01),
+            skip_preflight=_flag(get("skip_preflight")),
+            requests_log=_text(get("requests_log")),
+            prometheus_port=_port("--prometheus-port", get("prometheus_port"), 9646),
+            prometheus_host=(_text(get("prometheus_host")) or "").strip(),
+            prometheus_grace_s=_grace_s("--prometheus-grace", get("prometheus_grace"), 60.0),
         )
 
 
@@ -229,6 +282,42 @@ def _non_negative_float(flag: str, raw: object) -> float | None:
     if not value >= 0 or value == float("inf"):
         raise ConfigError(f"{flag} must be a finite number >= 0, got {text!r}; pass e.g. {flag} 0.7")
     return value
+
+
+def _ratio(flag: str, raw: object, default: float) -> float:
+    text = _text(raw)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(
+            f"{flag} must be a number from 0 to 1, got {text!r}; pass e.g. {flag} 0.01"
+        ) from None
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{flag} must be a number from 0 to 1, got {text!r}; pass e.g. {flag} 0.01")
+    return value
+
+
+def _port(flag: str, raw: object, default: int) -> int:
+    """A TCP port number, 0..65535 (0 means "off" for the exporter)."""
+    text = _text(raw)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise ConfigError(
+            f"{flag} must be a port number from 0 to 65535 (0: off), got {text!r}; pass e.g. {flag} 9646"
+        )
+    return value
+
+
+def _grace_s(flag: str, raw: object, default: float) -> float:
+    value = _non_negative_float(flag, raw)
+    return default if value is None else value
 
 
 def _seconds(flag: str, raw: object, default: float) -> float:

@@ -16,6 +16,13 @@ Distributed protocol (master M, workers W; all payloads carry the run id):
    with its last delta; M waits for all of them (bounded) before Locust tells
    workers to quit. Locust alone stops listening 0.5 s after ``quit`` and
    drops late reports; this step is why final totals are complete.
+
+Prometheus exporter (``--prometheus-port``, not 0): M (or the single process)
+serves ``/metrics`` from ``init`` until the end of the grace period after
+``quit``. Each W also sends its delta every 0.5 s as ``llmload_live``
+(same payload as step 2, plus ``in_flight``), so M's counters and live window
+lag by at most half a second instead of Locust's 3 s report interval; every
+record still travels in exactly one delta.
 """
 
 from __future__ import annotations
@@ -23,10 +30,10 @@ from __future__ import annotations
 from locust import events as locust_events
 from locust.env import Environment
 from locust.event import Events
-from locust.runners import MasterRunner, WorkerRunner
+from locust.exception import RPCError, RPCSendError
+from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 import functools
-import json
 import logging
 import os
 import sys
@@ -37,10 +44,14 @@ from typing import Any
 import gevent
 import gevent.event
 
+from llmload import __version__, preflight
 from llmload.config import OPTIONS, RunConfig
-from llmload.errors import ConfigError, LLMLoadError, RequestError, WireFormatError
+from llmload.errors import ConfigError, LLMLoadError, WireFormatError
+from llmload.exporters.prometheus import PrometheusExporter, RunView
 from llmload.exporters.report import RunInfo, build_results, format_summary, write_results_json
-from llmload.runtime import RequestBudget, Runtime
+from llmload.exporters.requests_log import RequestsLog, worker_path
+from llmload.exporters.window import SlidingWindow
+from llmload.runtime import CpuMonitor, ExportState, RequestBudget, Runtime
 from llmload.stats import LLMStats
 from llmload.tokens import load_tokenizer
 from llmload.transport import GeventHTTPTransport
@@ -52,6 +63,7 @@ log = logging.getLogger("llmload")
 
 _PLAN = "llmload_plan"
 _FINAL_WAIT_EXTRA_S = 30.0
+_SATURATION_SUSTAIN_S = 5.0
 
 
 def install(events: Events | None = None) -> None:
@@ -73,6 +85,8 @@ def _bind(environment: Environment) -> None:
     ev.report_to_master.add_listener(functools.partial(_on_report_to_master, environment))
     ev.worker_report.add_listener(functools.partial(_on_worker_report, environment))
     ev.quit.add_listener(functools.partial(_on_quit, environment))
+    ev.quitting.add_listener(_on_quitting)
+    _bind_exporter(environment)
 
 
 def add_arguments(parser: Any) -> None:
@@ -114,6 +128,7 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
     if isinstance(runner, MasterRunner):
         runner.register_message("llmload_done", _on_worker_done)
         runner.register_message("llmload_final", _on_worker_final)
+    _start_exporter(environment, runtime)
     if options is not None and getattr(options, "headless", False):
         # Fail before any load: options, tokenizer and the target are checked now.
         try:
@@ -131,60 +146,76 @@ def _fatal(environment: Environment, message: str) -> None:
 
 
 def _prepare(environment: Environment, runtime: Runtime) -> None:
-    """Validate options, load the tokenizer, resolve the model (master/standalone).
+    """Validate options, load the tokenizer, preflight the target (master/standalone).
+
+    Runs at ``init`` for headless runs (before any load) and again at each test
+    start when the options or host changed (web UI).
 
     Raises:
         LLMLoadError: with a message that names the problem and the fix.
     """
-    runtime.config = RunConfig.from_options(environment.parsed_options)
-    _load_local_parts(runtime)
+    config = RunConfig.from_options(environment.parsed_options)
     host = environment.host or ""
+    if runtime.prepared_for == (host, config):
+        return
+    runtime.config = config
+    _load_local_parts(runtime)
     if not host:
         raise ConfigError("no target host; pass -H http://HOST:PORT (e.g. -H http://127.0.0.1:8000)")
-    runtime.model = _resolve_model(host, runtime)
+    if config.insecure:
+        log.warning("llmload: --insecure: TLS certificates of %s are NOT verified", host)
+    transport = GeventHTTPTransport(
+        host, headers=runtime.headers, timeouts=config.timeouts, insecure=config.insecure
+    )
+    try:
+        models = preflight.fetch_models(host, transport.get, config.api_key_env)
+        runtime.model = preflight.choose_model(models, config.model, host)
+        if not config.skip_preflight:
+            probes = [
+                (cls.__name__, cls.build_request(runtime, max_tokens=2))  # type: ignore[attr-defined]
+                for cls in environment.user_classes
+                if callable(getattr(cls, "build_request", None))
+            ]
+            report = preflight.probe(transport, probes, config, models, runtime.model)
+            for note in report.notes:
+                log.info("llmload preflight: %s", note)
+            for warning in report.warnings:
+                log.warning("llmload preflight: %s", warning)
+    finally:
+        transport.close()
+    users = int(getattr(environment.parsed_options, "num_users", 0) or 0)
+    workers = int(getattr(environment.parsed_options, "expect_workers", 1) or 1)
+    per_process = users if not isinstance(environment.runner, MasterRunner) else -(-users // max(workers, 1))
+    raised = preflight.check_open_files(per_process)
+    if raised:
+        log.info("llmload: %s", raised)
+    runtime.prepared_for = (host, config)
 
 
 def _load_local_parts(runtime: Runtime) -> None:
+    """Build request headers (API key from the variable or file) and load the tokenizer.
+
+    Raises:
+        ConfigError: the key file cannot be read.
+        TokenizerError: the tokenizer cannot be loaded locally.
+    """
     config = runtime.config
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
     key = os.environ.get(config.api_key_env, "")
+    if config.api_key_file:
+        try:
+            with open(config.api_key_file, encoding="utf-8") as handle:
+                key = handle.readline().strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read --api-key-file {config.api_key_file!r}: {exc.strerror}; "
+                "pass a readable file whose first line is the key"
+            ) from None
     if key:
         headers["Authorization"] = f"Bearer {key}"
     runtime.headers = headers
     if config.tokenizer and runtime.token_counter is None:
         runtime.token_counter = load_tokenizer(config.tokenizer)
-
-
-def _resolve_model(host: str, runtime: Runtime) -> str:
-    """Return the model to request, checked against ``GET /v1/models``."""
-    transport = GeventHTTPTransport(host, headers=runtime.headers, timeouts=runtime.config.timeouts)
-    try:
-        reply = transport.get("/v1/models")
-    except RequestError as exc:
-        raise ConfigError(f"cannot reach {host}/v1/models: {exc}. Is the server up and -H right?") from exc
-    finally:
-        transport.close()
-    status, body = reply.status, reply.body
-    if status != 200:
-        raise ConfigError(
-            f"GET {host}/v1/models answered HTTP {status}: {body[:200]!r}. "
-            f"Check -H and the API key variable {runtime.config.api_key_env}."
-        )
-    try:
-        served = [str(m["id"]) for m in json.loads(body)["data"]]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(
-            f"GET {host}/v1/models did not return an OpenAI model list ({body[:200]!r}); "
-            "is -H an OpenAI-compatible server?"
-        ) from exc
-    wanted = runtime.config.model
-    if wanted is None:
-        if not served:
-            raise ConfigError(f"{host}/v1/models lists no model; pass --model NAME")
-        return served[0]
-    if wanted not in served:
-        raise ConfigError(f'model "{wanted}" not served; available: {", ".join(served) or "none"}')
-    return wanted
 
 
 # ── test start ──────────────────────────────────────────────────────────
@@ -206,6 +237,15 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
         runtime.budget = RequestBudget(
             share, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id})
         )
+        users_here = int(plan.get("users_per_worker") or 0)
+        try:
+            raised = preflight.check_open_files(users_here)
+            if raised:
+                log.info("llmload: %s", raised)
+        except ConfigError as exc:
+            runtime.blocked = str(exc)
+            log.error("llmload: %s; this worker sends no load", exc)
+        _start_process_services(runtime, runner.worker_index)
         return
 
     runtime.run_id = uuid.uuid4().hex[:12]
@@ -214,6 +254,8 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
     runtime.results = None
     runtime.blocked = None
     runtime.lost_workers = []
+    runtime.flushed = False
+    runtime.cpu_saturated_s = 0.0
     try:
         _prepare(environment, runtime)
     except LLMLoadError as exc:
@@ -235,13 +277,71 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
             }
         runtime.planned_workers = {c.id for c in workers}
         runtime.done_workers = set()
+        users = int(getattr(options, "num_users", 0) or 0)
         setattr(
             options,
             _PLAN,
-            {"run_id": runtime.run_id, "model": runtime.model, "quotas": quotas, "blocked": runtime.blocked},
+            {
+                "run_id": runtime.run_id,
+                "model": runtime.model,
+                "quotas": quotas,
+                "blocked": runtime.blocked,
+                "users_per_worker": -(-users // max(len(workers), 1)),
+            },
         )
+        gevent.spawn(_watch_workers, environment, runtime.run_id)
     else:
         runtime.budget = RequestBudget(limit, on_done=lambda: gevent.spawn(_finish_run, environment))
+        _start_process_services(runtime, None)
+
+
+def _start_process_services(runtime: Runtime, worker_index: int | None) -> None:
+    """Open the requests log and start the CPU monitor in a process that runs users."""
+    if runtime.requests_log is not None:
+        runtime.requests_log.close()
+        runtime.requests_log = None
+    if runtime.config.requests_log:
+        runtime.requests_log = RequestsLog(worker_path(runtime.config.requests_log, worker_index))
+    if runtime.cpu is None:
+        runtime.cpu = CpuMonitor()
+    runtime.cpu.start()
+
+
+def _stop_process_services(runtime: Runtime) -> None:
+    if runtime.requests_log is not None:
+        runtime.requests_log.close()
+        runtime.requests_log = None
+    if runtime.cpu is not None:
+        runtime.cpu.stop()
+        runtime.cpu_saturated_s = max(runtime.cpu_saturated_s, runtime.cpu.saturated_s)
+
+
+def _watch_workers(environment: Environment, run_id: str) -> None:
+    """Master: notice workers lost mid-run and end a --num-requests run without them.
+
+    A worker that stops sending heartbeats is marked missing by Locust; what it
+    had reported stays in the totals, its unfinished share is lost, and the
+    results name it under ``lost_workers``.
+    """
+    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runner = environment.runner
+    assert isinstance(runner, MasterRunner)
+    while runtime.run_id == run_id and runtime.results is None:
+        gevent.sleep(1.0)
+        alive = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
+        for client_id in sorted(runtime.planned_workers - alive):
+            if client_id not in runtime.lost_workers:
+                runtime.lost_workers.append(client_id)
+                log.warning("llmload: worker %s lost mid-run; its unreported requests are missing", client_id)
+        remaining = runtime.planned_workers - set(runtime.lost_workers)
+        if (
+            runtime.config.num_requests is not None
+            and remaining <= runtime.done_workers
+            and not runtime.flushed
+        ):
+            if runtime.lost_workers:
+                gevent.spawn(_finish_run, environment)
+            return
 
 
 def _finish_run(environment: Environment) -> None:
@@ -261,7 +361,18 @@ def _on_report_to_master(environment: Environment, client_id: str, data: dict[st
     runtime: Runtime | None = getattr(environment, "llmload", None)
     if runtime is None or not runtime.run_id or not isinstance(environment.runner, WorkerRunner):
         return
-    data["llmload"] = {"run_id": runtime.run_id, "stats": to_wire(runtime.take_delta())}
+    data["llmload"] = _payload(runtime)
+
+
+def _payload(runtime: Runtime) -> dict[str, Any]:
+    """A worker's delta since its last report, with its CPU saturation so far."""
+    cpu_s = max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0)
+    return {
+        "run_id": runtime.run_id,
+        "stats": to_wire(runtime.take_delta()),
+        "cpu_saturated_s": cpu_s,
+        "in_flight": runtime.in_flight,
+    }
 
 
 def _on_worker_report(environment: Environment, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
@@ -275,10 +386,15 @@ def _on_worker_report(environment: Environment, client_id: str, data: dict[str, 
 def _merge_payload(runtime: Runtime, client_id: str, payload: dict[str, Any]) -> None:
     if payload.get("run_id") != runtime.run_id:
         return  # a late report from a previous run
+    runtime.cpu_saturated_s = max(runtime.cpu_saturated_s, float(payload.get("cpu_saturated_s") or 0.0))
     try:
-        runtime.stats.merge_in(from_wire(payload["stats"]))
+        delta = from_wire(payload["stats"])
     except (WireFormatError, KeyError, TypeError) as exc:
         log.error("llmload: dropped a report from worker %s: %s", client_id, exc)
+        return
+    runtime.stats.merge_in(delta)
+    if runtime.export is not None:
+        _feed_exporter(runtime.export, client_id, delta, payload.get("in_flight"))
 
 
 def _on_worker_done(environment: Environment, msg: Any, **_kw: Any) -> None:
@@ -313,9 +429,10 @@ def _on_flush(environment: Environment, msg: Any, **_kw: Any) -> None:
 def _on_test_stopping(environment: Environment, **_kw: Any) -> None:
     runner = environment.runner
     runtime: Runtime | None = getattr(environment, "llmload", None)
-    if not isinstance(runner, MasterRunner) or runtime is None or not runtime.run_id:
+    if not isinstance(runner, MasterRunner) or runtime is None or not runtime.run_id or runtime.flushed:
         return
-    targets = {c.id for c in runner.clients.all}
+    runtime.flushed = True
+    targets = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
     runtime.pending_finals = set(targets)
     runtime.finals_in = gevent.event.Event()
     for client_id in targets:
@@ -323,7 +440,7 @@ def _on_test_stopping(environment: Environment, **_kw: Any) -> None:
     if targets:
         runtime.finals_in.wait(timeout=environment.stop_timeout + _FINAL_WAIT_EXTRA_S)
     if runtime.pending_finals:
-        runtime.lost_workers = sorted(runtime.pending_finals)
+        runtime.lost_workers = sorted(set(runtime.lost_workers) | runtime.pending_finals)
         log.warning(
             "llmload: no final report from %d worker(s) %s; their last unreported requests are missing",
             len(runtime.pending_finals),
@@ -334,8 +451,15 @@ def _on_test_stopping(environment: Environment, **_kw: Any) -> None:
 def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     runner = environment.runner
     runtime: Runtime | None = getattr(environment, "llmload", None)
-    if isinstance(runner, WorkerRunner) or runtime is None or not runtime.run_id:
+    if (
+        isinstance(runner, WorkerRunner)
+        or runtime is None
+        or not runtime.run_id
+        or runtime.results is not None
+    ):
         return
+    if not isinstance(runner, MasterRunner):
+        _stop_process_services(runtime)
     options = environment.parsed_options
     workers = len(runtime.planned_workers) if isinstance(runner, MasterRunner) else 0
     run = RunInfo(
@@ -354,14 +478,37 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         results["lost_workers"] = list(runtime.lost_workers)
     if runtime.blocked:
         results["blocked"] = runtime.blocked
+    results["client_saturated"] = runtime.cpu_saturated_s >= _SATURATION_SUSTAIN_S
+    results["client_cpu_saturated_s"] = runtime.cpu_saturated_s
+    requests = results["requests"]
+    finished, failed = requests["total"], requests["failed"]
+    ratio = failed / finished if finished else 0.0
+    limit = runtime.config.max_failure_ratio
+    passed = not runtime.blocked and requests["succeeded"] > 0 and ratio <= limit
+    results["passed"] = passed
+    results["max_failure_ratio"] = limit
     runtime.results = results
     if runtime.config.results_json:
         write_results_json(runtime.config.results_json, results)
-    requests = results["requests"]
-    if runtime.blocked or requests["total"] == 0 or requests["succeeded"] == 0:
-        environment.process_exit_code = 1
+    environment.process_exit_code = 0 if passed else 1
     if not (options is not None and getattr(options, "headless", False)):
         _print_summary(results)
+
+
+def _on_quitting(environment: Environment, **_kw: Any) -> None:
+    """SIGTERM/SIGINT or Ctrl-C mid-run: stop the load and collect results before Locust exits.
+
+    Locust's shutdown fires ``quitting`` and reads the exit code before it stops
+    the runner; stopping here first makes the results file, the summary and the
+    exit code include everything the workers measured.
+    """
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runner = environment.runner
+    if runtime is None or runner is None or isinstance(runner, WorkerRunner):
+        return
+    if runtime.run_id and runtime.results is None:
+        log.info("llmload: stopping the load and collecting final reports before exit")
+        runner.stop()
 
 
 def _on_quit(environment: Environment, **_kw: Any) -> None:
@@ -371,7 +518,25 @@ def _on_quit(environment: Environment, **_kw: Any) -> None:
 
 
 def _print_summary(results: dict[str, Any]) -> None:
-    sys.stdout.write("\n" + format_summary(results) + "\n")
+    lines = [format_summary(results)]
+    if results.get("blocked"):
+        lines.append(f"NOT RUN: {results['blocked']}")
+    if results.get("lost_workers"):
+        lost = results["lost_workers"]
+        lines.append(f"WARNING: {len(lost)} worker(s) lost mid-run; their unreported requests are missing")
+    if results.get("client_saturated"):
+        lines.append(
+            f"WARNING: load generator saturated (CPU > 90% for {results['client_cpu_saturated_s']} s): "
+            "latencies unreliable; add workers (--processes N)"
+        )
+    requests = results["requests"]
+    if not results.get("passed", True):
+        lines.append(
+            f"FAILED: {requests['failed']}/{requests['total']} requests failed "
+            f"(failure ratio {requests.get('failure_ratio') or 0:.1%} > --max-failure-ratio "
+            f"{results.get('max_failure_ratio', 0):.1%}) or nothing succeeded; exit status 1"
+        )
+    sys.stdout.write("\n" + "\n".join(lines) + "\n")
     sys.stdout.flush()
 
 
@@ -392,3 +557,167 @@ def _public_options(config: RunConfig) -> dict[str, Any]:
             "total": config.timeouts.total_s,
         },
     }
+
+
+# ── Prometheus exporter (issue 5) ───────────────────────────────────────
+_LIVE_REPORT_INTERVAL_S = 0.5
+_STOP_LIVE_TIMEOUT_S = 5.0
+
+
+def _bind_exporter(environment: Environment) -> None:
+    """Register the exporter's listeners; they run after the ones above on each event."""
+    ev = environment.events
+    ev.test_start.add_listener(_on_test_start_export)
+    ev.test_stop.add_listener(_on_test_stop_export)
+    ev.quit.add_listener(functools.partial(_on_quit_export, environment))
+    runner = environment.runner
+    if isinstance(runner, MasterRunner):
+        runner.register_message("llmload_live", _on_worker_live)
+
+
+def _start_exporter(environment: Environment, runtime: Runtime) -> None:
+    """Master or single process: serve /metrics now, before any load; a bind error stops the run."""
+    config = runtime.config
+    if config.prometheus_port == 0:
+        return
+    exporter = PrometheusExporter(functools.partial(_run_view, environment))
+    try:
+        port = exporter.start(config.prometheus_port, config.prometheus_host)
+    except ConfigError as exc:
+        _fatal(environment, str(exc))
+        return
+    runtime.export = ExportState(exporter=exporter, window=SlidingWindow(), grace_s=config.prometheus_grace_s)
+    log.info("llmload: Prometheus metrics at http://%s:%d/metrics", config.prometheus_host or "0.0.0.0", port)
+
+
+def _run_view(environment: Environment) -> RunView:
+    """What one scrape reports (called by the exporter at scrape time; does not yield)."""
+    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runner = environment.runner
+    export = runtime.export
+    stats = runtime.stats
+    in_flight = runtime.in_flight
+    workers = 0
+    if isinstance(runner, MasterRunner):
+        workers = runner.worker_count
+        if export is not None:
+            in_flight = sum(export.worker_in_flight.values())
+    if export is not None and export.final_stats is not None:
+        stats = export.final_stats
+    return RunView(
+        stats=stats,
+        window=export.window.view() if export is not None else None,
+        users=int(runner.user_count) if runner is not None else 0,
+        in_flight_requests=in_flight,
+        workers=workers,
+        run_id=runtime.run_id,
+        host=environment.host or "",
+        model=runtime.model or "",
+        version=__version__,
+        started_at_unix=runtime.started_at_unix or None,
+    )
+
+
+def _feed_exporter(export: ExportState, client_id: str, delta: LLMStats, in_flight: object) -> None:
+    export.window.add(delta, client_id)
+    if isinstance(in_flight, int):
+        export.worker_in_flight[client_id] = in_flight
+
+
+def _on_worker_live(environment: Environment, msg: Any, **_kw: Any) -> None:
+    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    _merge_payload(runtime, msg.node_id, msg.data)
+
+
+def _on_test_start_export(environment: Environment, **_kw: Any) -> None:
+    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runner = environment.runner
+    _stop_live(runtime)
+    if isinstance(runner, WorkerRunner):
+        if runtime.config.prometheus_port and runtime.run_id:
+            runtime.live_task = gevent.spawn(_send_live_reports, runner, runtime)
+        return
+    export = runtime.export
+    if export is None:
+        return
+    export.window.reset()
+    export.worker_in_flight.clear()
+    export.final_stats = None
+    export.exporter.mark_running()
+    if not isinstance(runner, MasterRunner):
+        runtime.window_delta = LLMStats.empty()
+        runtime.live_task = gevent.spawn(_tick_window_forever, runtime, export)
+
+
+def _send_live_reports(runner: WorkerRunner, runtime: Runtime) -> None:
+    """Worker: ship the delta every 0.5 s (see the module docstring).
+
+    Sends are aligned to the wall clock (every whole and half second), so every
+    worker's counters reach the master at the same offset in each second and a
+    scrape sees a constant lag, which ``rate()`` cancels out.
+    """
+    while True:
+        gevent.sleep(_LIVE_REPORT_INTERVAL_S - time.time() % _LIVE_REPORT_INTERVAL_S)
+        payload = _payload(runtime)
+        try:
+            # Non-blocking send: nothing runs between taking the delta and handing it to zmq.
+            runner.send_message("llmload_live", payload)
+        except (RPCError, RPCSendError) as exc:
+            runtime.stats.merge_in(from_wire(payload["stats"]))  # keep it for the next report
+            log.warning("llmload: live report to the master failed (%s); it will be sent later", exc)
+
+
+def _tick_window_forever(runtime: Runtime, export: ExportState) -> None:
+    """Single process: hand the recent records to the live window every 0.5 s."""
+    while True:
+        gevent.sleep(_LIVE_REPORT_INTERVAL_S)
+        _tick_window(runtime, export)
+
+
+def _tick_window(runtime: Runtime, export: ExportState) -> None:
+    delta = runtime.window_delta
+    if delta is not None:
+        runtime.window_delta = LLMStats.empty()
+        export.window.add(delta, "local")
+
+
+def _stop_live(runtime: Runtime) -> None:
+    task, runtime.live_task = runtime.live_task, None
+    if task is not None:
+        task.kill(block=True, timeout=_STOP_LIVE_TIMEOUT_S)
+
+
+def _on_test_stop_export(environment: Environment, **_kw: Any) -> None:
+    """Freeze what scrapes report to the statistics the results were just built from."""
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    if runtime is None:
+        return
+    _stop_live(runtime)
+    export = runtime.export
+    if export is None or isinstance(environment.runner, WorkerRunner):
+        return
+    _tick_window(runtime, export)
+    runtime.window_delta = None
+    export.worker_in_flight.clear()
+    if export.final_stats is None:
+        export.final_stats = LLMStats.empty().merge(runtime.stats)
+    export.exporter.mark_final()
+
+
+def _on_quit_export(environment: Environment, **_kw: Any) -> None:
+    """Keep /metrics up until one scrape has read the final totals (at most the grace period).
+
+    Runs in ``quit``, the last event before Locust's ``sys.exit``.
+    """
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    export = runtime.export if runtime is not None else None
+    if export is None:
+        return
+    exporter = export.exporter
+    if exporter.scrapes and export.grace_s > 0:
+        log.info("llmload: waiting up to %g s for a Prometheus scrape of the final totals", export.grace_s)
+        if not exporter.wait_for_final_scrape(export.grace_s):
+            log.warning(
+                "llmload: no scrape of the final totals within --prometheus-grace %g s", export.grace_s
+            )
+    exporter.stop()

@@ -7,16 +7,21 @@ import time.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import gevent
 import gevent.event
 
 from llmload.config import RunConfig
+from llmload.exporters.prometheus import PrometheusExporter
+from llmload.exporters.requests_log import RequestsLog
+from llmload.exporters.window import SlidingWindow
 from llmload.stats import LLMStats
 from llmload.tokens import TokenCounter
 
-__all__ = ["RequestBudget", "Runtime"]
+__all__ = ["CpuMonitor", "ExportState", "RequestBudget", "Runtime"]
 
 
 class RequestBudget:
@@ -64,6 +69,27 @@ class RequestBudget:
 
 
 @dataclass
+class ExportState:
+    """The Prometheus exporter's state on the master or a single process (issue 5).
+
+    Attributes:
+        exporter: serves ``/metrics``.
+        window: live window, fed with every delta merged into ``Runtime.stats``.
+        grace_s: longest wait after the run for a scrape of the final totals.
+        worker_in_flight: master: in-flight requests per worker, as of its latest report.
+        final_stats: copy of the statistics the results were built from (what
+            scrapes report after the run, so late reports cannot make the
+            counters differ from the results); None while a run is live.
+    """
+
+    exporter: PrometheusExporter
+    window: SlidingWindow
+    grace_s: float
+    worker_in_flight: dict[str, int] = field(default_factory=dict)
+    final_stats: LLMStats | None = None
+
+
+@dataclass
 class Runtime:
     """Mutable state of one Locust process for the current run.
 
@@ -98,8 +124,82 @@ class Runtime:
     finals_in: gevent.event.Event = field(default_factory=gevent.event.Event)
     lost_workers: list[str] = field(default_factory=list)
     results: dict[str, object] | None = None
+    prepared_for: tuple[str, RunConfig] | None = None
+    requests_log: RequestsLog | None = None
+    cpu: CpuMonitor | None = None
+    cpu_saturated_s: float = 0.0  # longest CPU saturation streak (s), max over workers on the master
+    flushed: bool = False
+    # Prometheus exporter (issue 5)
+    in_flight: int = 0  # requests sent by this process's users and not finished yet
+    window_delta: LLMStats | None = None  # single process with exporter: records since the last window tick
+    live_task: gevent.Greenlet[[], None] | None = None  # worker live reports / single-process window ticks
+    export: ExportState | None = None  # master or single process, when --prometheus-port is not 0
 
     def take_delta(self) -> LLMStats:
         """Return the statistics gathered since the last call and start a new delta (workers)."""
         delta, self.stats = self.stats, LLMStats.empty()
         return delta
+
+
+class CpuMonitor:
+    """Samples this process's CPU every ``interval_s``; flags sustained saturation (BC-25).
+
+    Latencies measured by a saturated client are the client's, not the server's.
+    ``saturated_s`` is the longest run of consecutive samples above
+    ``threshold_percent`` (in seconds); the run counts as saturated from
+    ``sustain_s`` seconds. ``sample`` returns CPU percent since its last call
+    (default: psutil for this process).
+    """
+
+    def __init__(
+        self,
+        threshold_percent: float = 90.0,
+        sustain_s: float = 5.0,
+        interval_s: float = 1.0,
+        sample: Callable[[], float] | None = None,
+    ) -> None:
+        if sample is None:
+            import psutil
+
+            process = psutil.Process()
+            process.cpu_percent(None)
+            sample = functools.partial(process.cpu_percent, None)
+        self.threshold_percent = threshold_percent
+        self.sustain_s = sustain_s
+        self.interval_s = interval_s
+        self.saturated_s = 0.0
+        self.max_percent = 0.0
+        self._sample = sample
+        self._streak_s = 0.0
+        self._greenlet: gevent.Greenlet[[], None] | None = None
+
+    def start(self) -> None:
+        """Start sampling in a greenlet (resets the figures)."""
+        self.stop()
+        self.saturated_s = 0.0
+        self.max_percent = 0.0
+        self._streak_s = 0.0
+        self._sample()
+        self._greenlet = gevent.spawn(self._run)
+
+    def stop(self) -> None:
+        """Stop sampling."""
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+
+    @property
+    def saturated(self) -> bool:
+        """True when CPU stayed above the threshold for ``sustain_s`` seconds or more."""
+        return self.saturated_s >= self.sustain_s
+
+    def _run(self) -> None:
+        while True:
+            gevent.sleep(self.interval_s)
+            self.observe(self._sample())
+
+    def observe(self, percent: float) -> None:
+        """Account one sample (called by the sampling greenlet)."""
+        self.max_percent = max(self.max_percent, percent)
+        self._streak_s = self._streak_s + self.interval_s if percent > self.threshold_percent else 0.0
+        self.saturated_s = max(self.saturated_s, self._streak_s)

@@ -47,6 +47,7 @@ class LLMUser(User):
             self.host or self.environment.host or "",
             headers=runtime.headers,
             timeouts=runtime.config.timeouts,
+            insecure=runtime.config.insecure,
         )
         self._client = StreamingClient(
             self._transport,
@@ -60,8 +61,9 @@ class LLMUser(User):
         if transport is not None:
             transport.close()
 
-    def build_request(self, runtime: Runtime) -> LLMRequest:
-        """Return the next request to send."""
+    @classmethod
+    def build_request(cls, runtime: Runtime, max_tokens: int | None = None) -> LLMRequest:
+        """Return the next request to send (``max_tokens`` overrides the option, for probes)."""
         raise NotImplementedError
 
     @task
@@ -74,13 +76,20 @@ class LLMUser(User):
             return
         request = self.build_request(runtime)
         started = time.perf_counter()
+        runtime.in_flight += 1
         try:
             record = self._client.run(request)
         except GreenletExit:
             runtime.stats.add_cancelled(self.endpoint, request.model)
             raise
+        finally:
+            runtime.in_flight -= 1
         elapsed_s = time.perf_counter() - started
         runtime.stats.add(record)
+        if runtime.window_delta is not None:  # single process with the Prometheus exporter
+            runtime.window_delta.add(record)
+        if runtime.requests_log is not None:
+            runtime.requests_log.write(record)
         runtime.budget.release()
         self._fire(request, record, elapsed_s)
 
@@ -109,13 +118,14 @@ class CompletionUser(LLMUser):
     abstract = False
     endpoint = "completions"
 
-    def build_request(self, runtime: Runtime) -> LLMRequest:
+    @classmethod
+    def build_request(cls, runtime: Runtime, max_tokens: int | None = None) -> LLMRequest:
         """Build a completions request from the run configuration."""
         config = runtime.config
         return build_completion_request(
             model=runtime.model or "",
             prompt=config.prompt,
-            max_tokens=config.max_tokens,
+            max_tokens=max_tokens or config.max_tokens,
             temperature=config.temperature,
             ignore_eos=config.ignore_eos,
             stream=config.stream,
@@ -128,13 +138,14 @@ class ChatUser(LLMUser):
     abstract = False
     endpoint = "chat"
 
-    def build_request(self, runtime: Runtime) -> LLMRequest:
+    @classmethod
+    def build_request(cls, runtime: Runtime, max_tokens: int | None = None) -> LLMRequest:
         """Build a chat request from the run configuration."""
         config = runtime.config
         return build_chat_request(
             model=runtime.model or "",
             messages=[{"role": "user", "content": config.prompt}],
-            max_tokens=config.max_tokens,
+            max_tokens=max_tokens or config.max_tokens,
             temperature=config.temperature,
             ignore_eos=config.ignore_eos,
             stream=config.stream,

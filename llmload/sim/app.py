@@ -11,9 +11,11 @@ the next write attempt.
 
 from __future__ import annotations
 
+import errno
 import json
 import time
 from collections.abc import Callable, Iterable
+from http import HTTPStatus
 from typing import Any
 
 import gevent
@@ -21,6 +23,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from llmload.sim.config import SimConfig
 from llmload.sim.engine import Engine, Sequence
+from llmload.sim.faults import (
+    IMMEDIATE_FAULTS,
+    RETRY_AFTER_S,
+    ErrorShape,
+    FaultKind,
+    FaultPlan,
+    encode_error,
+    midstream_cut,
+    plan_faults,
+)
 from llmload.sim.metrics import SimMetrics
 from llmload.sim.protocol import Endpoint, ErrorReply, GenerationRequest, parse_generation_request
 from llmload.sim.replies import ReplyPlan, StreamEncoder, encode_whole_reply, plan_reply
@@ -93,15 +105,11 @@ class SimApp:
         endpoint = _GENERATION.get(path)
         if endpoint is not None:
             if method != "POST":
-                return self._error(
-                    start_response, path, ErrorReply(405, "MethodNotAllowed", f"use POST {path}")
-                )
+                return self._error(start_response, path, ErrorReply(405, "MethodNotAllowed", f"use POST {path}"))
             return self._generate(environ, start_response, endpoint, received_s)
         if path in ("/v1/models", "/health", "/metrics"):
             if method != "GET":
-                return self._error(
-                    start_response, path, ErrorReply(405, "MethodNotAllowed", f"use GET {path}")
-                )
+                return self._error(start_response, path, ErrorReply(405, "MethodNotAllowed", f"use GET {path}"))
             if path == "/v1/models":
                 return _respond(start_response, "200 OK", _JSON, self._models_body)
             if path == "/health":
@@ -115,14 +123,11 @@ class SimApp:
         reply = ErrorReply(
             404,
             "NotFoundError",
-            f"no route {method} {path}; serving /v1/models, /v1/completions, /v1/chat/completions, "
-            "/health, /metrics",
+            f"no route {method} {path}; serving /v1/models, /v1/completions, /v1/chat/completions, /health, /metrics",
         )
         return self._error(start_response, "other", reply)
 
-    def _error(
-        self, start_response: StartResponse, endpoint_label: str, reply: ErrorReply
-    ) -> Iterable[bytes]:
+    def _error(self, start_response: StartResponse, endpoint_label: str, reply: ErrorReply) -> Iterable[bytes]:
         self._metrics.rejected.labels(endpoint_label, str(reply.status)).inc()
         return _respond(start_response, reply.status_line, _JSON, reply.body())
 
@@ -131,9 +136,7 @@ class SimApp:
     ) -> Iterable[bytes]:
         length = int(environ.get("CONTENT_LENGTH") or 0)
         if length > MAX_BODY_BYTES:
-            reply = ErrorReply(
-                413, "BadRequestError", f"request body of {length} bytes exceeds {MAX_BODY_BYTES}"
-            )
+            reply = ErrorReply(413, "BadRequestError", f"request body of {length} bytes exceeds {MAX_BODY_BYTES}")
             return self._error(start_response, endpoint.value, reply)
         raw = environ["wsgi.input"].read(MAX_BODY_BYTES + 1)
         parsed = parse_generation_request(endpoint, raw, self._config.model, self._config.max_model_len)
@@ -141,13 +144,19 @@ class SimApp:
             return self._error(start_response, endpoint.value, parsed)
         self._accepted += 1
         cfg = self._config
+        fault = plan_faults(cfg.faults, cfg.seed, self._accepted, parsed.stream)
+        m = self._metrics.endpoints[endpoint]
+        if fault.failure in IMMEDIATE_FAULTS:
+            m.faults[fault.failure].inc()
+            return self._immediate_fault(start_response, fault.failure)
         plan = plan_reply(parsed, cfg.seed, self._accepted, cfg.output_len_mean)
         prefix = "chatcmpl" if endpoint is Endpoint.CHAT else "cmpl"
         request_id = f"{prefix}-sim{cfg.seed}-{self._accepted}"
         seq = Sequence(parsed.prompt_tokens, len(plan.words), wake_per_token=parsed.stream)
         if cfg.queue_delay_ms > 0:
             gevent.sleep(cfg.queue_delay_ms / 1000.0)
-        self._engine.submit(seq)
+        if fault.stall_s:
+            m.faults[FaultKind.STALL].inc()
         if parsed.stream:
             encoder = StreamEncoder(parsed, request_id, int(self._wall_clock()), cfg.model)
             self._stream(
@@ -157,6 +166,7 @@ class SimApp:
                 seq=seq,
                 encoder=encoder,
                 received_s=received_s,
+                fault=fault,
             )
             return []
         return self._whole(
@@ -166,7 +176,26 @@ class SimApp:
             seq=seq,
             request_id=request_id,
             received_s=received_s,
+            fault=fault,
         )
+
+    def _immediate_fault(self, start_response: StartResponse, kind: FaultKind) -> Iterable[bytes]:
+        """Answer an overload, fail or error_200 fault at once (the engine never sees the request)."""
+        faults = self._config.faults
+        if kind is FaultKind.ERROR_200:
+            body = encode_error(faults.fail_shape, 500, "llmload sim: injected error in a 200 reply")
+            return _respond(start_response, "200 OK", _JSON, body)
+        if kind is FaultKind.OVERLOAD:
+            status = faults.overload_status
+            body = encode_error(faults.fail_shape, status, "llmload sim: injected overload, retry later")
+            start_response(
+                f"{status} {HTTPStatus(status).phrase}",
+                [_JSON, ("Content-Length", str(len(body))), ("Retry-After", str(RETRY_AFTER_S))],
+            )
+            return [body]
+        status = faults.fail_status
+        body = encode_error(faults.fail_shape, status, "llmload sim: injected failure")
+        return _respond(start_response, f"{status} {HTTPStatus(status).phrase}", _JSON, body)
 
     def _stream(
         self,
@@ -177,38 +206,55 @@ class SimApp:
         seq: Sequence,
         encoder: StreamEncoder,
         received_s: float,
+        fault: FaultPlan,
     ) -> None:
         m = self._metrics.endpoints[request.endpoint]
         engine = self._engine
         clock = self._clock
         write = start_response("200 OK", _SSE_HEADERS)
         words = plan.words
+        cut = midstream_cut(len(words)) if fault.failure is not None else None
         written = 0
-        completed = False
+        ended: FaultKind | bool | None = False  # True: completed; a FaultKind: ended by that fault
         try:
+            if fault.stall_s:
+                write(b"")  # headers now; the first token comes after the stall
+                gevent.sleep(fault.stall_s)
+            engine.submit(seq)
             out: list[bytes] = []
             if request.endpoint is Endpoint.CHAT:
                 out.append(encoder.role_chunk())
             while True:
                 engine.wait_for_tokens(seq, written)
-                generated = seq.generated
+                generated = seq.generated if cut is None else min(seq.generated, cut)
                 encoder.add_tokens(words, written, generated, out)
-                if seq.done:
+                if generated == cut:
+                    if fault.failure is FaultKind.MIDSTREAM_ERROR:
+                        out.append(_midstream_error_event(self._config.faults.fail_shape))
+                elif seq.done:
                     encoder.add_end(plan.finish_reason, generated, out)
                 write(b"".join(out))
                 out.clear()
                 if written == 0:
                     m.ttft_s.observe(clock() - received_s)
                 written = generated
-                if seq.done:
+                if generated == cut:
+                    engine.abort(seq)
+                    ended = fault.failure
                     break
-            completed = True
+                if seq.done:
+                    ended = True
+                    break
         finally:
-            if completed:
+            if ended is True:
                 self._count_completed(request, written, received_s)
+            elif isinstance(ended, FaultKind):
+                m.faults[ended].inc()
             else:
                 engine.abort(seq)
                 m.aborted.inc()
+        if ended is FaultKind.DROP:
+            raise _ConnectionDroppedError
 
     def _whole(
         self,
@@ -219,20 +265,31 @@ class SimApp:
         seq: Sequence,
         request_id: str,
         received_s: float,
+        fault: FaultPlan,
     ) -> Iterable[bytes]:
         completed = False
         try:
+            if fault.stall_s:
+                gevent.sleep(fault.stall_s)
+            self._engine.submit(seq)
             self._engine.wait_for_tokens(seq, len(plan.words) - 1)
             body = encode_whole_reply(request, plan, request_id, int(self._wall_clock()), self._config.model)
             write = start_response("200 OK", [_JSON, ("Content-Length", str(len(body)))])
-            write(body)
-            completed = True
+            if fault.failure is FaultKind.DROP:
+                write(body[: len(body) // 2])
+            else:
+                write(body)
+                completed = True
         finally:
             if completed:
                 self._count_completed(request, len(plan.words), received_s)
+            elif fault.failure is FaultKind.DROP and seq.done:
+                self._metrics.endpoints[request.endpoint].faults[FaultKind.DROP].inc()
             else:
                 self._engine.abort(seq)
                 self._metrics.endpoints[request.endpoint].aborted.inc()
+        if fault.failure is FaultKind.DROP:
+            raise _ConnectionDroppedError
         return []
 
     def _count_completed(self, request: GenerationRequest, completion_tokens: int, received_s: float) -> None:
@@ -243,8 +300,26 @@ class SimApp:
         m.duration_s.observe(self._clock() - received_s)
 
 
-def _respond(
-    start_response: StartResponse, status: str, content_type: tuple[str, str], body: bytes
-) -> list[bytes]:
+class _ConnectionDroppedError(ConnectionResetError):
+    """Raised out of the WSGI app to close the connection mid-reply (``--drop-rate``).
+
+    ``gevent.pywsgi`` treats ECONNRESET as a client that went away: it closes
+    the socket without a log line and without the chunked terminator, so the
+    client sees the body end early.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(errno.ECONNRESET, "llmload sim: injected connection drop")
+
+
+def _midstream_error_event(shape: ErrorShape) -> bytes:
+    """The in-band error event of ``--midstream-error-rate``, then ``[DONE]`` (as vLLM ends it)."""
+    body = encode_error(shape, 500, "llmload sim: injected engine failure mid-stream")
+    if shape is ErrorShape.VLLM:  # vLLM wraps its error response in {"error": ...} mid-stream
+        body = b'{"error":' + body + b"}"
+    return b"data: " + body + b"\n\ndata: [DONE]\n\n"
+
+
+def _respond(start_response: StartResponse, status: str, content_type: tuple[str, str], body: bytes) -> list[bytes]:
     start_response(status, [content_type, ("Content-Length", str(len(body)))])
     return [body]

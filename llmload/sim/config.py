@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmload.errors import ConfigError
+from llmload.sim.faults import FaultConfig, add_fault_arguments, fault_config_from
 
 __all__ = ["SimConfig", "build_parser", "parse_config"]
 
@@ -42,6 +43,7 @@ class SimConfig:
         backlog: listen backlog (the kernel caps it at net.core.somaxconn).
         shutdown_grace_s: on SIGTERM/SIGINT, how long in-flight replies may
             continue before their connections are closed.
+        faults: fault injection (``llmload.sim.faults``); all off by default.
     """
 
     host: str = "127.0.0.1"
@@ -59,14 +61,13 @@ class SimConfig:
     seed: int = 0
     backlog: int = 2048
     shutdown_grace_s: float = 0.5
+    faults: FaultConfig = field(default_factory=FaultConfig)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port must be within 0..65535, got {self.port}; use 0 for any free port")
         if not self.model or self.model.strip() != self.model:
-            raise ConfigError(
-                f"--model must be a non-empty name without surrounding spaces, got {self.model!r}"
-            )
+            raise ConfigError(f"--model must be a non-empty name without surrounding spaces, got {self.model!r}")
         for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "backlog"):
             value = getattr(self, name)
             if value < 1:
@@ -147,6 +148,7 @@ def build_parser(prog: str = "llmload sim") -> argparse.ArgumentParser:
         default=d.shutdown_grace_s,
         help="seconds in-flight replies may continue after SIGTERM/SIGINT",
     )
+    add_fault_arguments(p)
     return p
 
 
@@ -157,5 +159,6 @@ def parse_config(argv: list[str] | None) -> SimConfig:
         SystemExit: on unknown flags or unparsable numbers (argparse prints usage).
         ConfigError: on values out of range, naming the flag and the fix.
     """
-    ns = build_parser().parse_args(argv)
-    return SimConfig(**{name.replace("-", "_"): value for name, value in vars(ns).items()})
+    values = vars(build_parser().parse_args(argv))
+    faults = fault_config_from(values)
+    return SimConfig(**values, faults=faults)

@@ -4,6 +4,9 @@ Names use the ``llmload_sim_`` prefix and base units (seconds, tokens), in the
 style of vLLM's ``vllm:`` metrics. Token counters cover *completed* requests
 only, so over any set of finished requests they equal the sum of the
 ``usage`` the clients received (and of the chunks they were streamed).
+Requests that got an injected failure (``llmload.sim.faults``) count only in
+``faults_injected``: never as completed, aborted or rejected, and their
+partial tokens never in the token counters.
 
 ================================================  =========  ====================================
 name                                              type       meaning
@@ -20,6 +23,9 @@ llmload_sim_time_to_first_token_seconds{endpoint} histogram  streams: request re
                                                              token chunk written to the socket
 llmload_sim_request_duration_seconds{endpoint}    histogram  request received → last byte written
 llmload_sim_engine_steps_total                    counter    engine steps run
+llmload_sim_faults_injected_total{endpoint,kind}  counter    injected faults by ``FaultKind``
+                                                             (a stall counts also as completed
+                                                             or aborted, as it then ends)
 ================================================  =========  ====================================
 """
 
@@ -30,6 +36,7 @@ from prometheus_client.metrics_core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from llmload.sim.engine import Engine
+from llmload.sim.faults import FaultKind
 from llmload.sim.protocol import Endpoint
 
 __all__ = ["LATENCY_BUCKETS_S", "SimMetrics"]
@@ -57,7 +64,15 @@ class _EngineCollector(Collector):
 class EndpointMetrics:
     """The per-endpoint children, resolved once so the request path does no label lookups."""
 
-    __slots__ = ("aborted", "completed", "completion_tokens", "duration_s", "prompt_tokens", "ttft_s")
+    __slots__ = (
+        "aborted",
+        "completed",
+        "completion_tokens",
+        "duration_s",
+        "faults",
+        "prompt_tokens",
+        "ttft_s",
+    )
 
     def __init__(self, parent: SimMetrics, endpoint: str) -> None:
         self.completed = parent.completed.labels(endpoint)
@@ -66,6 +81,7 @@ class EndpointMetrics:
         self.completion_tokens = parent.completion_tokens.labels(endpoint)
         self.ttft_s = parent.ttft_s.labels(endpoint)
         self.duration_s = parent.duration_s.labels(endpoint)
+        self.faults = {kind: parent.faults.labels(endpoint, kind.value) for kind in FaultKind}
 
 
 class SimMetrics:
@@ -116,6 +132,13 @@ class SimMetrics:
             "Completed requests: request received to last byte written.",
             ["endpoint"],
             buckets=LATENCY_BUCKETS_S,
+            registry=registry,
+        )
+        self.faults = Counter(
+            "llmload_sim_faults_injected",
+            "Faults injected by --fail-rate, --error-200-rate, --midstream-error-rate, --drop-rate, "
+            "--stall-rate and --overload-rate.",
+            ["endpoint", "kind"],
             registry=registry,
         )
         running = Gauge("llmload_sim_requests_running", "Sequences in the batch.", registry=registry)

@@ -130,9 +130,7 @@ def count_chat_prompt_tokens(messages: object) -> int:
             objects with text content.
     """
     if not isinstance(messages, list) or not messages:
-        raise _InvalidFieldError(
-            '\'messages\' must be a non-empty list of {"role": ..., "content": ...}', "messages"
-        )
+        raise _InvalidFieldError('\'messages\' must be a non-empty list of {"role": ..., "content": ...}', "messages")
     total = CHAT_REPLY_PRIMER_TOKENS
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
@@ -155,9 +153,7 @@ def _count_content_tokens(content: object, index: int) -> int:
     if isinstance(content, list):
         total = 0
         for part in content:
-            if not (
-                isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
-            ):
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
                 raise _InvalidFieldError(
                     f'messages[{index}].content parts must be {{"type": "text", "text": ...}}; '
                     "the simulator accepts text only",
@@ -165,9 +161,7 @@ def _count_content_tokens(content: object, index: int) -> int:
                 )
             total += count_text_tokens(part["text"])
         return total
-    raise _InvalidFieldError(
-        f"messages[{index}].content must be a string or a list of text parts", "messages"
-    )
+    raise _InvalidFieldError(f"messages[{index}].content must be a string or a list of text parts", "messages")
 
 
 def _count_completion_prompt_tokens(prompt: object) -> int:
@@ -219,9 +213,7 @@ def parse_generation_request(
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        return ErrorReply(
-            400, "BadRequestError", f"request body is not valid JSON ({exc}); send a JSON object"
-        )
+        return ErrorReply(400, "BadRequestError", f"request body is not valid JSON ({exc}); send a JSON object")
     if not isinstance(body, dict):
         return ErrorReply(400, "BadRequestError", 'request body must be a JSON object, e.g. {"model": ...}')
     model = body.get("model")
@@ -261,14 +253,10 @@ def _parse_fields(endpoint: Endpoint, body: dict[str, Any], max_model_len: int) 
         )
     n = _optional_int(body, "n", 1)
     if n is not None and n != 1:
-        raise _InvalidFieldError(
-            f"'n' must be 1, got {n}; the simulator generates one choice per request", "n"
-        )
+        raise _InvalidFieldError(f"'n' must be 1, got {n}; the simulator generates one choice per request", "n")
     min_tokens = _optional_int(body, "min_tokens", 0) or 0
     if min_tokens > max_tokens:
-        raise _InvalidFieldError(
-            f"'min_tokens' ({min_tokens}) must not exceed max_tokens ({max_tokens})", "min_tokens"
-        )
+        raise _InvalidFieldError(f"'min_tokens' ({min_tokens}) must not exceed max_tokens ({max_tokens})", "min_tokens")
     stream = _optional_bool(body, "stream")
     options = body.get("stream_options")
     if options is not None and not stream:

@@ -60,9 +60,7 @@ class ReplyPlan:
     finish_reason: str
 
 
-def plan_reply(
-    request: GenerationRequest, seed: int, sequence_number: int, output_len_mean: float
-) -> ReplyPlan:
+def plan_reply(request: GenerationRequest, seed: int, sequence_number: int, output_len_mean: float) -> ReplyPlan:
     """Decide the reply's length and words from the seed and the request's sequence number."""
     rng = random.Random(f"llmload-sim/{seed}/{sequence_number}")
     if request.ignore_eos:
@@ -164,9 +162,7 @@ class StreamEncoder:
             + self._usage_suffix(completion_tokens)
         )
         if self._include_usage:
-            out.append(
-                self._head + b'[],"usage":' + _usage_json(self._prompt_tokens, completion_tokens) + b"}\n\n"
-            )
+            out.append(self._head + b'[],"usage":' + _usage_json(self._prompt_tokens, completion_tokens) + b"}\n\n")
         out.append(_DONE)
 
 

@@ -7,7 +7,7 @@ subprocess timeout.
 from __future__ import annotations
 
 import json
-import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.procs import free_port, locust_argv, run_locust
 from tests.integration.test_sim import REPO_ROOT, metric_sum, metrics, start_sim, stop_sim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -31,15 +32,7 @@ def sim_url():
 
 
 def _locust(args: list[str], *, timeout_s: float = LOCUST_TIMEOUT_S, env: dict[str, str] | None = None):
-    return subprocess.run(
-        [sys.executable, "-m", "locust", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        cwd=REPO_ROOT,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
+    return run_locust(args, timeout_s=timeout_s, env=env)
 
 
 def _ground_truth(url: str, endpoint: str) -> dict[str, float]:
@@ -71,9 +64,10 @@ def test_e2e_num_requests_exact_with_processes_totals_equal_sim(sim_url, tmp_pat
     assert results["requests"]["succeeded"] == 300
     assert results["requests"]["failed"] == 0
     assert results["requests"]["cancelled"] == 0
-    assert truth["requests_completed"] == 300
-    assert results["tokens"]["prompt"] == truth["prompt_tokens"]
-    assert results["tokens"]["completion"] == truth["completion_tokens"]
+    # The simulator also served the one preflight probe (same prompt, max_tokens 2).
+    assert truth["requests_completed"] == 301
+    assert results["tokens"]["prompt"] * 301 == truth["prompt_tokens"] * 300
+    assert 1 <= truth["completion_tokens"] - results["tokens"]["completion"] <= 2
     assert results["tokens"]["completion_source"] == "server"
     assert results["run"]["workers"] == 2
     assert results["latency"]["e2e_s"]["count"] == 300
@@ -88,7 +82,7 @@ def test_e2e_separate_master_and_workers_with_time_limit_keep_every_final_report
     simulator's counters exactly even though the run stops on time.
     """
     out = tmp_path / "r.json"
-    port = _free_port()
+    port = free_port()
     common = ["-f", "locustfiles/chat.py"]
     workers = [
         subprocess.Popen(
@@ -115,7 +109,7 @@ def test_e2e_separate_master_and_workers_with_time_limit_keep_every_final_report
                 *common, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
                 "--headless", "--only-summary",
                 "--expect-workers", "2", "-H", sim_url, "-u", "128", "-r", "128", "-t", "6s",
-                "--stop-timeout", "30", "--max-tokens", "48", "--results-json", str(out),
+                "--stop-timeout", "30", "--max-tokens", "48", "--results-json", str(out), "--skip-preflight",
             ]
         )  # fmt: skip
     finally:
@@ -141,7 +135,7 @@ def test_e2e_time_limit_counts_in_flight_requests_as_cancelled(sim_url, tmp_path
     proc = _locust(
         [
             "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", sim_url,
-            "--processes", "2", "-u", "128", "-r", "128", "-t", "4s", "--ignore-eos",
+            "--processes", "2", "-u", "128", "-r", "128", "-t", "4s", "--ignore-eos", "--skip-preflight",
             "--max-tokens", "150", "--results-json", str(out),
         ]
     )  # fmt: skip
@@ -194,11 +188,79 @@ def test_e2e_bad_option_value_stops_before_any_load(sim_url):
     assert metric_sum(metrics(sim_url), "llmload_sim_requests_completed_total") == 0
 
 
-def _free_port() -> int:
-    import socket
+def _wait_for(predicate, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    time.sleep(0)
-    return port
+
+def test_e2e_sigterm_to_master_stops_load_and_keeps_final_reports(sim_url, tmp_path):
+    """SIGTERM (as Kubernetes sends) mid-run: results file, summary and exit code still complete."""
+    out = tmp_path / "r.json"
+    master = subprocess.Popen(
+        locust_argv([
+            "-f", "locustfiles/chat.py", "--headless", "--only-summary",
+            "-H", sim_url, "--processes", "2", "-u", "64", "-r", "64", "-t", "120s", "--ignore-eos",
+            "--max-tokens", "60", "--skip-preflight", "--results-json", str(out),
+        ]),
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert _wait_for(
+            lambda: metric_sum(metrics(sim_url), "llmload_sim_requests_completed_total") > 100, 60
+        )
+        master.send_signal(signal.SIGTERM)
+        stdout, stderr = master.communicate(timeout=90)
+    finally:
+        if master.poll() is None:
+            master.kill()
+    assert master.returncode == 0, stderr[-3000:]
+    results = _results(out)
+    truth = _ground_truth(sim_url, "/v1/chat/completions")
+    assert results["requests"]["succeeded"] > 100
+    assert results["requests"]["failed"] == 0
+    started = truth["requests_completed"] + truth["requests_aborted"]
+    assert results["requests"]["succeeded"] + results["requests"]["cancelled"] == started
+    assert "Successful requests:" in stdout
+
+
+def test_e2e_killed_worker_is_flagged_and_run_completes_with_the_rest(sim_url, tmp_path):
+    out = tmp_path / "r.json"
+    port = free_port()
+    common = ["-f", "locustfiles/chat.py"]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "locust", *common, "--worker", "--master-host", "127.0.0.1",
+             "--master-port", str(port)],
+            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]  # fmt: skip
+    master = subprocess.Popen(
+        [
+            sys.executable, "-m", "locust", *common, "--master", "--master-bind-host", "127.0.0.1",
+            "--master-bind-port", str(port), "--headless", "--only-summary", "--expect-workers", "2",
+            "-H", sim_url, "-u", "64", "-r", "64", "-t", "14s", "--max-tokens", "40", "--skip-preflight",
+            "--results-json", str(out),
+        ],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert _wait_for(
+            lambda: metric_sum(metrics(sim_url), "llmload_sim_requests_completed_total") > 200, 60
+        )
+        time.sleep(3.5)  # past at least one worker report interval (3 s)
+        workers[0].kill()
+        stdout, stderr = master.communicate(timeout=120)
+    finally:
+        for proc in (master, *workers):
+            if proc.poll() is None:
+                proc.kill()
+    assert master.returncode == 0, stderr[-3000:]
+    results = _results(out)
+    assert len(results["lost_workers"]) == 1
+    assert results["requests"]["succeeded"] > 200
+    assert "worker(s) lost mid-run" in stdout

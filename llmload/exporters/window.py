@@ -1,0 +1,148 @@
+"""Sliding window over the statistics deltas the master receives, for live gauges.
+
+The master (or the single process) gets its statistics as deltas: each
+worker ships what it measured since its previous shipment (``llmload.wire``),
+and a standalone runner hands over its recent records every half second. The
+window keeps, per source, the deltas that arrived in the last ``length_s``
+seconds and merges them on demand, so live quantiles come from the same
+mergeable histograms (and the same quantile rule) as the end-of-run report.
+
+Rates are not divided by ``length_s``: a delta arriving at ``t`` covers the
+time since its source's previous delta, so the deltas of one source that are
+in the window cover ``(covered_from, last arrival]``, where ``covered_from``
+is the arrival of the newest delta that already left the window (or the run
+start). Each source's rate is its tokens (or successes) over its own covered
+span; the window's rate is the sum over sources. This keeps the rate steady
+whatever the shipping cadence (Locust's own 3 s reports or llmload's 0.5 s
+live reports), instead of jumping by a third whenever a report enters or
+leaves a fixed 10 s window.
+
+Definitions follow the report (``llmload.exporters.report``): output tokens
+are completion tokens of successful requests with a known count; requests are
+successful requests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from llmload.stats import LLMStats, StatsKey
+
+__all__ = ["DEFAULT_WINDOW_S", "SlidingWindow", "WindowView"]
+
+DEFAULT_WINDOW_S = 10.0
+"""Length of the live window in seconds (documented in the README)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WindowView:
+    """What the window holds at one moment.
+
+    Attributes:
+        length_s: configured window length in seconds.
+        stats: every delta that arrived within the window, merged.
+        output_tokens_per_s: per ``(endpoint, model)``, completion tokens of
+            successes per second over the time the deltas cover; keys without
+            a measurable span are absent.
+        requests_per_s: per ``(endpoint, model)``, successful requests per
+            second, same span rule.
+    """
+
+    length_s: float
+    stats: LLMStats
+    output_tokens_per_s: Mapping[StatsKey, float]
+    requests_per_s: Mapping[StatsKey, float]
+
+
+class SlidingWindow:
+    """Deltas of the last ``length_s`` seconds, per source (worker id or ``"local"``).
+
+    Not thread-safe; under gevent every caller runs on the hub, and neither
+    ``add`` nor ``view`` yields.
+    """
+
+    __slots__ = ("_clock", "_covered_from_s", "_entries", "_length_s", "_started_s")
+
+    def __init__(
+        self, length_s: float = DEFAULT_WINDOW_S, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """Create an empty window whose coverage starts now.
+
+        Args:
+            length_s: window length in seconds.
+            clock: monotonic clock in seconds (injected by tests).
+
+        Raises:
+            ValueError: ``length_s`` is not a positive finite number.
+        """
+        if not 0.0 < length_s < float("inf"):
+            raise ValueError(
+                f"window length must be a positive number of seconds, got {length_s!r}; e.g. 10.0"
+            )
+        self._length_s = length_s
+        self._clock = clock
+        self._entries: dict[str, deque[tuple[float, LLMStats]]] = {}
+        self._covered_from_s: dict[str, float] = {}
+        self._started_s = clock()
+
+    @property
+    def length_s(self) -> float:
+        """Window length in seconds."""
+        return self._length_s
+
+    def reset(self) -> None:
+        """Forget every delta; coverage of every source starts now (call at each run start)."""
+        self._entries.clear()
+        self._covered_from_s.clear()
+        self._started_s = self._clock()
+
+    def add(self, delta: LLMStats, source: str) -> None:
+        """Record ``delta``, which covers ``source``'s time since its previous delta.
+
+        ``delta`` is kept by reference: the caller must not modify it afterwards.
+        Empty deltas count too (they extend the covered span).
+        """
+        now_s = self._clock()
+        entries = self._entries.get(source)
+        if entries is None:
+            entries = self._entries[source] = deque()
+        entries.append((now_s, delta))
+        self._drop_old(source, entries, now_s - self._length_s)
+
+    def view(self) -> WindowView:
+        """Merge the deltas that arrived in the last ``length_s`` seconds.
+
+        Cost: one ``LLMStats.merge_in`` per delta in the window.
+        """
+        cutoff_s = self._clock() - self._length_s
+        merged = LLMStats.empty()
+        tokens_per_s: dict[StatsKey, float] = {}
+        requests_per_s: dict[StatsKey, float] = {}
+        for source in list(self._entries):
+            entries = self._entries[source]
+            self._drop_old(source, entries, cutoff_s)
+            if not entries:
+                del self._entries[source]
+                continue
+            span_s = entries[-1][0] - self._covered_from_s.get(source, self._started_s)
+            tokens: dict[StatsKey, int] = {}
+            successes: dict[StatsKey, int] = {}
+            for _, delta in entries:
+                merged.merge_in(delta)
+                for key, endpoint_stats in delta.items():
+                    tokens[key] = tokens.get(key, 0) + endpoint_stats.completion_tokens_sum
+                    successes[key] = successes.get(key, 0) + endpoint_stats.succeeded
+            if span_s <= 0.0:
+                continue
+            for key, n in tokens.items():
+                tokens_per_s[key] = tokens_per_s.get(key, 0.0) + n / span_s
+            for key, n in successes.items():
+                requests_per_s[key] = requests_per_s.get(key, 0.0) + n / span_s
+        return WindowView(self._length_s, merged, tokens_per_s, requests_per_s)
+
+    def _drop_old(self, source: str, entries: deque[tuple[float, LLMStats]], cutoff_s: float) -> None:
+        while entries and entries[0][0] <= cutoff_s:
+            self._covered_from_s[source] = entries.popleft()[0]

@@ -1,0 +1,50 @@
+"""Running `locust` in subprocesses for integration tests (bounded, loopback only)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+
+from tests.integration.test_sim import REPO_ROOT
+
+__all__ = ["free_port", "locust_argv", "run_locust"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def locust_argv(args: list[str]) -> list[str]:
+    """`python -m locust ARGS`; with --processes, a private master port so parallel runs never collide."""
+    argv = [sys.executable, "-m", "locust", *args]
+    if "--processes" in args and "--master-bind-port" not in args:
+        port = str(free_port())
+        argv += ["--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--master-port", port]
+    return argv
+
+
+def run_locust(
+    args: list[str],
+    *,
+    timeout_s: float = 120,
+    env: dict[str, str] | None = None,
+    preexec: Callable[[], None] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run locust to completion from the repository root; raises TimeoutExpired after ``timeout_s``."""
+    return subprocess.run(
+        locust_argv(args),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+        check=False,
+        preexec_fn=preexec,
+    )

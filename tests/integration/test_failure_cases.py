@@ -1,0 +1,277 @@
+"""Failure cases from ../shared/cases/CASES.md (BC-24, BC-25, BC-27, BC-28, BC-29) and the key-leak check.
+
+Load runs use real `locust` processes on loopback against `llmload sim` or a
+scripted server; each is bounded by `-t`/`--num-requests` and a subprocess timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import uuid
+from pathlib import Path
+
+import gevent
+import pytest
+
+from llmload.client import StreamingClient
+from llmload.config import Timeouts
+from llmload.payloads import build_chat_request
+from llmload.record import ErrorInfo, Outcome, RequestRecord
+from llmload.runtime import CpuMonitor
+from llmload.stats import MAX_ERROR_CATEGORIES, LLMStats
+from llmload.testing import CF, ROLE, C, Ending, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
+from llmload.transport import GeventHTTPTransport
+from llmload.wire import to_wire
+from tests.integration.procs import locust_argv, run_locust
+from tests.integration.test_sim import REPO_ROOT, metrics, start_sim, stop_sim
+
+pytestmark = [pytest.mark.integration]
+
+MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+
+def _locust(args: list[str], *, timeout_s: float = 120, env: dict[str, str] | None = None, preexec=None):
+    return run_locust(args, timeout_s=timeout_s, env=env, preexec=preexec)
+
+
+def _route(post_reply: Reply):
+    def reply(request: ReceivedRequest) -> Reply:
+        if request.method == "GET" and request.path == "/v1/models":
+            return json_reply(200, MODELS)
+        return post_reply
+
+    return reply
+
+
+# ── BC-29: wrong model / every request fails ────────────────────────────
+# Case BC-29 (../shared/cases/CASES.md): errors mid-run -> failure rate shown, exit non-zero.
+def test_bc29_every_request_404_mid_run_is_reported_and_exits_nonzero(tmp_path):
+    body = json.dumps(
+        {"error": {"message": "model 'm' is not served", "type": "NotFoundError", "param": None, "code": 404}}
+    )
+    out = tmp_path / "r.json"
+    with ScriptedServer(_route(json_reply(404, body))) as srv:
+        proc = _locust(
+            [
+                "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", srv.base_url,
+                "-u", "4", "-r", "4", "--num-requests", "20", "-t", "60s", "--skip-preflight",
+                "--results-json", str(out),
+            ]
+        )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    results = json.loads(out.read_text())
+    assert results["requests"]["failed"] == 20
+    assert results["requests"]["succeeded"] == 0
+    assert results["requests"]["failure_ratio"] == 1.0
+    assert [e["category"] for e in results["errors"]] == ["HTTP 404 NotFoundError"]
+    assert "FAILED: 20/20 requests failed" in proc.stdout
+
+
+# Case BC-29: preflight probe against a server whose generation endpoint refuses the model.
+def test_bc29_preflight_probe_failure_stops_before_load(tmp_path):
+    body = json.dumps(
+        {"error": {"message": "model 'm' is not served", "type": "NotFoundError", "param": None, "code": 404}}
+    )
+    with ScriptedServer(_route(json_reply(404, body))) as srv:
+        proc = _locust(
+            ["-f", "locustfiles/completions.py", "--headless", "-H", srv.base_url, "-u", "4", "-t", "30s"],
+            timeout_s=60,
+        )
+        posts = [r for r in srv.requests if r.method == "POST"]
+    assert proc.returncode == 2
+    assert "probe request for CompletionUser (/v1/completions) failed: HTTP 404 NotFoundError" in proc.stderr
+    assert len(posts) == 1  # the probe only; no load
+
+
+# ── BC-27: timeouts, truncated streams, in-flight at stop ──────────────
+def _client_run(url: str, timeouts: Timeouts) -> RequestRecord:
+    client = StreamingClient(GeventHTTPTransport(url, headers={}, timeouts=timeouts))
+    request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+    return client.run(request)
+
+
+# Case BC-27 A: headers + role, then silence: a read-idle timeout failure, not a hang or a success.
+def test_bc27_silence_after_headers_is_an_idle_timeout_failure():
+    reply = Reply(writes=[W(10, sse(ROLE))], ending=Ending.STALL)
+    with ScriptedServer(reply) as srv:
+        record = _client_run(srv.base_url, Timeouts(connect_s=5, idle_s=0.5, total_s=30))
+    assert record.outcome is Outcome.TIMEOUT
+    assert record.error is not None
+    assert "0.5" in record.error.message
+    stats = LLMStats.empty()
+    stats.add(record)
+    total = stats.total()
+    assert (total.succeeded, total.failed) == (0, 1)
+
+
+# Case BC-27 B: two tokens then TCP close without finish_reason or [DONE].
+def test_bc27_stream_closed_before_completion_is_a_failure_without_tokens():
+    reply = Reply(
+        writes=[W(10, sse(ROLE)), W(20, sse(C({"content": "a"}))), W(30, sse(C({"content": "b"})))],
+        ending=Ending.CLOSE,
+    )
+    with ScriptedServer(reply) as srv:
+        record = _client_run(srv.base_url, Timeouts(connect_s=5, idle_s=5, total_s=30))
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    assert "stream ended before completion" in record.error.category + record.error.message
+    results_stats = LLMStats.empty()
+    results_stats.add(record)
+    total = results_stats.total()
+    assert total.succeeded == 0
+    assert total.histograms()["ttft_s"].count == 0  # partial tokens and times stay out of latency
+
+
+# Case BC-27 C: the run stops while 50 streams are mid-generation -> cancelled_at_stop = 50.
+def test_bc27_requests_in_flight_at_stop_are_cancelled_not_failed(tmp_path):
+    url, sim = start_sim("--decode-step-ms", "10", "--prefill-base-ms", "0")
+    out = tmp_path / "r.json"
+    try:
+        proc = _locust(
+            [
+                "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", url, "-u", "50", "-r", "50",
+                "-t", "3s", "--ignore-eos", "--max-tokens", "2000", "--skip-preflight", "--results-json", str(out),
+            ]
+        )  # fmt: skip
+    finally:
+        stop_sim(sim)
+    results = json.loads(out.read_text())
+    assert results["requests"]["cancelled"] == 50
+    assert results["requests"]["failed"] == 0
+    assert results["requests"]["succeeded"] == 0
+    assert results["latency"]["e2e_s"]["count"] == 0
+    assert proc.returncode == 1  # nothing finished: not a passing benchmark
+    assert "Cancelled at stop:" in proc.stdout
+
+
+# ── BC-28: unique error messages must not grow memory ───────────────────
+# Case BC-28: every failure carries a unique request id; grouping stays bounded.
+def test_bc28_unique_error_messages_are_grouped_with_bounded_samples():
+    stats = LLMStats.empty()
+    for _ in range(20_000):
+        record = RequestRecord(endpoint="chat", model="m", started_at_unix=0.0, outcome=Outcome.HTTP_ERROR)
+        record.error = ErrorInfo(
+            category="HTTP 500 InternalServerError",
+            message=f"internal error, request id {uuid.uuid4()}",
+            status=500,
+        )
+        stats.add(record)
+    for i in range(500):  # distinct categories are capped too
+        record = RequestRecord(endpoint="chat", model="m", started_at_unix=0.0, outcome=Outcome.SERVER_ERROR)
+        record.error = ErrorInfo(category=f"server {i:03d}", message="x")
+        stats.add(record)
+    total = stats.total()
+    assert total.failed == 20_500
+    assert len(total.errors) <= MAX_ERROR_CATEGORIES
+    group = total.errors["HTTP 500 InternalServerError"]
+    assert group.count == 20_000
+    assert len(group.samples) <= 3
+    assert len(json.dumps(to_wire(stats))) < 20_000
+
+
+# ── BC-24: connection pool and open-file limit ──────────────────────────
+# Case BC-24: 256 users give 256 concurrent streams at the server (no client-side pool cap).
+def test_bc24_server_sees_every_user_as_a_concurrent_stream(tmp_path):
+    url, sim = start_sim("--decode-step-ms", "10", "--prefill-base-ms", "0", "--max-num-seqs", "512")
+    seen = []
+    try:
+        proc = subprocess.Popen(
+            [
+                *locust_argv([]), "-f", "locustfiles/chat.py", "--headless", "--only-summary",
+                "-H", url, "-u", "256", "-r", "256", "-t", "8s", "--ignore-eos", "--max-tokens", "400",
+                "--skip-preflight",
+            ],
+            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            for _ in range(60):
+                if proc.poll() is not None:
+                    break
+                samples = metrics(url)
+                seen.append(samples.get(("llmload_sim_requests_running", ()), 0.0))
+                gevent.sleep(0.1)
+        finally:
+            proc.wait(timeout=60)
+    finally:
+        stop_sim(sim)
+    assert max(seen) == 256
+
+
+def _limit_open_files():
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+
+# Case BC-24: an open-file limit below the users is refused with the numbers, not Errno 24 mid-run.
+def test_bc24_open_file_limit_below_users_is_refused_before_load():
+    url, sim = start_sim()
+    try:
+        proc = _locust(
+            ["-f", "locustfiles/chat.py", "--headless", "-H", url, "-u", "256", "-r", "256", "-t", "5s"],
+            preexec=_limit_open_files,
+            timeout_s=60,
+        )
+        served = metrics(url)
+    finally:
+        stop_sim(sim)
+    assert proc.returncode == 2
+    assert "open-file limit 256 (hard 256) < needed ~512" in proc.stderr
+    completed = sum(v for (name, _), v in served.items() if name == "llmload_sim_requests_completed_total")
+    assert completed <= 1  # at most the preflight probe
+
+
+# ── BC-25: the load generator itself saturated ──────────────────────────
+# Case BC-25: sustained CPU above the threshold is detected and reported.
+def test_bc25_cpu_monitor_flags_only_sustained_saturation():
+    samples = iter([95.0, 97.0, 20.0, 95.0, 96.0, 99.0, 10.0] + [0.0] * 100)
+    monitor = CpuMonitor(threshold_percent=90.0, sustain_s=0.025, interval_s=0.01, sample=lambda: next(samples))
+    monitor.start()
+    gevent.sleep(0.3)
+    monitor.stop()
+    assert monitor.saturated_s == pytest.approx(0.03)
+    assert monitor.saturated
+    assert monitor.max_percent == 99.0
+
+
+def test_bc25_cpu_monitor_ignores_short_spikes():
+    monitor = CpuMonitor(threshold_percent=90.0, sustain_s=5.0, interval_s=1.0, sample=lambda: 0.0)
+    for percent in [95.0, 99.0, 20.0, 95.0, 10.0]:
+        monitor.observe(percent)
+    assert monitor.saturated_s == 2.0
+    assert not monitor.saturated
+
+
+def test_bc25_cpu_monitor_samples_the_real_process():
+    monitor = CpuMonitor(interval_s=0.05)
+    monitor.start()
+    deadline = gevent.get_hub().loop.now() + 0.5
+    while gevent.get_hub().loop.now() < deadline:
+        sum(range(20_000))
+        gevent.sleep(0)
+    monitor.stop()
+    assert monitor.max_percent > 0.0
+
+
+# ── Security: the API key never leaks ───────────────────────────────────
+def test_api_key_is_sent_to_the_target_and_never_printed_or_written(tmp_path):
+    key = "sk-llmload-test-" + uuid.uuid4().hex
+    reply = Reply(writes=[W(5, sse(ROLE, C({"content": "hi"}), CF("stop"), U(3, 1), "[DONE]"))])
+    out, log = tmp_path / "r.json", tmp_path / "req.jsonl"
+    with ScriptedServer(_route(reply)) as srv:
+        proc = _locust(
+            [
+                "-f", "locustfiles/chat.py", "--headless", "-H", srv.base_url, "--processes", "2",
+                "-u", "4", "-r", "4", "--num-requests", "12", "-t", "60s", "--results-json", str(out),
+                "--requests-log", str(log), "--loglevel", "DEBUG",
+            ],
+            env={"OPENAI_API_KEY": key},
+        )  # fmt: skip
+        auth = {r.headers.get("authorization") for r in srv.requests if r.method == "POST"}
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert auth == {f"Bearer {key}"}
+    written = [out.read_text()] + [p.read_text() for p in Path(tmp_path).glob("req*.jsonl")]
+    assert len(written) == 3  # results + one requests log per worker
+    for text in [proc.stdout, proc.stderr, *written]:
+        assert key not in text
+        assert key[-12:] not in text

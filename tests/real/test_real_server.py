@@ -1,0 +1,153 @@
+"""Main paths against llama.cpp's native ``llama-server``: llmload's totals equal the server's own counters.
+
+Opt-in (``make test-real``). Each test runs a real ``locust`` process with
+``--num-requests`` against a ``llama-server`` on loopback (tiny random-weight
+model, 8 ``--parallel`` slots) and compares the results file with the deltas
+of the server's Prometheus counters over the run:
+
+- ``llamacpp:tokens_predicted_total``: generated tokens;
+- ``llamacpp:prompt_tokens_total``: prompt tokens *processed*, excluding
+  tokens reused from the prompt cache, which ``llamacpp:prompt_tokens_cached_total``
+  counts. ``usage.prompt_tokens`` (what llmload reports) includes the cached
+  ones, so the exact comparison runs against a server started with
+  ``--no-cache-prompt``; a cached server is compared with the sum.
+
+llama-server adds a request's generated tokens to its counters when the slot
+is released and its prompt tokens after the decode step, both on the server
+loop that also answers ``/metrics``; the counters are read until two reads
+agree (bounded) so that a late update is never mistaken for a mismatch.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.real.conftest import REPO_ROOT, LlamaServer
+
+pytestmark = [pytest.mark.real, pytest.mark.integration]
+
+COUNTERS = (
+    "llamacpp:tokens_predicted_total",
+    "llamacpp:prompt_tokens_total",
+    "llamacpp:prompt_tokens_cached_total",
+)
+NUM_REQUESTS = 40
+LOCUST_TIMEOUT_S = 120
+SETTLE_TIMEOUT_S = 5.0
+
+
+@pytest.fixture(scope="module")
+def server(start_llama_server: Callable[[str], LlamaServer]) -> LlamaServer:
+    """llama-server without prompt caching: every prompt token is processed and counted."""
+    return start_llama_server("--no-cache-prompt")
+
+
+@pytest.fixture(scope="module")
+def cached_server(start_llama_server: Callable[[str], LlamaServer]) -> LlamaServer:
+    """llama-server with its default prompt cache (repeated prompts reuse KV entries)."""
+    return start_llama_server("")
+
+
+def read_counters(url: str) -> dict[str, float]:
+    """Scrape ``/metrics`` once; return the ``COUNTERS`` samples."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    return {name: samples[name] for name in COUNTERS}
+
+
+def settled_counters(url: str) -> dict[str, float]:
+    """Read the counters until two reads 0.2 s apart agree (at most ``SETTLE_TIMEOUT_S``)."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    last = read_counters(url)
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = read_counters(url)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def run_locust(server: LlamaServer, locustfile: str, out: Path, *extra: str) -> dict[str, Any]:
+    """Run ``--num-requests NUM_REQUESTS`` with 8 users; return the results file and the wall time."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "locust", "-f", locustfile, "--headless", "--only-summary",
+            "-H", server.url, "-u", "8", "-r", "8", "--num-requests", str(NUM_REQUESTS), "-t", "90s",
+            "--max-tokens", "32", "--results-json", str(out), "--skip-preflight", "--prometheus-port", "0",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=LOCUST_TIMEOUT_S,
+        cwd=REPO_ROOT,
+        check=False,
+    )  # fmt: skip
+    assert out.exists(), proc.stderr[-3000:]
+    results: dict[str, Any] = json.loads(out.read_text())
+    results["_wall_s"] = time.perf_counter() - t0
+    return results
+
+
+def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {name: after[name] - before[name] for name in COUNTERS}
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "no-stream"])
+@pytest.mark.parametrize("locustfile", ["locustfiles/chat.py", "locustfiles/completions.py"])
+def test_real_token_totals_equal_llama_server_counters(server, tmp_path, locustfile, stream):
+    before = settled_counters(server.url)
+    results = run_locust(server, locustfile, tmp_path / "r.json", *([] if stream else ["--no-stream"]))
+    d = delta(before, settled_counters(server.url))
+    assert results["requests"]["succeeded"] == NUM_REQUESTS, results["errors"]
+    assert results["requests"]["failed"] == 0
+    assert results["tokens"]["completion_source"] == "server"
+    assert results["tokens"]["prompt_source"] == "server"
+    assert results["tokens"]["completion"] == d["llamacpp:tokens_predicted_total"] > 0
+    assert results["tokens"]["prompt"] == d["llamacpp:prompt_tokens_total"] > 0
+    assert d["llamacpp:prompt_tokens_cached_total"] == 0
+    if stream:
+        assert results["latency"]["ttft_s"]["count"] == NUM_REQUESTS
+        # the tiny model streams one token per chunk; server usage confirms it
+        assert results["latency"]["itl_kind"] == "token"
+    print(
+        f"\n{locustfile} stream={stream}: {NUM_REQUESTS} requests in {results['_wall_s']:.1f} s (locust process), "
+        f"duration_s {results['duration_s']:.2f}, completion {results['tokens']['completion']}, "
+        f"prompt {results['tokens']['prompt']}, output tok/s {results['throughput']['output_tokens_per_s']:.0f}, "
+        f"ttft p50 {results['latency']['ttft_s']['p50']}"
+    )
+
+
+def test_real_prompt_cache_splits_prompt_counter_but_usage_counts_all(cached_server, tmp_path):
+    """With the prompt cache, usage.prompt_tokens = processed + reused; llamacpp:prompt_tokens_total only processed."""
+    before = settled_counters(cached_server.url)
+    results = run_locust(cached_server, "locustfiles/chat.py", tmp_path / "r.json")
+    d = delta(before, settled_counters(cached_server.url))
+    assert results["requests"]["succeeded"] == NUM_REQUESTS, results["errors"]
+    assert results["tokens"]["completion"] == d["llamacpp:tokens_predicted_total"]
+    assert d["llamacpp:prompt_tokens_cached_total"] > 0  # every request repeats the same prompt
+    assert results["tokens"]["prompt"] > d["llamacpp:prompt_tokens_total"]
+    assert results["tokens"]["prompt"] == d["llamacpp:prompt_tokens_total"] + d["llamacpp:prompt_tokens_cached_total"]
+
+
+def test_real_processes_2_totals_equal_llama_server_counters(server, tmp_path):
+    """Master + 2 local workers: the merged totals still equal the server's counters."""
+    before = settled_counters(server.url)
+    results = run_locust(server, "locustfiles/chat.py", tmp_path / "r.json", "--processes", "2")
+    d = delta(before, settled_counters(server.url))
+    assert results["run"]["workers"] == 2
+    assert results["requests"]["succeeded"] == NUM_REQUESTS, results["errors"]
+    assert results["tokens"]["completion"] == d["llamacpp:tokens_predicted_total"]
+    assert results["tokens"]["prompt"] == d["llamacpp:prompt_tokens_total"]

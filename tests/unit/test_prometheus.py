@@ -1,0 +1,452 @@
+"""exporters.prometheus and exporters.window: the Collector against a fresh registry, bucket edges,
+histogram_quantile accuracy, the live window, label bounds, and the /metrics server on loopback."""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmload.errors import ConfigError
+from llmload.exporters.prometheus import (
+    BUCKET_EDGES_S,
+    MAX_LABEL_CHARS,
+    PrometheusExporter,
+    RunView,
+    histogram_buckets,
+)
+from llmload.exporters.report import RunInfo, build_results
+from llmload.exporters.window import SlidingWindow
+from llmload.histogram import LatencyHistogram
+from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.stats import MAX_ERROR_CATEGORIES, LLMStats
+
+CHAT = {"endpoint": "chat", "model": "m"}
+T0 = 1_700_000_000.0
+
+
+class FakeClock:
+    """Monotonic clock the test moves by hand."""
+
+    def __init__(self, now_s: float = 100.0) -> None:
+        self.now_s = now_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def _ok(ttft_s: float, *, tokens: int = 3, gap_s: float = 0.01, endpoint: str = "chat") -> RequestRecord:
+    times = [ttft_s + i * gap_s for i in range(tokens)]
+    return RequestRecord(
+        endpoint=endpoint,
+        model="m",
+        started_at_unix=T0,
+        token_times_s=times,
+        first_content_s=ttft_s,
+        end_s=times[-1] + 0.001,
+        prompt_tokens=TokenCount(7, TokenSource.SERVER),
+        completion_tokens=TokenCount(tokens, TokenSource.SERVER),
+    )
+
+
+def _failed(category: str, message: str, outcome: Outcome = Outcome.HTTP_ERROR) -> RequestRecord:
+    return RequestRecord(
+        endpoint="chat",
+        model="m",
+        started_at_unix=T0,
+        outcome=outcome,
+        error=ErrorInfo(category, message, 500),
+        end_s=0.05,
+    )
+
+
+def _view(stats: LLMStats, **overrides: object) -> RunView:
+    fields: dict[str, object] = {
+        "stats": stats,
+        "window": None,
+        "users": 0,
+        "in_flight_requests": 0,
+        "workers": 0,
+        "run_id": "r1",
+        "host": "http://127.0.0.1:8000",
+        "model": "m",
+        "version": "9.9.9",
+    }
+    fields.update(overrides)
+    return RunView(**fields)  # type: ignore[arg-type]
+
+
+def _registry(view: RunView) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    PrometheusExporter(lambda: view, registry=registry)
+    return registry
+
+
+def _prometheus_histogram_quantile(q: float, buckets: list[tuple[str, float]]) -> float:
+    """Prometheus' bucketQuantile (promql/quantile.go): linear interpolation inside the bucket."""
+    bounds = [(math.inf if le == "+Inf" else float(le), count) for le, count in buckets]
+    rank = q * bounds[-1][1]
+    b = next(i for i, (_, count) in enumerate(bounds) if count >= rank)
+    if b == len(bounds) - 1:
+        return bounds[-2][0]
+    start, below = (0.0, 0.0) if b == 0 else bounds[b - 1]
+    end, count = bounds[b]
+    return start + (end - start) * (rank - below) / (count - below)
+
+
+# ── bucket edges ─────────────────────────────────────────────────────────
+def test_bucket_edges_span_1ms_to_10min():
+    assert BUCKET_EDGES_S[0] == pytest.approx(0.001, rel=0.02)
+    assert BUCKET_EDGES_S[-1] >= 600.0
+    assert BUCKET_EDGES_S[-2] < 600.0
+
+
+def test_bucket_edges_neighbour_ratio_below_5_percent():
+    ratios = [b / a for a, b in zip(BUCKET_EDGES_S, BUCKET_EDGES_S[1:], strict=False)]
+    assert max(ratios) < 1.05
+    assert min(ratios) > 1.04  # not finer than needed: 334 edges
+
+
+def test_histogram_buckets_edges_are_internal_edges():
+    """Values just below an exported edge count at that edge, values just above do not."""
+    for edge in BUCKET_EDGES_S[::37]:
+        hist = LatencyHistogram.empty()
+        hist.add(edge * (1 - 1e-9))
+        hist.add(edge * (1 + 1e-9))
+        counts = dict(histogram_buckets(hist))
+        assert counts[repr(edge)] == 1
+
+
+def test_histogram_buckets_cumulative_counts_are_exact():
+    rng = random.Random(7)
+    values = [math.exp(rng.uniform(math.log(0.0005), math.log(900.0))) for _ in range(5000)]
+    values += [0.0, 0.0]  # the zero bucket counts below every edge
+    hist = LatencyHistogram.empty()
+    hist.add_many(values)
+    buckets = histogram_buckets(hist)
+    assert buckets[-1] == ("+Inf", len(values))
+    ordered = sorted(values)
+    for le, count in buckets[:-1]:
+        assert count == bisect.bisect_right(ordered, float(le)), le
+
+
+def test_histogram_buckets_are_monotonic_with_334_edges():
+    hist = LatencyHistogram.empty()
+    hist.add_many([0.01, 0.02, 5.0, 1000.0])
+    counts = [count for _, count in histogram_buckets(hist)]
+    assert len(counts) == 335
+    assert counts == sorted(counts)
+    assert counts[-2] == 3  # 1000 s is above the last edge: only in +Inf
+    assert counts[-1] == 4
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda rng: rng.lognormvariate(math.log(0.05), 0.6),  # TTFT-like
+        lambda rng: rng.uniform(0.002, 0.004),  # narrow ITL
+        lambda rng: rng.choice([0.03, 2.5]) * rng.uniform(0.9, 1.1),  # bimodal
+        lambda rng: rng.paretovariate(1.5) * 0.1,  # heavy tail
+    ],
+    ids=["lognormal", "narrow", "bimodal", "pareto"],
+)
+def test_histogram_quantile_p99_within_5_percent_of_exact(draw):
+    rng = random.Random(11)
+    values = sorted(draw(rng) for _ in range(3000))
+    hist = LatencyHistogram.empty()
+    hist.add_many(values)
+    exact_p99 = values[math.ceil(0.99 * len(values)) - 1]
+    estimate = _prometheus_histogram_quantile(0.99, histogram_buckets(hist))
+    assert estimate == pytest.approx(exact_p99, rel=0.05)
+    # ... and against the report's own estimate (same bucket): within the documented 3.1%.
+    assert estimate == pytest.approx(hist.quantile(0.99), rel=0.032)
+
+
+# ── collector ────────────────────────────────────────────────────────────
+def _mixed_stats() -> LLMStats:
+    stats = LLMStats.empty()
+    for ttft in (0.05, 0.1, 0.2):
+        stats.add(_ok(ttft, tokens=4))
+    stats.add(_ok(0.3, tokens=2, endpoint="completions"))
+    stats.add(_failed("HTTP 500 InternalServerError", "boom"))
+    stats.add(_failed("timeout: read idle", "no bytes for 300 s", Outcome.TIMEOUT))
+    stats.add_cancelled("chat", "m", 2)
+    return stats
+
+
+def test_collector_counters_equal_the_results_document():
+    stats = _mixed_stats()
+    run = RunInfo("r1", "http://h", ("ChatUser",), "m", 1, 0, None, T0)
+    results = build_results(stats, run=run)
+    registry = _registry(_view(stats))
+    for entry in results["by_endpoint"]:
+        labels = {"endpoint": entry["endpoint"], "model": entry["model"]}
+        for outcome, n in entry["requests"]["by_outcome"].items():
+            assert registry.get_sample_value("llmload_requests_total", {**labels, "outcome": outcome}) == n
+        assert registry.get_sample_value("llmload_prompt_tokens_total", labels) == entry["tokens"]["prompt"]
+        completion = sum(
+            registry.get_sample_value("llmload_completion_tokens_total", {**labels, "source": s.value}) or 0
+            for s in (TokenSource.SERVER, TokenSource.TOKENIZER, TokenSource.CHUNKS)
+        )
+        assert completion == entry["tokens"]["completion"]
+        for error in entry["errors"]:
+            value = registry.get_sample_value(
+                "llmload_request_errors_total", {**labels, "error_type": error["category"]}
+            )
+            assert value == error["count"]
+        assert (
+            registry.get_sample_value("llmload_time_to_first_token_seconds_count", labels)
+            == entry["latency"]["ttft_s"]["count"]
+        )
+
+
+def test_collector_chat_counts():
+    registry = _registry(_view(_mixed_stats()))
+    assert registry.get_sample_value("llmload_requests_total", {**CHAT, "outcome": "ok"}) == 3
+    assert registry.get_sample_value("llmload_requests_total", {**CHAT, "outcome": "cancelled"}) == 2
+    assert registry.get_sample_value("llmload_requests_total", {**CHAT, "outcome": "empty"}) == 0
+    assert registry.get_sample_value("llmload_completion_tokens_total", {**CHAT, "source": "server"}) == 12
+    assert registry.get_sample_value("llmload_prompt_tokens_total", CHAT) == 21
+
+
+def test_collector_histogram_count_sum_and_buckets():
+    stats = LLMStats.empty()
+    for ttft in (0.05, 0.1, 0.2):
+        stats.add(_ok(ttft, tokens=4))
+    registry = _registry(_view(stats))
+    assert registry.get_sample_value("llmload_time_to_first_token_seconds_count", CHAT) == 3
+    assert registry.get_sample_value("llmload_time_to_first_token_seconds_sum", CHAT) == pytest.approx(0.35)
+    assert registry.get_sample_value("llmload_inter_token_latency_seconds_count", CHAT) == 9
+    assert registry.get_sample_value("llmload_time_per_output_token_seconds_count", CHAT) == 3
+    assert registry.get_sample_value("llmload_request_duration_seconds_count", CHAT) == 3
+    le_099 = next(repr(e) for e in BUCKET_EDGES_S if e >= 0.099)  # the first edge above 0.1 s
+    assert float(le_099) > 0.1
+    assert registry.get_sample_value("llmload_time_to_first_token_seconds_bucket", {**CHAT, "le": le_099}) == 2
+    inf = registry.get_sample_value("llmload_time_to_first_token_seconds_bucket", {**CHAT, "le": "+Inf"})
+    assert inf == 3
+
+
+def test_collector_error_types_bounded_and_messages_never_labels():
+    stats = LLMStats.empty()
+    for i in range(3 * MAX_ERROR_CATEGORIES):
+        stats.add(_failed(f"type{i:03d}/{i}", f"secret message {i} from the server"))
+    registry = _registry(_view(stats))
+    error_labels = [
+        sample.labels["error_type"]
+        for family in registry.collect()
+        for sample in family.samples
+        if sample.name == "llmload_request_errors_total"
+    ]
+    assert len(error_labels) == MAX_ERROR_CATEGORIES
+    assert "other" in error_labels
+    every_label_value = {v for family in registry.collect() for s in family.samples for v in s.labels.values()}
+    assert not any("secret" in value for value in every_label_value)
+    total = sum(
+        registry.get_sample_value("llmload_request_errors_total", {**CHAT, "error_type": label}) or 0
+        for label in error_labels
+    )
+    assert total == 3 * MAX_ERROR_CATEGORIES
+
+
+def test_collector_long_error_types_truncated_and_merged():
+    stats = LLMStats.empty()
+    prefix = "x" * MAX_LABEL_CHARS
+    stats.add(_failed(prefix + "a", "m1"))
+    stats.add(_failed(prefix + "b", "m2"))
+    registry = _registry(_view(stats))
+    assert registry.get_sample_value("llmload_request_errors_total", {**CHAT, "error_type": prefix}) == 2
+
+
+def test_collector_gauges_and_info():
+    view = _view(
+        LLMStats.empty(),
+        users=64,
+        in_flight_requests=17,
+        workers=2,
+        host="https://user:pw@vllm.example:8443/base",
+        started_at_unix=T0,
+    )
+    registry = _registry(view)
+    assert registry.get_sample_value("llmload_users") == 64
+    assert registry.get_sample_value("llmload_in_flight_requests") == 17
+    assert registry.get_sample_value("llmload_workers") == 2
+    assert registry.get_sample_value("llmload_run_start_time_seconds") == T0
+    info = {"run_id": "r1", "host": "https://vllm.example:8443/base", "model": "m", "version": "9.9.9"}
+    assert registry.get_sample_value("llmload_run_info", info) == 1
+
+
+def test_collector_without_requests_exports_no_labelled_series():
+    registry = _registry(_view(LLMStats.empty()))
+    assert registry.get_sample_value("llmload_requests_total", {**CHAT, "outcome": "ok"}) is None
+    assert registry.get_sample_value("llmload_run_start_time_seconds") is None
+    assert registry.get_sample_value("llmload_window_length_seconds") is None  # no window given
+
+
+def test_collector_reads_the_snapshot_at_every_scrape():
+    stats = LLMStats.empty()
+    registry = CollectorRegistry()
+    PrometheusExporter(lambda: _view(stats), registry=registry)
+    stats.add(_ok(0.1))
+    assert registry.get_sample_value("llmload_requests_total", {**CHAT, "outcome": "ok"}) == 1
+    stats.add(_ok(0.1))
+    assert registry.get_sample_value("llmload_requests_total", {**CHAT, "outcome": "ok"}) == 2
+
+
+def test_collector_window_quantiles_equal_histogram_quantiles():
+    clock = FakeClock()
+    window = SlidingWindow(10.0, clock=clock)
+    delta = LLMStats.empty()
+    for ttft in (0.02, 0.04, 0.08, 0.16, 0.32):
+        delta.add(_ok(ttft, tokens=5))
+    clock.now_s += 2.0
+    window.add(delta, "w1")
+    registry = _registry(_view(LLMStats.empty(), window=window.view()))
+    expected = delta.get("chat", "m").ttft_s.quantiles([0.5, 0.9, 0.99])
+    for q, value in zip(("0.5", "0.9", "0.99"), expected, strict=True):
+        got = registry.get_sample_value("llmload_window_time_to_first_token_seconds", {**CHAT, "quantile": q})
+        assert got == value
+    assert registry.get_sample_value("llmload_window_output_tokens_per_second", CHAT) == pytest.approx(25 / 2.0)
+    assert registry.get_sample_value("llmload_window_requests_per_second", CHAT) == pytest.approx(5 / 2.0)
+    assert registry.get_sample_value("llmload_window_length_seconds") == 10.0
+
+
+# ── window ───────────────────────────────────────────────────────────────
+def _delta(n_requests: int, tokens: int = 10) -> LLMStats:
+    delta = LLMStats.empty()
+    for _ in range(n_requests):
+        delta.add(_ok(0.05, tokens=tokens))
+    return delta
+
+
+def test_window_rate_divides_by_each_sources_covered_span():
+    """Worker 1 reports every 3 s, worker 2 every 1 s: each rate is over its own coverage."""
+    clock = FakeClock(0.0)
+    window = SlidingWindow(10.0, clock=clock)
+    for t in range(1, 15):
+        clock.now_s = float(t)
+        window.add(_delta(1), "w2")  # 10 tokens/s
+        if t % 3 == 0:
+            window.add(_delta(6), "w1")  # 60 tokens every 3 s = 20 tokens/s
+    view = window.view()
+    # At t=14 (window (4, 14]): w1's reports at 6, 9, 12 cover (3, 12]; w2's at 5..14 cover (4, 14].
+    assert view.output_tokens_per_s[("chat", "m")] == pytest.approx(30.0)
+    assert view.requests_per_s[("chat", "m")] == pytest.approx(3.0)
+    assert view.stats.get("chat", "m").succeeded == 18 + 10  # w1: 3 reports x 6, w2: 10 reports
+
+
+def test_window_drops_deltas_older_than_its_length():
+    clock = FakeClock(0.0)
+    window = SlidingWindow(10.0, clock=clock)
+    clock.now_s = 1.0
+    window.add(_delta(5), "w1")
+    clock.now_s = 11.0
+    assert window.view().stats.is_empty()
+    assert window.view().output_tokens_per_s == {}
+
+
+def test_window_first_delta_covers_time_since_reset():
+    clock = FakeClock(50.0)
+    window = SlidingWindow(10.0, clock=clock)
+    clock.now_s = 60.0
+    window.reset()
+    clock.now_s = 64.0
+    window.add(_delta(2, tokens=8), "local")
+    assert window.view().output_tokens_per_s[("chat", "m")] == pytest.approx(16 / 4.0)
+
+
+def test_window_empty_deltas_extend_the_span():
+    clock = FakeClock(0.0)
+    window = SlidingWindow(10.0, clock=clock)
+    clock.now_s = 2.0
+    window.add(_delta(1, tokens=10), "w1")
+    clock.now_s = 4.0
+    window.add(LLMStats.empty(), "w1")
+    assert window.view().output_tokens_per_s[("chat", "m")] == pytest.approx(10 / 4.0)
+
+
+def test_window_rejects_non_positive_length():
+    with pytest.raises(ValueError, match="window length must be a positive number of seconds, got 0"):
+        SlidingWindow(0)
+
+
+# ── HTTP server ──────────────────────────────────────────────────────────
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@pytest.fixture
+def exporter():
+    stats = LLMStats.empty()
+    stats.add(_ok(0.1))
+    exporter = PrometheusExporter(lambda: _view(stats), registry=CollectorRegistry())
+    port = exporter.start(0, "127.0.0.1")
+    exporter.url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
+    yield exporter
+    exporter.stop()
+
+
+def test_exporter_serves_metrics_in_text_format(exporter):
+    status, body = _get(exporter.url + "/metrics")
+    assert status == 200
+    families = {f.name: f for f in text_string_to_metric_families(body)}
+    ok = [s for s in families["llmload_requests"].samples if s.labels.get("outcome") == "ok"]
+    assert ok[0].value == 1
+    assert exporter.scrapes == 1
+
+
+def test_exporter_answers_404_outside_metrics(exporter):
+    status, body = _get(exporter.url + "/")
+    assert status == 404
+    assert "/metrics" in body
+    assert exporter.scrapes == 0
+
+
+def test_exporter_port_in_use_is_a_config_error_naming_the_fix(exporter):
+    port = int(exporter.url.rsplit(":", 1)[1])
+    other = PrometheusExporter(lambda: _view(LLMStats.empty()), registry=CollectorRegistry())
+    with pytest.raises(ConfigError, match=rf"127\.0\.0\.1:{port}.*--prometheus-port 0 to disable"):
+        other.start(port, "127.0.0.1")
+
+
+def test_exporter_wait_returns_at_once_when_never_scraped():
+    clock = FakeClock()
+    exporter = PrometheusExporter(lambda: _view(LLMStats.empty()), registry=CollectorRegistry(), clock=clock)
+    exporter.mark_final()
+    assert exporter.wait_for_final_scrape(timeout_s=3600.0) is False
+
+
+def test_exporter_wait_ends_with_the_first_scrape_after_final(exporter):
+    _get(exporter.url + "/metrics")  # a scraper exists
+    exporter.mark_final()
+    scraper = threading.Timer(0.2, _get, args=(exporter.url + "/metrics",))
+    scraper.start()
+    try:
+        assert exporter.wait_for_final_scrape(timeout_s=10.0) is True
+    finally:
+        scraper.join(5)
+    assert exporter.scrapes == 2
+
+
+def test_exporter_wait_times_out_without_a_scrape_after_final(exporter):
+    _get(exporter.url + "/metrics")
+    exporter.mark_final()
+    assert exporter.wait_for_final_scrape(timeout_s=0.2) is False
+
+
+def test_exporter_stop_releases_the_port(exporter):
+    port = int(exporter.url.rsplit(":", 1)[1])
+    exporter.stop()
+    again = PrometheusExporter(lambda: _view(LLMStats.empty()), registry=CollectorRegistry())
+    assert again.start(port, "127.0.0.1") == port
+    again.stop()
