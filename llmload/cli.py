@@ -60,6 +60,8 @@ def _locustfile(name: str) -> str:
 def _demo(args: argparse.Namespace) -> int:
     results = Path(args.results_dir)
     results.mkdir(parents=True, exist_ok=True)
+    for stale in (results / "demo-chat.json", results / "demo-completions.json"):
+        stale.unlink(missing_ok=True)
     sim = subprocess.Popen(
         [sys.executable, "-m", "llmload.sim", "--port", "0"],
         stdout=subprocess.PIPE,
@@ -112,12 +114,12 @@ def _demo(args: argparse.Namespace) -> int:
                 comp_json,
             )
         )
-        for path in (chat_json, comp_json):
-            data = json.loads(path.read_text()) if path.exists() else None
-            if data is None:
-                print(f"llmload demo: {path} was not written", file=sys.stderr)
-                codes.append(1)
-        print(f"\n== results written to {chat_json} and {comp_json}", flush=True)
+        written = [path for path in (chat_json, comp_json) if path.exists() and json.loads(path.read_text())]
+        for path in {chat_json, comp_json} - set(written):
+            print(f"llmload demo: {path} was not written", file=sys.stderr)
+            codes.append(1)
+        if written:
+            print(f"\n== results written to {' and '.join(map(str, written))}", flush=True)
         return max(codes)
     finally:
         sim.terminate()

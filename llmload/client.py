@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from llmload.chunks import ReplyAccumulator, parse_chunk, read_server_error
 from llmload.errors import ConnectionClosedError, RequestTimeout, SSEProtocolError, TransportError
@@ -102,6 +102,8 @@ class StreamingClient:
         wall_clock: Callable[[], float] = time.time,
         token_counter: TokenCounter | None = None,
         total_timeout_s: float = 1800.0,
+        keep_text: bool = False,
+        compare_tokens: bool = False,
     ) -> None:
         """Create a client.
 
@@ -113,12 +115,24 @@ class StreamingClient:
             total_timeout_s: limit on one request from send to end of body,
                 checked after every read (the transport's idle timeout bounds
                 each read).
+            keep_text: put the generated text in ``RequestRecord.output_text``
+                (multi-turn chat needs the reply).
+            compare_tokens: when the server sends usage, also count the output
+                with ``token_counter`` into ``RequestRecord.client_completion_tokens``
+                (a diagnostic, BC-15; one tokenizer call per request).
         """
         self._transport = transport
         self._clock = clock
         self._wall_clock = wall_clock
         self._token_counter = token_counter
         self._total_timeout_s = total_timeout_s
+        self._keep_text = keep_text
+        self._compare_tokens = compare_tokens and token_counter is not None
+        # The C scanner behind json.loads. Calling it directly skips loads'
+        # three Python layers and two regex matches, ~40 % of the decode cost
+        # of a typical chunk; anything it does not consume whole (surrounding
+        # whitespace, trailing data, invalid JSON) is handed to json.loads.
+        self._scan_json: Callable[[str, int], tuple[Any, int]] = vars(json.JSONDecoder())["scan_once"]
 
     def run(self, request: LLMRequest) -> RequestRecord:
         """Send ``request``, read the whole reply and return its record.
@@ -161,7 +175,7 @@ class StreamingClient:
 
     # ── replies ──────────────────────────────────────────────────────────
     def _read_stream(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
-        clock, read, loads = self._clock, response.read_some, json.loads
+        clock, read, loads, scan = self._clock, response.read_some, json.loads, self._scan_json
         feed = SSEDecoder().feed
         deadline_s = self._total_timeout_s
         acc = ReplyAccumulator()
@@ -183,7 +197,12 @@ class StreamingClient:
                     if not payload:
                         continue  # an empty data field carries nothing
                     try:
-                        obj = loads(payload)
+                        try:
+                            obj, end = scan(payload, 0)
+                        except StopIteration:  # not a JSON value at index 0 (e.g. leading space)
+                            end = -1
+                        if end != len(payload):
+                            obj = loads(payload)  # same value, or the same error, as json.loads alone
                     except ValueError as exc:
                         message = f"{exc}: {payload[:120]!r}"
                         raise _Failed(Outcome.STREAM_ERROR, "invalid JSON in stream", message) from exc
@@ -308,6 +327,11 @@ class StreamingClient:
         record.prompt_tokens = resolve_prompt_tokens(
             server_tokens=acc.prompt_tokens, prompt_text=request.prompt_text, counter=self._token_counter
         )
+        if self._keep_text:
+            record.output_text = "".join(acc.pieces)
+        if self._compare_tokens and self._token_counter is not None and acc.completion_tokens is not None:
+            # Both counts exist: keep the tokenizer's as a diagnostic only (BC-15).
+            record.client_completion_tokens = self._token_counter.count("".join(acc.pieces))
 
 
 # ── helpers of the classifier ────────────────────────────────────────────

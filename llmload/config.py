@@ -6,11 +6,16 @@ Every option has exactly one documented meaning; invalid values raise
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmload.errors import ConfigError
+from llmload.goodput import SLO, parse_slo
 
-__all__ = ["OPTIONS", "OptionSpec", "RunConfig", "Timeouts"]
+__all__ = ["OPTIONS", "LengthSpec", "OptionSpec", "RunConfig", "Timeouts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +44,28 @@ class Timeouts:
                     f"timeout {name} must be a positive number of seconds, got {value!r}; "
                     "pass e.g. --read-timeout 300"
                 )
+
+
+@dataclass(frozen=True, slots=True)
+class LengthSpec:
+    """A token length per request: fixed, uniform in ``[low, high]``, or normal around ``mean``.
+
+    ``--input-tokens 512``, ``--input-tokens 256:1024`` (uniform, inclusive) or
+    ``--input-tokens 512 --input-tokens-stddev 64`` (normal, rounded, at least 1).
+    """
+
+    mean: int
+    stddev: float = 0.0
+    low: int | None = None
+    high: int | None = None
+
+    def draw(self, rng: random.Random) -> int:
+        """Return one length (tokens, >= 1) using ``rng``."""
+        if self.low is not None and self.high is not None:
+            return rng.randint(self.low, self.high)
+        if self.stddev > 0:
+            return max(1, round(rng.gauss(self.mean, self.stddev)))
+        return self.mean
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +135,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--results-json", "Write the end-of-run results to this JSON file.", "", metavar="PATH"),
     OptionSpec(
         "--tokenizer",
-        "Local tokenizer directory (transformers AutoTokenizer) used only "
-        "when the server sends no usage. Never downloaded.",
+        "Tokenizer (transformers AutoTokenizer): a local directory, a tokenizer.json file, or a "
+        "hub id already in the local cache (downloaded only with --allow-download). Counts tokens "
+        "when the server sends no usage and makes synthetic prompts exact. Never taken from --model.",
         "",
-        metavar="PATH",
+        metavar="PATH_OR_NAME",
     ),
     OptionSpec("--connect-timeout", "Seconds to establish a connection.", 30.0, metavar="S"),
     OptionSpec(
@@ -147,6 +175,64 @@ OPTIONS: tuple[OptionSpec, ...] = (
         60.0,
         metavar="S",
     ),
+    # ── workloads (issue 3) ──
+    OptionSpec(
+        "--dataset",
+        "Prompt file: JSONL lines with \"prompt\" or chat \"messages\" (optional per-line "
+        "\"max_tokens\"), or ShareGPT JSON. Replaces --prompt.",
+        "",
+        metavar="PATH",
+    ),
+    OptionSpec("--dataset-format", "auto, jsonl or sharegpt.", "auto", metavar="FORMAT"),
+    OptionSpec(
+        "--input-tokens",
+        "Synthetic prompts of N tokens (exact with --tokenizer, approximate without), or MIN:MAX "
+        "(uniform). Replaces --prompt.",
+        "",
+        metavar="N",
+    ),
+    OptionSpec("--input-tokens-stddev", "Normal spread of --input-tokens N (tokens).", "", metavar="S"),
+    OptionSpec(
+        "--output-tokens",
+        "max_tokens per request: M, MIN:MAX (uniform), or 'dataset' (the dataset's per-line "
+        "max_tokens or ShareGPT reply length). Overrides --max-tokens.",
+        "",
+        metavar="M",
+    ),
+    OptionSpec("--output-tokens-stddev", "Normal spread of --output-tokens M (tokens).", "", metavar="S"),
+    OptionSpec(
+        "--prefix-tokens",
+        "Common prefix of K tokens at the start of every conversation (prefix caching).",
+        0,
+        metavar="K",
+    ),
+    OptionSpec(
+        "--turns",
+        "Multi-turn chat: each user keeps a conversation of T turns (history and replies grow), "
+        "then starts a new one.",
+        1,
+        metavar="T",
+    ),
+    OptionSpec("--seed", "Seed of prompt order, synthetic text and lengths (integer).", 0, metavar="N"),
+    OptionSpec(
+        "--allow-download",
+        "Let --tokenizer download from the Hugging Face hub (off: local files and cache only).",
+        False,
+        is_flag=True,
+    ),
+    OptionSpec(
+        "--slo",
+        "Service-level objectives in seconds, e.g. ttft=0.5,tpot=0.05,e2e=10; goodput = requests "
+        "meeting all of them.",
+        "",
+        metavar="LIST",
+    ),
+    OptionSpec(
+        "--warmup-requests",
+        "Send K requests first (over all workers) and leave them out of every statistic.",
+        0,
+        metavar="K",
+    ),
 )
 
 
@@ -174,6 +260,18 @@ class RunConfig:
         prometheus_port: exporter port on the master, 0 = no exporter.
         prometheus_host: exporter listen address, "" = all interfaces.
         prometheus_grace_s: longest wait after the run for a scrape of the final totals.
+        dataset: prompt file, or None.
+        dataset_format: ``auto``, ``jsonl`` or ``sharegpt``.
+        input_tokens: synthetic prompt length, or None (no synthetic prompts).
+        output_tokens: max_tokens per request, or None (``--max-tokens``, or a
+            dataset line's own ``max_tokens``).
+        output_from_dataset: take max_tokens from the dataset (``--output-tokens dataset``).
+        prefix_tokens: common prefix length in tokens, 0 = none.
+        turns: conversation length per user, 1 = single-turn.
+        seed: seed of the workload.
+        allow_download: permit hub downloads of ``tokenizer``.
+        slo: goodput objectives, or None.
+        warmup_requests: requests sent first and excluded from statistics (all workers together).
     """
 
     model: str | None = None
@@ -195,6 +293,17 @@ class RunConfig:
     prometheus_port: int = 9646
     prometheus_host: str = ""
     prometheus_grace_s: float = 60.0
+    dataset: str | None = None
+    dataset_format: str = "auto"
+    input_tokens: LengthSpec | None = None
+    output_tokens: LengthSpec | None = None
+    output_from_dataset: bool = False
+    prefix_tokens: int = 0
+    turns: int = 1
+    seed: int = 0
+    allow_download: bool = False
+    slo: SLO | None = None
+    warmup_requests: int = 0
 
     @classmethod
     def from_options(cls, options: object) -> RunConfig:
@@ -213,7 +322,7 @@ class RunConfig:
         prompt = _text(get("prompt"))
         if prompt is None:
             raise ConfigError("--prompt must not be empty; pass e.g. --prompt 'Tell me a joke'")
-        return cls(
+        config = cls(
             model=model,
             prompt=prompt,
             max_tokens=_positive_int("--max-tokens", get("max_tokens"), required=True) or 0,
@@ -238,6 +347,7 @@ class RunConfig:
             prometheus_host=(_text(get("prometheus_host")) or "").strip(),
             prometheus_grace_s=_grace_s("--prometheus-grace", get("prometheus_grace"), 60.0),
         )
+        return _with_workload(config, get)
 
 
 def _text(raw: object) -> str | None:
@@ -333,3 +443,105 @@ def _seconds(flag: str, raw: object, default: float) -> float:
     if not value > 0 or value == float("inf"):
         raise ConfigError(f"{flag} must be a finite number of seconds > 0, got {text!r}; pass e.g. {flag} 60")
     return value
+
+
+# ── workloads (issue 3) ─────────────────────────────────────────────────────
+_DATASET_FORMATS = ("auto", "jsonl", "sharegpt")
+
+
+def _with_workload(config: RunConfig, get: Callable[[str], object]) -> RunConfig:
+    """Parse and cross-check the workload options (``--dataset`` … ``--warmup-requests``).
+
+    Raises:
+        ConfigError: naming the option, the value and an accepted example.
+    """
+    dataset = _text(get("dataset"))
+    fmt = (_text(get("dataset_format")) or "auto").strip().lower()
+    if fmt not in _DATASET_FORMATS:
+        raise ConfigError(f"--dataset-format must be one of {', '.join(_DATASET_FORMATS)}, got {fmt!r}")
+    input_tokens = _length("--input-tokens", get("input_tokens"), get("input_tokens_stddev"))
+    if dataset is not None and input_tokens is not None:
+        raise ConfigError(
+            "--dataset and --input-tokens both choose the prompts; pass one of them "
+            "(--output-tokens sets reply lengths for either)"
+        )
+    raw_output = _text(get("output_tokens"))
+    from_dataset = raw_output is not None and raw_output.strip().lower() == "dataset"
+    if from_dataset and dataset is None:
+        raise ConfigError("--output-tokens dataset needs --dataset PATH; or pass a number, e.g. --output-tokens 256")
+    output_tokens = None if from_dataset else _length("--output-tokens", raw_output, get("output_tokens_stddev"))
+    if from_dataset and _text(get("output_tokens_stddev")) is not None:
+        raise ConfigError("--output-tokens-stddev needs a number for --output-tokens, not 'dataset'")
+    slo_text = _text(get("slo"))
+    return dataclasses.replace(
+        config,
+        dataset=dataset,
+        dataset_format=fmt,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        output_from_dataset=from_dataset,
+        prefix_tokens=_count_option("--prefix-tokens", get("prefix_tokens"), minimum=0, example="256"),
+        turns=_count_option("--turns", get("turns"), minimum=1, example="4"),
+        seed=_seed(get("seed")),
+        allow_download=_flag(get("allow_download")),
+        slo=parse_slo(slo_text) if slo_text is not None else None,
+        warmup_requests=_count_option("--warmup-requests", get("warmup_requests"), minimum=0, example="20"),
+    )
+
+
+def _count_option(flag: str, raw: object, *, minimum: int, example: str) -> int:
+    text = _text(raw)
+    if text is None:
+        return minimum
+    try:
+        value = int(text)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise ConfigError(f"{flag} must be an integer >= {minimum}, got {text!r}; pass e.g. {flag} {example}")
+    return value
+
+
+def _seed(raw: object) -> int:
+    text = _text(raw)
+    if text is None:
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"--seed must be an integer, got {text!r}; pass e.g. --seed 42") from None
+
+
+def _length(flag: str, raw: object, raw_stddev: object) -> LengthSpec | None:
+    """``N`` or ``MIN:MAX`` (positive integers), with an optional normal stddev for ``N``."""
+    text = _text(raw)
+    stddev_text = _text(raw_stddev)
+    if text is None:
+        if stddev_text is not None:
+            raise ConfigError(f"{flag}-stddev needs {flag} N; pass e.g. {flag} 512 {flag}-stddev 64")
+        return None
+    low_text, sep, high_text = text.strip().partition(":")
+    try:
+        low, high = int(low_text), int(high_text) if sep else None
+    except ValueError:
+        low, high = 0, None
+    if low < 1 or (high is not None and high < low):
+        raise ConfigError(
+            f"{flag} must be a positive integer N or a range MIN:MAX with 1 <= MIN <= MAX, got {text!r}; "
+            f"pass e.g. {flag} 512 or {flag} 256:1024"
+        )
+    if high is not None:
+        if stddev_text is not None:
+            raise ConfigError(f"{flag}-stddev applies to {flag} N, not to a range {text!r}; pass one of them")
+        return LengthSpec(mean=(low + high) // 2, low=low, high=high)
+    stddev = 0.0
+    if stddev_text is not None:
+        try:
+            stddev = float(stddev_text)
+        except ValueError:
+            stddev = -1.0
+        if not (stddev >= 0 and math.isfinite(stddev)):
+            raise ConfigError(
+                f"{flag}-stddev must be a number of tokens >= 0, got {stddev_text!r}; pass e.g. {flag}-stddev 64"
+            )
+    return LengthSpec(mean=low, stddev=stddev)

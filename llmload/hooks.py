@@ -37,25 +37,28 @@ import functools
 import logging
 import os
 import sys
+import tempfile
 import time
 import uuid
+from dataclasses import asdict
 from typing import Any
 
 import gevent
 import gevent.event
 
 from llmload import __version__, preflight
-from llmload.config import OPTIONS, RunConfig
+from llmload.config import OPTIONS, LengthSpec, RunConfig
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.prometheus import PrometheusExporter, RunView
 from llmload.exporters.report import RunInfo, build_results, format_summary, write_results_json
 from llmload.exporters.requests_log import RequestsLog, worker_path
 from llmload.exporters.window import SlidingWindow
-from llmload.runtime import CpuMonitor, ExportState, RequestBudget, Runtime
+from llmload.runtime import CpuMonitor, ExportState, RequestBudget, Runtime, WarmupGate
 from llmload.stats import LLMStats
 from llmload.tokens import load_tokenizer
 from llmload.transport import GeventHTTPTransport
 from llmload.wire import from_wire, to_wire
+from llmload.workload import build_workload
 
 __all__ = ["add_arguments", "install"]
 
@@ -64,6 +67,7 @@ log = logging.getLogger("llmload")
 _PLAN = "llmload_plan"
 _FINAL_WAIT_EXTRA_S = 30.0
 _SATURATION_SUSTAIN_S = 5.0
+_PROBLEMS_LOGGED = 10
 
 
 def install(events: Events | None = None) -> None:
@@ -94,14 +98,20 @@ def add_arguments(parser: Any) -> None:
     group = parser.add_argument_group("llmload", "LLM request options (see README: Options)")
     for spec in OPTIONS:
         if spec.is_flag:
-            group.add_argument(
+            action = group.add_argument(
                 spec.flag, action="store_true", default=False, env_var=spec.env, help=spec.help
             )
         else:
             default = "" if spec.default is None else str(spec.default)
-            group.add_argument(
+            action = group.add_argument(
                 spec.flag, type=str, default=default, env_var=spec.env, help=spec.help, metavar=spec.metavar
             )
+        # An argument group bypasses LocustArgumentParser.add_argument, which is what marks
+        # options for the web UI's "Custom parameters"; mark them the same way here.
+        action.include_in_web_ui = True
+        action.is_secret = spec.is_secret
+        action.is_required = False
+        action.is_multiple = False
 
 
 # ── init ────────────────────────────────────────────────────────────────
@@ -138,7 +148,6 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
 
 
 def _fatal(environment: Environment, message: str) -> None:
-    log.error("llmload: %s", message)
     sys.stderr.write(f"llmload: error: {message}\n")
     sys.stderr.flush()
     environment.process_exit_code = 2
@@ -159,6 +168,8 @@ def _prepare(environment: Environment, runtime: Runtime) -> None:
     if runtime.prepared_for == (host, config):
         return
     runtime.config = config
+    if config.results_json:
+        _check_writable(config.results_json)
     _load_local_parts(runtime)
     if not host:
         raise ConfigError("no target host; pass -H http://HOST:PORT (e.g. -H http://127.0.0.1:8000)")
@@ -192,6 +203,26 @@ def _prepare(environment: Environment, runtime: Runtime) -> None:
     runtime.prepared_for = (host, config)
 
 
+def _check_writable(path: str) -> None:
+    """Refuse before load a results path that could not be written after it (results would be lost).
+
+    Raises:
+        ConfigError: naming the path and why.
+    """
+    target = os.path.abspath(path)
+    if os.path.isdir(target):
+        raise ConfigError(f"--results-json {path!r} is a directory; pass a file path such as {path}/results.json")
+    parent = os.path.dirname(target)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".llmload-write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"--results-json {path!r} cannot be written ({exc.strerror}); pass a path in a writable directory"
+        ) from None
+
+
 def _load_local_parts(runtime: Runtime) -> None:
     """Build request headers (API key from the variable or file) and load the tokenizer.
 
@@ -213,9 +244,37 @@ def _load_local_parts(runtime: Runtime) -> None:
             ) from None
     if key:
         headers["Authorization"] = f"Bearer {key}"
+    elif config.api_key_env != "OPENAI_API_KEY" and not config.api_key_file:
+        log.warning(
+            "llmload: --api-key-env %s: that variable is unset or empty; sending no API key", config.api_key_env
+        )
     runtime.headers = headers
     if config.tokenizer and runtime.token_counter is None:
-        runtime.token_counter = load_tokenizer(config.tokenizer)
+        runtime.token_counter = load_tokenizer(config.tokenizer, allow_download=config.allow_download)
+    _load_workload(runtime)
+
+
+def _load_workload(runtime: Runtime) -> None:
+    """Build the prompt source once per options (issue 3); report skipped dataset lines.
+
+    Raises:
+        DatasetError: no usable dataset line, or an exact length is unreachable.
+    """
+    config = runtime.config
+    if runtime.workload is not None and runtime.workload.config == config:
+        return
+    runtime.workload = None
+    workload = build_workload(config, runtime.token_counter)
+    dataset = workload.dataset
+    if dataset is not None:
+        for problem in dataset.problems[:_PROBLEMS_LOGGED]:
+            log.warning("llmload: skipped dataset line %s", problem)
+        if dataset.skipped > _PROBLEMS_LOGGED:
+            log.warning("llmload: ... and %d more bad lines in %s", dataset.skipped - _PROBLEMS_LOGGED, dataset.path)
+    log.info("llmload: prompts: %s", workload.describe())
+    if runtime.token_counter is None:
+        log.info("llmload: no --tokenizer: token counts come from server usage (stream_options.include_usage)")
+    runtime.workload = workload
 
 
 # ── test start ──────────────────────────────────────────────────────────
@@ -226,10 +285,15 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
     if isinstance(runner, WorkerRunner):
         plan = getattr(options, _PLAN, None) or {}
         runtime.config = RunConfig.from_options(options)
-        _load_local_parts(runtime)
         runtime.run_id = str(plan.get("run_id", ""))
         runtime.model = plan.get("model")
         runtime.blocked = plan.get("blocked")
+        try:
+            _load_local_parts(runtime)
+        except LLMLoadError as exc:
+            runtime.blocked = runtime.blocked or str(exc)
+            log.error("llmload: %s; this worker sends no load", exc)
+        _start_workload(runtime, plan, str(runner.worker_index))
         quotas = plan.get("quotas")
         share = None if quotas is None else int(quotas.get(str(runner.worker_index), 0))
         runtime.stats = LLMStats.empty()
@@ -275,6 +339,7 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
                 str(runner.get_worker_index(c.id)): base + (1 if i < extra else 0)
                 for i, c in enumerate(workers)
             }
+        warmup_base, warmup_extra = divmod(runtime.config.warmup_requests, max(len(workers), 1))
         runtime.planned_workers = {c.id for c in workers}
         runtime.done_workers = set()
         users = int(getattr(options, "num_users", 0) or 0)
@@ -287,12 +352,29 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
                 "quotas": quotas,
                 "blocked": runtime.blocked,
                 "users_per_worker": -(-users // max(len(workers), 1)),
+                # workload (issue 3): worker rank for disjoint prompt streams, warm-up shares
+                "workers": len(workers),
+                "ranks": {str(runner.get_worker_index(c.id)): i for i, c in enumerate(workers)},
+                "warmup": {
+                    str(runner.get_worker_index(c.id)): warmup_base + (1 if i < warmup_extra else 0)
+                    for i, c in enumerate(workers)
+                },
             },
         )
         gevent.spawn(_watch_workers, environment, runtime.run_id)
     else:
         runtime.budget = RequestBudget(limit, on_done=lambda: gevent.spawn(_finish_run, environment))
+        _start_workload(runtime, {"warmup": {"0": runtime.config.warmup_requests}}, "0")
         _start_process_services(runtime, None)
+
+
+def _start_workload(runtime: Runtime, plan: dict[str, Any], index: str) -> None:
+    """Start this process's prompt stream (rank of the workers) and its warm-up share."""
+    stride = int(plan.get("workers") or 1)
+    rank = int((plan.get("ranks") or {}).get(index, 0))
+    runtime.prompts = runtime.workload.stream(rank, stride) if runtime.workload and rank < stride else None
+    share = int((plan.get("warmup") or {}).get(index, 0))
+    runtime.warmup = WarmupGate(share) if share > 0 else None
 
 
 def _start_process_services(runtime: Runtime, worker_index: int | None) -> None:
@@ -473,7 +555,7 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         started_at_unix=runtime.started_at_unix,
         options=_public_options(runtime.config),
     )
-    results = build_results(runtime.stats, run=run)
+    results = build_results(runtime.stats, run=run, slo=runtime.config.slo)
     if runtime.lost_workers:
         results["lost_workers"] = list(runtime.lost_workers)
     if runtime.blocked:
@@ -551,11 +633,32 @@ def _public_options(config: RunConfig) -> dict[str, Any]:
         "stream": config.stream,
         "num_requests": config.num_requests,
         "tokenizer": config.tokenizer,
+        "workload": _workload_options(config),
+        "slo": config.slo.as_dict() if config.slo is not None else None,
+        "warmup_requests": config.warmup_requests,
         "timeouts_s": {
             "connect": config.timeouts.connect_s,
             "read_idle": config.timeouts.idle_s,
             "total": config.timeouts.total_s,
         },
+    }
+
+
+def _workload_options(config: RunConfig) -> dict[str, Any]:
+    """The prompt source and lengths; ``lengths_exact`` is False without a tokenizer."""
+
+    def spec(length: LengthSpec | None) -> dict[str, Any] | None:
+        return None if length is None else asdict(length)
+
+    return {
+        "dataset": config.dataset,
+        "dataset_format": config.dataset_format,
+        "input_tokens": spec(config.input_tokens),
+        "output_tokens": "dataset" if config.output_from_dataset else spec(config.output_tokens),
+        "prefix_tokens": config.prefix_tokens,
+        "turns": config.turns,
+        "seed": config.seed,
+        "lengths_exact": config.tokenizer is not None,
     }
 
 

@@ -68,10 +68,13 @@ def fetch_models(host: str, get: Callable[[str], Any], api_key_env: str) -> Mode
             f"set the API key in ${api_key_env} or pass --api-key-file PATH"
         )
     if status != 200:
-        raise ConfigError(
-            f"GET {host}/v1/models answered HTTP {status}: {body[:200]!r}. "
-            "Check -H: it must be the server's base URL (e.g. http://HOST:8000), without /v1."
+        excerpt = body[:200].decode("utf-8", "replace")
+        hint = (
+            f"drop the /v1: pass -H {host.rstrip('/')[: -len('/v1')]}"
+            if host.rstrip("/").endswith("/v1")
+            else "check -H: it must be the server's base URL (e.g. http://HOST:8000), without a path"
         )
+        raise ConfigError(f"GET {host}/v1/models answered HTTP {status} ({excerpt}); {hint}")
     try:
         data = json.loads(body)["data"]
         ids = tuple(str(m["id"]) for m in data)

@@ -113,6 +113,11 @@ class RequestRecord:
         prompt_tokens, completion_tokens: counts with their sources.
         finish_reason: the last finish_reason seen, or None.
         requested_prompt_tokens: the workload's own estimate of the prompt length, if any.
+        client_completion_tokens: the local tokenizer's count of the output
+            when the server also sent usage (a diagnostic of how the two
+            disagree, BC-15); None otherwise.
+        output_text: the generated text, only when the client was asked to
+            keep it (multi-turn conversations); None otherwise.
     """
 
     endpoint: str
@@ -129,6 +134,8 @@ class RequestRecord:
     completion_tokens: TokenCount = field(default_factory=TokenCount.unknown)
     finish_reason: str | None = None
     requested_prompt_tokens: int | None = None
+    client_completion_tokens: int | None = None
+    output_text: str | None = None
 
     # ── derived metrics ──────────────────────────────────────────────────
     @property

@@ -20,8 +20,9 @@ from llmload.exporters.requests_log import RequestsLog
 from llmload.exporters.window import SlidingWindow
 from llmload.stats import LLMStats
 from llmload.tokens import TokenCounter
+from llmload.workload import PromptStream, Workload
 
-__all__ = ["CpuMonitor", "ExportState", "RequestBudget", "Runtime"]
+__all__ = ["CpuMonitor", "ExportState", "RequestBudget", "Runtime", "WarmupGate"]
 
 
 class RequestBudget:
@@ -68,6 +69,52 @@ class RequestBudget:
             self._on_done()
 
 
+class WarmupGate:
+    """This process's share of ``--warmup-requests``: sent first, left out of every statistic.
+
+    A user takes a permit with ``try_acquire`` and sends a warm-up request;
+    once every permit is taken, users ``wait`` until all warm-up requests have
+    finished, so measured requests never overlap warm-up ones. Warm-up
+    requests do not count against ``--num-requests``.
+    """
+
+    def __init__(self, count: int) -> None:
+        """``count`` >= 0 warm-up requests for this process."""
+        self.remaining = count
+        self.in_flight = 0
+        self.sent = 0
+        self.failed = 0
+        self._finished = gevent.event.Event()
+        if count <= 0:
+            self._finished.set()
+
+    @property
+    def done(self) -> bool:
+        """True when every warm-up request has finished (always for a count of 0)."""
+        return bool(self._finished.is_set())
+
+    def try_acquire(self) -> bool:
+        """Take one warm-up permit; False when none is left."""
+        if self.remaining <= 0:
+            return False
+        self.remaining -= 1
+        self.in_flight += 1
+        self.sent += 1
+        return True
+
+    def release(self, *, ok: bool = True) -> None:
+        """Mark one warm-up request as finished (``ok`` False: it failed or was cancelled)."""
+        self.in_flight -= 1
+        if not ok:
+            self.failed += 1
+        if self.remaining <= 0 and self.in_flight <= 0:
+            self._finished.set()
+
+    def wait(self) -> None:
+        """Block this greenlet until every warm-up request has finished."""
+        self._finished.wait()
+
+
 @dataclass
 class ExportState:
     """The Prometheus exporter's state on the master or a single process (issue 5).
@@ -105,6 +152,9 @@ class Runtime:
         started_at_unix: wall-clock start of the current run.
         blocked: why the run must not send load (failed preflight), or None.
         idle: never set; users with nothing to send park on it until the runner stops them.
+        workload: the prompt source (issue 3), built before load; None = plain ``--prompt``.
+        prompts: this process's share of the workload's prompt sequence; None until test start.
+        warmup: this process's share of ``--warmup-requests``; None = no warm-up.
     """
 
     config: RunConfig
@@ -117,6 +167,9 @@ class Runtime:
     started_at_unix: float = 0.0
     blocked: str | None = None
     idle: gevent.event.Event = field(default_factory=gevent.event.Event)
+    workload: Workload | None = None
+    prompts: PromptStream | None = None
+    warmup: WarmupGate | None = None
     # master only
     planned_workers: set[str] = field(default_factory=set)
     done_workers: set[str] = field(default_factory=set)

@@ -109,17 +109,30 @@ class SSEDecoder:
             text = chunk.decode("utf-8", "replace")
             if text[-2:] == "\n\n" and text[:5] == "data:":
                 value = text[5:-2]
-                if "\n" not in value and "\r" not in value:
-                    # Fast path: exactly one single-line data event. A chunk that
+                if "\r" not in value:
+                    # Fast path: the chunk is whole single-line data events
+                    # ("data:V\n\n" repeated; V without CR or LF), often one,
+                    # several when reads lag behind the server. A chunk that
                     # starts with "data:" also settles the BOM question.
-                    self._bom_pending = False
-                    if value[:1] == " ":
-                        value = value[1:]
-                    event = _new_event(SSEEvent)
-                    _set_data(event, value)
-                    _set_event(event, None)
-                    _set_id(event, self._last_id or None)
-                    return [event]
+                    if "\n" not in value:
+                        values = [value]
+                    else:
+                        values = value.split("\n\ndata:")
+                        for value in values:
+                            if "\n" in value:
+                                values = []  # another field, comment or blank line: general path
+                                break
+                    if values:
+                        self._bom_pending = False
+                        last_id = self._last_id or None
+                        events = []
+                        for value in values:
+                            event = _new_event(SSEEvent)
+                            _set_data(event, value[1:] if value[:1] == " " else value)
+                            _set_event(event, None)
+                            _set_id(event, last_id)
+                            events.append(event)
+                        return events
             if chunk[-1] >= 0x80:
                 text = self._utf8.decode(chunk)  # may end inside a character
         else:

@@ -133,6 +133,16 @@ class EndpointStats:
             (definitions in ``llmload.record``); ITL has every sample of
             ``RequestRecord.itl_samples_s``.
         itl_kind_requests: successes with at least one ITL sample, per ITL kind.
+        slo_met_requests: successes that met every ``--slo`` objective (goodput);
+            failures never do.
+        tokenizer_compared_requests: successes with both a server completion
+            count and a local tokenizer count (BC-15 diagnostic).
+        tokenizer_disagreed_requests: those of them where the two differ.
+        tokenizer_abs_diff_tokens: sum of |server - tokenizer| over them.
+        requested_compared_requests: successes with both a server prompt count
+            and a requested prompt length (BC-16).
+        requested_compared_tokens: sum of the requested lengths over them.
+        requested_abs_diff_tokens: sum of |server - requested| over them.
         errors: failures grouped by category (at most ``MAX_ERROR_CATEGORIES``).
         first_send_unix: earliest send of a finished request; None if none.
         last_end_unix: latest end of a finished request; None if none.
@@ -152,6 +162,13 @@ class EndpointStats:
     tpot_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
     e2e_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
     itl_kind_requests: dict[ITLKind, int] = field(default_factory=dict)
+    slo_met_requests: int = 0
+    tokenizer_compared_requests: int = 0
+    tokenizer_disagreed_requests: int = 0
+    tokenizer_abs_diff_tokens: int = 0
+    requested_compared_requests: int = 0
+    requested_compared_tokens: int = 0
+    requested_abs_diff_tokens: int = 0
     errors: dict[str, ErrorGroup] = field(default_factory=dict)
     first_send_unix: float | None = None
     last_end_unix: float | None = None
@@ -196,7 +213,7 @@ class EndpointStats:
         return not self.requests_by_outcome
 
     # ── recording ───────────────────────────────────────────────────────
-    def add(self, record: RequestRecord, finished_at_unix: float | None = None) -> None:
+    def add(self, record: RequestRecord, finished_at_unix: float | None = None, *, met_slo: bool = False) -> None:
         """Count one request; see ``LLMStats.add``."""
         outcome = record.outcome
         counts = self.requests_by_outcome
@@ -206,6 +223,8 @@ class EndpointStats:
         self._extend_span(record, finished_at_unix)
         if outcome is Outcome.OK:
             self._add_success(record)
+            if met_slo:
+                self.slo_met_requests += 1
             return
         error = record.error
         if error is None:
@@ -241,9 +260,20 @@ class EndpointStats:
             self.completion_tokens_sum += completion.value
             if completion.value:
                 _add_count(self.completion_tokens_by_source, completion.source, completion.value)
-        if record.requested_prompt_tokens is not None:
-            self.requested_prompt_tokens_sum += record.requested_prompt_tokens
+        requested = record.requested_prompt_tokens
+        if requested is not None:
+            self.requested_prompt_tokens_sum += requested
             self.requested_prompt_tokens_count += 1
+            if prompt.value is not None and prompt.source is TokenSource.SERVER:
+                self.requested_compared_requests += 1
+                self.requested_compared_tokens += requested
+                self.requested_abs_diff_tokens += abs(prompt.value - requested)
+        client_count = record.client_completion_tokens
+        if client_count is not None and completion.value is not None and completion.source is TokenSource.SERVER:
+            self.tokenizer_compared_requests += 1
+            if client_count != completion.value:
+                self.tokenizer_disagreed_requests += 1
+                self.tokenizer_abs_diff_tokens += abs(client_count - completion.value)
 
         ttft = record.ttft_s
         if ttft is not None:
@@ -315,6 +345,13 @@ class EndpointStats:
         self.tpot_s.merge_in(other.tpot_s)
         self.e2e_s.merge_in(other.e2e_s)
         _merge_counts(self.itl_kind_requests, other.itl_kind_requests)
+        self.slo_met_requests += other.slo_met_requests
+        self.tokenizer_compared_requests += other.tokenizer_compared_requests
+        self.tokenizer_disagreed_requests += other.tokenizer_disagreed_requests
+        self.tokenizer_abs_diff_tokens += other.tokenizer_abs_diff_tokens
+        self.requested_compared_requests += other.requested_compared_requests
+        self.requested_compared_tokens += other.requested_compared_tokens
+        self.requested_abs_diff_tokens += other.requested_abs_diff_tokens
         errors = self.errors
         for category, group in other.errors.items():
             mine = errors.get(category)
@@ -382,7 +419,7 @@ class LLMStats:
             slot = self._by_key[key] = EndpointStats()
         return slot
 
-    def add(self, record: RequestRecord, finished_at_unix: float | None = None) -> None:
+    def add(self, record: RequestRecord, finished_at_unix: float | None = None, *, met_slo: bool = False) -> None:
         """Count one finished (or cancelled) request.
 
         Args:
@@ -391,6 +428,8 @@ class LLMStats:
             finished_at_unix: wall-clock time the request ended, used for the
                 run span when the record has no ``end_s`` (failures that never
                 completed). Default: send time plus the last known timing.
+            met_slo: the request met every ``--slo`` objective
+                (``llmload.goodput.SLO.met_by``); counted for successes only.
 
         Raises:
             ValueError: a timing in the record is negative or not finite.
@@ -399,7 +438,7 @@ class LLMStats:
         slot = self._by_key.get(key)
         if slot is None:
             slot = self._by_key[key] = EndpointStats()
-        slot.add(record, finished_at_unix)
+        slot.add(record, finished_at_unix, met_slo=met_slo)
 
     def add_cancelled(self, endpoint: str, model: str, n: int = 1) -> None:
         """Count ``n`` requests still in flight when the run stopped (BC-27).

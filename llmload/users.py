@@ -9,6 +9,11 @@ meaningful.
 
 Users run a closed loop (no think time): ``-u 1024`` means 1,024 requests in
 flight at most.
+
+Prompts come from the process's ``PromptStream`` (``llmload.workload``); with
+``--turns`` each user keeps its own ``Conversation``. ``--warmup-requests``
+are sent first (``WarmupGate``) and never reach the statistics, the requests
+log or Locust's request event.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from typing import ClassVar
 from gevent import GreenletExit
 
 from llmload.client import StreamingClient
+from llmload.datasets import Message
 from llmload.payloads import LLMRequest, build_chat_request, build_completion_request
 from llmload.record import RequestRecord
-from llmload.runtime import Runtime
+from llmload.runtime import Runtime, WarmupGate
 from llmload.transport import GeventHTTPTransport
+from llmload.workload import Conversation, Prompt
 
 __all__ = ["ChatUser", "CompletionUser", "LLMUser"]
 
@@ -53,7 +60,11 @@ class LLMUser(User):
             self._transport,
             token_counter=runtime.token_counter,
             total_timeout_s=runtime.config.timeouts.total_s,
+            keep_text=runtime.config.turns > 1,
+            compare_tokens=runtime.token_counter is not None,
         )
+        turns = runtime.config.turns
+        self._conversation = Conversation(turns, runtime.token_counter) if turns > 1 else None
 
     def on_stop(self) -> None:
         """Close the connection."""
@@ -62,19 +73,38 @@ class LLMUser(User):
             transport.close()
 
     @classmethod
-    def build_request(cls, runtime: Runtime, max_tokens: int | None = None) -> LLMRequest:
-        """Return the next request to send (``max_tokens`` overrides the option, for probes)."""
+    def build_request(
+        cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None
+    ) -> LLMRequest:
+        """Return a request for ``prompt``.
+
+        Args:
+            runtime: the process's run state.
+            max_tokens: overrides every other max_tokens (probes); a probe
+                without ``prompt`` uses the workload's first prompt and does
+                not advance the prompt stream.
+            prompt: what to send; default: the next prompt of this process's stream.
+        """
         raise NotImplementedError
 
     @task
     def generate(self) -> None:
         """Send one request if the run's budget allows, else wait for the run to stop."""
         runtime = _runtime(self)
-        if runtime.blocked is not None or runtime.model is None or not runtime.budget.try_acquire():
-            # Nothing to send in this run: park until the runner stops this user.
+        if runtime.blocked is not None or runtime.model is None:
+            runtime.idle.wait()  # nothing to send in this run: park until the runner stops this user
+            return
+        warmup = runtime.warmup
+        if warmup is not None and not warmup.done:
+            if warmup.try_acquire():
+                self._warm_up(runtime, warmup)
+                return
+            warmup.wait()
+        if not runtime.budget.try_acquire():
             runtime.idle.wait()
             return
-        request = self.build_request(runtime)
+        prompt = self._next_prompt(runtime)
+        request = self.build_request(runtime, prompt=prompt)
         started = time.perf_counter()
         runtime.in_flight += 1
         try:
@@ -85,13 +115,32 @@ class LLMUser(User):
         finally:
             runtime.in_flight -= 1
         elapsed_s = time.perf_counter() - started
-        runtime.stats.add(record)
+        slo = runtime.config.slo
+        met_slo = slo is not None and slo.met_by(record)
+        runtime.stats.add(record, met_slo=met_slo)
         if runtime.window_delta is not None:  # single process with the Prometheus exporter
-            runtime.window_delta.add(record)
+            runtime.window_delta.add(record, met_slo=met_slo)
         if runtime.requests_log is not None:
             runtime.requests_log.write(record)
         runtime.budget.release()
+        if self._conversation is not None:
+            self._conversation.record_reply(prompt, record.output_text if record.ok else None)
         self._fire(request, record, elapsed_s)
+
+    def _next_prompt(self, runtime: Runtime) -> Prompt:
+        conversation = self._conversation
+        if conversation is None:
+            return _draw(runtime)
+        return conversation.next_prompt(_draw(runtime, with_prefix=conversation.starting))
+
+    def _warm_up(self, runtime: Runtime, warmup: WarmupGate) -> None:
+        """Send one warm-up request; nothing about it is counted or reported."""
+        request = self.build_request(runtime, prompt=_draw(runtime))
+        ok = False
+        try:
+            ok = self._client.run(request).ok
+        finally:
+            warmup.release(ok=ok)
 
     def _fire(self, request: LLMRequest, record: RequestRecord, elapsed_s: float) -> None:
         e2e_s = record.e2e_s if record.ok and record.e2e_s is not None else elapsed_s
@@ -113,43 +162,68 @@ class LLMUser(User):
 
 
 class CompletionUser(LLMUser):
-    """Sends ``POST /v1/completions`` with the configured prompt."""
+    """Sends ``POST /v1/completions``; a chat-style prompt is sent as its joined message text."""
 
     abstract = False
     endpoint = "completions"
 
     @classmethod
-    def build_request(cls, runtime: Runtime, max_tokens: int | None = None) -> LLMRequest:
-        """Build a completions request from the run configuration."""
+    def build_request(
+        cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None
+    ) -> LLMRequest:
+        """Build a completions request (see ``LLMUser.build_request``)."""
         config = runtime.config
+        prompt = _prompt_for(runtime, max_tokens, prompt)
         return build_completion_request(
             model=runtime.model or "",
-            prompt=config.prompt,
-            max_tokens=max_tokens or config.max_tokens,
+            prompt=prompt.text,
+            max_tokens=max_tokens or prompt.max_tokens or config.max_tokens,
             temperature=config.temperature,
             ignore_eos=config.ignore_eos,
             stream=config.stream,
+            requested_prompt_tokens=prompt.requested_tokens,
         )
 
 
 class ChatUser(LLMUser):
-    """Sends ``POST /v1/chat/completions`` with the prompt as one user message."""
+    """Sends ``POST /v1/chat/completions`` with the prompt's messages."""
 
     abstract = False
     endpoint = "chat"
 
     @classmethod
-    def build_request(cls, runtime: Runtime, max_tokens: int | None = None) -> LLMRequest:
-        """Build a chat request from the run configuration."""
+    def build_request(
+        cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None
+    ) -> LLMRequest:
+        """Build a chat request (see ``LLMUser.build_request``)."""
         config = runtime.config
+        prompt = _prompt_for(runtime, max_tokens, prompt)
         return build_chat_request(
             model=runtime.model or "",
-            messages=[{"role": "user", "content": config.prompt}],
-            max_tokens=max_tokens or config.max_tokens,
+            messages=[{"role": m.role, "content": m.content} for m in prompt.messages],
+            max_tokens=max_tokens or prompt.max_tokens or config.max_tokens,
             temperature=config.temperature,
             ignore_eos=config.ignore_eos,
             stream=config.stream,
+            requested_prompt_tokens=prompt.requested_tokens,
         )
+
+
+def _prompt_for(runtime: Runtime, max_tokens: int | None, prompt: Prompt | None) -> Prompt:
+    if prompt is not None:
+        return prompt
+    if max_tokens is not None and runtime.workload is not None:
+        return runtime.workload.prompt_at(0)  # a probe: do not advance the stream
+    return _draw(runtime)
+
+
+def _draw(runtime: Runtime, *, with_prefix: bool = True) -> Prompt:
+    """The next prompt of this process (the plain ``--prompt`` before a workload exists)."""
+    if runtime.prompts is not None:
+        return runtime.prompts.next(with_prefix=with_prefix)
+    if runtime.workload is not None:
+        return runtime.workload.prompt_at(0, with_prefix=with_prefix)
+    return Prompt(messages=(Message("user", runtime.config.prompt),))
 
 
 def _runtime(user: User) -> Runtime:

@@ -14,6 +14,7 @@ payload holds only ``dict`` (string keys), ``list``, ``int``, ``float``,
          "completion_tokens_by_source": {"server": 1800},
          "requested_prompt_tokens_sum": 0, "requested_prompt_tokens_count": 0,
          "itl_kinds": {"token": 9},                        # ITLKind values
+         "counters": {"slo_met_requests": 9, ...},         # optional, see _COUNTERS
          "hist": {"ttft_s": H, ...},                       # empty histograms omitted
          "errors": [{"category": "timeout: read idle", "count": 1,
                      "status": None, "samples": ["..."]}],
@@ -24,7 +25,8 @@ payload holds only ``dict`` (string keys), ``list``, ``int``, ``float``,
 
 Bucket indexes are delta-encoded (mostly small positive ints, one byte each in
 msgpack). The bucket mapping constants of ``llmload.histogram`` are part of
-version 1.
+version 1. ``counters`` (goodput and token-count comparisons, issue 3) is
+optional, absent names count 0, so workers of the first v1 release still merge.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ def _encode_endpoint(key: StatsKey, s: EndpointStats) -> dict[str, Any]:
         "requested_prompt_tokens_sum": s.requested_prompt_tokens_sum,
         "requested_prompt_tokens_count": s.requested_prompt_tokens_count,
         "itl_kinds": _encode_counts(s.itl_kind_requests),
+        "counters": {name: getattr(s, name) for name in _COUNTERS if getattr(s, name)},
         "hist": {name: _encode_histogram(h) for name, h in s.histograms().items() if h.count},
         "errors": [
             {"category": c, "count": g.count, "status": g.status, "samples": list(g.samples)}
@@ -215,11 +218,22 @@ _ENDPOINT_FIELDS = {
     "requested_prompt_tokens_sum",
     "requested_prompt_tokens_count",
     "itl_kinds",
+    "counters",
     "hist",
     "errors",
     "first_send_unix",
     "last_end_unix",
 }
+_COUNTERS = (
+    "slo_met_requests",
+    "tokenizer_compared_requests",
+    "tokenizer_disagreed_requests",
+    "tokenizer_abs_diff_tokens",
+    "requested_compared_requests",
+    "requested_compared_tokens",
+    "requested_abs_diff_tokens",
+)
+"""Integer ``EndpointStats`` fields sent under ``counters`` (zero values omitted)."""
 _HISTOGRAM_FIELDS = {"idx", "cnt", "zero", "sum_ns", "min", "max"}
 _ERROR_FIELDS = {"category", "count", "status", "samples"}
 
@@ -242,6 +256,13 @@ def _decode_endpoint(raw: object, path: str) -> tuple[StatsKey, EndpointStats]:
         first_send_unix=_optional_float(raw, "first_send_unix", path),
         last_end_unix=_optional_float(raw, "last_end_unix", path),
     )
+    counters = raw.get("counters", {})
+    if not isinstance(counters, dict):
+        raise _fail(f"{path}.counters", "a dict", counters)
+    for name, value in counters.items():
+        if name not in _COUNTERS:
+            raise _fail(f"{path}.counters", f"keyed by {list(_COUNTERS)}", name)
+        setattr(s, name, _count(value, f"{path}.counters.{name}"))
     hists = _dict(raw, "hist", path)
     for name, raw_hist in hists.items():
         if name not in HISTOGRAM_NAMES:

@@ -23,6 +23,16 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   token) / (completion tokens - 1); E2E = send → end of reply (vLLM
   definitions). Percentiles are nearest-rank estimates within 1% (see
   ``llmload.histogram``); ``max`` is exact.
+- ``goodput`` (with ``--slo``, else null): ``requests_per_s`` = requests that
+  succeeded and met every objective / ``duration_s``; ``share`` = the same
+  count / finished requests (failures count as not meeting them); ``slo`` = the
+  objectives in seconds (vLLM ``benchmark_serving --goodput``, DistServe).
+- ``tokens.prompt_vs_requested`` (BC-16): over successes with both a server
+  prompt count and a requested length, the mean |server - requested| and that
+  mean relative to the mean requested length; the summary warns above
+  ``PROMPT_MISMATCH_WARN_RATIO``. ``tokens.completion_client_vs_server``
+  (BC-15): how often and by how much a local tokenizer disagreed with the
+  server's completion count (a diagnostic; the server count is used).
 - ``None`` (JSON ``null``, console "n/a") means unknown, never 0 (R5).
 """
 
@@ -36,13 +46,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmload.goodput import SLO
 from llmload.histogram import LatencyHistogram
 from llmload.record import Outcome, TokenSource
 from llmload.stats import HISTOGRAM_NAMES, EndpointStats, LLMStats
 
-__all__ = ["SCHEMA_VERSION", "RunInfo", "build_results", "format_summary", "write_results_json"]
+__all__ = [
+    "PROMPT_MISMATCH_WARN_RATIO",
+    "SCHEMA_VERSION",
+    "RunInfo",
+    "build_results",
+    "format_summary",
+    "write_results_json",
+]
 
 SCHEMA_VERSION = 1
+PROMPT_MISMATCH_WARN_RATIO = 0.05
+"""Warn when mean |server prompt tokens - requested| exceeds this share of the mean requested length."""
 
 _PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 _MIXED = "mixed"
@@ -76,28 +96,32 @@ class RunInfo:
 
 
 # ── building ──────────────────────────────────────────────────────────────
-def build_results(stats: LLMStats, *, run: RunInfo) -> dict[str, Any]:
+def build_results(stats: LLMStats, *, run: RunInfo, slo: SLO | None = None) -> dict[str, Any]:
     """Build the results document from the final statistics.
 
     Top-level keys: ``schema_version``, ``run``, ``requests``, ``errors``,
     ``tokens``, ``duration_s``, ``throughput``, ``latency`` and
     ``by_endpoint`` (a list with the same sections plus ``endpoint`` and
-    ``model`` per key; empty when only one key was measured).
+    ``model`` per key; empty when only one key was measured) and
+    ``goodput`` (null without ``slo``).
     """
     results: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
     results["run"] = {**asdict(run), "user_classes": list(run.user_classes), "options": dict(run.options)}
-    results.update(_sections(stats.total()))
+    results.update(_sections(stats.total(), slo))
     keys = stats.keys()
     results["by_endpoint"] = (
-        [{"endpoint": e, "model": m, **_sections(s)} for (e, m), s in stats.items()] if len(keys) > 1 else []
+        [{"endpoint": e, "model": m, **_sections(s, slo)} for (e, m), s in stats.items()]
+        if len(keys) > 1
+        else []
     )
     return results
 
 
-def _sections(s: EndpointStats) -> dict[str, Any]:
+def _sections(s: EndpointStats, slo: SLO | None) -> dict[str, Any]:
     duration_s = _duration_s(s)
     tokens = _tokens(s)
     return {
+        "goodput": _goodput(s, slo, duration_s),
         "requests": _requests(s),
         "errors": [
             {"category": c, "status": g.status, "count": g.count, "samples": list(g.samples)}
@@ -152,6 +176,40 @@ def _tokens(s: EndpointStats) -> dict[str, Any]:
         if completion_known
         else None,
         "requested_prompt_avg": s.requested_prompt_tokens_sum / requested_n if requested_n else None,
+        "prompt_vs_requested": _prompt_vs_requested(s),
+        "completion_client_vs_server": _client_vs_server(s),
+    }
+
+
+def _prompt_vs_requested(s: EndpointStats) -> dict[str, Any]:
+    n = s.requested_compared_requests
+    return {
+        "compared": n,
+        "mean_abs_diff": s.requested_abs_diff_tokens / n if n else None,
+        "relative_diff": s.requested_abs_diff_tokens / s.requested_compared_tokens
+        if s.requested_compared_tokens
+        else None,
+    }
+
+
+def _client_vs_server(s: EndpointStats) -> dict[str, Any]:
+    n = s.tokenizer_compared_requests
+    return {
+        "compared": n,
+        "disagreed": s.tokenizer_disagreed_requests,
+        "mean_abs_diff": s.tokenizer_abs_diff_tokens / n if n else None,
+    }
+
+
+def _goodput(s: EndpointStats, slo: SLO | None, duration_s: float | None) -> dict[str, Any] | None:
+    if slo is None:
+        return None
+    met, finished = s.slo_met_requests, s.finished
+    return {
+        "requests_per_s": met / duration_s if duration_s and duration_s > 0 else None,
+        "share": met / finished if finished else None,
+        "requests": met,
+        "slo": slo.as_dict(),
     }
 
 
@@ -238,6 +296,7 @@ def format_summary(results: Mapping[str, Any]) -> str:
     lines.append(_line("Total input tokens:", _num(tok["prompt"])))
     lines.append(_line("Total generated tokens:", _num(tok["completion"])))
     lines.append(_line("Avg generated tokens per request:", _num(tok["avg_completion_per_request"], 1)))
+    lines.extend(_goodput_lines(results.get("goodput")))
     lines.append(
         _line("Input token count source:", _sources_text(tok["prompt_source"], tok["prompt_sources"]))
     )
@@ -261,7 +320,38 @@ def format_summary(results: Mapping[str, Any]) -> str:
         for name, _ in _PERCENTILES:
             lines.append(_line(f"{name.upper()} {abbrev} (ms):", _num(metric[name], scale=1000.0)))
     lines.append("=" * _WIDTH)
+    lines.extend(_token_warnings(tok))
     return "\n".join(lines)
+
+
+def _goodput_lines(goodput: Mapping[str, Any] | None) -> list[str]:
+    if not goodput:
+        return []
+    slo = ",".join(f"{name.removesuffix('_s')}={limit:g}" for name, limit in goodput["slo"].items())
+    share = goodput["share"]
+    return [
+        _line(f"Goodput (req/s, SLO {slo}):", _num(goodput["requests_per_s"])),
+        _line("Requests meeting every SLO:", f"{goodput['requests']} ({_num(share, 1, 100.0)}%)"),
+    ]
+
+
+def _token_warnings(tok: Mapping[str, Any]) -> list[str]:
+    lines = []
+    mismatch = tok.get("prompt_vs_requested") or {}
+    relative = mismatch.get("relative_diff")
+    if relative is not None and relative > PROMPT_MISMATCH_WARN_RATIO:
+        lines.append(
+            f"WARNING: server prompt tokens differ from the requested lengths by {relative:.1%} on average "
+            f"(mean |diff| {mismatch['mean_abs_diff']:.1f} tokens over {mismatch['compared']} requests; "
+            "chat template/BOS, or approximate lengths without --tokenizer). Input metrics use server counts."
+        )
+    client = tok.get("completion_client_vs_server") or {}
+    if client.get("disagreed"):
+        lines.append(
+            f"NOTE: local tokenizer and server disagreed on output tokens in {client['disagreed']}/"
+            f"{client['compared']} requests (mean |diff| {client['mean_abs_diff']:.1f}); server counts used."
+        )
+    return lines
 
 
 def _sources_text(source: str | None, breakdown: Mapping[str, int]) -> str:
@@ -285,6 +375,9 @@ def write_results_json(path: str | os.PathLike[str], results: Mapping[str, Any])
     text = json.dumps(results, indent=2, allow_nan=False) + "\n"
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # a results file, not a secret: the usual mode, not mkstemp's 0600
         with os.fdopen(fd, "w", encoding="utf-8") as tmp:
             tmp.write(text)
             tmp.flush()

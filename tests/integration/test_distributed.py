@@ -152,6 +152,7 @@ def test_e2e_time_limit_counts_in_flight_requests_as_cancelled(sim_url, tmp_path
     assert results["latency"]["e2e_s"]["count"] == results["requests"]["succeeded"]
 
 
+# Case BC-29 (../shared/cases/CASES.md): wrong model name -> preflight stops before load, exit non-zero.
 def test_e2e_wrong_model_stops_before_any_load(sim_url, tmp_path):
     proc = _locust(
         [
@@ -166,25 +167,22 @@ def test_e2e_wrong_model_stops_before_any_load(sim_url, tmp_path):
     assert truth["requests_completed"] + truth["requests_aborted"] == 0
 
 
-def test_e2e_bad_option_value_stops_before_any_load(sim_url):
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--max-tokens", "-1"], "--max-tokens must be a positive integer, got -1"),
+        (["--results-json", "{tmp}"], "is a directory; pass a file path"),
+        (["--max-failure-ratio", "2"], "--max-failure-ratio must be a number from 0 to 1"),
+    ],
+)
+def test_e2e_bad_option_value_stops_before_any_load(sim_url, tmp_path, extra, needle):
+    extra = [arg.replace("{tmp}", str(tmp_path)) for arg in extra]
     proc = _locust(
-        [
-            "-f",
-            "locustfiles/chat.py",
-            "--headless",
-            "-H",
-            sim_url,
-            "-u",
-            "2",
-            "-t",
-            "5s",
-            "--max-tokens",
-            "-1",
-        ],
-        timeout_s=60,
+        ["-f", "locustfiles/chat.py", "--headless", "-H", sim_url, "-u", "2", "-t", "5s", *extra], timeout_s=60
     )
     assert proc.returncode == 2
-    assert "--max-tokens must be a positive integer, got -1" in proc.stderr
+    assert needle in proc.stderr
+    assert proc.stderr.count(needle) == 1  # one clear line, not repeated
     assert metric_sum(metrics(sim_url), "llmload_sim_requests_completed_total") == 0
 
 
@@ -209,9 +207,7 @@ def test_e2e_sigterm_to_master_stops_load_and_keeps_final_reports(sim_url, tmp_p
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        assert _wait_for(
-            lambda: metric_sum(metrics(sim_url), "llmload_sim_requests_completed_total") > 100, 60
-        )
+        assert _wait_for(lambda: metric_sum(metrics(sim_url), "llmload_sim_requests_completed_total") > 100, 60)
         master.send_signal(signal.SIGTERM)
         stdout, stderr = master.communicate(timeout=90)
     finally:
@@ -249,9 +245,7 @@ def test_e2e_killed_worker_is_flagged_and_run_completes_with_the_rest(sim_url, t
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        assert _wait_for(
-            lambda: metric_sum(metrics(sim_url), "llmload_sim_requests_completed_total") > 200, 60
-        )
+        assert _wait_for(lambda: metric_sum(metrics(sim_url), "llmload_sim_requests_completed_total") > 200, 60)
         time.sleep(3.5)  # past at least one worker report interval (3 s)
         workers[0].kill()
         stdout, stderr = master.communicate(timeout=120)

@@ -82,12 +82,18 @@ class Prometheus:
         return value
 
 
-def _ready(url: str) -> bool:
+def _scraping(url: str) -> bool:
+    """True once Prometheus is ready and has tried to scrape its target (up or down).
+
+    A new Prometheus applies its targets up to 5 s after it is ready; a run
+    started before that would miss its first seconds.
+    """
     try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
+        with urllib.request.urlopen(f"{url}/api/v1/targets", timeout=2) as response:
+            targets = json.load(response)["data"]["activeTargets"]
+    except (urllib.error.URLError, OSError, ValueError, KeyError):
         return False
+    return bool(targets) and targets[0]["health"] in ("up", "down")
 
 
 @pytest.fixture
@@ -119,7 +125,7 @@ def prometheus(tmp_path: Path) -> Iterator[Prometheus]:
     url = f"http://127.0.0.1:{web_port}"
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not _ready(url):
+        while not _scraping(url):
             if proc.poll() is not None or time.monotonic() > deadline:
                 log.seek(0)
                 pytest.fail(f"Prometheus did not become ready: {log.read().decode()[-2000:]}")
@@ -138,9 +144,11 @@ def prometheus(tmp_path: Path) -> Iterator[Prometheus]:
 @pytest.fixture
 def sim_url() -> Iterator[str]:
     # Server-paced load (20 ms per decode step) with short geometric replies: throughput is steady,
-    # users do not move in lockstep, the machine is not saturated, and the tokens lost with the
-    # requests cancelled at the stop (which lower the results' average) stay near 1%.
-    url, proc = start_sim("--decode-step-ms", "20", "--output-len-mean", "10")
+    # users do not move in lockstep and the machine is not saturated. The results' average is
+    # below the steady rate by about one E2E of throughput at each end (nothing completes in the
+    # first E2E; requests cancelled at the stop are not counted): ~2% here, measured with
+    # --requests-log; short replies keep that bias well inside the 5% tolerance.
+    url, proc = start_sim("--decode-step-ms", "20", "--output-len-mean", "5")
     yield url
     stop_sim(proc)
 
@@ -176,10 +184,8 @@ def test_prometheus_promql_agrees_with_results_json(prometheus: Prometheus, sim_
     full = [t for t, users in prometheus.series("llmload_users", started, exited_unix) if users == USERS]
     steady_from = full[0] + 1.0
     steady_s = math.floor(full[-1] - 1.0 - steady_from)
-    assert steady_s >= 10
-    rate = prometheus.scalar(
-        f"sum(rate(llmload_completion_tokens_total[{steady_s}s]))", steady_from + steady_s
-    )
+    assert steady_s >= 9
+    rate = prometheus.scalar(f"sum(rate(llmload_completion_tokens_total[{steady_s}s]))", steady_from + steady_s)
     assert rate == pytest.approx(results["throughput"]["output_tokens_per_s"], rel=0.05)
 
     # histogram_quantile over the run's buckets lands within 5% of the results' TTFT p99.

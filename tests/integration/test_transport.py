@@ -111,6 +111,20 @@ def test_transport_idle_timeout_mid_stream(gevent_ready):
     assert record.end_s == pytest.approx(0.31, abs=0.05)
 
 
+def test_transport_idle_timeout_counts_from_the_last_read(gevent_ready):
+    # events every 200 ms never reach the 300 ms idle limit; the silence after the last one does
+    writes = [W(10 + 200 * i, sse(C({"content": "a"}))) for i in range(4)]
+    with ScriptedServer(Reply(writes, ending=Ending.STALL)) as server:
+        transport = transport_for(server, Timeouts(connect_s=2, idle_s=0.3, total_s=30))
+        record = StreamingClient(transport).run(CHAT)
+        transport.close()
+    assert record.outcome is Outcome.TIMEOUT
+    assert record.error is not None
+    assert record.error.category == "timeout: read idle"
+    assert len(record.token_times_s) == 4
+    assert record.end_s == pytest.approx(0.61 + 0.3, abs=0.05)
+
+
 def test_transport_connection_closed_mid_body_is_stream_error(gevent_ready):
     # BC-27 B: two content events, then FIN without finish_reason, [DONE] or the last chunk
     reply = Reply(
@@ -165,9 +179,7 @@ def test_transport_truncated_content_length_body_is_stream_error(gevent_ready):
 
 
 def test_transport_http_404_becomes_http_error(gevent_ready):
-    body = (
-        '{"error":{"message":"model \'other\' is not served","type":"NotFoundError","param":null,"code":404}}'
-    )
+    body = '{"error":{"message":"model \'other\' is not served","type":"NotFoundError","param":null,"code":404}}'
     with ScriptedServer(json_reply(404, body)) as server:
         transport = transport_for(server)
         record = StreamingClient(transport).run(CHAT)
@@ -188,9 +200,7 @@ def test_transport_get_reads_whole_body(gevent_ready):
     assert result.body == b'{"object":"list","data":[{"id":"m"}]}'
 
 
-@pytest.mark.parametrize(
-    "url", ["127.0.0.1:8000", "ftp://host", "http://", "http://h:99999", "http://h/?q=1"]
-)
+@pytest.mark.parametrize("url", ["127.0.0.1:8000", "ftp://host", "http://", "http://h:99999", "http://h/?q=1"])
 def test_transport_rejects_bad_base_url(url):
     with pytest.raises(ConfigError, match="base URL"):
         GeventHTTPTransport(url, headers={}, timeouts=FAST)

@@ -115,11 +115,34 @@ def test_sse_decoder_never_raises_on_random_bytes(case):
 @settings(max_examples=300, deadline=None)
 @given(
     stream_and_cuts(
-        st.lists(
-            st.sampled_from([b"data:", b" ", b"\r", b"\n", b":", b"\xc3", b"\xa9", b"\xff", b"x", b"id"])
-        ).map(b"".join)
+        st.lists(st.sampled_from([b"data:", b" ", b"\r", b"\n", b":", b"\xc3", b"\xa9", b"\xff", b"x", b"id"])).map(
+            b"".join
+        )
     )
 )
 def test_sse_decoder_split_invariant_on_adversarial_bytes(case):
     raw, cuts = case
     assert decode_in_pieces(raw, cuts) == reference_decode(raw)
+
+
+_whole_blocks = st.lists(
+    st.sampled_from(
+        [
+            *['data: {"a":1}\n\n', "data:[DONE]\n\n", 'data:  {"é":"🦙"}\n\n', "data:\n\n", "data: a:b\n\n"],
+            *["id: 7\ndata: x\n\n", ": ping\n\n", "event: error\ndata: e\n\n", "data: 1\ndata: 2\n\n", "\n"],
+        ]
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_whole_blocks, max_size=8))
+def test_sse_decoder_several_whole_events_per_feed_match_reference(feeds):
+    # each feed is whole events: the multi-event fast path, or the general path when a block
+    # carries another field, a comment or a blank line
+    raw_feeds = ["".join(blocks).encode() for blocks in feeds]
+    decoder = SSEDecoder()
+    events = [e for raw in raw_feeds for e in decoder.feed(raw)]
+    assert events == reference_decode(b"".join(raw_feeds))

@@ -265,6 +265,21 @@ def test_client_invalid_json_names_an_excerpt():
     assert '{"choices": [tru' in record.error.message
 
 
+def test_client_json_with_surrounding_whitespace_is_accepted():
+    # the C scanner fast path gives up on the spaces; json.loads accepts them
+    record, _ = run([b'data:  {"choices": [{"index": 0, "delta": {"content": "a"}}]} \n\n', sse(CF("stop"))])
+    assert record.outcome is Outcome.OK
+    assert len(record.token_times_s) == 1
+
+
+def test_client_json_with_trailing_data_is_invalid():
+    record, _ = run([sse('{"choices": []} {"x": 1}')])
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    assert record.error.category == "invalid JSON in stream"
+    assert "Extra data" in record.error.message
+
+
 def test_client_unexpected_chunk_shape_is_stream_error():
     record, _ = run([sse('{"choices": [{"delta": "text"}]}')])
     assert record.outcome is Outcome.STREAM_ERROR

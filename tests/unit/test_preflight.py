@@ -83,3 +83,11 @@ def test_preflight_open_files_above_hard_limit_is_refused_with_numbers():
         check_open_files(hard + 10)
     assert f"< needed ~{hard + 10 + 256}" in str(info.value)
     assert "--processes N" in str(info.value)
+
+
+def test_preflight_base_url_with_v1_suffix_says_to_drop_it():
+    with pytest.raises(ConfigError) as info:
+        fetch_models("http://h:8000/v1", getter(404, b'{"error":"not found"}'), "OPENAI_API_KEY")
+    assert "drop the /v1: pass -H http://h:8000" in str(info.value)
+    assert "b'" not in str(info.value)
+    assert "API key" not in str(info.value)

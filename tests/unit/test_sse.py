@@ -132,3 +132,17 @@ def test_sse_decoder_empty_feed_yields_nothing():
     decoder = SSEDecoder()
     assert decoder.feed(b"") == []
     assert decoder.feed(b"data: a\n\n") == [SSEEvent("a")]
+
+
+def test_sse_decoder_several_events_in_one_chunk_keep_the_last_id():
+    decoder = SSEDecoder()
+    assert decoder.feed(b"id: 7\ndata: a\n\n") == [SSEEvent("a", None, "7")]
+    assert decoder.feed(b"data: b\n\ndata:c\n\n") == [SSEEvent("b", None, "7"), SSEEvent("c", None, "7")]
+
+
+def test_sse_decoder_several_events_with_another_field_in_one_chunk():
+    assert feed_all(b"data: a\n\nevent: x\ndata: b\n\ndata: c\n\n") == [
+        SSEEvent("a"),
+        SSEEvent("b", "x"),
+        SSEEvent("c"),
+    ]
