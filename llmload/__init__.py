@@ -32,7 +32,7 @@ from llmload.stats import LLMStats
 if TYPE_CHECKING:
     from llmload.users import ChatUser, CompletionUser
 
-__version__ = "0.1.0"
+from llmload.version import __version__ as __version__
 
 __all__ = [
     "ChatUser",

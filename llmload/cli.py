@@ -156,6 +156,8 @@ def _locust(locustfile: str, url: str, extra: list[str], processes: int, results
         "128",
         "--results-json",
         str(results_json),
+        "--prometheus-port",
+        "0",
         *extra,
     ]
     started = time.monotonic()

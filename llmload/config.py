@@ -11,6 +11,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from llmload.errors import ConfigError
 from llmload.goodput import SLO, parse_slo
@@ -41,8 +42,7 @@ class Timeouts:
             value = getattr(self, name)
             if not value > 0:
                 raise ConfigError(
-                    f"timeout {name} must be a positive number of seconds, got {value!r}; "
-                    "pass e.g. --read-timeout 300"
+                    f"timeout {name} must be a positive number of seconds, got {value!r}; pass e.g. --read-timeout 300"
                 )
 
 
@@ -132,6 +132,24 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "",
         metavar="N",
     ),
+    OptionSpec(
+        "--request-rate",
+        "Open loop: send R requests per second over all workers together "
+        "(a positive number, or inf: every request eligible at once, bounded by --max-concurrency "
+        "and users). Unset: closed loop, each user sends its next request when the last ends.",
+        "",
+        metavar="R",
+    ),
+    OptionSpec(
+        "--arrival", "Inter-arrival distribution for --request-rate: poisson, constant or gamma.", "", metavar="KIND"
+    ),
+    OptionSpec("--burstiness", "Gamma shape for --arrival gamma (1 = Poisson, < 1 burstier).", "", metavar="B"),
+    OptionSpec(
+        "--max-concurrency",
+        "Cap on requests in flight over all workers together (positive integer). Unset: the number of users.",
+        "",
+        metavar="N",
+    ),
     OptionSpec("--results-json", "Write the end-of-run results to this JSON file.", "", metavar="PATH"),
     OptionSpec(
         "--tokenizer",
@@ -142,20 +160,32 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="PATH_OR_NAME",
     ),
     OptionSpec("--connect-timeout", "Seconds to establish a connection.", 30.0, metavar="S"),
-    OptionSpec(
-        "--read-timeout", "Longest silence in seconds between two reads of a reply.", 300.0, metavar="S"
-    ),
+    OptionSpec("--read-timeout", "Longest silence in seconds between two reads of a reply.", 300.0, metavar="S"),
     OptionSpec("--request-timeout", "Longest total time in seconds for one request.", 1800.0, metavar="S"),
-    OptionSpec("--api-key-file", "File whose first line is the API key (instead of --api-key-env).",
-               "", metavar="PATH"),
-    OptionSpec("--insecure", "Do not verify the server's TLS certificate (printed as a warning).",
-               False, is_flag=True),
-    OptionSpec("--max-failure-ratio", "Exit with status 1 when failed / finished requests exceed this "
-               "ratio (0..1).", 0.01, metavar="R"),
-    OptionSpec("--skip-preflight", "Do not probe the server before load (GET /v1/models is still used "
-               "to find the model when --model is not given).", False, is_flag=True),
-    OptionSpec("--requests-log", "Stream one JSON line per finished request to PATH (each worker "
-               "writes PATH with its worker index inserted before the extension).", "", metavar="PATH"),
+    OptionSpec(
+        "--api-key-file", "File whose first line is the API key (instead of --api-key-env).", "", metavar="PATH"
+    ),
+    OptionSpec("--insecure", "Do not verify the server's TLS certificate (printed as a warning).", False, is_flag=True),
+    OptionSpec(
+        "--max-failure-ratio",
+        "Exit with status 1 when failed / finished requests exceed this ratio (0..1).",
+        0.01,
+        metavar="R",
+    ),
+    OptionSpec(
+        "--skip-preflight",
+        "Do not probe the server before load (GET /v1/models is still used "
+        "to find the model when --model is not given).",
+        False,
+        is_flag=True,
+    ),
+    OptionSpec(
+        "--requests-log",
+        "Stream one JSON line per finished request to PATH (each worker "
+        "writes PATH with its worker index inserted before the extension).",
+        "",
+        metavar="PATH",
+    ),
     # ── Prometheus exporter (issue 5) ──
     OptionSpec(
         "--prometheus-port",
@@ -165,7 +195,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="PORT",
     ),
     OptionSpec(
-        "--prometheus-host", "Address the Prometheus exporter listens on. Empty: all interfaces.", "",
+        "--prometheus-host",
+        "Address the Prometheus exporter listens on. Empty: all interfaces.",
+        "",
         metavar="ADDR",
     ),
     OptionSpec(
@@ -178,8 +210,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     # ── workloads (issue 3) ──
     OptionSpec(
         "--dataset",
-        "Prompt file: JSONL lines with \"prompt\" or chat \"messages\" (optional per-line "
-        "\"max_tokens\"), or ShareGPT JSON. Replaces --prompt.",
+        'Prompt file: JSONL lines with "prompt" or chat "messages" (optional per-line '
+        '"max_tokens"), or ShareGPT JSON. Replaces --prompt.',
         "",
         metavar="PATH",
     ),
@@ -208,8 +240,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--turns",
-        "Multi-turn chat: each user keeps a conversation of T turns (history and replies grow), "
-        "then starts a new one.",
+        "Multi-turn chat: each user keeps a conversation of T turns (history and replies grow), then starts a new one.",
         1,
         metavar="T",
     ),
@@ -222,8 +253,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--slo",
-        "Service-level objectives in seconds, e.g. ttft=0.5,tpot=0.05,e2e=10; goodput = requests "
-        "meeting all of them.",
+        "Service-level objectives in seconds, e.g. ttft=0.5,tpot=0.05,e2e=10; goodput = requests meeting all of them.",
         "",
         metavar="LIST",
     ),
@@ -304,6 +334,11 @@ class RunConfig:
     allow_download: bool = False
     slo: SLO | None = None
     warmup_requests: int = 0
+    # open loop (None: closed loop)
+    request_rate: float | None = None
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
 
     @classmethod
     def from_options(cls, options: object) -> RunConfig:
@@ -346,8 +381,72 @@ class RunConfig:
             prometheus_port=_port("--prometheus-port", get("prometheus_port"), 9646),
             prometheus_host=(_text(get("prometheus_host")) or "").strip(),
             prometheus_grace_s=_grace_s("--prometheus-grace", get("prometheus_grace"), 60.0),
+            **_open_loop(get),
         )
         return _with_workload(config, get)
+
+
+ARRIVALS = ("poisson", "constant", "gamma")
+
+
+def parse_rate(raw: str) -> float:
+    """Parse ``--request-rate``: a positive number of requests per second, or ``inf``.
+
+    Raises:
+        ConfigError: zero, negative, NaN or non-numeric values, naming the accepted forms.
+    """
+    text = raw.strip().lower()
+    if text == "inf":
+        return math.inf
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value > 0) or math.isinf(value):
+        raise ConfigError(
+            f"--request-rate must be a positive number of requests per second or inf, got {raw!r}; pass e.g. "
+            "--request-rate 20, or --request-rate inf for unlimited (0 and negative values are refused)"
+        )
+    return value
+
+
+def _open_loop(get: Callable[[str], object]) -> dict[str, Any]:
+    """Validate --request-rate, --arrival, --burstiness, --max-concurrency together."""
+    raw_rate = _text(get("request_rate"))
+    rate = None if raw_rate is None else parse_rate(raw_rate)
+    arrival = _text(get("arrival"))
+    burstiness = _text(get("burstiness"))
+    if rate is None and (arrival or burstiness):
+        raise ConfigError("--arrival and --burstiness apply to open-loop runs; add --request-rate R (or inf)")
+    if arrival is not None and arrival.lower() not in ARRIVALS:
+        raise ConfigError(
+            f"--arrival must be one of {', '.join(ARRIVALS)}, got {arrival!r}; pass e.g. --arrival poisson"
+        )
+    kind = (arrival or "poisson").lower()
+    shape = 1.0
+    if burstiness is not None:
+        if kind != "gamma":
+            raise ConfigError(
+                f"--burstiness applies to --arrival gamma, not {kind}; pass --arrival gamma --burstiness {burstiness}"
+            )
+        try:
+            shape = float(burstiness)
+        except ValueError:
+            shape = math.nan
+        if not shape > 0 or math.isinf(shape):
+            raise ConfigError(
+                f"--burstiness must be a finite number > 0, got {burstiness!r}; pass e.g. --burstiness 0.5"
+            )
+    if _text(get("max_concurrency")) == "0":
+        raise ConfigError(
+            "--max-concurrency must be a positive integer, got 0; leave it unset for no cap (0 never means unlimited)"
+        )
+    return {
+        "request_rate": rate,
+        "arrival": kind,
+        "burstiness": shape,
+        "max_concurrency": _positive_int("--max-concurrency", get("max_concurrency"), required=False),
+    }
 
 
 def _text(raw: object) -> str | None:
@@ -401,9 +500,7 @@ def _ratio(flag: str, raw: object, default: float) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ConfigError(
-            f"{flag} must be a number from 0 to 1, got {text!r}; pass e.g. {flag} 0.01"
-        ) from None
+        raise ConfigError(f"{flag} must be a number from 0 to 1, got {text!r}; pass e.g. {flag} 0.01") from None
     if not 0.0 <= value <= 1.0:
         raise ConfigError(f"{flag} must be a number from 0 to 1, got {text!r}; pass e.g. {flag} 0.01")
     return value
@@ -419,9 +516,7 @@ def _port(flag: str, raw: object, default: int) -> int:
     except ValueError:
         value = -1
     if not 0 <= value <= 65535:
-        raise ConfigError(
-            f"{flag} must be a port number from 0 to 65535 (0: off), got {text!r}; pass e.g. {flag} 9646"
-        )
+        raise ConfigError(f"{flag} must be a port number from 0 to 65535 (0: off), got {text!r}; pass e.g. {flag} 9646")
     return value
 
 
@@ -437,9 +532,7 @@ def _seconds(flag: str, raw: object, default: float) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ConfigError(
-            f"{flag} must be a number of seconds > 0, got {text!r}; pass e.g. {flag} 60"
-        ) from None
+        raise ConfigError(f"{flag} must be a number of seconds > 0, got {text!r}; pass e.g. {flag} 60") from None
     if not value > 0 or value == float("inf"):
         raise ConfigError(f"{flag} must be a finite number of seconds > 0, got {text!r}; pass e.g. {flag} 60")
     return value

@@ -147,9 +147,7 @@ def _read_jsonl(obj: Any) -> DatasetItem:
     else:
         raise _Bad(f'needs "prompt" or "messages" (keys: {sorted(obj)[:8]})')
     max_tokens = obj.get("max_tokens")
-    if max_tokens is not None and (
-        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
-    ):
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
         raise _Bad(f'"max_tokens" must be a positive integer, got {max_tokens!r}')
     return DatasetItem(messages=messages, max_tokens=max_tokens)
 

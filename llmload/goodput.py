@@ -118,8 +118,7 @@ def parse_slo(raw: str) -> SLO:
             value = math.nan
         if not (value > 0 and math.isfinite(value)):
             raise ConfigError(
-                f"--slo {name} must be a positive number of seconds, got {value_text.strip()!r}; "
-                f"pass e.g. {_EXAMPLE}"
+                f"--slo {name} must be a positive number of seconds, got {value_text.strip()!r}; pass e.g. {_EXAMPLE}"
             )
         limits[name] = value
     return SLO(ttft_s=limits.get("ttft"), tpot_s=limits.get("tpot"), e2e_s=limits.get("e2e"))

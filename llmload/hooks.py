@@ -35,6 +35,7 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 import functools
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -45,8 +46,10 @@ from typing import Any
 
 import gevent
 import gevent.event
+import gevent.lock
 
-from llmload import __version__, preflight
+from llmload import preflight
+from llmload.arrivals import Arrival, ArrivalSchedule
 from llmload.config import OPTIONS, LengthSpec, RunConfig
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.prometheus import PrometheusExporter, RunView
@@ -57,6 +60,7 @@ from llmload.runtime import CpuMonitor, ExportState, RequestBudget, Runtime, War
 from llmload.stats import LLMStats
 from llmload.tokens import load_tokenizer
 from llmload.transport import GeventHTTPTransport
+from llmload.version import __version__
 from llmload.wire import from_wire, to_wire
 from llmload.workload import build_workload
 
@@ -98,9 +102,7 @@ def add_arguments(parser: Any) -> None:
     group = parser.add_argument_group("llmload", "LLM request options (see README: Options)")
     for spec in OPTIONS:
         if spec.is_flag:
-            action = group.add_argument(
-                spec.flag, action="store_true", default=False, env_var=spec.env, help=spec.help
-            )
+            action = group.add_argument(spec.flag, action="store_true", default=False, env_var=spec.env, help=spec.help)
         else:
             default = "" if spec.default is None else str(spec.default)
             action = group.add_argument(
@@ -175,9 +177,7 @@ def _prepare(environment: Environment, runtime: Runtime) -> None:
         raise ConfigError("no target host; pass -H http://HOST:PORT (e.g. -H http://127.0.0.1:8000)")
     if config.insecure:
         log.warning("llmload: --insecure: TLS certificates of %s are NOT verified", host)
-    transport = GeventHTTPTransport(
-        host, headers=runtime.headers, timeouts=config.timeouts, insecure=config.insecure
-    )
+    transport = GeventHTTPTransport(host, headers=runtime.headers, timeouts=config.timeouts, insecure=config.insecure)
     try:
         models = preflight.fetch_models(host, transport.get, config.api_key_env)
         runtime.model = preflight.choose_model(models, config.model, host)
@@ -294,13 +294,19 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
             runtime.blocked = runtime.blocked or str(exc)
             log.error("llmload: %s; this worker sends no load", exc)
         _start_workload(runtime, plan, str(runner.worker_index))
+        open_loop = plan.get("open_loop") or {}
+        index = str(runner.worker_index)
+        _start_open_loop(
+            runtime,
+            rate=open_loop.get("rates", {}).get(index),
+            concurrency=open_loop.get("concurrency", {}).get(index),
+            rank=int(plan.get("ranks", {}).get(index, 0)),
+        )
         quotas = plan.get("quotas")
         share = None if quotas is None else int(quotas.get(str(runner.worker_index), 0))
         runtime.stats = LLMStats.empty()
         run_id = runtime.run_id
-        runtime.budget = RequestBudget(
-            share, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id})
-        )
+        runtime.budget = RequestBudget(share, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id}))
         users_here = int(plan.get("users_per_worker") or 0)
         try:
             raised = preflight.check_open_files(users_here)
@@ -320,6 +326,7 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
     runtime.lost_workers = []
     runtime.flushed = False
     runtime.cpu_saturated_s = 0.0
+    runtime.scheduled_rates = {}
     try:
         _prepare(environment, runtime)
     except LLMLoadError as exc:
@@ -335,14 +342,23 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
         quotas = None
         if limit is not None:
             base, extra = divmod(limit, max(len(workers), 1))
-            quotas = {
-                str(runner.get_worker_index(c.id)): base + (1 if i < extra else 0)
-                for i, c in enumerate(workers)
-            }
+            quotas = {str(runner.get_worker_index(c.id)): base + (1 if i < extra else 0) for i, c in enumerate(workers)}
         warmup_base, warmup_extra = divmod(runtime.config.warmup_requests, max(len(workers), 1))
         runtime.planned_workers = {c.id for c in workers}
         runtime.done_workers = set()
         users = int(getattr(options, "num_users", 0) or 0)
+        open_loop = None
+        rate, cap = runtime.config.request_rate, runtime.config.max_concurrency
+        if rate is not None or cap is not None:
+            n = max(len(workers), 1)
+            open_loop = {
+                # the total rate is split evenly; each worker follows its own absolute schedule
+                "rates": {str(runner.get_worker_index(c.id)): (None if rate is None else rate / n) for c in workers},
+                "concurrency": {
+                    str(runner.get_worker_index(c.id)): (None if cap is None else max(1, cap // n + (i < cap % n)))
+                    for i, c in enumerate(workers)
+                },
+            }
         setattr(
             options,
             _PLAN,
@@ -352,6 +368,7 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
                 "quotas": quotas,
                 "blocked": runtime.blocked,
                 "users_per_worker": -(-users // max(len(workers), 1)),
+                "open_loop": open_loop,
                 # workload (issue 3): worker rank for disjoint prompt streams, warm-up shares
                 "workers": len(workers),
                 "ranks": {str(runner.get_worker_index(c.id)): i for i, c in enumerate(workers)},
@@ -365,7 +382,22 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
     else:
         runtime.budget = RequestBudget(limit, on_done=lambda: gevent.spawn(_finish_run, environment))
         _start_workload(runtime, {"warmup": {"0": runtime.config.warmup_requests}}, "0")
+        _start_open_loop(runtime, rate=runtime.config.request_rate, concurrency=runtime.config.max_concurrency, rank=0)
         _start_process_services(runtime, None)
+
+
+def _start_open_loop(runtime: Runtime, *, rate: float | None, concurrency: int | None, rank: int) -> None:
+    """Set this process's arrival schedule (its share of --request-rate) and in-flight cap."""
+    config = runtime.config
+    runtime.schedule = (
+        None
+        if rate is None
+        else ArrivalSchedule(
+            rate=rate, arrival=Arrival(config.arrival), burstiness=config.burstiness, seed=config.seed * 1009 + rank
+        )
+    )
+    runtime.schedule_start_s = 0.0  # set by the first request that takes an arrival
+    runtime.concurrency = None if concurrency is None else gevent.lock.BoundedSemaphore(concurrency)
 
 
 def _start_workload(runtime: Runtime, plan: dict[str, Any], index: str) -> None:
@@ -416,11 +448,7 @@ def _watch_workers(environment: Environment, run_id: str) -> None:
                 runtime.lost_workers.append(client_id)
                 log.warning("llmload: worker %s lost mid-run; its unreported requests are missing", client_id)
         remaining = runtime.planned_workers - set(runtime.lost_workers)
-        if (
-            runtime.config.num_requests is not None
-            and remaining <= runtime.done_workers
-            and not runtime.flushed
-        ):
+        if runtime.config.num_requests is not None and remaining <= runtime.done_workers and not runtime.flushed:
             if runtime.lost_workers:
                 gevent.spawn(_finish_run, environment)
             return
@@ -454,6 +482,7 @@ def _payload(runtime: Runtime) -> dict[str, Any]:
         "stats": to_wire(runtime.take_delta()),
         "cpu_saturated_s": cpu_s,
         "in_flight": runtime.in_flight,
+        "scheduled_rate_per_s": runtime.schedule.realized_rate_per_s if runtime.schedule is not None else None,
     }
 
 
@@ -469,6 +498,8 @@ def _merge_payload(runtime: Runtime, client_id: str, payload: dict[str, Any]) ->
     if payload.get("run_id") != runtime.run_id:
         return  # a late report from a previous run
     runtime.cpu_saturated_s = max(runtime.cpu_saturated_s, float(payload.get("cpu_saturated_s") or 0.0))
+    if payload.get("scheduled_rate_per_s") is not None:
+        runtime.scheduled_rates[client_id] = float(payload["scheduled_rate_per_s"])
     try:
         delta = from_wire(payload["stats"])
     except (WireFormatError, KeyError, TypeError) as exc:
@@ -502,9 +533,7 @@ def _on_flush(environment: Environment, msg: Any, **_kw: Any) -> None:
     runner = environment.runner
     if runner is not None:
         runner.stop()
-        runner.send_message(
-            "llmload_final", {"run_id": runtime.run_id, "stats": to_wire(runtime.take_delta())}
-        )
+        runner.send_message("llmload_final", {"run_id": runtime.run_id, "stats": to_wire(runtime.take_delta())})
 
 
 # ── stop ────────────────────────────────────────────────────────────────
@@ -533,12 +562,7 @@ def _on_test_stopping(environment: Environment, **_kw: Any) -> None:
 def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     runner = environment.runner
     runtime: Runtime | None = getattr(environment, "llmload", None)
-    if (
-        isinstance(runner, WorkerRunner)
-        or runtime is None
-        or not runtime.run_id
-        or runtime.results is not None
-    ):
+    if isinstance(runner, WorkerRunner) or runtime is None or not runtime.run_id or runtime.results is not None:
         return
     if not isinstance(runner, MasterRunner):
         _stop_process_services(runtime)
@@ -562,6 +586,10 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         results["blocked"] = runtime.blocked
     results["client_saturated"] = runtime.cpu_saturated_s >= _SATURATION_SUSTAIN_S
     results["client_cpu_saturated_s"] = runtime.cpu_saturated_s
+    if runtime.schedule is not None and runtime.schedule.realized_rate_per_s is not None:
+        runtime.scheduled_rates["local"] = runtime.schedule.realized_rate_per_s
+    scheduled = sum(runtime.scheduled_rates.values()) if runtime.scheduled_rates else None
+    results["load"] = _load_section(runtime.config, results, scheduled)
     requests = results["requests"]
     finished, failed = requests["total"], requests["failed"]
     ratio = failed / finished if finished else 0.0
@@ -606,6 +634,22 @@ def _print_summary(results: dict[str, Any]) -> None:
     if results.get("lost_workers"):
         lost = results["lost_workers"]
         lines.append(f"WARNING: {len(lost)} worker(s) lost mid-run; their unreported requests are missing")
+    load = results.get("load") or {}
+    if load.get("mode") == "open":
+        target = "inf" if load.get("unlimited_rate") else f"{load['target_rate_per_s']:g}"
+        achieved = load.get("achieved_rate_per_s")
+        delay = results["latency"].get("dispatch_delay_s") or {}
+        e2e_sched = results["latency"].get("e2e_from_schedule_s") or {}
+        lines.append("--- Open loop " + "-" * 38)
+        lines.append(f"{'Target / achieved rate (req/s):':<40}{target} / {achieved or 0:.2f}")
+        if delay.get("count"):
+            lines.append(
+                f"{'Dispatch delay mean / max (ms):':<40}{delay['mean'] * 1e3:.2f} / {delay['max'] * 1e3:.2f}"
+            )
+        if e2e_sched.get("count"):
+            lines.append(f"{'Mean E2E from intended send (ms):':<40}{e2e_sched['mean'] * 1e3:.2f}")
+        if load.get("warning"):
+            lines.append(f"WARNING: {load['warning']}")
     if results.get("client_saturated"):
         lines.append(
             f"WARNING: load generator saturated (CPU > 90% for {results['client_cpu_saturated_s']} s): "
@@ -620,6 +664,46 @@ def _print_summary(results: dict[str, Any]) -> None:
         )
     sys.stdout.write("\n" + "\n".join(lines) + "\n")
     sys.stdout.flush()
+
+
+def _load_section(config: RunConfig, results: dict[str, Any], scheduled: float | None) -> dict[str, Any]:
+    """Closed or open loop; for open loop the target vs achieved rate and the schedule lag (BC-20, BC-23).
+
+    ``achieved_rate_per_s`` is finished requests over the wall time (``duration_s``);
+    ``scheduled_rate_per_s`` is the rate of the seeded schedules themselves (summed over
+    workers; a Poisson schedule of n arrivals deviates from the target by about 1/sqrt(n));
+    the shortfall warning compares achieved with scheduled, i.e. what the load generator
+    failed to send on time. ``max_schedule_lag_s`` is the largest dispatch delay.
+    """
+    rate = config.request_rate
+    if rate is None and config.max_concurrency is None:
+        return {"mode": "closed"}
+    duration = results.get("duration_s") or 0.0
+    finished = results["requests"]["total"]
+    achieved = finished / duration if duration > 0 else None
+    delay = results["latency"].get("dispatch_delay_s") or {}
+    section: dict[str, Any] = {
+        "mode": "open" if rate is not None else "closed",
+        "target_rate_per_s": None if rate is None or math.isinf(rate) else rate,
+        "unlimited_rate": rate is not None and math.isinf(rate),
+        "arrival": config.arrival if rate is not None else None,
+        "burstiness": config.burstiness if config.arrival == "gamma" else None,
+        "max_concurrency": config.max_concurrency,
+        "achieved_rate_per_s": achieved,
+        "scheduled_rate_per_s": scheduled,
+        "max_schedule_lag_s": delay.get("max"),
+        "mean_dispatch_delay_s": delay.get("mean"),
+        "rate_shortfall": False,
+    }
+    reference = scheduled if scheduled is not None else rate
+    if rate is not None and not math.isinf(rate) and achieved is not None and achieved < 0.98 * (reference or rate):
+        section["rate_shortfall"] = True
+        cause = " (--max-concurrency caps in-flight requests)" if config.max_concurrency else " (too few users)"
+        section["warning"] = (
+            f"target rate {rate:g} req/s not met: achieved {achieved:.2f} req/s{cause}; "
+            "latency from the intended send time is in latency.e2e_from_schedule_s"
+        )
+    return section
 
 
 def _public_options(config: RunConfig) -> dict[str, Any]:
@@ -820,7 +904,5 @@ def _on_quit_export(environment: Environment, **_kw: Any) -> None:
     if exporter.scrapes and export.grace_s > 0:
         log.info("llmload: waiting up to %g s for a Prometheus scrape of the final totals", export.grace_s)
         if not exporter.wait_for_final_scrape(export.grace_s):
-            log.warning(
-                "llmload: no scrape of the final totals within --prometheus-grace %g s", export.grace_s
-            )
+            log.warning("llmload: no scrape of the final totals within --prometheus-grace %g s", export.grace_s)
     exporter.stop()

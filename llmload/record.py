@@ -113,6 +113,9 @@ class RequestRecord:
         prompt_tokens, completion_tokens: counts with their sources.
         finish_reason: the last finish_reason seen, or None.
         requested_prompt_tokens: the workload's own estimate of the prompt length, if any.
+        dispatch_delay_s: open loop only: actual send − intended (scheduled) send, ≥ 0;
+            the time the request waited for a free user or concurrency slot (BC-20).
+            None in closed-loop runs.
         client_completion_tokens: the local tokenizer's count of the output
             when the server also sent usage (a diagnostic of how the two
             disagree, BC-15); None otherwise.
@@ -134,6 +137,7 @@ class RequestRecord:
     completion_tokens: TokenCount = field(default_factory=TokenCount.unknown)
     finish_reason: str | None = None
     requested_prompt_tokens: int | None = None
+    dispatch_delay_s: float | None = None
     client_completion_tokens: int | None = None
     output_text: str | None = None
 
@@ -180,11 +184,7 @@ class RequestRecord:
         if self.token_counts is not None:
             return ITLKind.TOKEN
         n = self.completion_tokens.value
-        if (
-            n is not None
-            and self.completion_tokens.source is TokenSource.SERVER
-            and n == len(self.token_times_s)
-        ):
+        if n is not None and self.completion_tokens.source is TokenSource.SERVER and n == len(self.token_times_s):
             return ITLKind.TOKEN  # one token per event, confirmed by the server's total
         return ITLKind.CHUNK
 

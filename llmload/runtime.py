@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 import gevent
 import gevent.event
+import gevent.lock
 
+from llmload.arrivals import ArrivalSchedule
 from llmload.config import RunConfig
 from llmload.exporters.prometheus import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
@@ -59,12 +61,7 @@ class RequestBudget:
         return self.limit is not None and self.issued >= self.limit
 
     def _maybe_notify(self) -> None:
-        if (
-            not self._notified
-            and self.limit is not None
-            and self.finished >= self.limit
-            and self._on_done is not None
-        ):
+        if not self._notified and self.limit is not None and self.finished >= self.limit and self._on_done is not None:
             self._notified = True
             self._on_done()
 
@@ -182,6 +179,11 @@ class Runtime:
     cpu: CpuMonitor | None = None
     cpu_saturated_s: float = 0.0  # longest CPU saturation streak (s), max over workers on the master
     flushed: bool = False
+    # open loop: this process's arrival schedule, its monotonic start, and the in-flight cap
+    schedule: ArrivalSchedule | None = None
+    schedule_start_s: float = 0.0
+    concurrency: gevent.lock.BoundedSemaphore | None = None
+    scheduled_rates: dict[str, float] = field(default_factory=dict)  # master: realized schedule rate per worker
     # Prometheus exporter (issue 5)
     in_flight: int = 0  # requests sent by this process's users and not finished yet
     window_delta: LLMStats | None = None  # single process with exporter: records since the last window tick

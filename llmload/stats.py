@@ -50,7 +50,17 @@ StatsKey = tuple[str, str]
 
 _K = TypeVar("_K")
 
-HISTOGRAM_NAMES = ("ttft_s", "ttfc_s", "itl_s", "tpot_s", "e2e_s")
+HISTOGRAM_NAMES = (
+    "ttft_s",
+    "ttfc_s",
+    "itl_s",
+    "tpot_s",
+    "e2e_s",
+    # open loop only (BC-20): wait for a free user/slot, and latency measured from the intended send
+    "dispatch_delay_s",
+    "ttft_from_schedule_s",
+    "e2e_from_schedule_s",
+)
 """Attribute names of the latency histograms of ``EndpointStats``."""
 
 
@@ -132,6 +142,10 @@ class EndpointStats:
         ttft_s, ttfc_s, itl_s, tpot_s, e2e_s: histograms over successes
             (definitions in ``llmload.record``); ITL has every sample of
             ``RequestRecord.itl_samples_s``.
+        dispatch_delay_s, ttft_from_schedule_s, e2e_from_schedule_s: open-loop
+            successes only: the wait between the intended and the actual send,
+            and TTFT/E2E measured from the intended send (coordinated
+            omission made visible, BC-20; guidellm's ``targeted_start``).
         itl_kind_requests: successes with at least one ITL sample, per ITL kind.
         slo_met_requests: successes that met every ``--slo`` objective (goodput);
             failures never do.
@@ -161,6 +175,9 @@ class EndpointStats:
     itl_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
     tpot_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
     e2e_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
+    dispatch_delay_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
+    ttft_from_schedule_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
+    e2e_from_schedule_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
     itl_kind_requests: dict[ITLKind, int] = field(default_factory=dict)
     slo_met_requests: int = 0
     tokenizer_compared_requests: int = 0
@@ -205,7 +222,7 @@ class EndpointStats:
         return self.succeeded - self.completion_source_requests.get(TokenSource.UNKNOWN, 0)
 
     def histograms(self) -> dict[str, LatencyHistogram]:
-        """Return the five latency histograms by attribute name (not copies)."""
+        """Return the latency histograms by attribute name (not copies)."""
         return {name: getattr(self, name) for name in HISTOGRAM_NAMES}
 
     def is_empty(self) -> bool:
@@ -285,6 +302,13 @@ class EndpointStats:
             self.tpot_s.add(tpot)
         if record.end_s is not None:
             self.e2e_s.add(record.end_s)
+        delay = record.dispatch_delay_s
+        if delay is not None:
+            self.dispatch_delay_s.add(delay)
+            if ttft is not None:
+                self.ttft_from_schedule_s.add(delay + ttft)
+            if record.end_s is not None:
+                self.e2e_from_schedule_s.add(delay + record.end_s)
         itl = record.itl_samples_s()
         if itl:
             self.itl_s.add_many(itl)
@@ -339,11 +363,8 @@ class EndpointStats:
         _merge_counts(self.completion_tokens_by_source, other.completion_tokens_by_source)
         self.requested_prompt_tokens_sum += other.requested_prompt_tokens_sum
         self.requested_prompt_tokens_count += other.requested_prompt_tokens_count
-        self.ttft_s.merge_in(other.ttft_s)
-        self.ttfc_s.merge_in(other.ttfc_s)
-        self.itl_s.merge_in(other.itl_s)
-        self.tpot_s.merge_in(other.tpot_s)
-        self.e2e_s.merge_in(other.e2e_s)
+        for name, histogram in self.histograms().items():
+            histogram.merge_in(getattr(other, name))
         _merge_counts(self.itl_kind_requests, other.itl_kind_requests)
         self.slo_met_requests += other.slo_met_requests
         self.tokenizer_compared_requests += other.tokenizer_compared_requests

@@ -87,7 +87,11 @@ def load_tokenizer(name_or_path: str, *, allow_download: bool = False) -> HFToke
         allow_download: permit fetching from the Hugging Face hub. Off by
             default: a load generator must never stall or fail mid-run on a
             hub request (vllm-project/guidellm #103: a served model name is
-            not a hub id).
+            not a hub id). When off, a hub id is looked up in the local cache
+            by this function and transformers only ever sees a local
+            directory: ``from_pretrained(name, local_files_only=True)`` alone
+            still sends a request (huggingface_hub 1.x/2.x fetch
+            ``/api/agent-harnesses`` while building request headers).
 
     Raises:
         TokenizerError: the tokenizer cannot be loaded; the message says what
@@ -101,10 +105,17 @@ def load_tokenizer(name_or_path: str, *, allow_download: bool = False) -> HFToke
             return HFTokenCounter(Tokenizer.from_file(name_or_path), name=name_or_path)
         except Exception as exc:  # the tokenizers library raises plain Exception subclasses
             raise TokenizerError(f'cannot load tokenizer file "{name_or_path}": {exc}; {fix}') from exc
+    source = name_or_path
+    if not allow_download and not os.path.exists(name_or_path):
+        source = _cached_snapshot(name_or_path) or ""
+        if not source:
+            raise TokenizerError(
+                f'cannot load tokenizer "{name_or_path}": not a local path and hub access is disabled; {fix}'
+            )
     try:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=not allow_download)
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=not allow_download)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for bad sources
         if os.path.exists(name_or_path):
             raise TokenizerError(
@@ -118,6 +129,20 @@ def load_tokenizer(name_or_path: str, *, allow_download: bool = False) -> HFToke
     if tokenizer is None:
         raise TokenizerError(f'cannot load tokenizer "{name_or_path}": no tokenizer files found; {fix}')
     return HFTokenCounter(tokenizer, name=name_or_path)
+
+
+def _cached_snapshot(repo_id: str) -> str | None:
+    """The local HF cache directory holding ``repo_id``'s tokenizer files, or None (filesystem only)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        for filename in ("tokenizer_config.json", "tokenizer.json"):
+            path = try_to_load_from_cache(repo_id, filename)
+            if isinstance(path, str):
+                return os.path.dirname(path)
+    except Exception:  # an invalid repo id (HFValidationError, ValueError): not in the cache
+        return None
+    return None
 
 
 def resolve_completion_tokens(

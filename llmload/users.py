@@ -23,6 +23,7 @@ from locust import User, constant, task
 import time
 from typing import ClassVar
 
+import gevent
 from gevent import GreenletExit
 
 from llmload.client import StreamingClient
@@ -73,9 +74,7 @@ class LLMUser(User):
             transport.close()
 
     @classmethod
-    def build_request(
-        cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None
-    ) -> LLMRequest:
+    def build_request(cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None) -> LLMRequest:
         """Return a request for ``prompt``.
 
         Args:
@@ -103,8 +102,12 @@ class LLMUser(User):
         if not runtime.budget.try_acquire():
             runtime.idle.wait()
             return
+        intended_s = self._wait_for_arrival(runtime)
         prompt = self._next_prompt(runtime)
         request = self.build_request(runtime, prompt=prompt)
+        slot = runtime.concurrency
+        if slot is not None:
+            slot.acquire()
         started = time.perf_counter()
         runtime.in_flight += 1
         try:
@@ -114,7 +117,11 @@ class LLMUser(User):
             raise
         finally:
             runtime.in_flight -= 1
+            if slot is not None:
+                slot.release()
         elapsed_s = time.perf_counter() - started
+        if intended_s is not None:
+            record.dispatch_delay_s = max(0.0, started - intended_s)
         slo = runtime.config.slo
         met_slo = slo is not None and slo.met_by(record)
         runtime.stats.add(record, met_slo=met_slo)
@@ -142,6 +149,27 @@ class LLMUser(User):
         finally:
             warmup.release(ok=ok)
 
+    @staticmethod
+    def _wait_for_arrival(runtime: Runtime) -> float | None:
+        """Open loop: take the next arrival of this process's schedule and sleep until it is due.
+
+        Returns the intended send time (``time.perf_counter`` seconds), or None in
+        closed-loop runs. Arrivals are absolute offsets from one start, so a late
+        wake-up never delays the following arrivals (no drift, BC-23); an arrival
+        that finds every user busy is taken late by the next free user, and that
+        wait is recorded as dispatch delay (BC-20).
+        """
+        schedule = runtime.schedule
+        if schedule is None:
+            return None
+        if runtime.schedule_start_s == 0.0:
+            runtime.schedule_start_s = time.perf_counter()  # after warm-up: the schedule starts with load
+        intended_s = runtime.schedule_start_s + schedule.next_offset_s()
+        delay_s = intended_s - time.perf_counter()
+        if delay_s > 0:
+            gevent.sleep(delay_s)
+        return intended_s
+
     def _fire(self, request: LLMRequest, record: RequestRecord, elapsed_s: float) -> None:
         e2e_s = record.e2e_s if record.ok and record.e2e_s is not None else elapsed_s
         exception = None
@@ -168,9 +196,7 @@ class CompletionUser(LLMUser):
     endpoint = "completions"
 
     @classmethod
-    def build_request(
-        cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None
-    ) -> LLMRequest:
+    def build_request(cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None) -> LLMRequest:
         """Build a completions request (see ``LLMUser.build_request``)."""
         config = runtime.config
         prompt = _prompt_for(runtime, max_tokens, prompt)
@@ -192,9 +218,7 @@ class ChatUser(LLMUser):
     endpoint = "chat"
 
     @classmethod
-    def build_request(
-        cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None
-    ) -> LLMRequest:
+    def build_request(cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None) -> LLMRequest:
         """Build a chat request (see ``LLMUser.build_request``)."""
         config = runtime.config
         prompt = _prompt_for(runtime, max_tokens, prompt)

@@ -81,9 +81,7 @@ class Prompt:
 class Workload:
     """Prompt number k of a run, for any k >= 0 (see the module docstring)."""
 
-    def __init__(
-        self, config: RunConfig, counter: TokenCounter | None = None, dataset: Dataset | None = None
-    ) -> None:
+    def __init__(self, config: RunConfig, counter: TokenCounter | None = None, dataset: Dataset | None = None) -> None:
         """Prepare the prompt source of ``config``.
 
         Args:

@@ -202,9 +202,7 @@ class LLMLoadCollector:
         yield GaugeMetricFamily(
             "llmload_in_flight_requests", "Requests sent and not yet finished", value=view.in_flight_requests
         )
-        yield GaugeMetricFamily(
-            "llmload_workers", "Connected Locust workers (0: single process)", value=view.workers
-        )
+        yield GaugeMetricFamily("llmload_workers", "Connected Locust workers (0: single process)", value=view.workers)
         if view.started_at_unix is not None:
             yield GaugeMetricFamily(
                 "llmload_run_start_time_seconds", "Unix time the run started", value=view.started_at_unix
@@ -252,9 +250,7 @@ class LLMLoadCollector:
     def _histograms(stats: LLMStats) -> Iterator[Metric]:
         items = list(stats.items())
         for attribute, suffix, doc in _HISTOGRAMS:
-            family = HistogramMetricFamily(
-                f"llmload_{suffix}", f"{doc}, successful requests", labels=_KEY_LABELS
-            )
+            family = HistogramMetricFamily(f"llmload_{suffix}", f"{doc}, successful requests", labels=_KEY_LABELS)
             for key, s in items:
                 hist: LatencyHistogram = getattr(s, attribute)
                 family.add_metric(key, histogram_buckets(hist), hist.sum_s)
@@ -404,11 +400,14 @@ class PrometheusExporter:
             self._thread = None
 
     def wsgi_app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        """WSGI application: metrics at ``/metrics``, 404 with a hint elsewhere."""
+        """WSGI application: metrics at ``/metrics`` (text format 0.0.4, gzip if asked), 404 elsewhere."""
         if environ.get("PATH_INFO") != _METRICS_PATH:
             start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
             return [b"llmload serves Prometheus metrics at /metrics\n"]
         started_s = self._clock()
+        # Always the text format 0.0.4 (Prometheus accepts it): prometheus_client's OpenMetrics
+        # writer escapes label values character by character and doubles the scrape's CPU time.
+        environ.pop("HTTP_ACCEPT", None)
         body = self._metrics_app(environ, start_response)
         return _ScrapeBody(body, lambda: self._scrape_done(started_s))
 

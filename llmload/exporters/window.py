@@ -66,9 +66,7 @@ class SlidingWindow:
 
     __slots__ = ("_clock", "_covered_from_s", "_entries", "_length_s", "_started_s")
 
-    def __init__(
-        self, length_s: float = DEFAULT_WINDOW_S, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, length_s: float = DEFAULT_WINDOW_S, *, clock: Callable[[], float] = time.monotonic) -> None:
         """Create an empty window whose coverage starts now.
 
         Args:
@@ -79,9 +77,7 @@ class SlidingWindow:
             ValueError: ``length_s`` is not a positive finite number.
         """
         if not 0.0 < length_s < float("inf"):
-            raise ValueError(
-                f"window length must be a positive number of seconds, got {length_s!r}; e.g. 10.0"
-            )
+            raise ValueError(f"window length must be a positive number of seconds, got {length_s!r}; e.g. 10.0")
         self._length_s = length_s
         self._clock = clock
         self._entries: dict[str, deque[tuple[float, LLMStats]]] = {}

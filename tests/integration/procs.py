@@ -22,8 +22,11 @@ def free_port() -> int:
 
 
 def locust_argv(args: list[str]) -> list[str]:
-    """`python -m locust ARGS`; with --processes, a private master port so parallel runs never collide."""
+    """`python -m locust ARGS` without the Prometheus exporter (unless asked for) and, with
+    --processes, a private master port, so parallel runs never collide."""
     argv = [sys.executable, "-m", "locust", *args]
+    if "--prometheus-port" not in args:
+        argv += ["--prometheus-port", "0"]  # the exporter has its own tests; parallel runs must not collide
     if "--processes" in args and "--master-bind-port" not in args:
         port = str(free_port())
         argv += ["--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--master-port", port]

@@ -106,7 +106,7 @@ def test_e2e_separate_master_and_workers_with_time_limit_keep_every_final_report
     try:
         proc = _locust(
             [
-                *common, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                *common, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--prometheus-port", "0",
                 "--headless", "--only-summary",
                 "--expect-workers", "2", "-H", sim_url, "-u", "128", "-r", "128", "-t", "6s",
                 "--stop-timeout", "30", "--max-tokens", "48", "--results-json", str(out), "--skip-preflight",
@@ -239,6 +239,7 @@ def test_e2e_killed_worker_is_flagged_and_run_completes_with_the_rest(sim_url, t
         [
             sys.executable, "-m", "locust", *common, "--master", "--master-bind-host", "127.0.0.1",
             "--master-bind-port", str(port), "--headless", "--only-summary", "--expect-workers", "2",
+            "--prometheus-port", "0",
             "-H", sim_url, "-u", "64", "-r", "64", "-t", "14s", "--max-tokens", "40", "--skip-preflight",
             "--results-json", str(out),
         ],

@@ -27,6 +27,7 @@ import pytest
 
 from tests.integration.procs import free_port, run_locust
 from tests.integration.test_sim import metric_sum, metrics, start_sim, stop_sim
+from tests.unit.test_prometheus import dashboard_exprs
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -172,11 +173,14 @@ def test_prometheus_promql_agrees_with_results_json(prometheus: Prometheus, sim_
     completion = results["tokens"]["completion"]
     assert completion > 5_000
 
-    # After the final scrape the counter equals the results exactly. (Once the master is gone,
-    # Prometheus marks the series stale, so the query is at the master's exit time.)
-    total = prometheus.scalar_eventually("sum(llmload_completion_tokens_total)", exited_unix, completion)
+    # After the final scrape the counter equals the results exactly. Once the master is gone, the
+    # next failed scrape marks its series stale, so "the value now" is the last sample before that:
+    # last_over_time (range selectors skip staleness markers).
+    total = prometheus.scalar_eventually(
+        "sum(last_over_time(llmload_completion_tokens_total[1m]))", exited_unix, completion
+    )
     assert total == completion
-    ok = prometheus.scalar('sum(llmload_requests_total{outcome="ok"})', exited_unix)
+    ok = prometheus.scalar('sum(last_over_time(llmload_requests_total{outcome="ok"}[1m]))', exited_unix)
     assert ok == results["requests"]["succeeded"]
 
     # The rate over the steady part (all users running, 1 s margins) matches the run's tok/s.
@@ -190,7 +194,8 @@ def test_prometheus_promql_agrees_with_results_json(prometheus: Prometheus, sim_
 
     # histogram_quantile over the run's buckets lands within 5% of the results' TTFT p99.
     p99 = prometheus.scalar(
-        "histogram_quantile(0.99, sum by (le) (llmload_time_to_first_token_seconds_bucket))", exited_unix
+        "histogram_quantile(0.99, sum by (le) (last_over_time(llmload_time_to_first_token_seconds_bucket[1m])))",
+        exited_unix,
     )
     assert p99 == pytest.approx(results["latency"]["ttft_s"]["p99"], rel=0.05)
 
@@ -201,10 +206,19 @@ def test_prometheus_promql_agrees_with_results_json(prometheus: Prometheus, sim_
     in_flight = prometheus.scalar("llmload_in_flight_requests", mid)
     assert in_flight is not None
     assert 0 < in_flight <= USERS
-    window_rate = prometheus.scalar("sum(llmload_window_output_tokens_per_second)", mid)
-    assert window_rate == pytest.approx(results["throughput"]["output_tokens_per_s"], rel=0.15)
     info = prometheus.query("llmload_run_info", mid)
     assert info[0]["metric"]["run_id"] == results["run"]["run_id"]
+
+    # The live 10 s window, once it holds only steady load, agrees with Prometheus' steady rate.
+    late = full[-1] - 1.0
+    window_rate = prometheus.scalar("sum(llmload_window_output_tokens_per_second)", late)
+    assert window_rate == pytest.approx(rate, rel=0.05)
+
+    # Every query of the shipped Grafana dashboard runs and (except error panels) finds data.
+    for expr in dashboard_exprs():
+        promql = expr.replace("$instance", ".*").replace("$endpoint", ".*").replace("$__rate_interval", "5s")
+        found = prometheus.query(promql, late)
+        assert found or "llmload_request_errors_total" in expr or "outcome!~" in expr, promql
 
 
 def test_prometheus_port_in_use_stops_before_any_load(sim_url: str):

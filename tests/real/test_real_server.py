@@ -41,7 +41,7 @@ COUNTERS = (
     "llamacpp:prompt_tokens_total",
     "llamacpp:prompt_tokens_cached_total",
 )
-NUM_REQUESTS = 40
+NUM_REQUESTS = 100
 LOCUST_TIMEOUT_S = 120
 SETTLE_TIMEOUT_S = 5.0
 
@@ -111,23 +111,25 @@ def test_real_token_totals_equal_llama_server_counters(server, tmp_path, locustf
     before = settled_counters(server.url)
     results = run_locust(server, locustfile, tmp_path / "r.json", *([] if stream else ["--no-stream"]))
     d = delta(before, settled_counters(server.url))
-    assert results["requests"]["succeeded"] == NUM_REQUESTS, results["errors"]
-    assert results["requests"]["failed"] == 0
-    assert results["tokens"]["completion_source"] == "server"
-    assert results["tokens"]["prompt_source"] == "server"
-    assert results["tokens"]["completion"] == d["llamacpp:tokens_predicted_total"] > 0
-    assert results["tokens"]["prompt"] == d["llamacpp:prompt_tokens_total"] > 0
-    assert d["llamacpp:prompt_tokens_cached_total"] == 0
-    if stream:
-        assert results["latency"]["ttft_s"]["count"] == NUM_REQUESTS
-        # the tiny model streams one token per chunk; server usage confirms it
-        assert results["latency"]["itl_kind"] == "token"
     print(
         f"\n{locustfile} stream={stream}: {NUM_REQUESTS} requests in {results['_wall_s']:.1f} s (locust process), "
         f"duration_s {results['duration_s']:.2f}, completion {results['tokens']['completion']}, "
         f"prompt {results['tokens']['prompt']}, output tok/s {results['throughput']['output_tokens_per_s']:.0f}, "
-        f"ttft p50 {results['latency']['ttft_s']['p50']}"
+        f"ttft p50 {results['latency']['ttft_s']['p50']}, errors {results['errors']}"
     )
+    # totals first: they must hold even if some requests failed (failures never reach the totals)
+    assert results["tokens"]["completion"] == d["llamacpp:tokens_predicted_total"] > 0
+    assert results["tokens"]["prompt"] == d["llamacpp:prompt_tokens_total"] > 0
+    assert d["llamacpp:prompt_tokens_cached_total"] == 0
+    assert results["tokens"]["completion_source"] == "server"
+    assert results["tokens"]["prompt_source"] == "server"
+    assert results["errors"] == []
+    assert results["requests"]["succeeded"] == NUM_REQUESTS
+    if stream:
+        assert results["latency"]["ttft_s"]["count"] == NUM_REQUESTS
+        # one token per chunk, except that a reply ending on EOS counts the unsent EOS token in its
+        # usage (completion_tokens = chunks + 1): those requests' ITL is per chunk, hence "mixed"
+        assert results["latency"]["itl_kind"] in ("token", "mixed")
 
 
 def test_real_prompt_cache_splits_prompt_counter_but_usage_counts_all(cached_server, tmp_path):
@@ -135,11 +137,11 @@ def test_real_prompt_cache_splits_prompt_counter_but_usage_counts_all(cached_ser
     before = settled_counters(cached_server.url)
     results = run_locust(cached_server, "locustfiles/chat.py", tmp_path / "r.json")
     d = delta(before, settled_counters(cached_server.url))
-    assert results["requests"]["succeeded"] == NUM_REQUESTS, results["errors"]
     assert results["tokens"]["completion"] == d["llamacpp:tokens_predicted_total"]
     assert d["llamacpp:prompt_tokens_cached_total"] > 0  # every request repeats the same prompt
     assert results["tokens"]["prompt"] > d["llamacpp:prompt_tokens_total"]
     assert results["tokens"]["prompt"] == d["llamacpp:prompt_tokens_total"] + d["llamacpp:prompt_tokens_cached_total"]
+    assert results["errors"] == []
 
 
 def test_real_processes_2_totals_equal_llama_server_counters(server, tmp_path):
@@ -148,6 +150,7 @@ def test_real_processes_2_totals_equal_llama_server_counters(server, tmp_path):
     results = run_locust(server, "locustfiles/chat.py", tmp_path / "r.json", "--processes", "2")
     d = delta(before, settled_counters(server.url))
     assert results["run"]["workers"] == 2
-    assert results["requests"]["succeeded"] == NUM_REQUESTS, results["errors"]
     assert results["tokens"]["completion"] == d["llamacpp:tokens_predicted_total"]
     assert results["tokens"]["prompt"] == d["llamacpp:prompt_tokens_total"]
+    assert results["errors"] == []
+    assert results["requests"]["succeeded"] == NUM_REQUESTS

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import math
 import random
+import re
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -451,3 +454,25 @@ def test_exporter_stop_releases_the_port(exporter):
     again = PrometheusExporter(lambda: _view(LLMStats.empty()), registry=CollectorRegistry())
     assert again.start(port, "127.0.0.1") == port
     again.stop()
+
+
+# ── Grafana dashboard ────────────────────────────────────────────────────
+DASHBOARD = Path(__file__).resolve().parents[2] / "grafana" / "llmload-dashboard.json"
+
+
+def dashboard_exprs() -> list[str]:
+    """Every PromQL expression of the shipped Grafana dashboard."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+
+
+def test_grafana_dashboard_uses_only_exported_metrics():
+    clock = FakeClock()
+    window = SlidingWindow(10.0, clock=clock)
+    clock.now_s += 1.0
+    window.add(_mixed_stats(), "w1")
+    registry = _registry(_view(_mixed_stats(), window=window.view(), started_at_unix=T0))
+    exported = {sample.name for family in registry.collect() for sample in family.samples}
+    used = {name for expr in dashboard_exprs() for name in re.findall(r"\bllmload_\w+", expr)}
+    assert used
+    assert used <= exported, used - exported

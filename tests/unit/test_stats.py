@@ -361,6 +361,15 @@ def test_stats_rejects_negative_timing() -> None:
 
 def test_endpoint_stats_histograms_are_named() -> None:
     s = _stats(_ok()).total()
-    assert set(s.histograms()) == {"ttft_s", "ttfc_s", "itl_s", "tpot_s", "e2e_s"}
+    assert set(s.histograms()) == {
+        "ttft_s",
+        "ttfc_s",
+        "itl_s",
+        "tpot_s",
+        "e2e_s",
+        "dispatch_delay_s",
+        "ttft_from_schedule_s",
+        "e2e_from_schedule_s",
+    }
     assert all(isinstance(h, LatencyHistogram) for h in s.histograms().values())
     assert s.histograms()["e2e_s"].count == 1

@@ -31,7 +31,7 @@ def _conv(human: str, gpt: str) -> dict[str, object]:
     return {"conversations": [{"from": "human", "value": human}, {"from": "gpt", "value": gpt}]}
 
 
-def _options(**kw: str) -> argparse.Namespace:
+def _options(**kw: object) -> argparse.Namespace:
     return argparse.Namespace(prompt="p", max_tokens="8", **kw)
 
 
@@ -133,7 +133,7 @@ def test_load_dataset_sharegpt_bad_entries_report_their_line(tmp_path):
 
 def test_load_dataset_sharegpt_format_on_jsonl_text_is_refused(tmp_path):
     path = _jsonl(tmp_path, [{"prompt": "a"}])
-    with pytest.raises(DatasetError, match="not a ShareGPT JSON array.*--dataset-format jsonl"):
+    with pytest.raises(DatasetError, match=r"not a ShareGPT JSON array.*--dataset-format jsonl"):
         load_dataset(path, "sharegpt")
 
 
@@ -176,8 +176,9 @@ def test_workload_worker_streams_are_disjoint_and_cover_one_pass(tmp_path):
     workload = build_workload(RunConfig(dataset=path, seed=3))
     streams = [workload.stream(rank, 3) for rank in range(3)]
     drawn = [[s.next().text for _ in range(4)] for s in streams]
-    assert set(drawn[0]).isdisjoint(drawn[1]) and set(drawn[1]).isdisjoint(drawn[2])
-    assert sorted(sum(drawn, [])) == sorted(f"p{i}" for i in range(12))
+    assert set(drawn[0]).isdisjoint(drawn[1])
+    assert set(drawn[1]).isdisjoint(drawn[2])
+    assert sorted(text for texts in drawn for text in texts) == sorted(f"p{i}" for i in range(12))
 
 
 def test_workload_stream_rejects_rank_outside_workers():
@@ -225,11 +226,14 @@ def test_workload_synthetic_range_and_stddev_lengths_are_exact(tiny_tokenizer):
     counter = HFTokenCounter(tiny_tokenizer)
     ranged = Workload(RunConfig(input_tokens=LengthSpec(15, low=10, high=20)), counter)
     lengths = [counter.count(ranged.prompt_at(k).text) for k in range(40)]
-    assert min(lengths) >= 10 and max(lengths) <= 20 and len(set(lengths)) > 3
+    assert min(lengths) >= 10
+    assert max(lengths) <= 20
+    assert len(set(lengths)) > 3
     assert lengths == [ranged.prompt_at(k).requested_tokens for k in range(40)]
     spread = Workload(RunConfig(input_tokens=LengthSpec(50, stddev=5.0)), counter)
     lengths = [counter.count(spread.prompt_at(k).text) for k in range(40)]
-    assert 40 < sum(lengths) / len(lengths) < 60 and len(set(lengths)) > 3
+    assert 40 < sum(lengths) / len(lengths) < 60
+    assert len(set(lengths)) > 3
 
 
 def test_workload_synthetic_without_tokenizer_is_approximate_words():
@@ -318,7 +322,8 @@ def test_run_config_reads_workload_options():
     ))  # fmt: skip
     assert (config.dataset, config.dataset_format, config.output_from_dataset) == ("d.jsonl", "sharegpt", True)
     assert (config.prefix_tokens, config.turns, config.seed) == (32, 3, -4)
-    assert config.allow_download and config.warmup_requests == 5
+    assert config.allow_download
+    assert config.warmup_requests == 5
     synthetic = RunConfig.from_options(_options(input_tokens="128", input_tokens_stddev="8", output_tokens="5:9"))
     assert synthetic.input_tokens == LengthSpec(128, stddev=8.0)
     assert synthetic.output_tokens == LengthSpec(7, low=5, high=9)
