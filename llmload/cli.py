@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -41,11 +42,67 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--num-requests", type=int, default=300, help="CompletionUser requests (default 300)")
     demo.add_argument("--processes", type=int, default=2, help="local Locust worker processes (default 2)")
     demo.add_argument("--results-dir", default="results", help="where the results JSON files go")
+    sweep = sub.add_parser(
+        "sweep",
+        help="run Locust once per concurrency or rate step and name the saturation knee",
+        description="Example: llmload sweep --sweep users=1,8,64,256 --results-json sweep.json -- "
+        "-f locustfiles/chat.py -H http://127.0.0.1:8000 -t 60s",
+    )
+    sweep.add_argument("--sweep", required=True, help="users=1,8,64 (closed loop) or rate=5,10,inf (req/s)")
+    sweep.add_argument("--results-json", default="sweep.json", help="combined results (default sweep.json)")
+    sweep.add_argument("--ttft-p99-limit", type=float, default=None, help="knee when TTFT p99 exceeds S seconds")
+    sweep.add_argument("locust_args", nargs=argparse.REMAINDER, help="-- then the Locust arguments for every step")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return _demo(args)
+    if args.command == "sweep":
+        return _sweep(args)
     parser.error(f"unknown command {args.command!r}")
     return 2
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from llmload.errors import ConfigError
+    from llmload.sweep import find_knee, parse_sweep
+
+    try:
+        spec = parse_sweep(args.sweep)
+    except ConfigError as exc:
+        print(f"llmload sweep: error: {exc}", file=sys.stderr)
+        return 2
+    extra = [a for a in args.locust_args if a != "--"]
+    if "--headless" not in extra:
+        extra.append("--headless")
+    out = Path(args.results_json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    steps: list[dict[str, Any]] = []
+    code = 0
+    for step in spec.steps:
+        step_json = out.with_name(f"{out.stem}.{spec.kind}-{step:g}.json")
+        step_json.unlink(missing_ok=True)
+        print(f"\n== sweep {spec.kind}={step:g}", flush=True)
+        rc = subprocess.call(
+            [sys.executable, "-m", "locust", *extra, *spec.locust_args(step), "--results-json", str(step_json)]
+        )
+        if not step_json.exists():
+            print(f"llmload sweep: step {spec.kind}={step:g} wrote no results (exit {rc}); stopping", file=sys.stderr)
+            return rc or 1
+        code = max(code, rc)
+        steps.append({"step": step, **json.loads(step_json.read_text())})
+    knee = find_knee(steps, ttft_p99_limit_s=args.ttft_p99_limit)
+    out.write_text(json.dumps({"sweep": spec.kind, "steps": steps, "knee": knee}, indent=2) + "\n")
+    print(f"\n{'step':>8} {'req/s':>9} {'out tok/s':>10} {'TTFT p99 ms':>12} {'E2E p50 ms':>11}")
+    for section in steps:
+        thr, lat = section["throughput"], section["latency"]
+        p99 = lat["ttft_s"]["p99"]
+        p50 = lat["e2e_s"]["p50"]
+        print(
+            f"{section['step']:>8g} {thr['requests_per_s'] or 0:>9.2f} {thr['output_tokens_per_s'] or 0:>10.1f}"
+            f" {(p99 or 0) * 1e3:>12.1f} {(p50 or 0) * 1e3:>11.1f}"
+        )
+    print(f"knee: {knee['step']:g} ({knee['reason']})" if knee else "knee: not reached (throughput still rising)")
+    print(f"== sweep results written to {out}")
+    return code
 
 
 def _locustfile(name: str) -> str:

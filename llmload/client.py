@@ -270,6 +270,7 @@ class StreamingClient:
             _fail(record, Outcome.STREAM_ERROR, "invalid JSON body", f"{exc}: {body[:120]!r}", t)
             return
         self._fill(record, acc, request, streamed=False)
+        record.streamed = False
         record.end_s = t
         _check_empty(record)
 

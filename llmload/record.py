@@ -113,6 +113,8 @@ class RequestRecord:
         prompt_tokens, completion_tokens: counts with their sources.
         finish_reason: the last finish_reason seen, or None.
         requested_prompt_tokens: the workload's own estimate of the prompt length, if any.
+        streamed: False for a whole (non-streamed) reply: its one arrival time is the
+            E2E, and TTFT, time to first content, ITL and TPOT are unknown (None).
         dispatch_delay_s: open loop only: actual send − intended (scheduled) send, ≥ 0;
             the time the request waited for a free user or concurrency slot (BC-20).
             None in closed-loop runs.
@@ -138,6 +140,7 @@ class RequestRecord:
     finish_reason: str | None = None
     requested_prompt_tokens: int | None = None
     dispatch_delay_s: float | None = None
+    streamed: bool = True
     client_completion_tokens: int | None = None
     output_text: str | None = None
 
@@ -149,13 +152,13 @@ class RequestRecord:
 
     @property
     def ttft_s(self) -> float | None:
-        """Seconds from send to the first generated token of any kind; None if none arrived."""
-        return self.token_times_s[0] if self.token_times_s else None
+        """Seconds from send to the first generated token of any kind; None if none arrived or not streamed."""
+        return self.token_times_s[0] if self.token_times_s and self.streamed else None
 
     @property
     def ttfc_s(self) -> float | None:
-        """Seconds from send to the first non-empty content token; None if none arrived."""
-        return self.first_content_s
+        """Seconds from send to the first non-empty content token; None if none arrived or not streamed."""
+        return self.first_content_s if self.streamed else None
 
     @property
     def e2e_s(self) -> float | None:
@@ -174,7 +177,7 @@ class RequestRecord:
         None when fewer than two tokens were generated or the count is unknown.
         """
         n = self.completion_tokens.value
-        if n is None or n < 2 or not self.token_times_s:
+        if n is None or n < 2 or not self.token_times_s or not self.streamed:
             return None
         return (self.token_times_s[-1] - self.token_times_s[0]) / (n - 1)
 
@@ -197,7 +200,7 @@ class RequestRecord:
         gap is one sample (inter-chunk latency, see ``itl_kind``).
         """
         times = self.token_times_s
-        if len(times) < 2:
+        if len(times) < 2 or not self.streamed:
             return []
         counts = self.token_counts
         if counts is None:

@@ -295,8 +295,8 @@ class EndpointStats:
         ttft = record.ttft_s
         if ttft is not None:
             self.ttft_s.add(ttft)
-        if record.first_content_s is not None:
-            self.ttfc_s.add(record.first_content_s)
+        if record.ttfc_s is not None:
+            self.ttfc_s.add(record.ttfc_s)
         tpot = record.tpot_s
         if tpot is not None:
             self.tpot_s.add(tpot)

@@ -149,6 +149,7 @@ class Reply:
     ending: Ending = Ending.COMPLETE
     keep_alive: bool = True
     content_length: int | None = None  # CONTENT_LENGTH framing: announce this instead of the sum
+    close_after_ms: float | None = None  # complete the reply as keep-alive, then close the idle connection
 
 
 def json_reply(status: int, body: str | bytes, *, at_ms: float = 0.0) -> Reply:
@@ -300,6 +301,9 @@ class ScriptedServer:
                     self._send_logs.append(log)
                 reply = self._reply_for(request, index)
                 if not self._play(conn, reply, log):
+                    return
+                if reply.close_after_ms is not None:  # announced keep-alive, then hangs up while idle
+                    self._stopping.wait(reply.close_after_ms / 1000)
                     return
         except OSError:
             return  # the client went away

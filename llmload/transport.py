@@ -79,6 +79,7 @@ class GeventResponse:
         "_waiting",
         "_where",
         "content_type",
+        "on_close",
         "status",
     )
 
@@ -87,6 +88,7 @@ class GeventResponse:
         self._resp = resp
         self._where = where
         self._idle_s = idle_s
+        self.on_close: Any = None  # called with True when the connection went back to the pool
         self.status: int = resp.status_code
         self.content_type = _media_type(resp.get("content-type"))
         # Plain TCP reads through _recv; TLS through gevent's recv (_recv_gevent).
@@ -144,7 +146,12 @@ class GeventResponse:
         if timer is not None:
             timer.stop()
             timer.close()
-        self._resp.release()
+        resp = self._resp
+        reusable = resp.message_complete and not resp.should_close()
+        resp.release()
+        if self.on_close is not None:
+            self.on_close(reusable)
+            self.on_close = None
 
     # ── reading ──────────────────────────────────────────────────────────
     # gevent's socket.recv tries recv(2) first and, on EAGAIN, waits for the fd
@@ -262,6 +269,7 @@ class GeventHTTPTransport:
         extra: dict[str, Any] = {}
         if https and insecure:
             extra["ssl_context_factory"] = _unverified_context
+        self._reusable = False  # the pooled connection is kept alive from a complete reply
         self._client = HTTPClient(
             parts.hostname,
             port=port,
@@ -310,8 +318,18 @@ class GeventHTTPTransport:
 
     def _request(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]) -> GeventResponse:
         where = f"{method} {self._origin}{self._prefix}{path}"
+        reused, self._reusable = self._reusable, False
         try:
-            resp = self._client.request(method, self._prefix + path, body=body, headers=headers)
+            try:
+                resp = self._client.request(method, self._prefix + path, body=body, headers=headers)
+            except (HTTPParseError, ConnectionResetError, BrokenPipeError):
+                # A kept-alive connection the server closed while idle (llama-server closes after
+                # every streamed reply despite announcing keep-alive) fails before any response
+                # byte: the server never saw this request, so send it once more on a fresh
+                # connection (the pool dropped the dead one). A fresh connection is never retried.
+                if not reused:
+                    raise
+                resp = self._client.request(method, self._prefix + path, body=body, headers=headers)
         except TimeoutError as exc:
             raise RequestTimeout(
                 f"{where}: no connection or response headers in time "
@@ -320,7 +338,12 @@ class GeventHTTPTransport:
         except (OSError, HTTPException, RuntimeError, ValueError) as exc:
             # RuntimeError: name did not resolve to any address; ValueError: invalid path or header.
             raise TransportError(f"{where} failed: {_describe(exc)}") from exc
-        return GeventResponse(resp, where=where, idle_s=self._timeouts.idle_s)
+        response = GeventResponse(resp, where=where, idle_s=self._timeouts.idle_s)
+        response.on_close = self._note_reusable
+        return response
+
+    def _note_reusable(self, reusable: bool) -> None:
+        self._reusable = reusable
 
 
 def _media_type(value: str | list[str] | None) -> str:

@@ -275,3 +275,21 @@ def test_api_key_is_sent_to_the_target_and_never_printed_or_written(tmp_path):
     for text in [proc.stdout, proc.stderr, *written]:
         assert key not in text
         assert key[-12:] not in text
+
+
+def test_idle_keepalive_connection_closed_by_the_server_is_retried_once_not_failed():
+    """llama-server announces keep-alive but closes after each streamed reply (found by `make test-real`).
+
+    The next request, sent at once on the pooled connection, meets the close before any response
+    byte: it is sent again on a fresh connection, and still reaches the server exactly once.
+    Without the retry about half of these requests fail with "connection closed".
+    """
+    body = sse(ROLE, C({"content": "hi"}), CF("stop"), U(3, 1), "[DONE]")
+    with ScriptedServer(Reply(writes=[W(1, body)], close_after_ms=2)) as srv:
+        transport = GeventHTTPTransport(srv.base_url, headers={}, timeouts=Timeouts(connect_s=5, idle_s=5, total_s=30))
+        client = StreamingClient(transport)
+        request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+        outcomes = [client.run(request).outcome for _ in range(30)]
+        received = len(srv.requests)
+    assert outcomes == [Outcome.OK] * 30
+    assert received == 30

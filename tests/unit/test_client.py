@@ -323,7 +323,7 @@ def test_client_cancellation_propagates_after_closing():
 
 
 # ── non-streamed replies ───────────────────────────────────────────────────
-def test_client_non_stream_completion_ttft_equals_e2e():
+def test_client_non_stream_completion_has_e2e_and_unknown_ttft():
     body = (
         b'{"choices":[{"index":0,"message":{"role":"assistant","content":"hi there"},'
         b'"finish_reason":"stop"}],'
@@ -332,8 +332,9 @@ def test_client_non_stream_completion_ttft_equals_e2e():
     record, _ = run([body[:40], body[40:]], request=NO_STREAM, content_type="application/json")
     assert record.outcome is Outcome.OK
     # clock: t0 0.00, headers 0.01, reads 0.02 and 0.03, end of body reported at 0.04
-    assert record.ttft_s == record.e2e_s == pytest.approx(0.04)
-    assert record.first_content_s == pytest.approx(0.04)
+    assert record.e2e_s == pytest.approx(0.04)
+    assert record.ttft_s is None  # a whole reply says nothing about the first token
+    assert record.ttfc_s is None
     assert record.completion_tokens == TokenCount(2, TokenSource.SERVER)
     assert record.prompt_tokens == TokenCount(9, TokenSource.SERVER)
     assert record.token_counts is None
@@ -383,3 +384,17 @@ def test_client_token_counts_need_usage_on_every_token_chunk():
     record, _ = run([sse(with_usage, C({"content": "b"}), CF("stop"), U(1, 4), "[DONE]")])
     assert record.completion_tokens.value == 4
     assert record.token_counts is None
+
+
+def test_client_non_streamed_reply_has_e2e_but_no_ttft_itl_or_tpot():
+    body = (
+        b'{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",'
+        b'"content":"one two three"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":3}}'
+    )
+    record, _ = run([body], request=NO_STREAM, content_type="application/json")
+    assert record.outcome is Outcome.OK
+    assert record.streamed is False
+    assert record.e2e_s is not None
+    assert (record.ttft_s, record.ttfc_s, record.tpot_s) == (None, None, None)
+    assert record.itl_samples_s() == []
+    assert record.completion_tokens == TokenCount(3, TokenSource.SERVER)
