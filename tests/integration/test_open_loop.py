@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import gevent
 import pytest
@@ -144,3 +145,22 @@ def test_bc23_zero_and_negative_rates_are_refused_before_load(args, needle):
     )
     assert proc.returncode == 2
     assert needle in proc.stderr
+
+
+def test_sweep_runs_one_step_per_value_and_writes_sections(tmp_path):
+    url, sim = start_sim("--decode-step-ms", "2", "--decode-ms-per-seq", "0", "--prefill-base-ms", "0")
+    out = tmp_path / "sweep.json"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "llmload", "sweep", "--sweep", "users=1,4", "--results-json", str(out), "--",
+             "-f", "locustfiles/completions.py", "-H", url, "--num-requests", "20", "-t", "60s",
+             "--max-tokens", "8", "--ignore-eos", "--prometheus-port", "0", "--only-summary"],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+    finally:
+        stop_sim(sim)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sweep = json.loads(out.read_text())
+    assert [s["step"] for s in sweep["steps"]] == [1, 4]
+    assert [s["requests"]["succeeded"] for s in sweep["steps"]] == [20, 20]
+    assert "knee:" in proc.stdout
