@@ -440,8 +440,10 @@ def _watch_workers(environment: Environment, run_id: str) -> None:
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     runner = environment.runner
     assert isinstance(runner, MasterRunner)
-    while runtime.run_id == run_id and runtime.results is None:
+    while True:
         gevent.sleep(1.0)
+        if runtime.run_id != run_id or runtime.results is not None or runtime.flushed:
+            return  # the run is stopping: workers leaving now are not lost
         alive = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
         for client_id in sorted(runtime.planned_workers - alive):
             if client_id not in runtime.lost_workers:

@@ -36,7 +36,8 @@ class RequestsLog:
     def __init__(self, path: str) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file: IO[str] | None = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        # Line-buffered: each request is on disk at once, so a worker that exits abruptly loses nothing.
+        self._file: IO[str] | None = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in close()
 
     def write(self, record: RequestRecord) -> None:
         """Append ``record`` as one line."""
