@@ -39,7 +39,8 @@ def main() -> int:
     master = subprocess.Popen(
         [
             sys.executable, "-m", "locust", "-f", "locustfiles/chat.py", "--headless", "--only-summary",
-            "-H", url, "--processes", "2", "-u", str(args.users), "-r", "100", "-t", f"{run_s}s",
+            "-H", url, "--processes", "2", *_private_master_port(), "-u", str(args.users), "-r", "100",
+            "-t", f"{run_s}s",
             "--max-tokens", "64", "--max-failure-ratio", "0.2", "--prometheus-port", "0", "--skip-preflight",
         ],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -58,7 +59,8 @@ def main() -> int:
     finally:
         sim.terminate()
         sim.wait(10)
-    warm = [s for s in samples if s[0] >= 0.2 * run_s]
+    # steady samples only: after warm-up, before the stop, with both workers alive
+    warm = [s for s in samples if 0.2 * run_s <= s[0] <= run_s - 5 and len(s[2]) == 2 and s[1] > 0]
     if len(warm) < 2:
         print("run too short to measure growth")
         return 1
@@ -73,3 +75,13 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _private_master_port() -> list[str]:
+    """A free master port on loopback, so a Locust already running here does not collide."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    return ["--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--master-port", port]

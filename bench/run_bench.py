@@ -115,9 +115,7 @@ def bench_ttft_error(tmp: Path) -> None:
         "--queue-delay-ms", "40", "--prefill-base-ms", "0", "--prefill-ms-per-token", "0",
     )  # fmt: skip
     try:
-        code = subprocess.call(
-            [*_pin(0), sys.executable, __file__, "--ttft-client", url, "256", "8"], cwd=REPO
-        )
+        code = subprocess.call([*_pin(0), sys.executable, __file__, "--ttft-client", url, "256", "8"], cwd=REPO)
     finally:
         sim.terminate()
         sim.wait(10)
@@ -137,9 +135,7 @@ def ttft_client(url: str, streams: int, per_stream: int) -> int:
     request = build_completion_request(
         model="llmload-sim", prompt="hello world", max_tokens=50, ignore_eos=True, stream=True
     )
-    clients = [
-        StreamingClient(GeventHTTPTransport(url, headers={}, timeouts=Timeouts())) for _ in range(streams)
-    ]
+    clients = [StreamingClient(GeventHTTPTransport(url, headers={}, timeouts=Timeouts())) for _ in range(streams)]
     pool = gevent.pool.Pool(streams)
     pool.map(lambda c: c.run(request), clients)  # warm-up: connect every stream
     before = scrape(url)
@@ -174,9 +170,7 @@ def _server_quantile(metrics: dict[str, float], name: str, q: float) -> float | 
     """Upper edge of the first bucket whose cumulative count reaches q (1 ms resolution below 100 ms)."""
     total = metrics.get(f"{name}_count", 0.0)
     edges = sorted(
-        (float(key.split("@", 1)[1]), value)
-        for key, value in metrics.items()
-        if key.startswith(f"{name}_bucket@")
+        (float(key.split("@", 1)[1]), value) for key, value in metrics.items() if key.startswith(f"{name}_bucket@")
     )
     for edge, cumulative in edges:
         if total and cumulative >= q * total:

@@ -168,7 +168,7 @@ def master_cpu_share(sim_url: str, *, exporter: bool) -> tuple[float, list[float
     master_port = _free_port()
     argv = [
         sys.executable, "-m", "locust", "-f", "locustfiles/chat.py,locustfiles/completions.py",
-        "--headless", "--only-summary", "-H", sim_url, "--processes", "2",
+        "--headless", "--only-summary", "-H", sim_url, "--processes", "2", *_private_master_port(),
         "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port), "--master-port", str(master_port),
         "-u", "256", "-r", "256", "-t", f"{RUN_S}s", "--skip-preflight",
         "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port), "--prometheus-grace", "5",
@@ -220,3 +220,13 @@ def bench_master() -> None:
 if __name__ == "__main__":
     bench_scrape()
     bench_master()
+
+
+def _private_master_port() -> list[str]:
+    """A free master port on loopback, so a Locust already running here does not collide."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    return ["--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--master-port", port]

@@ -36,9 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="start llmload sim and run the main job against it")
     demo.add_argument("--chat-users", type=int, default=256, help="ChatUser users (default 256)")
     demo.add_argument("--chat-run-time", default="30s", help="ChatUser run time (default 30s)")
-    demo.add_argument(
-        "--completion-users", type=int, default=1024, help="CompletionUser users (default 1024)"
-    )
+    demo.add_argument("--completion-users", type=int, default=1024, help="CompletionUser users (default 1024)")
     demo.add_argument("--num-requests", type=int, default=300, help="CompletionUser requests (default 300)")
     demo.add_argument("--processes", type=int, default=2, help="local Locust worker processes (default 2)")
     demo.add_argument("--results-dir", default="results", help="where the results JSON files go")
@@ -108,9 +106,7 @@ def _sweep(args: argparse.Namespace) -> int:
 def _locustfile(name: str) -> str:
     path = _REPO / "locustfiles" / name
     if not path.exists():
-        raise SystemExit(
-            f"llmload demo: {path} not found; run the demo from a clone of the llmload repository"
-        )
+        raise SystemExit(f"llmload demo: {path} not found; run the demo from a clone of the llmload repository")
     return str(path)
 
 
@@ -135,8 +131,7 @@ def _demo(args: argparse.Namespace) -> int:
         codes = []
         chat_json = results / "demo-chat.json"
         print(
-            f"\n== 1/2 ChatUser: {args.chat_users} users, master + {args.processes} workers,"
-            f" {args.chat_run_time}",
+            f"\n== 1/2 ChatUser: {args.chat_users} users, master + {args.processes} workers, {args.chat_run_time}",
             flush=True,
         )
         codes.append(

@@ -157,9 +157,7 @@ class StreamingClient:
         except RequestTimeout as exc:
             return _fail(record, Outcome.TIMEOUT, "timeout: before headers", str(exc), clock() - t0)
         except (TransportError, OSError) as exc:
-            return _fail(
-                record, Outcome.TRANSPORT_ERROR, "transport error: connect/send", str(exc), clock() - t0
-            )
+            return _fail(record, Outcome.TRANSPORT_ERROR, "transport error: connect/send", str(exc), clock() - t0)
         record.headers_s = clock() - t0
         try:
             status, ctype = response.status, response.content_type
@@ -206,12 +204,7 @@ class StreamingClient:
                     except ValueError as exc:
                         message = f"{exc}: {payload[:120]!r}"
                         raise _Failed(Outcome.STREAM_ERROR, "invalid JSON in stream", message) from exc
-                    if (
-                        event.event is not None
-                        or type(obj) is not dict
-                        or "error" in obj
-                        or "choices" not in obj
-                    ):
+                    if event.event is not None or type(obj) is not dict or "error" in obj or "choices" not in obj:
                         error = read_server_error(obj, event.event)  # {"object": "error"} has no choices
                         if error is not None:
                             raise _Failed(Outcome.SERVER_ERROR, error.category, error.message, 200)

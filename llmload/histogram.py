@@ -114,9 +114,7 @@ class LatencyHistogram:
         total += zero_count
         if total == 0:
             if min_s is not None or max_s is not None or sum_ns != 0:
-                raise ValueError(
-                    f"empty histogram must have min/max None and sum 0, got {min_s!r}/{max_s!r}/{sum_ns}"
-                )
+                raise ValueError(f"empty histogram must have min/max None and sum 0, got {min_s!r}/{max_s!r}/{sum_ns}")
             return hist
         if min_s is None or max_s is None or not 0.0 <= min_s <= max_s < _INF:
             raise ValueError(

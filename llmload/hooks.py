@@ -645,9 +645,7 @@ def _print_summary(results: dict[str, Any]) -> None:
         lines.append("--- Open loop " + "-" * 38)
         lines.append(f"{'Target / achieved rate (req/s):':<40}{target} / {achieved or 0:.2f}")
         if delay.get("count"):
-            lines.append(
-                f"{'Dispatch delay mean / max (ms):':<40}{delay['mean'] * 1e3:.2f} / {delay['max'] * 1e3:.2f}"
-            )
+            lines.append(f"{'Dispatch delay mean / max (ms):':<40}{delay['mean'] * 1e3:.2f} / {delay['max'] * 1e3:.2f}")
         if e2e_sched.get("count"):
             lines.append(f"{'Mean E2E from intended send (ms):':<40}{e2e_sched['mean'] * 1e3:.2f}")
         if load.get("warning"):
@@ -804,6 +802,9 @@ def _run_view(environment: Environment) -> RunView:
         model=runtime.model or "",
         version=__version__,
         started_at_unix=runtime.started_at_unix or None,
+        client_saturated=max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0)
+        >= _SATURATION_SUSTAIN_S,
+        lost_workers=len(runtime.lost_workers),
     )
 
 

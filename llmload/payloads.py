@@ -133,9 +133,7 @@ def build_chat_request(
         ConfigError: an argument is invalid; the message names it.
     """
     if isinstance(messages, (str, bytes)) or not messages:
-        raise ConfigError(
-            f"messages must be a non-empty list of {{'role', 'content'}} mappings, got {messages!r}"
-        )
+        raise ConfigError(f"messages must be a non-empty list of {{'role', 'content'}} mappings, got {messages!r}")
     clean: list[dict[str, str]] = []
     for i, message in enumerate(messages):
         role = message.get("role") if isinstance(message, Mapping) else None
@@ -194,9 +192,7 @@ def _add_common(
     options: dict[str, Any] = {}
     for key, value in (extra or {}).items():
         if key in _RESERVED:
-            raise ConfigError(
-                f"extra body field {key!r} is set by llmload itself; use the matching option instead"
-            )
+            raise ConfigError(f"extra body field {key!r} is set by llmload itself; use the matching option instead")
         if key == "stream_options":
             if not isinstance(value, Mapping):
                 raise ConfigError(f"extra 'stream_options' must be a mapping, got {value!r}")

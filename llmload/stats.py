@@ -385,9 +385,7 @@ class EndpointStats:
             self.first_send_unix is None or other.first_send_unix < self.first_send_unix
         ):
             self.first_send_unix = other.first_send_unix
-        if other.last_end_unix is not None and (
-            self.last_end_unix is None or other.last_end_unix > self.last_end_unix
-        ):
+        if other.last_end_unix is not None and (self.last_end_unix is None or other.last_end_unix > self.last_end_unix):
             self.last_end_unix = other.last_end_unix
 
     def merge(self, other: EndpointStats) -> EndpointStats:

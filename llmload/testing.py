@@ -329,12 +329,8 @@ class ScriptedServer:
             head.append("Transfer-Encoding: chunked")
         elif reply.framing is Framing.CONTENT_LENGTH:
             length = reply.content_length
-            head.append(
-                f"Content-Length: {sum(len(w.data) for w in reply.writes) if length is None else length}"
-            )
-        keep = (
-            reply.keep_alive and reply.framing is not Framing.UNTIL_CLOSE and reply.ending is Ending.COMPLETE
-        )
+            head.append(f"Content-Length: {sum(len(w.data) for w in reply.writes) if length is None else length}")
+        keep = reply.keep_alive and reply.framing is not Framing.UNTIL_CLOSE and reply.ending is Ending.COMPLETE
         if not keep:
             head.append("Connection: close")
         arrived = log.arrived_s

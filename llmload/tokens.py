@@ -118,9 +118,7 @@ def load_tokenizer(name_or_path: str, *, allow_download: bool = False) -> HFToke
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=not allow_download)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for bad sources
         if os.path.exists(name_or_path):
-            raise TokenizerError(
-                f'cannot load tokenizer from local path "{name_or_path}": {exc}; {fix}'
-            ) from exc
+            raise TokenizerError(f'cannot load tokenizer from local path "{name_or_path}": {exc}; {fix}') from exc
         if not allow_download:
             raise TokenizerError(
                 f'cannot load tokenizer "{name_or_path}": not a local path and hub access is disabled; {fix}'
@@ -175,9 +173,7 @@ def resolve_completion_tokens(
     return TokenCount.unknown()
 
 
-def resolve_prompt_tokens(
-    *, server_tokens: int | None, prompt_text: str, counter: TokenCounter | None
-) -> TokenCount:
+def resolve_prompt_tokens(*, server_tokens: int | None, prompt_text: str, counter: TokenCounter | None) -> TokenCount:
     """Decide the prompt token count and its source.
 
     The server count includes the chat template and BOS (vllm-project/vllm

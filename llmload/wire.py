@@ -111,9 +111,7 @@ def from_wire(payload: object) -> LLMStats:
             upgrade) or the shape is wrong (the message names the field).
     """
     if not isinstance(payload, dict):
-        raise WireFormatError(
-            f"llmload worker payload must be a dict, got {type(payload).__name__}; {_MISMATCH_HINT}"
-        )
+        raise WireFormatError(f"llmload worker payload must be a dict, got {type(payload).__name__}; {_MISMATCH_HINT}")
     version = payload.get("v")
     if version != WIRE_VERSION or isinstance(version, bool):
         if isinstance(version, int) and not isinstance(version, bool) and version > WIRE_VERSION:
@@ -130,9 +128,7 @@ def from_wire(payload: object) -> LLMStats:
 
 
 def _fail(path: str, expected: str, value: object) -> WireFormatError:
-    return WireFormatError(
-        f"llmload worker payload: {path} must be {expected}, got {value!r}; {_MISMATCH_HINT}"
-    )
+    return WireFormatError(f"llmload worker payload: {path} must be {expected}, got {value!r}; {_MISMATCH_HINT}")
 
 
 def _check_keys(raw: dict[str, Any], allowed: set[str], path: str) -> None:

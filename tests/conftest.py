@@ -113,9 +113,7 @@ class ScriptedRun:
 
     def _checked(self, sent_s: float, at_ms: float) -> float:
         late_s = sent_s - self.log.arrived_s - at_ms / 1000
-        assert late_s < _SERVER_LATE_LIMIT_S, (
-            f"server wrote {late_s * 1000:.1f} ms late (overloaded machine?)"
-        )
+        assert late_s < _SERVER_LATE_LIMIT_S, f"server wrote {late_s * 1000:.1f} ms late (overloaded machine?)"
         return sent_s - self.t0_s
 
 
@@ -149,9 +147,7 @@ def run_scripted(gevent_ready: None) -> Callable[..., ScriptedRun]:
         total_timeout_s: float = 60.0,
     ) -> ScriptedRun:
         if request is None:
-            request = build_chat_request(
-                model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=16
-            )
+            request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=16)
         clock = _FirstCallClock()
         with ScriptedServer(reply) as server:
             transport = GeventHTTPTransport(

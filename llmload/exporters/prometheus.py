@@ -153,6 +153,8 @@ class RunView:
         model: served model name ("" before it is known).
         version: llmload version.
         started_at_unix: wall-clock start of the run; None before the first run.
+        client_saturated: a load-generating process ran above 90% CPU for 5 s or more (BC-25).
+        lost_workers: workers lost mid-run.
     """
 
     stats: LLMStats
@@ -164,6 +166,8 @@ class RunView:
     host: str
     model: str
     version: str
+    client_saturated: bool = False
+    lost_workers: int = 0
     started_at_unix: float | None = None
 
 
@@ -203,6 +207,16 @@ class LLMLoadCollector:
             "llmload_in_flight_requests", "Requests sent and not yet finished", value=view.in_flight_requests
         )
         yield GaugeMetricFamily("llmload_workers", "Connected Locust workers (0: single process)", value=view.workers)
+        yield GaugeMetricFamily(
+            "llmload_client_saturated",
+            "1 when a load-generating process ran above 90% CPU for 5 s or more: latencies are the client's",
+            value=1.0 if view.client_saturated else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "llmload_lost_workers",
+            "Workers lost mid-run (their unreported requests are missing)",
+            value=view.lost_workers,
+        )
         if view.started_at_unix is not None:
             yield GaugeMetricFamily(
                 "llmload_run_start_time_seconds", "Unix time the run started", value=view.started_at_unix

@@ -110,9 +110,7 @@ def build_results(stats: LLMStats, *, run: RunInfo, slo: SLO | None = None) -> d
     results.update(_sections(stats.total(), slo))
     keys = stats.keys()
     results["by_endpoint"] = (
-        [{"endpoint": e, "model": m, **_sections(s, slo)} for (e, m), s in stats.items()]
-        if len(keys) > 1
-        else []
+        [{"endpoint": e, "model": m, **_sections(s, slo)} for (e, m), s in stats.items()] if len(keys) > 1 else []
     )
     return results
 
@@ -165,16 +163,12 @@ def _tokens(s: EndpointStats) -> dict[str, Any]:
         "prompt_source": _source_name(s.prompt_source_requests),
         "prompt_sources": {k.value: n for k, n in sorted(s.prompt_source_requests.items(), key=_by_name)},
         "completion_source": _source_name(s.completion_source_requests),
-        "completion_sources": {
-            k.value: n for k, n in sorted(s.completion_source_requests.items(), key=_by_name)
-        },
+        "completion_sources": {k.value: n for k, n in sorted(s.completion_source_requests.items(), key=_by_name)},
         "completion_tokens_by_source": {
             k.value: n for k, n in sorted(s.completion_tokens_by_source.items(), key=_by_name)
         },
         "avg_prompt_per_request": s.prompt_tokens_sum / prompt_known if prompt_known else None,
-        "avg_completion_per_request": s.completion_tokens_sum / completion_known
-        if completion_known
-        else None,
+        "avg_completion_per_request": s.completion_tokens_sum / completion_known if completion_known else None,
         "requested_prompt_avg": s.requested_prompt_tokens_sum / requested_n if requested_n else None,
         "prompt_vs_requested": _prompt_vs_requested(s),
         "completion_client_vs_server": _client_vs_server(s),
@@ -297,13 +291,9 @@ def format_summary(results: Mapping[str, Any]) -> str:
     lines.append(_line("Total generated tokens:", _num(tok["completion"])))
     lines.append(_line("Avg generated tokens per request:", _num(tok["avg_completion_per_request"], 1)))
     lines.extend(_goodput_lines(results.get("goodput")))
+    lines.append(_line("Input token count source:", _sources_text(tok["prompt_source"], tok["prompt_sources"])))
     lines.append(
-        _line("Input token count source:", _sources_text(tok["prompt_source"], tok["prompt_sources"]))
-    )
-    lines.append(
-        _line(
-            "Output token count source:", _sources_text(tok["completion_source"], tok["completion_sources"])
-        )
+        _line("Output token count source:", _sources_text(tok["completion_source"], tok["completion_sources"]))
     )
     itl_title = "Inter-token Latency" if lat["itl_kind"] != "chunk" else "Inter-chunk Latency (ITL)"
     for key, title in (

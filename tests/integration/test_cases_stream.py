@@ -218,10 +218,7 @@ def test_bc09_empty_response_is_not_a_success(run_scripted):
 
 # Case BC-10 (../shared/cases/CASES.md)
 def test_bc10_error_object_mid_stream(run_scripted):
-    error = (
-        '{"error":{"message":"simulated engine failure","type":"InternalServerError",'
-        '"param":null,"code":500}}'
-    )
+    error = '{"error":{"message":"simulated engine failure","type":"InternalServerError","param":null,"code":500}}'
     writes = [
         W(100, sse(ROLE)),
         W(120, sse(C({"content": "The"}))),

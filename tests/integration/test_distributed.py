@@ -106,8 +106,8 @@ def test_e2e_separate_master_and_workers_with_time_limit_keep_every_final_report
     try:
         proc = _locust(
             [
-                *common, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--prometheus-port", "0",
-                "--headless", "--only-summary",
+                *common, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                "--prometheus-port", "0", "--headless", "--only-summary",
                 "--expect-workers", "2", "-H", sim_url, "-u", "128", "-r", "128", "-t", "6s",
                 "--stop-timeout", "30", "--max-tokens", "48", "--results-json", str(out), "--skip-preflight",
             ]

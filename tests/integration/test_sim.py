@@ -100,9 +100,7 @@ def _conn(base_url: str) -> http.client.HTTPConnection:
     return http.client.HTTPConnection(host, int(port), timeout=TIMEOUT_S)
 
 
-def request(
-    base_url: str, method: str, path: str, body: bytes | dict[str, Any] | None = None
-) -> tuple[int, bytes]:
+def request(base_url: str, method: str, path: str, body: bytes | dict[str, Any] | None = None) -> tuple[int, bytes]:
     """Send one request; return (status, body)."""
     conn = _conn(base_url)
     try:
@@ -128,9 +126,7 @@ def stream(base_url: str, path: str, body: dict[str, Any]) -> list[tuple[float, 
     conn = _conn(base_url)
     try:
         t0 = time.perf_counter()
-        conn.request(
-            "POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-        )
+        conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
         assert resp.status == 200, resp.read()
         assert resp.getheader("Content-Type", "").startswith("text/event-stream")
@@ -314,13 +310,8 @@ def test_sim_metrics_counters_equal_sum_of_usage(sim: Any) -> None:
         mine = [u for e, u in usages if e == endpoint]
         assert samples[("llmload_sim_requests_completed_total", label)] == len(mine)
         assert samples[("llmload_sim_prompt_tokens_total", label)] == sum(u["prompt_tokens"] for u in mine)
-        assert samples[("llmload_sim_completion_tokens_total", label)] == sum(
-            u["completion_tokens"] for u in mine
-        )
-    assert (
-        samples[("llmload_sim_time_to_first_token_seconds_count", (("endpoint", "/v1/chat/completions"),))]
-        == 4
-    )
+        assert samples[("llmload_sim_completion_tokens_total", label)] == sum(u["completion_tokens"] for u in mine)
+    assert samples[("llmload_sim_time_to_first_token_seconds_count", (("endpoint", "/v1/chat/completions"),))] == 4
     assert samples[("llmload_sim_time_to_first_token_seconds_count", (("endpoint", "/v1/completions"),))] == 0
     assert samples[("llmload_sim_requests_running", ())] == 0
     assert samples[("llmload_sim_requests_waiting", ())] == 0
@@ -349,9 +340,7 @@ def test_sim_queueing_delays_ttft_beyond_max_num_seqs(sim: Any) -> None:
     # the first two hold both slots for 30 steps of 10 ms; the others wait for them
     assert max(fast) < 0.15
     assert min(slow) > 0.25
-    ttft_sum = metrics(url)[
-        ("llmload_sim_time_to_first_token_seconds_sum", (("endpoint", "/v1/completions"),))
-    ]
+    ttft_sum = metrics(url)[("llmload_sim_time_to_first_token_seconds_sum", (("endpoint", "/v1/completions"),))]
     assert ttft_sum > 0.5
 
 
@@ -388,9 +377,7 @@ def test_sim_unknown_model_returns_404_with_openai_error(sim: Any) -> None:
         ("/v1/completions", b'{"model": "llmload-sim", "prompt": "hi", "stream": "yes"}', "'stream'"),
     ],
 )
-def test_sim_bad_request_returns_400_with_openai_error(
-    sim: Any, path: str, body: bytes, fragment: str
-) -> None:
+def test_sim_bad_request_returns_400_with_openai_error(sim: Any, path: str, body: bytes, fragment: str) -> None:
     url = sim()
     status, raw = request(url, "POST", path, body)
     assert status == 400
@@ -496,7 +483,4 @@ def test_sim_serves_1024_concurrent_streams(sim: Any) -> None:
     assert max(first_token_s.values()) < min(end_s.values())
     assert [b.count(b'"text":" ') for b in buffers.values()] == [n_tokens] * n_streams
     assert all(b.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n") for b in buffers.values())
-    assert (
-        metrics(url)[("llmload_sim_requests_completed_total", (("endpoint", "/v1/completions"),))]
-        == n_streams
-    )
+    assert metrics(url)[("llmload_sim_requests_completed_total", (("endpoint", "/v1/completions"),))] == n_streams

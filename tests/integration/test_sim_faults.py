@@ -24,6 +24,7 @@ from llmload.config import Timeouts
 from llmload.payloads import LLMRequest, build_chat_request, build_completion_request
 from llmload.record import Outcome, RequestRecord, TokenSource
 from llmload.transport import GeventHTTPTransport
+from tests.integration.procs import locust_argv
 from tests.integration.test_sim import REPO_ROOT, TIMEOUT_S, metric_sum, metrics, start_sim, stop_sim
 
 pytestmark = pytest.mark.integration
@@ -359,12 +360,12 @@ def test_fault_locust_run_failures_and_tokens_equal_sim_counters(tmp_path: Path)
     out = tmp_path / "r.json"
     try:
         run = subprocess.run(
-            [
-                sys.executable, "-m", "locust", "-f", "locustfiles/chat.py", "--headless", "--only-summary",
+            locust_argv([
+                "-f", "locustfiles/chat.py", "--headless", "--only-summary",
                 "-H", url, "--processes", "2", "-u", "32", "-r", "32", "--num-requests", "200",
                 "-t", "60s", "--max-tokens", "48", "--results-json", str(out), "--skip-preflight",
                 "--prometheus-port", "0",
-            ],
+            ]),
             capture_output=True,
             text=True,
             timeout=120,

@@ -30,7 +30,7 @@ fragments = st.one_of(
             b'data: {"choices":[]}\n\n',
             b'data: {"error":{"message":"boom","type":"X"}}\n\n',
             b'data: {"choices":[{"index":0,"delta":{"content":"\xc3',
-            b"\xa9\"}}]}\n\n",
+            b'\xa9"}}]}\n\n',
             b'{"object":"error","message":"m","type":"T","code":400}',
             VALID,
         ]

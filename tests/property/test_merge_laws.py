@@ -73,9 +73,7 @@ def records(draw: st.DrawFn) -> RequestRecord:
         outcome=outcome,
         error=error,
         token_times_s=times,
-        token_counts=draw(
-            st.one_of(st.none(), st.lists(st.integers(1, 4), min_size=n_times, max_size=n_times))
-        ),
+        token_counts=draw(st.one_of(st.none(), st.lists(st.integers(1, 4), min_size=n_times, max_size=n_times))),
         first_content_s=draw(st.one_of(st.none(), st.sampled_from(times))) if times else None,
         end_s=end,
         prompt_tokens=draw(token_counts()),
@@ -113,9 +111,7 @@ def failure_heavy(draw: st.DrawFn) -> LLMStats:
     order = draw(st.permutations(_CATEGORIES))
     n = draw(st.integers(min_value=20, max_value=60))
     recs = [
-        _failure(
-            category, draw(st.sampled_from(["", "a", "b", "c", "d"])), draw(st.sampled_from([None, 404, 500]))
-        )
+        _failure(category, draw(st.sampled_from(["", "a", "b", "c", "d"])), draw(st.sampled_from([None, 404, 500])))
         for category in order[:n]
     ]
     return _stats_of(recs)
@@ -186,9 +182,7 @@ def test_stats_error_table_stays_bounded(a: LLMStats, b: LLMStats) -> None:
 
 @_SETTINGS
 @given(st.lists(st.one_of(records(), st.none()), max_size=60), st.integers(min_value=1, max_value=5))
-def test_master_merging_worker_deltas_equals_single_process(
-    items: list[RequestRecord | None], n_workers: int
-) -> None:
+def test_master_merging_worker_deltas_equals_single_process(items: list[RequestRecord | None], n_workers: int) -> None:
     """Each worker adds its share and ships a delta after every few requests; None = report tick."""
     single = LLMStats.empty()
     master = LLMStats.empty()

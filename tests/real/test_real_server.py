@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.integration.procs import locust_argv
 from tests.real.conftest import REPO_ROOT, LlamaServer
 
 pytestmark = [pytest.mark.real, pytest.mark.integration]
@@ -83,12 +83,12 @@ def run_locust(server: LlamaServer, locustfile: str, out: Path, *extra: str) -> 
     """Run ``--num-requests NUM_REQUESTS`` with 8 users; return the results file and the wall time."""
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [
-            sys.executable, "-m", "locust", "-f", locustfile, "--headless", "--only-summary",
+        locust_argv([
+            "-f", locustfile, "--headless", "--only-summary",
             "-H", server.url, "-u", "8", "-r", "8", "--num-requests", str(NUM_REQUESTS), "-t", "90s",
             "--max-tokens", "32", "--results-json", str(out), "--skip-preflight", "--prometheus-port", "0",
             *extra,
-        ],
+        ]),
         capture_output=True,
         text=True,
         timeout=LOCUST_TIMEOUT_S,

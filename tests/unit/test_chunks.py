@@ -22,9 +22,7 @@ def test_parse_chunk_reads_multiple_choices_and_usage():
 
 
 def test_parse_chunk_role_only_and_usage_only_carry_no_token():
-    role = parse_chunk(
-        {"choices": [{"delta": {"role": "assistant", "content": None}, "finish_reason": None}]}
-    )
+    role = parse_chunk({"choices": [{"delta": {"role": "assistant", "content": None}, "finish_reason": None}]})
     usage = parse_chunk({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 0}})
     assert not role.has_token
     assert not usage.has_token
@@ -38,9 +36,7 @@ def test_parse_chunk_reasoning_is_a_token_but_not_content():
 
 
 def test_parse_chunk_reads_non_streamed_message_and_completion_text():
-    chat = parse_chunk(
-        {"choices": [{"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}
-    )
+    chat = parse_chunk({"choices": [{"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]})
     text = parse_chunk({"choices": [{"text": "yo", "finish_reason": "length"}]})
     assert (chat.text, chat.has_content, chat.finish_reason) == ("hi", True, "stop")
     assert (text.text, text.has_content, text.finish_reason) == ("yo", True, "length")

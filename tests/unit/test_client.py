@@ -14,9 +14,7 @@ from llmload.testing import CF, ROLE, TF, C, T, U, sse
 
 CHAT = build_chat_request(model="m", messages=[{"role": "user", "content": "hello world"}], max_tokens=8)
 COMPLETION = build_completion_request(model="m", prompt="count", max_tokens=8)
-NO_STREAM = build_chat_request(
-    model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8, stream=False
-)
+NO_STREAM = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8, stream=False)
 
 
 class FakeResponse:
@@ -116,9 +114,7 @@ def test_client_stamps_each_event_with_the_read_that_completed_it():
 
 
 def test_client_asks_for_sse_and_sends_the_body():
-    transport = FakeTransport(
-        FakeResponse([sse(C({"content": "a"}), CF("stop"), "[DONE]")], 200, "text/event-stream")
-    )
+    transport = FakeTransport(FakeResponse([sse(C({"content": "a"}), CF("stop"), "[DONE]")], 200, "text/event-stream"))
     StreamingClient(transport, clock=StepClock()).run(CHAT)
     path, body, headers = transport.sent[0]
     assert path == "/v1/chat/completions"
@@ -155,10 +151,7 @@ def test_client_ignores_empty_data_events():
 
 # ── failures ───────────────────────────────────────────────────────────────
 def test_client_http_error_category_from_error_object():
-    body = (
-        b'{"error":{"message":"model \'other\' is not served","type":"NotFoundError",'
-        b'"param":null,"code":404}}'
-    )
+    body = b'{"error":{"message":"model \'other\' is not served","type":"NotFoundError","param":null,"code":404}}'
     record, response = run([body], status=404, content_type="application/json")
     assert record.outcome is Outcome.HTTP_ERROR
     assert record.error is not None
@@ -378,9 +371,7 @@ def test_client_chunk_count_without_usage_or_tokenizer():
 
 
 def test_client_token_counts_need_usage_on_every_token_chunk():
-    with_usage = (
-        C({"content": "a"})[:-1] + ',"usage":{"prompt_tokens":1,"completion_tokens":3,"total_tokens":4}}'
-    )
+    with_usage = C({"content": "a"})[:-1] + ',"usage":{"prompt_tokens":1,"completion_tokens":3,"total_tokens":4}}'
     record, _ = run([sse(with_usage, C({"content": "b"}), CF("stop"), U(1, 4), "[DONE]")])
     assert record.completion_tokens.value == 4
     assert record.token_counts is None

@@ -50,9 +50,7 @@ def test_build_request_non_stream_has_no_stream_options():
 
 def test_build_request_non_stream_rejects_stream_options():
     with pytest.raises(ConfigError, match="only apply to streamed requests"):
-        build_completion_request(
-            model="m", prompt="p", max_tokens=8, stream=False, extra={"stream_options": {"x": 1}}
-        )
+        build_completion_request(model="m", prompt="p", max_tokens=8, stream=False, extra={"stream_options": {"x": 1}})
 
 
 def test_build_request_ignore_eos_sent_only_when_true():

@@ -76,7 +76,7 @@ def test_preflight_open_files_within_limit_changes_nothing():
 
 
 def test_preflight_open_files_above_hard_limit_is_refused_with_numbers():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY:
         pytest.skip("hard open-file limit is unlimited here")
     with pytest.raises(ConfigError) as info:

@@ -476,3 +476,13 @@ def test_grafana_dashboard_uses_only_exported_metrics():
     used = {name for expr in dashboard_exprs() for name in re.findall(r"\bllmload_\w+", expr)}
     assert used
     assert used <= exported, used - exported
+
+
+# Case BC-25: a saturated load generator is visible in Prometheus too, next to lost workers.
+def test_client_saturation_and_lost_workers_gauges():
+    quiet = _registry(_view(LLMStats.empty()))
+    assert quiet.get_sample_value("llmload_client_saturated") == 0.0
+    assert quiet.get_sample_value("llmload_lost_workers") == 0.0
+    busy = _registry(_view(LLMStats.empty(), client_saturated=True, lost_workers=1))
+    assert busy.get_sample_value("llmload_client_saturated") == 1.0
+    assert busy.get_sample_value("llmload_lost_workers") == 1.0

@@ -14,10 +14,7 @@ def test_public_api_all_is_sorted_and_resolvable():
 
 
 def test_public_api_import_does_not_import_locust_or_gevent():
-    code = (
-        "import sys, llmload; "
-        "print('locust' in sys.modules, 'gevent' in sys.modules, 'transformers' in sys.modules)"
-    )
+    code = "import sys, llmload; print('locust' in sys.modules, 'gevent' in sys.modules, 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split() == ["False", "False", "False"]
 

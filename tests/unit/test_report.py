@@ -196,9 +196,7 @@ def test_report_empty_run_is_all_unknown_not_zero() -> None:
 def test_report_unknown_counts_are_null_and_sources_mixed() -> None:
     stats = LLMStats.empty()
     stats.add(_ok(T0, (0.1, 0.2), 1.0, prompt=TokenCount.unknown(), completion=TokenCount.unknown()))
-    stats.add(
-        _ok(T0, (0.1, 0.2), 1.0, prompt=TokenCount.unknown(), completion=TokenCount(5, TokenSource.CHUNKS))
-    )
+    stats.add(_ok(T0, (0.1, 0.2), 1.0, prompt=TokenCount.unknown(), completion=TokenCount(5, TokenSource.CHUNKS)))
     results = build_results(stats, run=RUN)
     tokens = results["tokens"]
     assert tokens["prompt"] is None
@@ -213,9 +211,7 @@ def test_report_unknown_counts_are_null_and_sources_mixed() -> None:
 
 def test_report_itl_kind_chunk_and_mixed() -> None:
     chunk_only = LLMStats.empty()
-    chunk_only.add(
-        _ok(T0, (0.1, 0.2), 1.0, completion=TokenCount(9, TokenSource.SERVER))
-    )  # 2 events, 9 tokens
+    chunk_only.add(_ok(T0, (0.1, 0.2), 1.0, completion=TokenCount(9, TokenSource.SERVER)))  # 2 events, 9 tokens
     assert build_results(chunk_only, run=RUN)["latency"]["itl_kind"] == "chunk"
     chunk_only.add(_ok(T0, (0.1, 0.2), 1.0))  # 2 events, 2 server tokens: per token
     assert build_results(chunk_only, run=RUN)["latency"]["itl_kind"] == "mixed"
@@ -251,27 +247,19 @@ def test_report_bc10_failed_stream_excluded_from_tokens_and_latency() -> None:
 def test_summary_shows_counts_rates_and_latencies_in_ms() -> None:
     text = format_summary(build_results(_scenario(), run=RUN))
     lines = text.splitlines()
-    assert any(
-        line.startswith("Successful requests:") and line.endswith("2/3 (33.3% failed)") for line in lines
-    )
+    assert any(line.startswith("Successful requests:") and line.endswith("2/3 (33.3% failed)") for line in lines)
     assert any(line.startswith("Cancelled at stop:") and line.endswith(" 2") for line in lines)
     assert any(line.startswith("Wall time (s):") and line.endswith("2.00") for line in lines)
     assert any(line.startswith("Request throughput (req/s):") and line.endswith("1.00") for line in lines)
-    assert any(
-        line.startswith("Output token throughput (tok/s):") and line.endswith("3.00") for line in lines
-    )
-    assert any(
-        line.startswith("Total token throughput (tok/s):") and line.endswith("23.00") for line in lines
-    )
+    assert any(line.startswith("Output token throughput (tok/s):") and line.endswith("3.00") for line in lines)
+    assert any(line.startswith("Total token throughput (tok/s):") and line.endswith("23.00") for line in lines)
     assert any(line.startswith("Mean TTFT (ms):") and line.endswith("200.00") for line in lines)
     assert any(line.startswith("Mean E2E (ms):") and line.endswith("750.00") for line in lines)
     assert any(line.startswith("P99 TTFT (ms):") for line in lines)
     assert any(line.startswith("Mean TPOT (ms):") and line.endswith("60.00") for line in lines)
     assert any(line.startswith("Mean ITL (ms):") and line.endswith("60.00") for line in lines)
     assert any(line.startswith("Total generated tokens:") and line.endswith(" 6") for line in lines)
-    assert any(
-        line.startswith("Avg generated tokens per request:") and line.endswith("3.0") for line in lines
-    )
+    assert any(line.startswith("Avg generated tokens per request:") and line.endswith("3.0") for line in lines)
     assert any(line.startswith("Output token count source:") and line.endswith("server") for line in lines)
     assert "1 x NotFoundError/404 [404]" in text
     assert "model 'nope' is not served here" in text

@@ -279,9 +279,7 @@ def test_stats_errors_keep_smallest_distinct_samples_and_smallest_status() -> No
 def test_stats_bc28_unique_messages_keep_memory_bounded() -> None:
     stats = LLMStats.empty()
     for i in range(5_000):
-        stats.add(
-            _failed(Outcome.HTTP_ERROR, "InternalServerError/500", f"internal error, request id {i:08x}", 500)
-        )
+        stats.add(_failed(Outcome.HTTP_ERROR, "InternalServerError/500", f"internal error, request id {i:08x}", 500))
     s = stats.total()
     assert list(s.errors) == ["InternalServerError/500"]
     assert s.errors["InternalServerError/500"].count == 5_000

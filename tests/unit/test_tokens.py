@@ -116,9 +116,9 @@ def test_resolve_prompt_tokens_precedence():
     assert resolve_prompt_tokens(server_tokens=14, prompt_text="hello world", counter=counter) == TokenCount(
         14, TokenSource.SERVER
     )
-    assert resolve_prompt_tokens(
-        server_tokens=None, prompt_text="hello world", counter=counter
-    ) == TokenCount(2, TokenSource.TOKENIZER)
+    assert resolve_prompt_tokens(server_tokens=None, prompt_text="hello world", counter=counter) == TokenCount(
+        2, TokenSource.TOKENIZER
+    )
     assert resolve_prompt_tokens(server_tokens=None, prompt_text="hello world", counter=None) == TokenCount(
         None, TokenSource.UNKNOWN
     )
