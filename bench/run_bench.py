@@ -73,7 +73,7 @@ def run_locust(url: str, users: int, requests: int, max_tokens: int, out: Path) 
         *_pin(0), sys.executable, "-m", "locust", "-f", "locustfiles/completions.py", "--headless",
         "--only-summary", "-H", url, "-u", str(users), "-r", str(users), "--num-requests", str(requests),
         "-t", "600s", "--ignore-eos", "--max-tokens", str(max_tokens), "--results-json", str(out),
-        "--loglevel", "WARNING",
+        "--loglevel", "WARNING", "--prometheus-port", "0",
     ]  # fmt: skip
     code = subprocess.call(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
