@@ -35,13 +35,11 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 import functools
 import logging
-import math
 import os
 import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict
 from typing import Any
 
 import gevent
@@ -50,11 +48,12 @@ import gevent.lock
 
 from llmload import preflight
 from llmload.arrivals import Arrival, ArrivalSchedule
-from llmload.config import OPTIONS, LengthSpec, RunConfig
+from llmload.config import OPTIONS, RunConfig
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.prometheus import PrometheusExporter, RunView
-from llmload.exporters.report import RunInfo, build_results, format_summary, write_results_json
+from llmload.exporters.report import RunInfo, build_results, write_results_json
 from llmload.exporters.requests_log import RequestsLog, worker_path
+from llmload.exporters.run_summary import load_section, public_options, summary_lines
 from llmload.exporters.window import SlidingWindow
 from llmload.runtime import CpuMonitor, ExportState, RequestBudget, Runtime, WarmupGate
 from llmload.stats import LLMStats
@@ -579,7 +578,7 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         workers=workers,
         num_requests=runtime.config.num_requests,
         started_at_unix=runtime.started_at_unix,
-        options=_public_options(runtime.config),
+        options=public_options(runtime.config),
     )
     results = build_results(runtime.stats, run=run, slo=runtime.config.slo)
     if runtime.lost_workers:
@@ -591,7 +590,7 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     if runtime.schedule is not None and runtime.schedule.realized_rate_per_s is not None:
         runtime.scheduled_rates["local"] = runtime.schedule.realized_rate_per_s
     scheduled = sum(runtime.scheduled_rates.values()) if runtime.scheduled_rates else None
-    results["load"] = _load_section(runtime.config, results, scheduled)
+    results["load"] = load_section(runtime.config, results, scheduled)
     requests = results["requests"]
     finished, failed = requests["total"], requests["failed"]
     ratio = failed / finished if finished else 0.0
@@ -630,120 +629,8 @@ def _on_quit(environment: Environment, **_kw: Any) -> None:
 
 
 def _print_summary(results: dict[str, Any]) -> None:
-    lines = [format_summary(results)]
-    if results.get("blocked"):
-        lines.append(f"NOT RUN: {results['blocked']}")
-    if results.get("lost_workers"):
-        lost = results["lost_workers"]
-        lines.append(f"WARNING: {len(lost)} worker(s) lost mid-run; their unreported requests are missing")
-    load = results.get("load") or {}
-    if load.get("mode") == "open":
-        target = "inf" if load.get("unlimited_rate") else f"{load['target_rate_per_s']:g}"
-        achieved = load.get("achieved_rate_per_s")
-        delay = results["latency"].get("dispatch_delay_s") or {}
-        e2e_sched = results["latency"].get("e2e_from_schedule_s") or {}
-        lines.append("--- Open loop " + "-" * 38)
-        lines.append(f"{'Target / achieved rate (req/s):':<40}{target} / {achieved or 0:.2f}")
-        if delay.get("count"):
-            lines.append(f"{'Dispatch delay mean / max (ms):':<40}{delay['mean'] * 1e3:.2f} / {delay['max'] * 1e3:.2f}")
-        if e2e_sched.get("count"):
-            lines.append(f"{'Mean E2E from intended send (ms):':<40}{e2e_sched['mean'] * 1e3:.2f}")
-        if load.get("warning"):
-            lines.append(f"WARNING: {load['warning']}")
-    if results.get("client_saturated"):
-        lines.append(
-            f"WARNING: load generator saturated (CPU > 90% for {results['client_cpu_saturated_s']} s): "
-            "latencies unreliable; add workers (--processes N)"
-        )
-    requests = results["requests"]
-    if not results.get("passed", True):
-        lines.append(
-            f"FAILED: {requests['failed']}/{requests['total']} requests failed "
-            f"(failure ratio {requests.get('failure_ratio') or 0:.1%} > --max-failure-ratio "
-            f"{results.get('max_failure_ratio', 0):.1%}) or nothing succeeded; exit status 1"
-        )
-    sys.stdout.write("\n" + "\n".join(lines) + "\n")
+    sys.stdout.write("\n" + "\n".join(summary_lines(results)) + "\n")
     sys.stdout.flush()
-
-
-def _load_section(config: RunConfig, results: dict[str, Any], scheduled: float | None) -> dict[str, Any]:
-    """Closed or open loop; for open loop the target vs achieved rate and the schedule lag (BC-20, BC-23).
-
-    ``achieved_rate_per_s`` is finished requests over the wall time (``duration_s``);
-    ``scheduled_rate_per_s`` is the rate of the seeded schedules themselves (summed over
-    workers; a Poisson schedule of n arrivals deviates from the target by about 1/sqrt(n));
-    the shortfall warning compares achieved with scheduled, i.e. what the load generator
-    failed to send on time. ``max_schedule_lag_s`` is the largest dispatch delay.
-    """
-    rate = config.request_rate
-    if rate is None and config.max_concurrency is None:
-        return {"mode": "closed"}
-    duration = results.get("duration_s") or 0.0
-    finished = results["requests"]["total"]
-    achieved = finished / duration if duration > 0 else None
-    delay = results["latency"].get("dispatch_delay_s") or {}
-    section: dict[str, Any] = {
-        "mode": "open" if rate is not None else "closed",
-        "target_rate_per_s": None if rate is None or math.isinf(rate) else rate,
-        "unlimited_rate": rate is not None and math.isinf(rate),
-        "arrival": config.arrival if rate is not None else None,
-        "burstiness": config.burstiness if config.arrival == "gamma" else None,
-        "max_concurrency": config.max_concurrency,
-        "achieved_rate_per_s": achieved,
-        "scheduled_rate_per_s": scheduled,
-        "max_schedule_lag_s": delay.get("max"),
-        "mean_dispatch_delay_s": delay.get("mean"),
-        "rate_shortfall": False,
-    }
-    reference = scheduled if scheduled is not None else rate
-    if rate is not None and not math.isinf(rate) and achieved is not None and achieved < 0.98 * (reference or rate):
-        section["rate_shortfall"] = True
-        cause = " (--max-concurrency caps in-flight requests)" if config.max_concurrency else " (too few users)"
-        section["warning"] = (
-            f"target rate {rate:g} req/s not met: achieved {achieved:.2f} req/s{cause}; "
-            "latency from the intended send time is in latency.e2e_from_schedule_s"
-        )
-    return section
-
-
-def _public_options(config: RunConfig) -> dict[str, Any]:
-    """Options worth recording in results; the API key is never among them."""
-    return {
-        "model": config.model,
-        "prompt_chars": len(config.prompt),
-        "max_tokens": config.max_tokens,
-        "temperature": config.temperature,
-        "ignore_eos": config.ignore_eos,
-        "stream": config.stream,
-        "num_requests": config.num_requests,
-        "tokenizer": config.tokenizer,
-        "workload": _workload_options(config),
-        "slo": config.slo.as_dict() if config.slo is not None else None,
-        "warmup_requests": config.warmup_requests,
-        "timeouts_s": {
-            "connect": config.timeouts.connect_s,
-            "read_idle": config.timeouts.idle_s,
-            "total": config.timeouts.total_s,
-        },
-    }
-
-
-def _workload_options(config: RunConfig) -> dict[str, Any]:
-    """The prompt source and lengths; ``lengths_exact`` is False without a tokenizer."""
-
-    def spec(length: LengthSpec | None) -> dict[str, Any] | None:
-        return None if length is None else asdict(length)
-
-    return {
-        "dataset": config.dataset,
-        "dataset_format": config.dataset_format,
-        "input_tokens": spec(config.input_tokens),
-        "output_tokens": "dataset" if config.output_from_dataset else spec(config.output_tokens),
-        "prefix_tokens": config.prefix_tokens,
-        "turns": config.turns,
-        "seed": config.seed,
-        "lengths_exact": config.tokenizer is not None,
-    }
 
 
 # ── Prometheus exporter (issue 5) ───────────────────────────────────────
