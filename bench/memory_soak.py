@@ -73,10 +73,6 @@ def main() -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _private_master_port() -> list[str]:
     """A free master port on loopback, so a Locust already running here does not collide."""
     import socket
@@ -85,3 +81,7 @@ def _private_master_port() -> list[str]:
         probe.bind(("127.0.0.1", 0))
         port = str(probe.getsockname()[1])
     return ["--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--master-port", port]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

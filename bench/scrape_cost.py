@@ -217,11 +217,6 @@ def bench_master() -> None:
     print(f"    difference (exporter + 0.5 s live reports + scrapes): {(on - off) * 100:+.1f} points")
 
 
-if __name__ == "__main__":
-    bench_scrape()
-    bench_master()
-
-
 def _private_master_port() -> list[str]:
     """A free master port on loopback, so a Locust already running here does not collide."""
     import socket
@@ -230,3 +225,8 @@ def _private_master_port() -> list[str]:
         probe.bind(("127.0.0.1", 0))
         port = str(probe.getsockname()[1])
     return ["--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--master-port", port]
+
+
+if __name__ == "__main__":
+    bench_scrape()
+    bench_master()
