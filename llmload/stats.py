@@ -160,6 +160,8 @@ class EndpointStats:
         errors: failures grouped by category (at most ``MAX_ERROR_CATEGORIES``).
         first_send_unix: earliest send of a finished request; None if none.
         last_end_unix: latest end of a finished request; None if none.
+        last_send_unix: latest send of a finished request; None if none (the
+            send span gives the achieved send rate of open-loop runs).
     """
 
     requests_by_outcome: dict[Outcome, int] = field(default_factory=dict)
@@ -189,6 +191,7 @@ class EndpointStats:
     errors: dict[str, ErrorGroup] = field(default_factory=dict)
     first_send_unix: float | None = None
     last_end_unix: float | None = None
+    last_send_unix: float | None = None
 
     # ── derived counts ──────────────────────────────────────────────────
     @property
@@ -261,6 +264,8 @@ class EndpointStats:
             self.first_send_unix = started
         if self.last_end_unix is None or end > self.last_end_unix:
             self.last_end_unix = end
+        if self.last_send_unix is None or started > self.last_send_unix:
+            self.last_send_unix = started
 
     def _add_success(self, record: RequestRecord) -> None:
         prompt = record.prompt_tokens
@@ -387,6 +392,10 @@ class EndpointStats:
             self.first_send_unix = other.first_send_unix
         if other.last_end_unix is not None and (self.last_end_unix is None or other.last_end_unix > self.last_end_unix):
             self.last_end_unix = other.last_end_unix
+        if other.last_send_unix is not None and (
+            self.last_send_unix is None or other.last_send_unix > self.last_send_unix
+        ):
+            self.last_send_unix = other.last_send_unix
 
     def merge(self, other: EndpointStats) -> EndpointStats:
         """Return the combination of both; neither input changes."""

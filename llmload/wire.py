@@ -99,6 +99,7 @@ def _encode_endpoint(key: StatsKey, s: EndpointStats) -> dict[str, Any]:
         ],
         "first_send_unix": s.first_send_unix,
         "last_end_unix": s.last_end_unix,
+        "last_send_unix": s.last_send_unix,
     }
 
 
@@ -219,6 +220,7 @@ _ENDPOINT_FIELDS = {
     "errors",
     "first_send_unix",
     "last_end_unix",
+    "last_send_unix",
 }
 _COUNTERS = (
     "slo_met_requests",
@@ -251,6 +253,7 @@ def _decode_endpoint(raw: object, path: str) -> tuple[StatsKey, EndpointStats]:
         itl_kind_requests=_enum_counts(raw, "itl_kinds", path, ITLKind),
         first_send_unix=_optional_float(raw, "first_send_unix", path),
         last_end_unix=_optional_float(raw, "last_end_unix", path),
+        last_send_unix=_optional_float(raw, "last_send_unix", path),
     )
     counters = raw.get("counters", {})
     if not isinstance(counters, dict):

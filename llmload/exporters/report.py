@@ -127,6 +127,9 @@ def _sections(s: EndpointStats, slo: SLO | None) -> dict[str, Any]:
         ],
         "tokens": tokens,
         "duration_s": duration_s,
+        "send_span_s": None
+        if s.first_send_unix is None or s.last_send_unix is None
+        else s.last_send_unix - s.first_send_unix,
         "throughput": _throughput(s, tokens, duration_s),
         "latency": _latency(s),
     }

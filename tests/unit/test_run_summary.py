@@ -6,10 +6,11 @@ from llmload.config import RunConfig
 from llmload.exporters.run_summary import load_section, public_options
 
 
-def results(total=100, duration=10.0, delay_max=0.02):
+def results(total=100, duration=10.0, delay_max=0.02, span=None):
     return {
         "requests": {"total": total},
         "duration_s": duration,
+        "send_span_s": span,
         "latency": {"dispatch_delay_s": {"max": delay_max, "mean": delay_max / 2, "count": total}},
     }
 
@@ -34,6 +35,14 @@ def test_load_section_warns_when_the_rate_is_not_met_and_names_the_cap():
     section = load_section(config, results(total=20, duration=10.0), scheduled=10.0)
     assert section["rate_shortfall"] is True
     assert "target rate 10 req/s not met: achieved 2.00 req/s (--max-concurrency" in section["warning"]
+
+
+def test_load_section_achieved_rate_is_the_send_rate_not_finishes_over_wall_time():
+    # 100 sends over 4.95 s, the last reply ending 1 s later: no shortfall at 20 req/s
+    config = dataclasses.replace(RunConfig(), request_rate=20.0)
+    section = load_section(config, results(total=100, duration=5.95, span=4.95), scheduled=20.0)
+    assert section["achieved_rate_per_s"] == 99 / 4.95
+    assert section["rate_shortfall"] is False
 
 
 def test_load_section_inf_rate_has_no_target_and_no_shortfall():
