@@ -15,11 +15,9 @@ import argparse
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
-
-REPO = Path(__file__).resolve().parent.parent
+from benchlib import REPO, private_master_port, start_sim
 
 
 def main() -> int:
@@ -28,18 +26,11 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=500)
     args = parser.parse_args()
     run_s = int(args.minutes * 60)
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "llmload.sim", "--port", "0", "--fail-rate", "0.05", "--max-num-seqs", "512"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    assert sim.stdout is not None
-    url = sim.stdout.readline().strip().rsplit(" ", 1)[-1]
+    url, sim = start_sim("--fail-rate", "0.05", "--max-num-seqs", "512")
     master = subprocess.Popen(
         [
             sys.executable, "-m", "locust", "-f", "locustfiles/chat.py", "--headless", "--only-summary",
-            "-H", url, "--processes", "2", *_private_master_port(), "-u", str(args.users), "-r", "100",
+            "-H", url, "--processes", "2", *private_master_port(), "-u", str(args.users), "-r", "100",
             "-t", f"{run_s}s",
             "--max-tokens", "64", "--max-failure-ratio", "0.2", "--prometheus-port", "0", "--skip-preflight",
         ],
@@ -71,16 +62,6 @@ def main() -> int:
     for i, (a, b) in enumerate(zip(first[2], last[2], strict=False)):
         print(f"  worker {i} RSS {a / mib:.1f} MiB -> {b / mib:.1f} MiB ({b / a - 1:+.1%})")
     return 0
-
-
-def _private_master_port() -> list[str]:
-    """A free master port on loopback, so a Locust already running here does not collide."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
-    return ["--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--master-port", port]
 
 
 if __name__ == "__main__":

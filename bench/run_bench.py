@@ -16,9 +16,7 @@ One Locust process (one worker) pinned to core 0, `llmload sim` pinned to core 1
 from __future__ import annotations
 
 import json
-import os
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,30 +24,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from benchlib import REPO, pin, start_sim
 from prometheus_client.parser import text_string_to_metric_families
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def _pin(core: int) -> list[str]:
-    if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
-        return ["taskset", "-c", str(core)]
-    return []
-
-
-def start_sim(*args: str) -> tuple[str, subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [*_pin(1), sys.executable, "-m", "llmload.sim", "--port", "0", *args],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    if "http://" not in line:
-        proc.kill()
-        raise SystemExit(f"sim did not start: {line!r}")
-    return line[line.index("http://") :], proc
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -70,7 +46,7 @@ def run_locust(url: str, users: int, requests: int, max_tokens: int, out: Path) 
     """Run one standalone Locust process; return its CPU seconds (user + sys)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cmd = [
-        *_pin(0), sys.executable, "-m", "locust", "-f", "locustfiles/completions.py", "--headless",
+        *pin(0), sys.executable, "-m", "locust", "-f", "locustfiles/completions.py", "--headless",
         "--only-summary", "-H", url, "-u", str(users), "-r", str(users), "--num-requests", str(requests),
         "-t", "600s", "--ignore-eos", "--max-tokens", str(max_tokens), "--results-json", str(out),
         "--loglevel", "WARNING", "--prometheus-port", "0",
@@ -84,7 +60,7 @@ def run_locust(url: str, users: int, requests: int, max_tokens: int, out: Path) 
 
 def bench_cpu_per_chunk(tmp: Path) -> None:
     users, requests, max_tokens = 1024, 3072, 200
-    url, sim = start_sim("--max-num-seqs", "1024", "--decode-step-ms", "25", "--decode-ms-per-seq", "0")
+    url, sim = start_sim("--max-num-seqs", "1024", "--decode-step-ms", "25", "--decode-ms-per-seq", "0", core=1)
     try:
         base_cpu = run_locust(url, 1, 1, 1, tmp / "base.json")
         t0 = time.monotonic()
@@ -98,7 +74,7 @@ def bench_cpu_per_chunk(tmp: Path) -> None:
         sim.wait(10)
     us = (cpu - base_cpu) / chunks * 1e6
     print("(a) client CPU per streamed chunk, 1,024 concurrent streams, one worker process on one core")
-    print(f"    requests {requests}, chunks {chunks} (simulator served {served - 1:.0f} + 1 start-up token)")
+    print(f"    requests {requests}, chunks {chunks} (simulator served {served:.0f} tokens, preflight probes and the start-up run included)")
     print(f"    client CPU {cpu:.2f} s − start-up/shut-down {base_cpu:.2f} s over {wall:.1f} s wall")
     tok_s = results["throughput"]["output_tokens_per_s"]
     print(f"    => {us:.2f} µs per chunk (target ≤ 3 µs); output tok/s {tok_s:.0f}")
@@ -112,10 +88,10 @@ def bench_ttft_error(tmp: Path) -> None:
     del tmp
     url, sim = start_sim(
         "--max-num-seqs", "1024", "--decode-step-ms", "10", "--decode-ms-per-seq", "0",
-        "--queue-delay-ms", "40", "--prefill-base-ms", "0", "--prefill-ms-per-token", "0",
+        "--queue-delay-ms", "40", "--prefill-base-ms", "0", "--prefill-ms-per-token", "0", core=1,
     )  # fmt: skip
     try:
-        code = subprocess.call([*_pin(0), sys.executable, __file__, "--ttft-client", url, "256", "8"], cwd=REPO)
+        code = subprocess.call([*pin(0), sys.executable, __file__, "--ttft-client", url, "256", "8"], cwd=REPO)
     finally:
         sim.terminate()
         sim.wait(10)

@@ -31,6 +31,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+from benchlib import private_master_port, start_sim
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -135,21 +136,6 @@ def _free_port() -> int:
     return port
 
 
-def _start_sim() -> tuple[str, subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llmload.sim", "--port", "0", "--decode-step-ms", "20", "--output-len-mean", "64"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    if "http://" not in line:
-        proc.kill()
-        raise SystemExit(f"sim did not start: {line!r}")
-    return line[line.index("http://") :], proc
-
-
 def _scraper(url: str, stop: threading.Event, durations_ms: list[float]) -> None:
     while not stop.wait(1.0):
         request = urllib.request.Request(url, headers={"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"})
@@ -168,7 +154,7 @@ def master_cpu_share(sim_url: str, *, exporter: bool) -> tuple[float, list[float
     master_port = _free_port()
     argv = [
         sys.executable, "-m", "locust", "-f", "locustfiles/chat.py,locustfiles/completions.py",
-        "--headless", "--only-summary", "-H", sim_url, "--processes", "2", *_private_master_port(),
+        "--headless", "--only-summary", "-H", sim_url, "--processes", "2", *private_master_port(),
         "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port), "--master-port", str(master_port),
         "-u", "256", "-r", "256", "-t", f"{RUN_S}s", "--skip-preflight",
         "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port), "--prometheus-grace", "5",
@@ -201,7 +187,7 @@ def master_cpu_share(sim_url: str, *, exporter: bool) -> tuple[float, list[float
 
 
 def bench_master() -> None:
-    sim_url, sim = _start_sim()
+    sim_url, sim = start_sim("--decode-step-ms", "20", "--output-len-mean", "64")
     try:
         print("(b) master CPU during a 2-worker run (256 users, chat + completions), 10 s of steady load")
         off, _ = master_cpu_share(sim_url, exporter=False)
@@ -215,16 +201,6 @@ def bench_master() -> None:
         f"  ({len(scrapes)} scrapes, median {statistics.median(scrapes) if scrapes else float('nan'):.1f} ms)"
     )
     print(f"    difference (exporter + 0.5 s live reports + scrapes): {(on - off) * 100:+.1f} points")
-
-
-def _private_master_port() -> list[str]:
-    """A free master port on loopback, so a Locust already running here does not collide."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
-    return ["--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--master-port", port]
 
 
 if __name__ == "__main__":

@@ -11,11 +11,13 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from llmload.errors import ConfigError
 from llmload.goodput import SLO, parse_slo
 from llmload.options import DEFAULT_PROMPT, OPTIONS, OptionSpec
+
+_N = TypeVar("_N", int, float)
 
 __all__ = ["OPTIONS", "LengthSpec", "OptionSpec", "RunConfig", "Timeouts"]
 
@@ -283,44 +285,55 @@ def _positive_int(flag: str, raw: object, *, required: bool) -> int | None:
     return value
 
 
-def _non_negative_float(flag: str, raw: object) -> float | None:
-    text = _text(raw)
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"{flag} must be a number >= 0, got {text!r}; pass e.g. {flag} 0.7") from None
-    if not value >= 0 or value == float("inf"):
-        raise ConfigError(f"{flag} must be a finite number >= 0, got {text!r}; pass e.g. {flag} 0.7")
-    return value
+def _number(
+    flag: str,
+    raw: object,
+    default: _N,
+    *,
+    convert: Callable[[str], _N],
+    valid: Callable[[_N], bool],
+    requirement: str,
+    example: str,
+) -> _N:
+    """Parse one numeric option; unset gives ``default``.
 
-
-def _ratio(flag: str, raw: object, default: float) -> float:
+    Raises:
+        ConfigError: ``{flag} must be {requirement}, got {value!r}; pass e.g. {flag} {example}``.
+    """
     text = _text(raw)
     if text is None:
         return default
     try:
-        value = float(text)
+        value = convert(text)
     except ValueError:
-        raise ConfigError(f"{flag} must be a number from 0 to 1, got {text!r}; pass e.g. {flag} 0.01") from None
-    if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"{flag} must be a number from 0 to 1, got {text!r}; pass e.g. {flag} 0.01")
+        value = None
+    if value is None or not valid(value):
+        raise ConfigError(f"{flag} must be {requirement}, got {text!r}; pass e.g. {flag} {example}")
     return value
+
+
+def _non_negative_float(flag: str, raw: object) -> float | None:
+    if _text(raw) is None:
+        return None
+    return _number(
+        flag, raw, 0.0, convert=float, valid=lambda v: 0 <= v < math.inf, requirement="a finite number >= 0",
+        example="0.7",
+    )  # fmt: skip
+
+
+def _ratio(flag: str, raw: object, default: float) -> float:
+    return _number(
+        flag, raw, default, convert=float, valid=lambda v: 0.0 <= v <= 1.0, requirement="a number from 0 to 1",
+        example="0.01",
+    )  # fmt: skip
 
 
 def _port(flag: str, raw: object, default: int) -> int:
     """A TCP port number, 0..65535 (0 means "off" for the exporter)."""
-    text = _text(raw)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise ConfigError(f"{flag} must be a port number from 0 to 65535 (0: off), got {text!r}; pass e.g. {flag} 9646")
-    return value
+    return _number(
+        flag, raw, default, convert=int, valid=lambda v: 0 <= v <= 65535,
+        requirement="a port number from 0 to 65535 (0: off)", example="9646",
+    )  # fmt: skip
 
 
 def _grace_s(flag: str, raw: object, default: float) -> float:
@@ -329,16 +342,10 @@ def _grace_s(flag: str, raw: object, default: float) -> float:
 
 
 def _seconds(flag: str, raw: object, default: float) -> float:
-    text = _text(raw)
-    if text is None:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"{flag} must be a number of seconds > 0, got {text!r}; pass e.g. {flag} 60") from None
-    if not value > 0 or value == float("inf"):
-        raise ConfigError(f"{flag} must be a finite number of seconds > 0, got {text!r}; pass e.g. {flag} 60")
-    return value
+    return _number(
+        flag, raw, default, convert=float, valid=lambda v: 0 < v < math.inf,
+        requirement="a finite number of seconds > 0", example="60",
+    )  # fmt: skip
 
 
 # ── workloads (issue 3) ─────────────────────────────────────────────────────

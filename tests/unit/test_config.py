@@ -42,7 +42,7 @@ def test_config_reads_string_values_from_web_ui_or_env():
         ("num_requests", "0", "Leave it unset for no limit"),
         ("num_requests", "-1", "--num-requests must be a positive integer, got -1"),
         ("temperature", "-0.1", "--temperature must be a finite number >= 0"),
-        ("temperature", "hot", "--temperature must be a number >= 0, got 'hot'"),
+        ("temperature", "hot", "--temperature must be a finite number >= 0, got 'hot'"),
         ("read_timeout", "0", "--read-timeout must be a finite number of seconds > 0"),
         ("request_timeout", "inf", "--request-timeout must be a finite number of seconds > 0"),
         ("prompt", "  ", "--prompt must not be empty"),
