@@ -74,7 +74,10 @@ def bench_cpu_per_chunk(tmp: Path) -> None:
         sim.wait(10)
     us = (cpu - base_cpu) / chunks * 1e6
     print("(a) client CPU per streamed chunk, 1,024 concurrent streams, one worker process on one core")
-    print(f"    requests {requests}, chunks {chunks} (simulator served {served:.0f} tokens, preflight probes and the start-up run included)")
+    print(
+        f"    requests {requests}, chunks {chunks} (simulator served {served:.0f} tokens,"
+        " preflight probes and the start-up run included)"
+    )
     print(f"    client CPU {cpu:.2f} s − start-up/shut-down {base_cpu:.2f} s over {wall:.1f} s wall")
     tok_s = results["throughput"]["output_tokens_per_s"]
     print(f"    => {us:.2f} µs per chunk (target ≤ 3 µs); output tok/s {tok_s:.0f}")
