@@ -74,7 +74,7 @@ def tls_server(tmp_path: Path) -> Iterator[str]:
 
 def test_tls_self_signed_certificate_is_refused_by_default(tls_server):
     transport = GeventHTTPTransport(tls_server, headers={}, timeouts=Timeouts(connect_s=5, idle_s=5, total_s=10))
-    with pytest.raises(TransportError, match="(?i)certificate"):
+    with pytest.raises(TransportError, match=r"(?i)certificate"):
         transport.get("/v1/models")
     transport.close()
 
