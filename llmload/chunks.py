@@ -212,6 +212,18 @@ class ReplyAccumulator:
         if delta.completion_tokens is not None:
             self.completion_tokens = delta.completion_tokens
 
+    def add_token(self, text: str, t: float, has_content: bool) -> None:
+        """Account a plain token delta (non-empty ``text``, no finish_reason, no usage) at ``t``.
+
+        The same as ``add(ChunkDelta(text, True, has_content, None, None, None), t)``.
+        """
+        self.events += 1
+        self.token_times_s.append(t)
+        self.pieces.append(text)
+        if has_content and self.first_content_s is None:
+            self.first_content_s = t
+        self._cumulative = None
+
     def token_counts(self) -> list[int] | None:
         """Per-event token counts from cumulative usage, when every token event carried it."""
         cum = self._cumulative

@@ -4,9 +4,13 @@
 ``RequestRecord`` and never raises for it. Metric definitions are those of
 ``record.py`` (vLLM ``benchmark_serving`` / guidellm):
 
-- t0 is taken right before ``Transport.post``; every read is stamped right
-  after it returns, and an event's time is the time of the read that
-  completed it.
+- t0 is taken once the connection is ready (``Transport.connect``), right
+  before ``Transport.post`` writes the request; connection set-up is
+  ``RequestRecord.connect_s``, outside TTFT and E2E. Every read is stamped
+  when its bytes arrived: the client's clock when the read returned, minus
+  the time they had waited (``Response.read_lag_s``, from the kernel's
+  receive stamp where the transport has one). An event's time is the time
+  of the read that completed it.
 - Token-bearing events carry non-empty ``content``/``text``,
   ``reasoning_content``/``reasoning`` or a ``tool_calls`` delta; role-only
   and usage-only chunks do not count (vllm PR #3768, sglang PR #29251).
@@ -18,7 +22,8 @@
   generated token is ``EMPTY`` (vllm PR #5895).
 
 Each event's JSON is decoded here and read into a typed ``ChunkDelta`` by
-``chunks.py`` at once (style rule R6).
+``chunks.py`` at once (style rule R6). Plain token deltas skip the JSON
+decoder: see ``_DeltaTemplate``.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from llmload.chunks import ReplyAccumulator, parse_chunk, read_server_error
+from llmload.chunks import ChunkDelta, ReplyAccumulator, parse_chunk, read_server_error
 from llmload.errors import ConnectionClosedError, RequestTimeout, SSEProtocolError, TransportError
 from llmload.payloads import LLMRequest
 from llmload.record import ErrorInfo, Outcome, RequestRecord
@@ -50,6 +55,8 @@ class Response(Protocol):
 
     status: int
     content_type: str  # lower-cased media type without parameters; "" if absent
+    read_lag_s: float  # seconds the bytes of the last read had waited when it returned (>= 0)
+    read_stamped: bool  # True when read_lag_s came from a kernel receive stamp
 
     def read_some(self) -> bytes:
         """Return the next body bytes as soon as any arrive; b"" at the clean end of the body.
@@ -68,6 +75,15 @@ class Response(Protocol):
 
 class Transport(Protocol):
     """Sends one request and returns once status and headers are in."""
+
+    def connect(self) -> None:
+        """Have a connection ready so that ``post`` writes the request at once.
+
+        Raises:
+            RequestTimeout: no connection within the connect timeout.
+            TransportError: refused, DNS or TLS failure.
+        """
+        ...
 
     def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> Response:
         """POST ``body`` to ``path``.
@@ -151,6 +167,15 @@ class StreamingClient:
         clock = self._clock
         t0 = clock()
         try:
+            self._transport.connect()
+        except RequestTimeout as exc:
+            return _fail(record, Outcome.TIMEOUT, "timeout: before headers", str(exc), clock() - t0)
+        except (TransportError, OSError) as exc:
+            return _fail(record, Outcome.TRANSPORT_ERROR, "transport error: connect/send", str(exc), clock() - t0)
+        t_ready = clock()
+        record.connect_s = t_ready - t0
+        t0 = t_ready
+        try:
             response = self._transport.post(
                 request.path, request.body, _STREAM_HEADERS if request.stream else _JSON_HEADERS
             )
@@ -177,18 +202,32 @@ class StreamingClient:
         feed = SSEDecoder().feed
         deadline_s = self._total_timeout_s
         acc = ReplyAccumulator()
+        lags = record.read_lags_s
+        template: _DeltaTemplate | None = None
+        learn = True  # no template yet: learn one from the first plain token delta
         head = b""  # the first bytes of the body, for error messages
         t = 0.0
         try:
             while True:
                 data = read()
-                t = clock() - t0
                 if not data:
+                    t = clock() - t0
                     break
+                lag_s = response.read_lag_s
+                t = clock() - t0 - lag_s
+                if response.read_stamped:
+                    lags.append(lag_s)
+                else:
+                    record.unstamped_reads += 1
                 if not head:
                     head = data[:120]
                 for event in feed(data):
                     payload = event.data
+                    if template is not None and event.event is None:
+                        text = template.match(payload)
+                        if text is not None:
+                            acc.add_token(text, t, template.has_content)
+                            continue
                     if payload == "[DONE]":
                         acc.done = True
                         break
@@ -208,7 +247,11 @@ class StreamingClient:
                         error = read_server_error(obj, event.event)  # {"object": "error"} has no choices
                         if error is not None:
                             raise _Failed(Outcome.SERVER_ERROR, error.category, error.message, 200)
-                    acc.add(parse_chunk(obj), t)
+                    delta = parse_chunk(obj)
+                    acc.add(delta, t)
+                    if learn and event.event is None and delta.has_token:
+                        template = _DeltaTemplate.learn(payload, obj, delta, scan)
+                        learn = template is None and acc.events < _TEMPLATE_TRIES
                 if acc.done:
                     break
                 if t > deadline_s:
@@ -326,6 +369,72 @@ class StreamingClient:
         if self._compare_tokens and self._token_counter is not None and acc.completion_tokens is not None:
             # Both counts exist: keep the tokenizer's as a diagnostic only (BC-15).
             record.client_completion_tokens = self._token_counter.count("".join(acc.pieces))
+
+
+_TEMPLATE_TRIES = 8  # events a stream may take to offer a plain token delta to learn from
+_TEMPLATE_PROBE = "llmload-template-probe"
+
+
+class _DeltaTemplate:
+    """The bytes around the text of a stream's plain token deltas, to read them without JSON decoding.
+
+    Servers send every token delta of one reply as the same JSON text with
+    only the generated text changing (same id, created, model, index; no
+    finish_reason, no usage). Learned from the first such delta: ``prefix``
+    is everything up to and including the quote that opens its text,
+    ``suffix`` everything from the closing quote on. A later event
+    ``prefix + X + suffix`` where ``X`` holds no quote, no backslash and only
+    printable characters is a JSON string literal with the same surroundings,
+    so it decodes to exactly the learned delta with text ``X``; anything else
+    goes through the JSON decoder as before.
+    """
+
+    __slots__ = ("has_content", "min_length", "prefix", "prefix_length", "suffix", "suffix_length")
+
+    def __init__(self, prefix: str, suffix: str, *, has_content: bool) -> None:
+        self.prefix, self.suffix, self.has_content = prefix, suffix, has_content
+        self.prefix_length, self.suffix_length = len(prefix), len(suffix)
+        self.min_length = self.prefix_length + self.suffix_length + 1
+
+    @classmethod
+    def learn(
+        cls, payload: str, obj: Any, delta: ChunkDelta, scan: Callable[[str, int], tuple[Any, int]]
+    ) -> _DeltaTemplate | None:
+        """A template from a decoded plain token delta; None if ``payload`` is not one."""
+        text = delta.text
+        if (
+            delta.finish_reason is not None
+            or delta.prompt_tokens is not None
+            or delta.completion_tokens is not None
+            or not _plain_text(text)
+            or len(obj.get("choices") or ()) != 1
+        ):
+            return None
+        needle = f'"{text}"'
+        at = payload.find(needle)
+        if at < 0 or payload.find(needle, at + 1) >= 0:
+            return None  # escaped by the server, or not the only place it appears
+        template = cls(payload[: at + 1], payload[at + 1 + len(text) :], has_content=delta.has_content)
+        try:  # the surroundings must read back as the same delta around any other text
+            probe = parse_chunk(scan(template.prefix + _TEMPLATE_PROBE + template.suffix, 0)[0])
+        except (ValueError, StopIteration):
+            return None
+        if probe != ChunkDelta(_TEMPLATE_PROBE, True, delta.has_content, None, None, None):
+            return None
+        return template
+
+    def match(self, payload: str) -> str | None:
+        """The text of ``payload`` if it is this template around plain text, else None."""
+        if len(payload) >= self.min_length and payload.startswith(self.prefix) and payload.endswith(self.suffix):
+            text = payload[self.prefix_length : len(payload) - self.suffix_length]
+            if _plain_text(text):
+                return text
+        return None
+
+
+def _plain_text(text: str) -> bool:
+    """Non-empty text that a JSON encoder writes between quotes unchanged (no quote, backslash, control)."""
+    return bool(text) and '"' not in text and "\\" not in text and text.isprintable()
 
 
 # ── helpers of the classifier ────────────────────────────────────────────

@@ -585,7 +585,9 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         results["lost_workers"] = list(runtime.lost_workers)
     if runtime.blocked:
         results["blocked"] = runtime.blocked
-    results["client_saturated"] = runtime.cpu_saturated_s >= _SATURATION_SUSTAIN_S
+    results["client_saturated"] = (
+        runtime.cpu_saturated_s >= _SATURATION_SUSTAIN_S or results["client"]["read_lag_saturated"]
+    )
     results["client_cpu_saturated_s"] = runtime.cpu_saturated_s
     if runtime.schedule is not None and runtime.schedule.realized_rate_per_s is not None:
         runtime.scheduled_rates["local"] = runtime.schedule.realized_rate_per_s

@@ -7,9 +7,17 @@ used by vLLM's ``benchmark_serving`` and guidellm:
 - TTFT: send → first event carrying a generated token of any kind (content,
   reasoning or tool-call delta). Role-only and usage-only chunks do not count.
 - time to first content token: send → first non-empty ``content``/``text``.
-- ITL: gaps between consecutive token-bearing events, never including TTFT.
+- ITL: gaps between consecutive tokens, never including TTFT. When the
+  tokens per event are known, a reply of n tokens gives exactly n − 1
+  samples summing to last token − first token, so its mean ITL is its TPOT
+  (see ``RequestRecord.itl_samples_s``); otherwise one sample per gap
+  between token-bearing events (inter-chunk latency, ``ITLKind.CHUNK``).
 - TPOT: (last token − first token) / (completion_tokens − 1).
 - E2E: send → end of the reply (``[DONE]``, or end of body after a finish).
+
+"Send" is when the request is written on a ready connection; connection
+set-up before it is ``connect_s``. Arrival times are those of the bytes'
+arrival (kernel receive stamps where available, see ``llmload.transport``).
 
 ``None`` always means *unknown*, never zero.
 """
@@ -123,6 +131,12 @@ class RequestRecord:
             disagree, BC-15); None otherwise.
         output_text: the generated text, only when the client was asked to
             keep it (multi-turn conversations); None otherwise.
+        connect_s: time to have a connection ready before the send (0 on a
+            kept-alive one; client delay included); None if never measured.
+        read_lags_s: for every body read with a kernel receive stamp, how long
+            its bytes had waited before the client read them (seconds).
+        unstamped_reads: body reads timed by the monotonic clock alone (no
+            kernel stamp: TLS, non-Linux, bytes that came with the headers).
     """
 
     endpoint: str
@@ -143,6 +157,9 @@ class RequestRecord:
     streamed: bool = True
     client_completion_tokens: int | None = None
     output_text: str | None = None
+    connect_s: float | None = None
+    read_lags_s: list[float] = field(default_factory=list)
+    unstamped_reads: int = 0
 
     # ── derived metrics ──────────────────────────────────────────────────
     @property
@@ -194,10 +211,13 @@ class RequestRecord:
     def itl_samples_s(self) -> list[float]:
         """Inter-token latency samples in seconds; the TTFT is never one of them.
 
-        For consecutive token-bearing events at t[i-1], t[i], where event i
-        carried k tokens (server-reported per-chunk counts), the gap is spread
-        evenly: k samples of (t[i] - t[i-1]) / k. Without per-chunk counts each
-        gap is one sample (inter-chunk latency, see ``itl_kind``).
+        With per-event token counts (``itl_kind`` is ``TOKEN``), the reply's
+        n tokens give exactly n − 1 samples whose sum is last token − first
+        token, whatever the chunking: tokens that came in the same event as
+        the first token are samples of 0, and the gap before an event of k
+        tokens is k samples of gap / k. A request's mean ITL then equals its
+        TPOT. Without per-event counts each gap between token-bearing events
+        is one sample (inter-chunk latency).
         """
         times = self.token_times_s
         if len(times) < 2 or not self.streamed:
@@ -205,7 +225,7 @@ class RequestRecord:
         counts = self.token_counts
         if counts is None:
             return [b - a for a, b in itertools.pairwise(times)]
-        out: list[float] = []
+        out: list[float] = [0.0] * (counts[0] - 1) if counts and counts[0] > 1 else []
         for i in range(1, len(times)):
             k = counts[i] if i < len(counts) else 1
             gap = times[i] - times[i - 1]

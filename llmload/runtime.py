@@ -20,11 +20,13 @@ from llmload.config import RunConfig
 from llmload.exporters.prometheus import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
 from llmload.exporters.window import SlidingWindow
+from llmload.payloads import LLMRequest
 from llmload.stats import LLMStats
 from llmload.tokens import TokenCounter
-from llmload.workload import PromptStream, Workload
+from llmload.transport import AddressCache
+from llmload.workload import Prompt, PromptStream, Workload
 
-__all__ = ["CpuMonitor", "ExportState", "RequestBudget", "Runtime", "WarmupGate"]
+__all__ = ["CpuMonitor", "ExportState", "RequestBudget", "RequestCache", "Runtime", "WarmupGate"]
 
 
 class RequestBudget:
@@ -64,6 +66,37 @@ class RequestBudget:
         if not self._notified and self.limit is not None and self.finished >= self.limit and self._on_done is not None:
             self._notified = True
             self._on_done()
+
+
+class RequestCache:
+    """Requests already built in this process, by (endpoint, prompt), for the current config and model.
+
+    Building a body (JSON encoding of the prompt) costs ~20 us; a fixed prompt
+    or a small dataset repeats the same bodies, so each is built once. Bodies
+    of at most ``limit_bytes`` in all are kept (a large dataset or long
+    conversations are mostly built afresh).
+    """
+
+    def __init__(self, limit_bytes: int = 1 << 20) -> None:
+        """An empty cache holding bodies of at most ``limit_bytes`` bytes in all."""
+        self.limit_bytes = limit_bytes
+        self.kept_bytes = 0
+        self.config: RunConfig | None = None
+        self.model: str | None = None
+        self.requests: dict[tuple[str, Prompt], LLMRequest] = {}
+
+    def reset(self, config: RunConfig, model: str | None) -> None:
+        """Forget every request: they were built for another config or model."""
+        self.config, self.model = config, model
+        self.requests = {}
+        self.kept_bytes = 0
+
+    def keep(self, key: tuple[str, Prompt], request: LLMRequest) -> None:
+        """Keep ``request`` under ``key`` unless that would pass ``limit_bytes``."""
+        size = len(request.body)
+        if self.kept_bytes + size <= self.limit_bytes:
+            self.requests[key] = request
+            self.kept_bytes += size
 
 
 class WarmupGate:
@@ -152,6 +185,8 @@ class Runtime:
         workload: the prompt source (issue 3), built before load; None = plain ``--prompt``.
         prompts: this process's share of the workload's prompt sequence; None until test start.
         warmup: this process's share of ``--warmup-requests``; None = no warm-up.
+        addresses: name resolutions shared by every user's transport in this process.
+        request_cache: requests built in this process, reused for repeated prompts.
     """
 
     config: RunConfig
@@ -167,6 +202,8 @@ class Runtime:
     workload: Workload | None = None
     prompts: PromptStream | None = None
     warmup: WarmupGate | None = None
+    addresses: AddressCache = field(default_factory=AddressCache)
+    request_cache: RequestCache = field(default_factory=RequestCache)
     # master only
     planned_workers: set[str] = field(default_factory=set)
     done_workers: set[str] = field(default_factory=set)

@@ -31,7 +31,9 @@ from llmload.histogram import LatencyHistogram
 from llmload.record import ITLKind, Outcome, RequestRecord, TokenSource
 
 __all__ = [
+    "CLIENT_HISTOGRAM_NAMES",
     "HISTOGRAM_NAMES",
+    "LATENCY_HISTOGRAM_NAMES",
     "MAX_ERROR_CATEGORIES",
     "MAX_ERROR_SAMPLES",
     "OVERFLOW_CATEGORY",
@@ -50,7 +52,7 @@ StatsKey = tuple[str, str]
 
 _K = TypeVar("_K")
 
-HISTOGRAM_NAMES = (
+LATENCY_HISTOGRAM_NAMES = (
     "ttft_s",
     "ttfc_s",
     "itl_s",
@@ -61,7 +63,13 @@ HISTOGRAM_NAMES = (
     "ttft_from_schedule_s",
     "e2e_from_schedule_s",
 )
-"""Attribute names of the latency histograms of ``EndpointStats``."""
+"""Attribute names of the latency histograms of ``EndpointStats`` (the results' ``latency``)."""
+
+CLIENT_HISTOGRAM_NAMES = ("read_lag_s", "connect_s")
+"""Histograms of the client's own delays (the results' ``client``), over every finished request."""
+
+HISTOGRAM_NAMES = LATENCY_HISTOGRAM_NAMES + CLIENT_HISTOGRAM_NAMES
+"""Attribute names of every histogram of ``EndpointStats``."""
 
 
 def _min_status(a: int | None, b: int | None) -> int | None:
@@ -146,6 +154,14 @@ class EndpointStats:
             successes only: the wait between the intended and the actual send,
             and TTFT/E2E measured from the intended send (coordinated
             omission made visible, BC-20; guidellm's ``targeted_start``).
+        read_lag_s: over every body read of finished requests that had a kernel
+            receive stamp: how long its bytes had waited in the kernel before
+            the client read them (the client's own delay, not the server's).
+        connect_s: over finished requests: time to have a connection ready
+            before the send (connection set-up plus client delay; outside
+            TTFT and E2E).
+        unstamped_reads: body reads of finished requests timed by the
+            monotonic clock alone (no kernel stamp).
         itl_kind_requests: successes with at least one ITL sample, per ITL kind.
         slo_met_requests: successes that met every ``--slo`` objective (goodput);
             failures never do.
@@ -180,6 +196,9 @@ class EndpointStats:
     dispatch_delay_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
     ttft_from_schedule_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
     e2e_from_schedule_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
+    read_lag_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
+    connect_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
+    unstamped_reads: int = 0
     itl_kind_requests: dict[ITLKind, int] = field(default_factory=dict)
     slo_met_requests: int = 0
     tokenizer_compared_requests: int = 0
@@ -241,6 +260,11 @@ class EndpointStats:
         if outcome is Outcome.CANCELLED:
             return
         self._extend_span(record, finished_at_unix)
+        if record.read_lags_s:
+            self.read_lag_s.add_many(record.read_lags_s)
+        self.unstamped_reads += record.unstamped_reads
+        if record.connect_s is not None:
+            self.connect_s.add(record.connect_s)
         if outcome is Outcome.OK:
             self._add_success(record)
             if met_slo:
@@ -310,6 +334,7 @@ class EndpointStats:
         delay = record.dispatch_delay_s
         if delay is not None:
             self.dispatch_delay_s.add(delay)
+            delay += record.connect_s or 0.0  # TTFT and E2E start after the connection is ready
             if ttft is not None:
                 self.ttft_from_schedule_s.add(delay + ttft)
             if record.end_s is not None:
@@ -371,6 +396,7 @@ class EndpointStats:
         for name, histogram in self.histograms().items():
             histogram.merge_in(getattr(other, name))
         _merge_counts(self.itl_kind_requests, other.itl_kind_requests)
+        self.unstamped_reads += other.unstamped_reads
         self.slo_met_requests += other.slo_met_requests
         self.tokenizer_compared_requests += other.tokenizer_compared_requests
         self.tokenizer_disagreed_requests += other.tokenizer_disagreed_requests

@@ -17,6 +17,22 @@ integration tests in ``tests/integration``. On plain TCP the receive also
 uses three attributes of gevent's socket (``_sock``, ``_read_event``,
 ``hub``) to skip gevent's per-call timeout; see ``GeventResponse._recv``.
 
+Receive stamps (Linux): the transport turns on ``SO_TIMESTAMPNS`` on each
+plain-TCP socket and reads with ``recvmsg``, so every read carries the
+kernel's receive time of the newest segment it consumed. ``read_lag_s`` is
+how long those bytes had waited in the kernel when ``read_some`` returned:
+the client subtracts it from its own clock, so a reply that arrived while
+the process was busy elsewhere is still timed when it arrived. For TCP the
+stamp is that of the newest segment consumed, and segments queued behind a
+slow reader are coalesced, so it is an upper bound of the arrival of the
+first bytes of a read: exact only when the client keeps up (the lag itself
+says whether it did). Elsewhere (TLS, other platforms, bytes that came with
+the headers) ``read_stamped`` is False and the lag is measured from when the
+bytes reached user space (monotonic clock).
+
+``connect`` opens the connection before the client takes its send time, so
+connection set-up (and the loop turns it waits for) is timed apart from TTFT.
+
 End of body: ``read_some`` returns ``b""`` only at the clean end of the HTTP
 message (last chunk, full Content-Length, or close of a read-until-close
 body). A connection closed before that raises ``ConnectionClosedError``;
@@ -27,9 +43,13 @@ whose body was not read to the end is closed, never reused.
 from __future__ import annotations
 
 import _socket
+import contextlib
 import errno
+import functools
+import struct
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.client import HTTPException
 from typing import Any
@@ -44,11 +64,18 @@ from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 from llmload.config import Timeouts
 from llmload.errors import ConfigError, ConnectionClosedError, RequestTimeout, TransportError
 
-__all__ = ["GeventHTTPTransport", "GeventResponse", "HTTPResult"]
+__all__ = ["AddressCache", "GeventHTTPTransport", "GeventResponse", "HTTPResult"]
 
 _RECV_BYTES = 16 * 1024  # one recv per read_some; SSE events are ~100-500 bytes
 _GET_BODY_BYTES = 8 * 1024 * 1024
 _USER_AGENT = "llmload"
+# SO_TIMESTAMPNS (Linux asm-generic/socket.h; the same value on x86 and arm): receive
+# stamps as a struct timespec in an SCM_TIMESTAMPNS control message. Python does not
+# export the constant.
+_SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("@ll")
+_CMSG_BYTES = 64  # room for one timespec control message
+_KERNEL_STAMPS = sys.platform.startswith("linux")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +85,79 @@ class HTTPResult:
     status: int
     content_type: str
     body: bytes
+
+
+class _StampedSocket(gevent.socket.socket):  # type: ignore[misc]
+    """A gevent TCP socket whose receives keep the kernel's receive stamp (Linux ``SO_TIMESTAMPNS``).
+
+    geventhttpclient reads the status line and headers through ``recv``;
+    bytes of the body that arrive in the same segment (servers that send the
+    headers with the first token) are then stamped like every later read.
+    """
+
+    __slots__ = ("stamp_ns",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stamp_ns = 0  # kernel receive stamp (CLOCK_REALTIME ns) of the newest bytes received; 0 = none
+        if _KERNEL_STAMPS:
+            with contextlib.suppress(OSError):  # no stamps then: reads fall back to the monotonic clock
+                self._sock.setsockopt(_socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+
+    def recv(self, *args: Any) -> bytes:
+        """``recv`` as gevent does it (wait for the socket, honour its timeout), keeping the stamp."""
+        bufsize = args[0]
+        flags = args[1] if len(args) > 1 else 0
+        while True:
+            try:
+                data, ancillary, _flags, _address = self._sock.recvmsg(bufsize, _CMSG_BYTES, flags)
+            except BlockingIOError:
+                if self.timeout == 0.0:
+                    raise
+                self._wait(self._read_event)
+                continue
+            self.stamp_ns = _stamp_ns(ancillary)
+            received: bytes = data
+            return received
+
+
+def _stamp_ns(ancillary: list[tuple[int, int, bytes]]) -> int:
+    """The SCM_TIMESTAMPNS stamp in ``ancillary`` as CLOCK_REALTIME nanoseconds; 0 if none."""
+    for _level, kind, value in ancillary:
+        if kind == _SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
+            seconds, nanoseconds = _TIMESPEC.unpack_from(value)
+            return int(seconds * 1_000_000_000 + nanoseconds)
+    return 0
+
+
+class AddressCache:
+    """This process's name resolutions, shared by all its users' transports.
+
+    geventhttpclient resolves the host for every new connection, through
+    gevent's thread pool: a burst of 1,024 first connections means 1,024 thread
+    hand-offs while replies wait to be read. One look-up per host and port is
+    kept for ``ttl_s`` seconds (so a soak run still follows DNS changes).
+    """
+
+    def __init__(self, ttl_s: float = 60.0) -> None:
+        """Create an empty cache whose entries live ``ttl_s`` seconds."""
+        self._ttl_s = ttl_s
+        self._entries: dict[tuple[str, int, int], tuple[float, list[Any]]] = {}
+
+    def resolve(self, host: str, port: int, family: int) -> list[Any]:
+        """``getaddrinfo`` results for a TCP connection to ``host:port`` (cached).
+
+        Raises:
+            OSError: the name does not resolve (``socket.gaierror``).
+        """
+        key = (host, port, family)
+        now = time.monotonic()
+        entry = self._entries.get(key)
+        if entry is not None and now - entry[0] < self._ttl_s:
+            return entry[1]
+        infos = list(gevent.socket.getaddrinfo(host, port, family, gevent.socket.SOCK_STREAM, gevent.socket.SOL_TCP))
+        self._entries[key] = (now, infos)
+        return infos
 
 
 class _IdleTimeout(Exception):  # noqa: N818 - a signal thrown into the reading greenlet, never escapes
@@ -72,6 +172,7 @@ class GeventResponse:
         "_hub",
         "_idle_s",
         "_last_read_s",
+        "_last_stamp_ns",
         "_raw",
         "_read_event",
         "_resp",
@@ -80,6 +181,8 @@ class GeventResponse:
         "_where",
         "content_type",
         "on_close",
+        "read_lag_s",
+        "read_stamped",
         "status",
     )
 
@@ -94,7 +197,7 @@ class GeventResponse:
         # Plain TCP reads through _recv; TLS through gevent's recv (_recv_gevent).
         sock: Any = resp._sock  # None if the whole message came with the headers
         self._raw: _socket.socket | None = None
-        if type(sock) is gevent.socket.socket:
+        if type(sock) is _StampedSocket:
             self._raw = sock._sock
             self._read_event: Any = sock._read_event
             self._hub: Any = sock.hub
@@ -102,9 +205,18 @@ class GeventResponse:
         self._greenlet: Any = None
         self._waiting = False  # True only while blocked in _wait_readable
         self._last_read_s = time.monotonic()  # when bytes last arrived (headers included)
+        # kernel receive stamp (CLOCK_REALTIME ns) of the last receive (the headers' for body bytes
+        # that came with them); 0 = none
+        self._last_stamp_ns: int = sock.stamp_ns if type(sock) is _StampedSocket else 0
+        self.read_lag_s = 0.0
+        self.read_stamped = False
 
     def read_some(self) -> bytes:
         """Return the next body bytes as soon as any arrive; b"" at the clean end of the body.
+
+        Sets ``read_lag_s`` (seconds the returned bytes had waited since they
+        arrived: since the kernel stamp when ``read_stamped``, else since the
+        receive call returned) for every non-empty return.
 
         Raises:
             RequestTimeout: no bytes within the idle timeout.
@@ -138,6 +250,15 @@ class GeventResponse:
                 raise ConnectionClosedError(f"{self._where}: connection closed mid-body")
         data = bytes(buf)
         buf.clear()
+        stamp_ns = self._last_stamp_ns
+        if stamp_ns:
+            self.read_stamped = True
+            lag_ns = time.time_ns() - stamp_ns
+            self.read_lag_s = lag_ns * 1e-9 if lag_ns > 0 else 0.0
+        else:
+            self.read_stamped = False
+            lag_s = time.monotonic() - self._last_read_s
+            self.read_lag_s = lag_s if lag_s > 0.0 else 0.0
         return data
 
     def close(self) -> None:
@@ -167,16 +288,20 @@ class GeventResponse:
     # only when it fires (see _on_idle_timer). TLS keeps gevent's recv: its
     # SSL layer may hold decrypted bytes that the fd no longer signals.
     def _recv(self) -> bytes:
-        """Wait for the socket, then one recv(2); raise _IdleTimeout after ``idle_s`` without bytes."""
+        """Wait for the socket, then one recvmsg(2); raise _IdleTimeout after ``idle_s`` without bytes.
+
+        Keeps the kernel receive stamp of the bytes (0 when the socket sends none).
+        """
         raw = self._raw
         assert raw is not None
         while True:
             self._wait_readable()
             try:
-                data = raw.recv(_RECV_BYTES)
+                data, ancillary, _flags, _address = raw.recvmsg(_RECV_BYTES, _CMSG_BYTES)
             except BlockingIOError:
                 continue  # a spurious wake-up: nothing to read after all
             self._last_read_s = time.monotonic()
+            self._last_stamp_ns = _stamp_ns(ancillary) if ancillary else 0
             return data
 
     def _wait_readable(self) -> None:
@@ -221,6 +346,7 @@ class GeventResponse:
             data: bytes = sock.recv(_RECV_BYTES)
         except TimeoutError as exc:
             raise _IdleTimeout from exc
+        self._last_read_s = time.monotonic()
         return data
 
 
@@ -237,8 +363,9 @@ class GeventHTTPTransport:
         headers: Mapping[str, str],
         timeouts: Timeouts,
         insecure: bool = False,
+        addresses: AddressCache | None = None,
     ) -> None:
-        """Create the transport; no connection is opened until the first request.
+        """Create the transport; no connection is opened until ``connect`` or the first request.
 
         Args:
             base_url: ``http://host[:port][/prefix]`` or ``https://...``; request
@@ -248,6 +375,8 @@ class GeventHTTPTransport:
                 send and read (headers included). ``total_s`` is enforced by
                 the client, not here.
             insecure: skip TLS certificate and host name verification.
+            addresses: name resolutions shared with the process's other
+                transports; None resolves for every new connection.
 
         Raises:
             ConfigError: ``base_url`` is not an http(s) URL with a host.
@@ -282,6 +411,41 @@ class GeventHTTPTransport:
             insecure=insecure,
             **extra,
         )
+        pool: Any = self._client._connection_pool
+        # geventhttpclient checks a pooled connection with gevent's select(), which
+        # sleeps(0) even with a zero timeout: the request would then be written
+        # only after every other ready greenlet has run (tens of ms in a burst of
+        # first requests), after the client took its send time. One non-blocking
+        # peek answers the same question (idle keep-alive = nothing to read) at once.
+        pool._is_socket_alive = functools.partial(_idle_and_open, pool._is_socket_alive)
+        if not https:
+            pool._create_tcp_socket = _StampedSocket
+        if addresses is not None:
+            family = _socket.AF_INET if pool.disable_ipv6 else 0
+            host_name, host_port = pool._connection_host, pool._connection_port
+            pool._resolve = lambda: addresses.resolve(host_name, host_port, family)
+
+    def connect(self) -> None:
+        """Have a connection ready, so that the next ``post`` writes the request at once.
+
+        Opens one unless a live kept-alive connection is pooled. The client calls this before it takes
+        the send time, so TTFT and E2E start when the request is written, not
+        when connection set-up began.
+
+        Raises:
+            RequestTimeout: no connection within ``connect_s``.
+            TransportError: refused, DNS or TLS failure.
+        """
+        pool: Any = self._client._connection_pool
+        try:
+            sock = pool.get_socket()
+        except TimeoutError as exc:
+            raise RequestTimeout(
+                f"connect to {self._origin}: no connection within {self._timeouts.connect_s:g} s (connect timeout)"
+            ) from exc
+        except (OSError, RuntimeError) as exc:
+            raise TransportError(f"connect to {self._origin} failed: {_describe(exc)}") from exc
+        pool.return_socket(sock)
 
     def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> GeventResponse:
         """POST ``body``; return once status and headers are in.
@@ -344,6 +508,23 @@ class GeventHTTPTransport:
 
     def _note_reusable(self, reusable: bool) -> None:
         self._reusable = reusable
+
+
+def _idle_and_open(fallback: Callable[[Any], bool], sock: Any) -> bool:
+    """True when a pooled connection is open and has nothing to read (a FIN or stray bytes: not reusable).
+
+    TLS connections keep geventhttpclient's own check (``fallback``).
+    """
+    if type(sock) is not _StampedSocket:
+        return fallback(sock)
+    raw = sock._sock
+    try:
+        raw.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _media_type(value: str | list[str] | None) -> str:

@@ -49,21 +49,16 @@ class LLMUser(User):
     endpoint: ClassVar[str] = ""
 
     def on_start(self) -> None:
-        """Open this user's connection (lazily, on the first request)."""
+        """Prepare this user; its connection and client are made by its first request.
+
+        Spawning happens in one loop turn for a whole batch of users (1,024 at
+        ``-r 1024``), while replies to the first requests may already be
+        waiting: users that will never send (``--num-requests`` used up) cost
+        nothing, and those that will pay for their client just before they send.
+        """
+        self._transport: GeventHTTPTransport | None = None
+        self._client_or_none: StreamingClient | None = None
         runtime = _runtime(self)
-        self._transport = GeventHTTPTransport(
-            self.host or self.environment.host or "",
-            headers=runtime.headers,
-            timeouts=runtime.config.timeouts,
-            insecure=runtime.config.insecure,
-        )
-        self._client = StreamingClient(
-            self._transport,
-            token_counter=runtime.token_counter,
-            total_timeout_s=runtime.config.timeouts.total_s,
-            keep_text=runtime.config.turns > 1,
-            compare_tokens=runtime.token_counter is not None,
-        )
         turns = runtime.config.turns
         self._conversation = Conversation(turns, runtime.token_counter) if turns > 1 else None
 
@@ -72,6 +67,29 @@ class LLMUser(User):
         transport = getattr(self, "_transport", None)
         if transport is not None:
             transport.close()
+
+    @property
+    def _client(self) -> StreamingClient:
+        """This user's client over its own keep-alive connection (made on first use)."""
+        client = self._client_or_none
+        if client is None:
+            runtime = _runtime(self)
+            config = runtime.config
+            self._transport = GeventHTTPTransport(
+                self.host or self.environment.host or "",
+                headers=runtime.headers,
+                timeouts=config.timeouts,
+                insecure=config.insecure,
+                addresses=runtime.addresses,
+            )
+            client = self._client_or_none = StreamingClient(
+                self._transport,
+                token_counter=runtime.token_counter,
+                total_timeout_s=config.timeouts.total_s,
+                keep_text=config.turns > 1,
+                compare_tokens=runtime.token_counter is not None,
+            )
+        return client
 
     @classmethod
     def build_request(cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None) -> LLMRequest:
@@ -104,7 +122,7 @@ class LLMUser(User):
             return
         intended_s = self._wait_for_arrival(runtime)
         prompt = self._next_prompt(runtime)
-        request = self.build_request(runtime, prompt=prompt)
+        request = self._request_for(runtime, prompt)
         slot = runtime.concurrency
         if slot is not None:
             slot.acquire()
@@ -133,6 +151,18 @@ class LLMUser(User):
         if self._conversation is not None:
             self._conversation.record_reply(prompt, record.output_text if record.ok else None)
         self._fire(request, record, elapsed_s)
+
+    def _request_for(self, runtime: Runtime, prompt: Prompt) -> LLMRequest:
+        """The request for ``prompt``, built once per process and prompt (bodies of a fixed prompt repeat)."""
+        cache = runtime.request_cache
+        if cache.config is not runtime.config or cache.model != runtime.model:
+            cache.reset(runtime.config, runtime.model)
+        key = (self.endpoint, prompt)
+        request = cache.requests.get(key)
+        if request is None:
+            request = self.build_request(runtime, prompt=prompt)
+            cache.keep(key, request)
+        return request
 
     def _next_prompt(self, runtime: Runtime) -> Prompt:
         conversation = self._conversation

@@ -223,6 +223,7 @@ _ENDPOINT_FIELDS = {
     "last_send_unix",
 }
 _COUNTERS = (
+    "unstamped_reads",
     "slo_met_requests",
     "tokenizer_compared_requests",
     "tokenizer_disagreed_requests",

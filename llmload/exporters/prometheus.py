@@ -26,7 +26,9 @@ the results JSON (``requests.by_outcome``, ``errors``, ``tokens``,
   ``llmload_inter_token_latency_seconds``,
   ``llmload_time_per_output_token_seconds``,
   ``llmload_request_duration_seconds`` (E2E) ``{endpoint,model}`` over
-  successes (names follow vLLM's server-side metrics).
+  successes (names follow vLLM's server-side metrics), and
+  ``llmload_client_read_lag_seconds`` over every kernel-stamped read of
+  finished requests (the client's own delay, see ``llmload.transport``).
 - gauges ``llmload_users``, ``llmload_in_flight_requests``, ``llmload_workers``
   (connected workers; 0 for a single process), ``llmload_run_start_time_seconds``.
 - live window gauges ``{endpoint,model}``: ``llmload_window_output_tokens_per_second``,
@@ -105,10 +107,15 @@ MAX_LABEL_CHARS = 100
 """Longest ``error_type`` label value; longer categories are truncated (and merged if they collide)."""
 
 _HISTOGRAMS = (
-    ("ttft_s", "time_to_first_token_seconds", "Time from send to the first generated token (TTFT)"),
-    ("itl_s", "inter_token_latency_seconds", "Gaps between consecutive token events, TTFT excluded (ITL)"),
-    ("tpot_s", "time_per_output_token_seconds", "(last token - first token) / (completion tokens - 1)"),
-    ("e2e_s", "request_duration_seconds", "Time from send to the end of the reply (E2E)"),
+    ("ttft_s", "time_to_first_token_seconds", "Time from send to the first generated token (TTFT), successes"),
+    ("itl_s", "inter_token_latency_seconds", "Gaps between consecutive tokens, TTFT excluded (ITL), successes"),
+    ("tpot_s", "time_per_output_token_seconds", "(last token - first token) / (completion tokens - 1), successes"),
+    ("e2e_s", "request_duration_seconds", "Time from send to the end of the reply (E2E), successes"),
+    (
+        "read_lag_s",
+        "client_read_lag_seconds",
+        "How long reply bytes waited in the kernel before the client read them (client delay), every read",
+    ),
 )
 _KEY_LABELS = ("endpoint", "model")
 _TOKEN_SOURCES = (TokenSource.SERVER, TokenSource.TOKENIZER, TokenSource.CHUNKS)
@@ -264,7 +271,7 @@ class LLMLoadCollector:
     def _histograms(stats: LLMStats) -> Iterator[Metric]:
         items = list(stats.items())
         for attribute, suffix, doc in _HISTOGRAMS:
-            family = HistogramMetricFamily(f"llmload_{suffix}", f"{doc}, successful requests", labels=_KEY_LABELS)
+            family = HistogramMetricFamily(f"llmload_{suffix}", doc, labels=_KEY_LABELS)
             for key, s in items:
                 hist: LatencyHistogram = getattr(s, attribute)
                 family.add_metric(key, histogram_buckets(hist), hist.sum_s)

@@ -33,6 +33,16 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   ``PROMPT_MISMATCH_WARN_RATIO``. ``tokens.completion_client_vs_server``
   (BC-15): how often and by how much a local tokenizer disagreed with the
   server's completion count (a diagnostic; the server count is used).
+- ``client``: the load generator's own delays, over finished requests.
+  ``read_lag_s``: for every body read with a kernel receive stamp, how long
+  its bytes had waited in the kernel before the client read them; latencies
+  are measured from the stamps, so a lag below the ITL costs them nothing,
+  while a larger one coalesces events and adds up to the lag (the stamp is
+  that of the newest bytes read). ``clock``: ``kernel`` when every read was
+  stamped, ``monotonic`` when none was (TLS, not Linux), ``mixed`` otherwise;
+  null without reads. ``connect_s``: time to have a connection ready before
+  the send (outside TTFT and E2E). ``read_lag_limit_s``: the p99 lag above
+  which the run is flagged ``client_saturated``.
 - ``None`` (JSON ``null``, console "n/a") means unknown, never 0 (R5).
 """
 
@@ -49,10 +59,14 @@ from typing import Any
 from llmload.goodput import SLO
 from llmload.histogram import LatencyHistogram
 from llmload.record import Outcome, TokenSource
-from llmload.stats import HISTOGRAM_NAMES, EndpointStats, LLMStats
+from llmload.stats import LATENCY_HISTOGRAM_NAMES, EndpointStats, LLMStats
+
+READ_LAG_LIMIT_S = 0.002
+"""p99 read lag above which the client's delay is flagged (``client.read_lag_saturated``)."""
 
 __all__ = [
     "PROMPT_MISMATCH_WARN_RATIO",
+    "READ_LAG_LIMIT_S",
     "SCHEMA_VERSION",
     "RunInfo",
     "build_results",
@@ -132,6 +146,22 @@ def _sections(s: EndpointStats, slo: SLO | None) -> dict[str, Any]:
         else s.last_send_unix - s.first_send_unix,
         "throughput": _throughput(s, tokens, duration_s),
         "latency": _latency(s),
+        "client": _client(s),
+    }
+
+
+def _client(s: EndpointStats) -> dict[str, Any]:
+    stamped, unstamped = s.read_lag_s.count, s.unstamped_reads
+    clock = None if not stamped + unstamped else "monotonic" if not stamped else "mixed" if unstamped else "kernel"
+    lag = _summary(s.read_lag_s)
+    return {
+        "clock": clock,
+        "stamped_reads": stamped,
+        "unstamped_reads": unstamped,
+        "read_lag_s": lag,
+        "read_lag_limit_s": READ_LAG_LIMIT_S,
+        "read_lag_saturated": lag["p99"] is not None and lag["p99"] > READ_LAG_LIMIT_S,
+        "connect_s": _summary(s.connect_s),
     }
 
 
@@ -239,7 +269,7 @@ def _summary(hist: LatencyHistogram) -> dict[str, Any]:
 
 
 def _latency(s: EndpointStats) -> dict[str, Any]:
-    latency: dict[str, Any] = {name: _summary(getattr(s, name)) for name in HISTOGRAM_NAMES}
+    latency: dict[str, Any] = {name: _summary(getattr(s, name)) for name in LATENCY_HISTOGRAM_NAMES}
     kinds = s.itl_kind_requests
     latency["itl_kind"] = None if not kinds else next(iter(kinds)).value if len(kinds) == 1 else _MIXED
     return latency

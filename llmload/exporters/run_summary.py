@@ -40,7 +40,8 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
             lines.append(f"{'Mean E2E from intended send (ms):':<40}{e2e_sched['mean'] * 1e3:.2f}")
         if load.get("warning"):
             lines.append(f"WARNING: {load['warning']}")
-    if results.get("client_saturated"):
+    lines.extend(_client_lines(results))
+    if results.get("client_saturated") and (results.get("client_cpu_saturated_s") or 0) > 0:
         lines.append(
             f"WARNING: load generator saturated (CPU > 90% for {results['client_cpu_saturated_s']} s): "
             "latencies unreliable; add workers (--processes N)"
@@ -51,6 +52,28 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
             f"FAILED: {requests['failed']}/{requests['total']} requests failed "
             f"(failure ratio {requests.get('failure_ratio') or 0:.1%} > --max-failure-ratio "
             f"{results.get('max_failure_ratio', 0):.1%}) or nothing succeeded; exit status 1"
+        )
+    return lines
+
+
+def _client_lines(results: dict[str, Any]) -> list[str]:
+    """The client's clock and read lag, and a warning when the lag may have moved the latencies."""
+    client = results.get("client") or {}
+    lag = client.get("read_lag_s") or {}
+    if not client.get("clock"):
+        return []
+    lines = ["--- Client " + "-" * 41]
+    lines.append(f"{'Clock for arrival times:':<40}{client['clock']}")
+    if lag.get("count"):
+        lines.append(
+            f"{'Read lag mean / P99 / max (ms):':<40}"
+            f"{lag['mean'] * 1e3:.2f} / {lag['p99'] * 1e3:.2f} / {lag['max'] * 1e3:.2f}"
+        )
+    if client.get("read_lag_saturated"):
+        lines.append(
+            f"WARNING: latencies include up to {lag['p99'] * 1e3:.1f} ms (P99; max {lag['max'] * 1e3:.1f} ms) of "
+            f"client delay (read lag above {client['read_lag_limit_s'] * 1e3:g} ms): add workers or processes "
+            "(--processes N)"
         )
     return lines
 

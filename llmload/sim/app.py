@@ -100,6 +100,9 @@ class SimApp:
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         """Route one request."""
         received_s = self._clock()
+        received_ns = environ.get("llmload.sim.received_ns") or 0
+        if received_ns:  # the request's bytes reached the kernel this long ago
+            received_s -= max(0, time.time_ns() - received_ns) * 1e-9
         method = environ["REQUEST_METHOD"]
         path = environ["PATH_INFO"]
         endpoint = _GENERATION.get(path)

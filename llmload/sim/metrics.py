@@ -27,6 +27,11 @@ llmload_sim_faults_injected_total{endpoint,kind}  counter    injected faults by 
                                                              (a stall counts also as completed
                                                              or aborted, as it then ends)
 ================================================  =========  ====================================
+
+"Request received" is when the request's first bytes reached the server's
+kernel (its receive stamp, Linux), so time a request waited to be read under
+a burst of connections counts, as it does for a client; elsewhere it is when
+the handler started.
 """
 
 from __future__ import annotations

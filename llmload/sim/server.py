@@ -5,12 +5,14 @@ from __future__ import annotations
 import resource
 import signal
 import socket
+import struct
 import sys
+from typing import Any
 
 import gevent
 from gevent import socket as gsocket
 from gevent.event import Event
-from gevent.pywsgi import WSGIServer
+from gevent.pywsgi import WSGIHandler, WSGIServer
 from prometheus_client import CollectorRegistry
 
 from llmload.errors import ConfigError
@@ -19,11 +21,86 @@ from llmload.sim.config import SimConfig, parse_config
 from llmload.sim.engine import Engine
 from llmload.sim.metrics import SimMetrics
 
-__all__ = ["listen", "run"]
+__all__ = ["RECEIVED_NS_KEY", "listen", "run"]
+
+RECEIVED_NS_KEY = "llmload.sim.received_ns"
+"""WSGI environ key: kernel receive stamp (CLOCK_REALTIME ns) of a request's first bytes; 0 if unknown."""
+
+# SO_TIMESTAMPNS (Linux asm-generic/socket.h; not exported by Python): receive stamps
+# as a struct timespec in an SCM_TIMESTAMPNS control message.
+_SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("@ll")
+_CMSG_BYTES = 64
+
+
+class _StampedConnection(gsocket.socket):  # type: ignore[misc]
+    """An accepted connection that remembers when the kernel received the first bytes of each request.
+
+    The simulator's TTFT starts there (not when its handler got round to the
+    request), so it is what a client on the same machine can measure: under a
+    burst of new connections a request may wait in the kernel while earlier
+    ones are parsed.
+    """
+
+    __slots__ = ("first_stamp_ns",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.first_stamp_ns = 0
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        """``recv_into`` as gevent does it, keeping the first kernel stamp since ``first_stamp_ns`` was reset."""
+        view = memoryview(buffer)
+        if nbytes:
+            view = view[:nbytes]
+        while True:
+            try:
+                size, ancillary, _flags, _address = self._sock.recvmsg_into([view], _CMSG_BYTES, flags)
+            except BlockingIOError:
+                if self.timeout == 0.0:
+                    raise
+                self._wait(self._read_event)
+                continue
+            if not self.first_stamp_ns:
+                for _level, kind, value in ancillary:
+                    if kind == _SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
+                        seconds, nanoseconds = _TIMESPEC.unpack_from(value)
+                        self.first_stamp_ns = seconds * 1_000_000_000 + nanoseconds
+            return int(size)
+
+
+class _StampingHandler(WSGIHandler):  # type: ignore[misc]
+    """Puts the request's kernel receive stamp into the environ (``RECEIVED_NS_KEY``)."""
+
+    def handle_one_request(self) -> Any:
+        if isinstance(self.socket, _StampedConnection):
+            self.socket.first_stamp_ns = 0
+        return super().handle_one_request()
+
+    def get_environ(self) -> dict[str, Any]:
+        environ: dict[str, Any] = super().get_environ()
+        environ[RECEIVED_NS_KEY] = getattr(self.socket, "first_stamp_ns", 0)
+        return environ
+
+
+class _StampingServer(WSGIServer):  # type: ignore[misc]
+    """A WSGI server whose accepted connections are ``_StampedConnection``s."""
+
+    handler_class = _StampingHandler
+
+    def do_read(self) -> tuple[_StampedConnection, Any] | None:
+        listener = self.socket
+        try:
+            fd, address = listener._accept()
+        except BlockingIOError:
+            if not listener.timeout:
+                return None
+            raise
+        return _StampedConnection(listener.family, listener.type, listener.proto, fileno=fd), address
 
 
 def listen(host: str, port: int, backlog: int) -> gsocket.socket:
-    """Return a listening gevent socket with ``TCP_NODELAY`` (inherited by accepted sockets).
+    """Return a listening gevent socket with ``TCP_NODELAY`` and receive stamps (inherited by accepted sockets).
 
     Nagle's algorithm would hold back small SSE writes while an earlier one is
     unacknowledged, adding up to a delayed-ACK timeout (~40 ms) to chunk times.
@@ -36,6 +113,8 @@ def listen(host: str, port: int, backlog: int) -> gsocket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if sys.platform.startswith("linux"):
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)  # inherited by accepted sockets
         sock.bind((host, port))
         sock.listen(backlog)
         sock.setblocking(False)
@@ -93,7 +172,7 @@ def serve(config: SimConfig) -> int:
     engine = Engine(config)
     metrics = SimMetrics(registry, engine)
     app = SimApp(config=config, engine=engine, metrics=metrics, registry=registry)
-    server = WSGIServer(listener, app, log=None)
+    server = _StampingServer(listener, app, log=None)
     stop = Event()
     handlers = [gevent.signal_handler(sig, stop.set) for sig in (signal.SIGTERM, signal.SIGINT)]
     failures: list[BaseException] = []

@@ -318,7 +318,11 @@ def test_bc14_multi_token_chunks_use_server_counts(run_scripted):
     assert record.completion_tokens.value == 16
     assert record.token_counts == [4, 4, 4, 4]
     assert record.tpot_s == near((run.sent(130) - run.sent(100)) / 15)  # 2 ms
-    assert len(record.itl_samples_s()) == 12  # three gaps, each spread over 4 tokens
+    # 16 tokens, 15 ITL samples: the first event's 3 other tokens are 0 s, then three gaps
+    # each spread over 4 tokens; they add up to last − first token, so mean ITL = TPOT
+    samples = record.itl_samples_s()
+    assert len(samples) == 15
+    assert sum(samples) == pytest.approx(record.token_times_s[-1] - record.token_times_s[0])
 
 
 @pytest.mark.parametrize("bos", [False, True], ids=["plain", "bos-post-processor"])

@@ -100,3 +100,6 @@ def test_tls_streamed_reply_is_read_event_by_event(tls_server):
     assert record.completion_tokens.value == 2
     assert len(record.token_times_s) == 2
     assert record.ttft_s is not None
+    # TLS reads go through gevent's SSL socket: no kernel stamps, the monotonic clock times them
+    assert record.read_lags_s == []
+    assert record.unstamped_reads >= 1

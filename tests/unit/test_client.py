@@ -20,6 +20,9 @@ NO_STREAM = build_chat_request(model="m", messages=[{"role": "user", "content": 
 class FakeResponse:
     """Plays ``reads`` (bytes, or an exception to raise) from ``read_some``; then b""."""
 
+    read_lag_s = 0.0
+    read_stamped = False
+
     def __init__(self, reads: Sequence[bytes | BaseException], status: int, content_type: str) -> None:
         self.status = status
         self.content_type = content_type
@@ -44,6 +47,10 @@ class FakeTransport:
     def __init__(self, response: FakeResponse | Exception) -> None:
         self._response = response
         self.sent: list[tuple[str, bytes, Mapping[str, str]]] = []
+        self.connects = 0
+
+    def connect(self) -> None:
+        self.connects += 1
 
     def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> FakeResponse:
         self.sent.append((path, body, dict(headers)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from llmload.sse import SSEDecoder, SSEEvent
 
 
@@ -146,3 +148,24 @@ def test_sse_decoder_several_events_with_another_field_in_one_chunk():
         SSEEvent("b", "x"),
         SSEEvent("c"),
     ]
+
+
+def _decode_one_event_in_reads(size_bytes: int) -> float:
+    """Best of three: seconds to decode one ``data:`` event of ``size_bytes`` fed in 16 KiB reads."""
+    stream = b'data: {"arguments":"' + b"a" * size_bytes + b'"}\n\n'
+    best_s = float("inf")
+    for _ in range(3):
+        decoder = SSEDecoder()
+        started = time.perf_counter()
+        events = [event for i in range(0, len(stream), 16384) for event in decoder.feed(stream[i : i + 16384])]
+        best_s = min(best_s, time.perf_counter() - started)
+        assert len(events) == 1 and len(events[0].data) == size_bytes + 16
+    return best_s
+
+
+def test_sse_decoder_cost_is_linear_in_the_size_of_one_event() -> None:
+    # A 16 MiB event (large tool-call arguments) read 16 KiB at a time: a decoder that
+    # re-joins the pending line on every read does ~16x the work of a 4 MiB one, a
+    # linear one ~4x. The bound is generous: this checks the growth, not the speed.
+    ratio = _decode_one_event_in_reads(16 << 20) / _decode_one_event_in_reads(4 << 20)
+    assert ratio < 9.0, f"16 MiB / 4 MiB decode time ratio {ratio:.1f}: not linear"

@@ -117,8 +117,11 @@ def test_stats_bc14_itl_spreads_multi_token_chunks() -> None:
     )
     s = _stats(record).total()
     assert s.completion_tokens_sum == 16
-    assert s.itl_s.count == 12  # three gaps of 10 ms, each spread over 4 tokens
-    assert s.itl_s.mean == pytest.approx(0.0025)
+    # 16 tokens give 15 samples: the first event's 3 other tokens are 0 s, then three
+    # gaps of 10 ms each spread over 4 tokens; their mean is the TPOT (30 ms / 15)
+    assert s.itl_s.count == 15
+    assert s.itl_s.zero_count == 3
+    assert s.itl_s.mean == pytest.approx(0.002)
     assert s.tpot_s.mean == pytest.approx(0.002)
     assert s.itl_kind_requests == {ITLKind.TOKEN: 1}
 
@@ -368,6 +371,8 @@ def test_endpoint_stats_histograms_are_named() -> None:
         "dispatch_delay_s",
         "ttft_from_schedule_s",
         "e2e_from_schedule_s",
+        "read_lag_s",
+        "connect_s",
     }
     assert all(isinstance(h, LatencyHistogram) for h in s.histograms().values())
     assert s.histograms()["e2e_s"].count == 1

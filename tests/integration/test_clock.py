@@ -1,0 +1,95 @@
+"""Arrival times from the kernel's receive stamps: which clock timed a read, and how late the client was."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import gevent
+import gevent.monkey
+import pytest
+
+from llmload.client import StreamingClient
+from llmload.config import Timeouts
+from llmload.exporters.report import RunInfo, build_results
+from llmload.payloads import build_completion_request
+from llmload.record import Outcome
+from llmload.stats import LLMStats
+from llmload.testing import TF, Reply, ScriptedServer, T, W, sse
+from llmload.transport import GeventHTTPTransport
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_TIMESTAMPNS receive stamps are Linux only"),
+]
+
+REQUEST = build_completion_request(model="m", prompt="count", max_tokens=4)
+FAST = Timeouts(connect_s=2, idle_s=5, total_s=30)
+RUN = RunInfo("r", "http://h", ("CompletionUser",), "m", 1, 0, None, 0.0)
+# the real time.sleep even where gevent patched the time module: it blocks the whole loop
+_block_loop = gevent.monkey.get_original("time", "sleep")
+
+
+def _client(server: ScriptedServer) -> tuple[StreamingClient, GeventHTTPTransport]:
+    transport = GeventHTTPTransport(server.base_url, headers={}, timeouts=FAST)
+    return StreamingClient(transport), transport
+
+
+def test_kernel_stamps_time_every_body_read(gevent_ready):
+    reply = Reply([W(20, sse(T("a"))), W(40, sse(T(" b"))), W(60, sse(TF("length"), "[DONE]"))])
+    with ScriptedServer(reply) as server:
+        client, transport = _client(server)
+        record = client.run(REQUEST)
+    transport.close()
+    assert record.outcome is Outcome.OK
+    assert record.unstamped_reads == 0
+    assert len(record.read_lags_s) >= 3  # one per write: the client kept up
+    assert all(0.0 <= lag < 0.02 for lag in record.read_lags_s)
+    results = build_results(_stats(record), run=RUN)
+    assert results["client"]["clock"] == "kernel"
+    assert results["client"]["stamped_reads"] == len(record.read_lags_s)
+    assert results["client"]["read_lag_s"]["count"] == len(record.read_lags_s)
+
+
+def test_first_token_in_the_same_segment_as_the_headers_is_kernel_stamped(gevent_ready):
+    # headers and the first token leave the server in one write (pywsgi and others do this)
+    reply = Reply([W(50, sse(T("a"))), W(70, sse(TF("length"), "[DONE]"))], headers_at_ms=50)
+    with ScriptedServer(reply) as server:
+        client, transport = _client(server)
+        record = client.run(REQUEST)
+    transport.close()
+    assert record.outcome is Outcome.OK
+    assert record.unstamped_reads == 0
+    assert record.ttft_s == pytest.approx(0.05, abs=0.015)
+
+
+def test_a_blocked_client_still_times_the_reply_when_it_arrived(gevent_ready):
+    # The first token arrives at 100 ms while the test holds the whole loop until
+    # ~400 ms; the next write comes at 600 ms, after the client is reading again.
+    reply = Reply([W(100, sse(T("a"))), W(600, sse(TF("length"), "[DONE]"))])
+    with ScriptedServer(reply) as server:
+        client, transport = _client(server)
+        sent = time.perf_counter()
+        runner = gevent.spawn(client.run, REQUEST)
+        gevent.sleep(0.02)  # the request is out; the client waits for the reply
+        _block_loop(0.4)
+        blocked_until_s = time.perf_counter() - sent
+        record = runner.get(timeout=5)
+        arrived_s = server.send_log(0).writes_s[0] - sent
+    transport.close()
+    assert record.outcome is Outcome.OK
+    assert blocked_until_s > 0.35
+    ttft_s = record.ttft_s
+    assert ttft_s is not None
+    # the user-space read came ~300 ms late; the stamp says when the token arrived
+    assert ttft_s == pytest.approx(arrived_s, abs=0.03)
+    assert max(record.read_lags_s) > blocked_until_s - arrived_s - 0.05
+    results = build_results(_stats(record), run=RUN)
+    assert results["client"]["read_lag_saturated"] is True
+    assert results["client"]["read_lag_s"]["max"] > 0.2
+
+
+def _stats(record) -> LLMStats:
+    stats = LLMStats.empty()
+    stats.add(record)
+    return stats
