@@ -159,7 +159,8 @@ def _decode_one_event_in_reads(size_bytes: int) -> float:
         started = time.perf_counter()
         events = [event for i in range(0, len(stream), 16384) for event in decoder.feed(stream[i : i + 16384])]
         best_s = min(best_s, time.perf_counter() - started)
-        assert len(events) == 1 and len(events[0].data) == size_bytes + 16
+        assert len(events) == 1
+        assert len(events[0].data) == size_bytes + 16
     return best_s
 
 
