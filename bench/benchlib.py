@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -21,13 +22,20 @@ def pin(core: int) -> list[str]:
     return []
 
 
-def start_sim(*args: str, core: int | None = None) -> tuple[str, subprocess.Popen[str]]:
-    """Start `python -m llmload.sim --port 0 ARGS` (pinned to ``core`` if given); return its URL and process."""
+def start_sim(
+    *args: str, core: int | None = None, cwd: Path = REPO, stderr: IO[str] | None = None
+) -> tuple[str, subprocess.Popen[str]]:
+    """Start `python -m llmload.sim --port 0 ARGS` in ``cwd`` (pinned to ``core`` if given); return its URL and process.
+
+    ``python -m`` imports from ``cwd`` first, so ``cwd`` chooses which checkout's simulator runs;
+    ``stderr`` receives the simulator's log lines (default: this process's stderr).
+    """
     proc = subprocess.Popen(
         [*(pin(core) if core is not None else []), sys.executable, "-m", "llmload.sim", "--port", "0", *args],
         stdout=subprocess.PIPE,
+        stderr=stderr,
         text=True,
-        cwd=REPO,
+        cwd=cwd,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()

@@ -1,33 +1,151 @@
-"""`make bench`: client cost per streamed chunk and TTFT accuracy (figures, not a test).
+"""`make bench`: llmload beside a plain Locust locustfile, both against `llmload sim` (figures, not a test).
 
-One Locust process (one worker) pinned to core 0, `llmload sim` pinned to core 1.
+    python bench/run_bench.py [A B C D ...] [--requests-scale F] [--markdown] [--repo PATH]
 
-(a) CPU µs per chunk at 1,024 concurrent streams: client CPU time (user + sys,
-    from getrusage of the locust child) of a run of exactly N requests with
-    ignore_eos, minus the CPU of a one-request run (start-up and shut-down),
-    divided by the chunks streamed (the simulator sends one token per chunk,
-    so chunks = completion tokens, cross-checked against its /metrics).
-(b) TTFT error at 256 streams, simulator TTFT ≈ 50 ms and ITL 10 ms: mean of
-    (client TTFT) − mean of (server-side TTFT from the simulator's histogram
-    sum/count), exact; and client p99 − server p99 (distribution quantiles,
-    not per-request pairs).
+Scenarios (max_tokens 128, ignore_eos, the same ≈ 100-token prompt, sim ``--max-num-seqs 1024``):
+
+    A  steady      256 users, 2,000 requests, sim TTFT ≈ 50 ms, ITL 10 ms
+    B  saturating  1,024 users, 2,000 requests, sim TTFT ≈ 0, ITL 1 ms
+                   (+ a memory row: llmload with ``--tokenizer`` on a tiny local tokenizer.json)
+    C  seed burst  300 requests, ``-u 1024 -r 1024``, one process, sim TTFT ≈ 50 ms, ITL 10 ms
+    D  burst × 2   C with ``--processes 2`` for both clients, nothing pinned
+
+In A–C the simulator runs on core 1 and the client on core 0 (``taskset``).
+The clients run one after another, never together, each against a fresh
+simulator process. The plain client is ``bench/plain_locustfile.py``.
+
+Per client run:
+
+- CPU µs/chunk: (CPU seconds, user + sys, of the load run − those of a run
+  of one request with max_tokens 1 by the same client: start-up and
+  shut-down) / chunks. CPU comes from ``wait4`` on the client process. In D
+  it is the whole tree: the master's ``wait4`` covers the workers it reaped
+  itself; this script is a child subreaper (Linux ``prctl``), so workers the
+  master left running are re-parented here and reaped with ``wait4`` too.
+- chunks: text chunks streamed (the simulator sends one token per chunk):
+  llmload's ``tokens.completion``, the plain client's count of text events;
+  cross-checked against the simulator's ``llmload_sim_completion_tokens_total``
+  delta (which also counts llmload's two-token preflight probe).
+- chunks/s: chunks / load-phase wall seconds (first request sent → last
+  request ended, as each client reports it).
+- peak RSS: ``ru_maxrss`` of the client process; in D the sum over master and
+  workers of each process's peak (``VmHWM``, sampled every 0.5 s; pages the
+  forked workers share copy-on-write count once per process).
+- TTFT mean client / server, mean error: client mean − the simulator's mean
+  (its histogram sum / count, delta over the load run), exact.
+- TTFT p99 error: client p99 − server p99, the server's from 1 ms buckets
+  (upper bucket edge): distribution quantiles, not per-request pairs.
+  llmload's p99 is its own histogram's estimate, the plain client's the
+  nearest rank. Client TTFT includes each user's connection set-up on its
+  first request, which the server cannot see.
+- read lag p99: llmload's ``client.read_lag_s.p99`` when its results carry it.
 """
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import json
+import math
+import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from benchlib import REPO, pin, start_sim
+import psutil
+from benchlib import REPO, pin, private_master_port, start_sim
 from prometheus_client.parser import text_string_to_metric_families
 
+PLAIN_LOCUSTFILE = Path(__file__).resolve().parent / "plain_locustfile.py"
+MAX_TOKENS = 128
+PROMPT = (
+    "You are a careful technical writer. Summarise, in plain words and short sentences, how a lighthouse "
+    "keeper on a remote island spends one winter week: the daily checks of the lamp and the lens, the log "
+    "book entries, the weather reports sent to the mainland by radio, the supply boat that comes when the "
+    "sea allows, the repairs after a storm, and the long evenings spent reading by the stove."
+)  # ≈ 100 tokens, sent by both clients
+TTFT = "llmload_sim_time_to_first_token_seconds"
+SIM_TOKENS = "llmload_sim_completion_tokens_total"
+RUN_TIMEOUT_S = 900.0  # locust's own -t is 600 s
+BASE_TIMEOUT_S = 180.0
+SAMPLE_S = 0.5
 
+_NO_PREFILL = ("--decode-ms-per-seq", "0", "--prefill-base-ms", "0", "--prefill-ms-per-token", "0")
+SIM_TTFT_50 = ("--max-num-seqs", "1024", "--queue-delay-ms", "40", "--decode-step-ms", "10", *_NO_PREFILL)
+SIM_FAST = ("--max-num-seqs", "1024", "--queue-delay-ms", "0", "--decode-step-ms", "1", *_NO_PREFILL)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One load shape: users, requests and simulator timing; ``pinned`` puts sim/client on cores 1/0."""
+
+    key: str
+    title: str
+    users: int
+    requests: int
+    sim_args: tuple[str, ...]
+    processes: int = 1
+    pinned: bool = True
+
+
+SCENARIOS = {
+    "A": Scenario("A", "A steady, 256 users, ITL 10 ms", 256, 2000, SIM_TTFT_50),
+    "B": Scenario("B", "B saturating, 1,024 users, ITL 1 ms", 1024, 2000, SIM_FAST),
+    "C": Scenario("C", "C seed burst, 1,024 users", 1024, 300, SIM_TTFT_50),
+    "D": Scenario("D", "D burst, 2 processes, unpinned", 1024, 300, SIM_TTFT_50, processes=2, pinned=False),
+}
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Resources of one client run: CPU seconds (user + sys) and peak RSS in MiB."""
+
+    cpu_s: float
+    peak_rss_mib: float
+
+
+@dataclass(frozen=True)
+class ClientResult:
+    """What a client reported: counts, load-phase wall seconds, TTFT and read lag in seconds."""
+
+    requests: int
+    failures: int
+    chunks: int
+    wall_s: float
+    ttft_mean_s: float | None
+    ttft_p99_s: float | None
+    read_lag_p99_s: float | None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: a scenario × client run and its derived figures."""
+
+    scenario: str
+    client: str
+    usage: Usage
+    base_cpu_s: float
+    result: ClientResult
+    sim_chunks: float
+    server_ttft_mean_s: float | None
+    server_ttft_p99_s: float | None
+
+    @property
+    def cpu_us_per_chunk(self) -> float | None:
+        """Client CPU µs per chunk, start-up and shut-down excluded."""
+        if not self.result.chunks:
+            return None
+        return (self.usage.cpu_s - self.base_cpu_s) / self.result.chunks * 1e6
+
+
+# ── measurement ──────────────────────────────────────────────────────────────
 def scrape(url: str) -> dict[str, float]:
     """Return {sample name: value summed over labels}, and {"<name>@le": cumulative count} for buckets."""
     with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
@@ -42,111 +160,8 @@ def scrape(url: str) -> dict[str, float]:
     return out
 
 
-def run_locust(url: str, users: int, requests: int, max_tokens: int, out: Path) -> float:
-    """Run one standalone Locust process; return its CPU seconds (user + sys)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cmd = [
-        *pin(0), sys.executable, "-m", "locust", "-f", "locustfiles/completions.py", "--headless",
-        "--only-summary", "-H", url, "-u", str(users), "-r", str(users), "--num-requests", str(requests),
-        "-t", "600s", "--ignore-eos", "--max-tokens", str(max_tokens), "--results-json", str(out),
-        "--loglevel", "WARNING", "--prometheus-port", "0",
-    ]  # fmt: skip
-    code = subprocess.call(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if code != 0:
-        raise SystemExit(f"locust exited {code}: {' '.join(cmd)}")
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-
-
-def bench_cpu_per_chunk(tmp: Path) -> None:
-    users, requests, max_tokens = 1024, 3072, 200
-    url, sim = start_sim("--max-num-seqs", "1024", "--decode-step-ms", "25", "--decode-ms-per-seq", "0", core=1)
-    try:
-        base_cpu = run_locust(url, 1, 1, 1, tmp / "base.json")
-        t0 = time.monotonic()
-        cpu = run_locust(url, users, requests, max_tokens, tmp / "a.json")
-        wall = time.monotonic() - t0
-        results = json.loads((tmp / "a.json").read_text())
-        chunks = results["tokens"]["completion"]
-        served = scrape(url)["llmload_sim_completion_tokens_total"]
-    finally:
-        sim.terminate()
-        sim.wait(10)
-    us = (cpu - base_cpu) / chunks * 1e6
-    print("(a) client CPU per streamed chunk, 1,024 concurrent streams, one worker process on one core")
-    print(
-        f"    requests {requests}, chunks {chunks} (simulator served {served:.0f} tokens,"
-        " preflight probes and the start-up run included)"
-    )
-    print(f"    client CPU {cpu:.2f} s − start-up/shut-down {base_cpu:.2f} s over {wall:.1f} s wall")
-    tok_s = results["throughput"]["output_tokens_per_s"]
-    print(f"    => {us:.2f} µs per chunk (target ≤ 3 µs); output tok/s {tok_s:.0f}")
-    print(f"    client TTFT p50 {results['latency']['ttft_s']['p50'] * 1e3:.1f} ms")
-
-
-def bench_ttft_error(tmp: Path) -> None:
-    """Run the measurement core (StreamingClient over GeventHTTPTransport, as each Locust user does)
-    in one gevent process pinned to core 0; the first request of every stream (connection set-up,
-    which the server cannot see) is excluded from both sides."""
-    del tmp
-    url, sim = start_sim(
-        "--max-num-seqs", "1024", "--decode-step-ms", "10", "--decode-ms-per-seq", "0",
-        "--queue-delay-ms", "40", "--prefill-base-ms", "0", "--prefill-ms-per-token", "0", core=1,
-    )  # fmt: skip
-    try:
-        code = subprocess.call([*pin(0), sys.executable, __file__, "--ttft-client", url, "256", "8"], cwd=REPO)
-    finally:
-        sim.terminate()
-        sim.wait(10)
-    if code != 0:
-        raise SystemExit(f"TTFT client exited {code}")
-
-
-def ttft_client(url: str, streams: int, per_stream: int) -> int:
-    import gevent.pool
-
-    from llmload.client import StreamingClient
-    from llmload.config import Timeouts
-    from llmload.histogram import LatencyHistogram
-    from llmload.payloads import build_completion_request
-    from llmload.transport import GeventHTTPTransport
-
-    request = build_completion_request(
-        model="llmload-sim", prompt="hello world", max_tokens=50, ignore_eos=True, stream=True
-    )
-    clients = [StreamingClient(GeventHTTPTransport(url, headers={}, timeouts=Timeouts())) for _ in range(streams)]
-    pool = gevent.pool.Pool(streams)
-    pool.map(lambda c: c.run(request), clients)  # warm-up: connect every stream
-    before = scrape(url)
-    ttft = LatencyHistogram.empty()
-
-    def measure(client: StreamingClient) -> None:
-        for _ in range(per_stream):
-            record = client.run(request)
-            if record.ttft_s is not None:
-                ttft.add(record.ttft_s)
-
-    pool.map(measure, clients)
-    after = scrape(url)
-    name = "llmload_sim_time_to_first_token_seconds"
-    delta = {k: after[k] - before.get(k, 0.0) for k in after if k.startswith(name)}
-    server_mean = delta[f"{name}_sum"] / delta[f"{name}_count"]
-    server_p99 = _server_quantile(delta, name, 0.99)
-    mean, p99 = ttft.mean or 0.0, ttft.quantile(0.99) or 0.0
-    print(f"(b) TTFT error at {streams} streams (simulator TTFT ≈ 50 ms, ITL 10 ms), {ttft.count} requests")
-    print(f"    client TTFT mean {mean * 1e3:.2f} ms, server-side mean {server_mean * 1e3:.2f} ms")
-    print(f"    => mean error {(mean - server_mean) * 1e3:+.2f} ms (target ≤ 1 ms)")
-    if server_p99 is not None:
-        print(
-            f"    client p99 {p99 * 1e3:.2f} ms, server p99 ≤ {server_p99 * 1e3:.0f} ms (1 ms buckets)"
-            f" => p99 error ≈ {(p99 - server_p99) * 1e3:+.1f} ms"
-            " (target ≤ 2 ms; distribution p99s, not pairs)"
-        )
-    return 0
-
-
 def _server_quantile(metrics: dict[str, float], name: str, q: float) -> float | None:
-    """Upper edge of the first bucket whose cumulative count reaches q (1 ms resolution below 100 ms)."""
+    """Upper edge (s) of the first bucket whose cumulative count reaches q (1 ms resolution below 100 ms)."""
     total = metrics.get(f"{name}_count", 0.0)
     edges = sorted(
         (float(key.split("@", 1)[1]), value) for key, value in metrics.items() if key.startswith(f"{name}_bucket@")
@@ -157,12 +172,337 @@ def _server_quantile(metrics: dict[str, float], name: str, q: float) -> float | 
     return None
 
 
+def become_subreaper() -> bool:
+    """Make orphaned descendants (Locust workers outliving their master) re-parent to this process (Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(36, 1, 0, 0, 0) == 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _vm_hwm_kib(pid: int) -> int | None:
+    """Peak resident set size (KiB) of a live process, from /proc/PID/status."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return None
+
+
+def _sample_tree(root: int, hwm: dict[int, int]) -> None:
+    """Record the peak RSS (KiB) so far of ``root`` and every descendant into ``hwm``."""
+    try:
+        pids = [root, *(p.pid for p in psutil.Process(root).children(recursive=True))]
+    except psutil.Error:
+        return
+    for pid in pids:
+        kib = _vm_hwm_kib(pid)
+        if kib is not None:
+            hwm[pid] = max(hwm.get(pid, 0), kib)
+
+
+def _reap(pid: int, deadline: float) -> resource.struct_rusage | None:
+    """``wait4`` a re-parented worker until ``deadline`` (killing it then); None if another process reaped it."""
+    while True:
+        try:
+            done, _status, usage = os.wait4(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if done:
+            return usage
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            deadline = math.inf
+        time.sleep(0.05)
+
+
+def run_measured(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float, log: Path) -> Usage:
+    """Run one client process (tree) to its end within ``timeout_s``; return its CPU and peak RSS."""
+    with log.open("w") as err:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    hwm: dict[int, int] = {}
+    try:
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"client timed out after {timeout_s:.0f} s: {' '.join(argv)}; log {log}")
+            _sample_tree(proc.pid, hwm)
+            time.sleep(SAMPLE_S if len(hwm) > 1 else 0.05)
+        cpu_s = usage.ru_utime + usage.ru_stime
+        rss_kib = usage.ru_maxrss
+        workers = [pid for pid in hwm if pid != proc.pid]
+        for worker in workers:
+            reaped = _reap(worker, time.monotonic() + 30)
+            if reaped is not None:
+                cpu_s += reaped.ru_utime + reaped.ru_stime
+        if workers:
+            rss_kib = sum(hwm.values())
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            os.waitpid(proc.pid, 0)
+            proc.returncode = -signal.SIGKILL
+    if proc.returncode != 0:
+        tail = log.read_text()[-2000:]
+        raise SystemExit(f"client exited {proc.returncode}: {' '.join(argv)}\n{tail}")
+    return Usage(cpu_s=cpu_s, peak_rss_mib=rss_kib / 1024)
+
+
+# ── the two clients ──────────────────────────────────────────────────────────
+def client_command(
+    client: str,
+    sc: Scenario,
+    url: str,
+    *,
+    users: int,
+    requests: int,
+    max_tokens: int,
+    out: Path,
+    extra: tuple[str, ...],
+) -> tuple[list[str], dict[str, str]]:
+    """argv and environment for one run of ``client`` ("llmload" or "plain")."""
+    argv = [*(pin(0) if sc.pinned else []), sys.executable, "-m", "locust", "--headless", "--only-summary"]
+    argv += ["-H", url, "-u", str(users), "-r", str(users), "-t", "600s", "--loglevel", "WARNING"]
+    if sc.processes > 1:
+        argv += ["--processes", str(sc.processes), *private_master_port()]
+    env = dict(os.environ)
+    if client == "plain":
+        argv += ["-f", str(PLAIN_LOCUSTFILE)]
+        env |= {
+            "PLAIN_NUM_REQUESTS": str(requests),
+            "PLAIN_MAX_TOKENS": str(max_tokens),
+            "PLAIN_OUT": str(out),
+            "PLAIN_PROMPT": PROMPT,
+        }
+        return argv, env
+    argv += ["-f", "locustfiles/completions.py", "--num-requests", str(requests), "--ignore-eos"]
+    argv += ["--max-tokens", str(max_tokens), "--prompt", PROMPT, "--results-json", str(out), "--prometheus-port", "0"]
+    return [*argv, *extra], env
+
+
+def read_result(client: str, out: Path) -> ClientResult:
+    """Parse the results file of a finished run (llmload's results JSON or the plain locustfile's)."""
+    data: dict[str, Any] = json.loads(out.read_text())
+    if client == "plain":
+        ttfts = sorted(data["ttft_s"])
+        first, last = data["first_send_unix"], data["last_end_unix"]
+        return ClientResult(
+            requests=data["requests"],
+            failures=data["failures"],
+            chunks=data["chunks"],
+            wall_s=(last - first) if first is not None and last is not None else math.nan,
+            ttft_mean_s=sum(ttfts) / len(ttfts) if ttfts else None,
+            ttft_p99_s=ttfts[math.ceil(0.99 * len(ttfts)) - 1] if ttfts else None,  # nearest rank
+            read_lag_p99_s=None,
+        )
+    ttft = data["latency"]["ttft_s"] or {}
+    lag = ((data.get("client") or {}).get("read_lag_s") or {}).get("p99")
+    return ClientResult(
+        requests=data["requests"]["total"],
+        failures=data["requests"]["failed"],
+        chunks=data["tokens"]["completion"] or 0,
+        wall_s=data["duration_s"] or math.nan,
+        ttft_mean_s=ttft.get("mean"),
+        ttft_p99_s=ttft.get("p99"),
+        read_lag_p99_s=lag,
+    )
+
+
+class Bench:
+    """Runs scenarios for both clients; remembers each client's start-up/shut-down CPU."""
+
+    def __init__(self, repo: Path, tmp: Path, scale: float) -> None:
+        self.repo, self.tmp, self.scale = repo, tmp, scale
+        self.base_cpu: dict[tuple[str, int, bool, tuple[str, ...]], float] = {}
+
+    def run(self, sc: Scenario, client: str, label: str, extra: tuple[str, ...] = ()) -> Row:
+        """One client run against a fresh simulator: base run (once per client shape), then the load run."""
+        requests = max(sc.processes, round(sc.requests * self.scale))
+        stem = self.tmp / f"{sc.key}-{label}".replace(" ", "_")
+        with Path(f"{stem}-sim.log").open("w") as sim_log:
+            url, sim = start_sim(*sc.sim_args, core=1 if sc.pinned else None, cwd=self.repo, stderr=sim_log)
+        try:
+            key = (client, sc.processes, sc.pinned, extra)
+            if key not in self.base_cpu:
+                base_out = Path(f"{stem}-base.json")
+                argv, env = client_command(
+                    client, sc, url, users=sc.processes, requests=sc.processes, max_tokens=1, out=base_out, extra=extra
+                )
+                base = run_measured(
+                    argv, cwd=self.repo, env=env, timeout_s=BASE_TIMEOUT_S, log=Path(f"{stem}-base.log")
+                )
+                self.base_cpu[key] = base.cpu_s
+            out = Path(f"{stem}.json")
+            argv, env = client_command(
+                client, sc, url, users=sc.users, requests=requests, max_tokens=MAX_TOKENS, out=out, extra=extra
+            )
+            before = scrape(url)
+            usage = run_measured(argv, cwd=self.repo, env=env, timeout_s=RUN_TIMEOUT_S, log=Path(f"{stem}.log"))
+            after = scrape(url)
+        finally:
+            sim.terminate()
+            try:
+                sim.wait(15)
+            except subprocess.TimeoutExpired:
+                sim.kill()
+                sim.wait(5)
+            if "failed" in (sim_errors := Path(f"{stem}-sim.log").read_text()):
+                print(f"  simulator: {sim_errors.strip()}", file=sys.stderr)
+        delta = {k: v - before.get(k, 0.0) for k, v in after.items()}
+        count = delta.get(f"{TTFT}_count", 0.0)
+        row = Row(
+            scenario=sc.key,
+            client=label,
+            usage=usage,
+            base_cpu_s=self.base_cpu[key],
+            result=read_result(client, out),
+            sim_chunks=delta.get(SIM_TOKENS, 0.0),
+            server_ttft_mean_s=delta[f"{TTFT}_sum"] / count if count else None,
+            server_ttft_p99_s=_server_quantile(delta, TTFT, 0.99),
+        )
+        r = row.result
+        print(
+            f"  {sc.key} {label}: {r.requests} requests ({r.failures} failed), chunks {r.chunks} (sim Δ"
+            f" {row.sim_chunks:.0f}), CPU {usage.cpu_s:.2f} s − base {row.base_cpu_s:.2f} s, load wall"
+            f" {r.wall_s:.1f} s",
+            flush=True,
+        )
+        return row
+
+
+def tiny_tokenizer_json(directory: Path) -> Path | None:
+    """Train the tests' tiny BPE tokenizer (offline, ``tokenizers``) and save it as ``tokenizer.json``."""
+    try:
+        from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    except ImportError:
+        return None
+    sentences = ["Hello world", "the quick brown fox jumps over the lazy dog", "a world of tokens and words"] * 20
+    tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(
+        sentences, trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]"], show_progress=False)
+    )
+    path = directory / "tokenizer.json"
+    tokenizer.save(str(path))
+    return path
+
+
+# ── output ───────────────────────────────────────────────────────────────────
+HEADERS = [
+    "scenario",
+    "client",
+    "CPU µs/chunk",
+    "chunks/s",
+    "peak RSS MiB",
+    "TTFT mean client / server ms",
+    "TTFT mean error ms",
+    "TTFT p99 error ms",
+    "read lag p99 ms",
+]
+
+
+def _ms(value: float | None, fmt: str = ".2f") -> str:
+    return "n/a" if value is None else f"{value * 1e3:{fmt}}"
+
+
+def _diff_ms(a: float | None, b: float | None) -> str:
+    return "n/a" if a is None or b is None else f"{(a - b) * 1e3:+.2f}"
+
+
+def table_cells(row: Row) -> list[str]:
+    """The table's cells for one run."""
+    r = row.result
+    cpu = row.cpu_us_per_chunk
+    return [
+        SCENARIOS[row.scenario].title,
+        row.client,
+        "n/a" if cpu is None else f"{cpu:.2f}",
+        f"{r.chunks / r.wall_s:,.0f}" if r.wall_s > 0 else "n/a",
+        f"{row.usage.peak_rss_mib:.0f}",
+        f"{_ms(r.ttft_mean_s)} / {_ms(row.server_ttft_mean_s)}",
+        _diff_ms(r.ttft_mean_s, row.server_ttft_mean_s),
+        _diff_ms(r.ttft_p99_s, row.server_ttft_p99_s),
+        _ms(r.read_lag_p99_s),
+    ]
+
+
+def render(rows: list[list[str]], markdown: bool) -> str:
+    """A markdown table, or the same columns padded to line up in a terminal."""
+    if markdown:
+        lines = [
+            "| " + " | ".join(HEADERS) + " |",
+            "|" + "|".join(["---", "---"] + ["---:"] * (len(HEADERS) - 2)) + "|",
+        ]
+        return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
+    widths = [max(len(cells[i]) for cells in [HEADERS, *rows]) for i in range(len(HEADERS))]
+    return "\n".join(
+        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+        for cells in [HEADERS, *rows]
+    )
+
+
 def main() -> int:
-    if len(sys.argv) == 5 and sys.argv[1] == "--ttft-client":
-        return ttft_client(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
-    with tempfile.TemporaryDirectory() as tmp:
-        bench_cpu_per_chunk(Path(tmp))
-        bench_ttft_error(Path(tmp))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=f"any of {' '.join(SCENARIOS)}; default: all")
+    parser.add_argument("--requests-scale", type=float, default=1.0, help="multiply request counts (0.1: smoke run)")
+    parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    parser.add_argument("--repo", type=Path, default=REPO, help="llmload checkout to measure (run with its venv)")
+    args = parser.parse_args()
+    keys = [key.upper() for key in args.scenarios] or list(SCENARIOS)
+    if unknown := [key for key in keys if key not in SCENARIOS]:
+        parser.error(f"unknown scenario {' '.join(unknown)}; choose from {' '.join(SCENARIOS)}")
+    repo = args.repo.resolve()
+    if not become_subreaper() and "D" in keys:
+        print("warning: not a child subreaper; D may miss CPU of workers that outlive the master", file=sys.stderr)
+    print(f"llmload at {repo}; python {sys.executable}; requests × {args.requests_scale:g}")
+    rows: list[Row] = []
+    tokenizer_note = ""
+    with tempfile.TemporaryDirectory(prefix="llmload-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        bench = Bench(repo, tmp, args.requests_scale)
+        for key in keys:
+            sc = SCENARIOS[key]
+            print(f"{sc.title}: {max(sc.processes, round(sc.requests * args.requests_scale))} requests", flush=True)
+            rows.append(bench.run(sc, "llmload", "llmload"))
+            rows.append(bench.run(sc, "plain", "plain Locust"))
+            if key == "B":
+                tokenizer = tiny_tokenizer_json(tmp)
+                if tokenizer is None:
+                    tokenizer_note = "B with --tokenizer skipped: the tokenizers library is not installed."
+                else:
+                    rows.append(bench.run(sc, "llmload", "llmload --tokenizer", ("--tokenizer", str(tokenizer))))
+                    tokenizer_note = (
+                        "llmload --tokenizer: a 300-token BPE tokenizer.json trained offline as in the tests;"
+                        " its RSS shows the tokenizers library's cost, not that of a real vocabulary."
+                    )
+    print()
+    print(render([table_cells(row) for row in rows], args.markdown))
+    print()
+    by = {(row.scenario, row.client): row for row in rows}
+    mine, plain = by.get(("B", "llmload")), by.get(("B", "plain Locust"))
+    if mine and plain and mine.cpu_us_per_chunk and plain.cpu_us_per_chunk:
+        ratio = mine.cpu_us_per_chunk / plain.cpu_us_per_chunk
+        print(f"B: llmload / plain CPU per chunk = {ratio:.2f}")
+    if tokenizer_note:
+        print(tokenizer_note)
+    print(
+        "Server TTFT: the simulator's histogram (delta over the load run); p99 error compares distribution"
+        " quantiles (server p99 = upper edge of its 1 ms bucket), not per-request pairs. Client TTFT includes"
+        " each user's connection set-up on its first request, which the server cannot see."
+    )
+    if "D" in keys:
+        print(
+            "D: CPU of master + both workers; peak RSS = sum of each process's peak (VmHWM, sampled;"
+            " shared copy-on-write pages counted per process)."
+        )
     return 0
 
 
