@@ -224,6 +224,16 @@ class ReplyAccumulator:
             self.first_content_s = t
         self._cumulative = None
 
+    def add_tokens(self, texts: list[str], t: float, has_content: bool) -> None:
+        """Account plain token deltas (each a non-empty text, no finish_reason, no usage), all at ``t``."""
+        count = len(texts)
+        self.events += count
+        self.token_times_s += [t] * count
+        self.pieces += texts
+        if has_content and self.first_content_s is None:
+            self.first_content_s = t
+        self._cumulative = None
+
     def token_counts(self) -> list[int] | None:
         """Per-event token counts from cumulative usage, when every token event carried it."""
         cum = self._cumulative

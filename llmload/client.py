@@ -21,9 +21,9 @@
   (vllm PR #57519, runpod-workers/worker-vllm #57); a 2xx reply without any
   generated token is ``EMPTY`` (vllm PR #5895).
 
-Each event's JSON is decoded here and read into a typed ``ChunkDelta`` by
-``chunks.py`` at once (style rule R6). Plain token deltas skip the JSON
-decoder: see ``_DeltaTemplate``.
+Events are decoded and accounted by ``llmload.stream`` (each event's JSON
+read into a typed ``ChunkDelta`` by ``chunks.py`` at once, style rule R6;
+plain token deltas skip the JSON decoder, see ``DeltaTemplate``).
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
-from llmload.chunks import ChunkDelta, ReplyAccumulator, parse_chunk, read_server_error
+from llmload.chunks import ReplyAccumulator, parse_chunk, read_server_error
 from llmload.errors import ConnectionClosedError, RequestTimeout, SSEProtocolError, TransportError
 from llmload.payloads import LLMRequest
 from llmload.record import ErrorInfo, Outcome, RequestRecord
-from llmload.sse import SSEDecoder
+from llmload.stream import ReplyFailure, ReplyReader, new_scanner
 from llmload.tokens import TokenCounter, resolve_completion_tokens, resolve_prompt_tokens
 
 __all__ = ["Response", "StreamingClient", "Transport"]
@@ -99,14 +99,6 @@ class _DeadlineError(Exception):
     """The total time limit of the request passed."""
 
 
-class _Failed(Exception):  # noqa: N818 - control flow inside the client, never escapes it
-    """The reply is a failure of this outcome and category; unwinds to one handler."""
-
-    def __init__(self, outcome: Outcome, category: str, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.outcome, self.category, self.message, self.status = outcome, category, message, status
-
-
 class StreamingClient:
     """Runs one request at a time over a transport and measures it."""
 
@@ -144,11 +136,7 @@ class StreamingClient:
         self._total_timeout_s = total_timeout_s
         self._keep_text = keep_text
         self._compare_tokens = compare_tokens and token_counter is not None
-        # The C scanner behind json.loads. Calling it directly skips loads'
-        # three Python layers and two regex matches, ~40 % of the decode cost
-        # of a typical chunk; anything it does not consume whole (surrounding
-        # whitespace, trailing data, invalid JSON) is handed to json.loads.
-        self._scan_json: Callable[[str, int], tuple[Any, int]] = vars(json.JSONDecoder())["scan_once"]
+        self._scan_json = new_scanner()
 
     def run(self, request: LLMRequest) -> RequestRecord:
         """Send ``request``, read the whole reply and return its record.
@@ -198,13 +186,11 @@ class StreamingClient:
 
     # ── replies ──────────────────────────────────────────────────────────
     def _read_stream(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
-        clock, read, loads, scan = self._clock, response.read_some, json.loads, self._scan_json
-        feed = SSEDecoder().feed
+        clock, read = self._clock, response.read_some
         deadline_s = self._total_timeout_s
-        acc = ReplyAccumulator()
+        reader = ReplyReader(self._scan_json)
+        acc = reader.acc
         lags = record.read_lags_s
-        template: _DeltaTemplate | None = None
-        learn = True  # no template yet: learn one from the first plain token delta
         head = b""  # the first bytes of the body, for error messages
         t = 0.0
         try:
@@ -214,44 +200,18 @@ class StreamingClient:
                     t = clock() - t0
                     break
                 lag_s = response.read_lag_s
-                t = clock() - t0 - lag_s
+                # Two reads of bytes stamped alike can map ~0.1 us apart (the kernel's
+                # clock and ours are read at different instants): arrival times never
+                # go back, and never before the send.
+                t_read = clock() - t0 - lag_s
+                t = max(t, t_read)
                 if response.read_stamped:
                     lags.append(lag_s)
                 else:
                     record.unstamped_reads += 1
                 if not head:
                     head = data[:120]
-                for event in feed(data):
-                    payload = event.data
-                    if template is not None and event.event is None:
-                        text = template.match(payload)
-                        if text is not None:
-                            acc.add_token(text, t, template.has_content)
-                            continue
-                    if payload == "[DONE]":
-                        acc.done = True
-                        break
-                    if not payload:
-                        continue  # an empty data field carries nothing
-                    try:
-                        try:
-                            obj, end = scan(payload, 0)
-                        except StopIteration:  # not a JSON value at index 0 (e.g. leading space)
-                            end = -1
-                        if end != len(payload):
-                            obj = loads(payload)  # same value, or the same error, as json.loads alone
-                    except ValueError as exc:
-                        message = f"{exc}: {payload[:120]!r}"
-                        raise _Failed(Outcome.STREAM_ERROR, "invalid JSON in stream", message) from exc
-                    if event.event is not None or type(obj) is not dict or "error" in obj or "choices" not in obj:
-                        error = read_server_error(obj, event.event)  # {"object": "error"} has no choices
-                        if error is not None:
-                            raise _Failed(Outcome.SERVER_ERROR, error.category, error.message, 200)
-                    delta = parse_chunk(obj)
-                    acc.add(delta, t)
-                    if learn and event.event is None and delta.has_token:
-                        template = _DeltaTemplate.learn(payload, obj, delta, scan)
-                        learn = template is None and acc.events < _TEMPLATE_TRIES
+                reader.feed(data, t)
                 if acc.done:
                     break
                 if t > deadline_s:
@@ -260,12 +220,12 @@ class StreamingClient:
                 detail = f"{acc.events} events, {len(acc.token_times_s)} with tokens"
                 if not acc.events:
                     detail += f"; body began {head!r}"
-                raise _Failed(
+                raise ReplyFailure(
                     Outcome.STREAM_ERROR,
                     "stream ended before completion",
                     f"no finish_reason or [DONE] ({detail})",
                 )
-        except _Failed as failed:
+        except ReplyFailure as failed:
             self._fill(record, acc, request)
             _fail(record, failed.outcome, failed.category, failed.message, t, status=failed.status)
             return
@@ -294,9 +254,9 @@ class StreamingClient:
             obj = json.loads(body)
             error = read_server_error(obj, None)
             if error is not None:
-                raise _Failed(Outcome.SERVER_ERROR, error.category, error.message, response.status)
+                raise ReplyFailure(Outcome.SERVER_ERROR, error.category, error.message, response.status)
             acc.add(parse_chunk(obj), t)
-        except _Failed as failed:
+        except ReplyFailure as failed:
             _fail(record, failed.outcome, failed.category, failed.message, t, status=failed.status)
             return
         except SSEProtocolError as exc:
@@ -369,72 +329,6 @@ class StreamingClient:
         if self._compare_tokens and self._token_counter is not None and acc.completion_tokens is not None:
             # Both counts exist: keep the tokenizer's as a diagnostic only (BC-15).
             record.client_completion_tokens = self._token_counter.count("".join(acc.pieces))
-
-
-_TEMPLATE_TRIES = 8  # events a stream may take to offer a plain token delta to learn from
-_TEMPLATE_PROBE = "llmload-template-probe"
-
-
-class _DeltaTemplate:
-    """The bytes around the text of a stream's plain token deltas, to read them without JSON decoding.
-
-    Servers send every token delta of one reply as the same JSON text with
-    only the generated text changing (same id, created, model, index; no
-    finish_reason, no usage). Learned from the first such delta: ``prefix``
-    is everything up to and including the quote that opens its text,
-    ``suffix`` everything from the closing quote on. A later event
-    ``prefix + X + suffix`` where ``X`` holds no quote, no backslash and only
-    printable characters is a JSON string literal with the same surroundings,
-    so it decodes to exactly the learned delta with text ``X``; anything else
-    goes through the JSON decoder as before.
-    """
-
-    __slots__ = ("has_content", "min_length", "prefix", "prefix_length", "suffix", "suffix_length")
-
-    def __init__(self, prefix: str, suffix: str, *, has_content: bool) -> None:
-        self.prefix, self.suffix, self.has_content = prefix, suffix, has_content
-        self.prefix_length, self.suffix_length = len(prefix), len(suffix)
-        self.min_length = self.prefix_length + self.suffix_length + 1
-
-    @classmethod
-    def learn(
-        cls, payload: str, obj: Any, delta: ChunkDelta, scan: Callable[[str, int], tuple[Any, int]]
-    ) -> _DeltaTemplate | None:
-        """A template from a decoded plain token delta; None if ``payload`` is not one."""
-        text = delta.text
-        if (
-            delta.finish_reason is not None
-            or delta.prompt_tokens is not None
-            or delta.completion_tokens is not None
-            or not _plain_text(text)
-            or len(obj.get("choices") or ()) != 1
-        ):
-            return None
-        needle = f'"{text}"'
-        at = payload.find(needle)
-        if at < 0 or payload.find(needle, at + 1) >= 0:
-            return None  # escaped by the server, or not the only place it appears
-        template = cls(payload[: at + 1], payload[at + 1 + len(text) :], has_content=delta.has_content)
-        try:  # the surroundings must read back as the same delta around any other text
-            probe = parse_chunk(scan(template.prefix + _TEMPLATE_PROBE + template.suffix, 0)[0])
-        except (ValueError, StopIteration):
-            return None
-        if probe != ChunkDelta(_TEMPLATE_PROBE, True, delta.has_content, None, None, None):
-            return None
-        return template
-
-    def match(self, payload: str) -> str | None:
-        """The text of ``payload`` if it is this template around plain text, else None."""
-        if len(payload) >= self.min_length and payload.startswith(self.prefix) and payload.endswith(self.suffix):
-            text = payload[self.prefix_length : len(payload) - self.suffix_length]
-            if _plain_text(text):
-                return text
-        return None
-
-
-def _plain_text(text: str) -> bool:
-    """Non-empty text that a JSON encoder writes between quotes unchanged (no quote, backslash, control)."""
-    return bool(text) and '"' not in text and "\\" not in text and text.isprintable()
 
 
 # ── helpers of the classifier ────────────────────────────────────────────

@@ -99,6 +99,28 @@ class SSEDecoder:
         """True when bytes of an event not yet terminated by a blank line are buffered."""
         return bool(self._tail or self._data or self._event or self._utf8.getstate()[0])
 
+    @property
+    def at_event_boundary(self) -> bool:
+        """True when nothing is pending: no partial line, event, CR or UTF-8 sequence."""
+        return self._idle
+
+    def feed_text(self, text: str) -> list[SSEEvent]:
+        """Decode text that begins at an event boundary, already decoded from whole UTF-8 characters.
+
+        For a caller that decoded the bytes of whole events itself; the result
+        is that of ``feed`` on the same bytes.
+
+        Raises:
+            ValueError: the decoder was not ``at_event_boundary``.
+        """
+        if not self._idle:
+            raise ValueError("feed_text needs a decoder at an event boundary; use feed()")
+        if not text:
+            return []
+        events = self._feed_text(text)
+        self._idle = not self._tail and not self._after_cr and not self._data and not self._event
+        return events
+
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Decode the next bytes of the stream.
 
@@ -108,26 +130,25 @@ class SSEDecoder:
         Returns:
             The events completed by this chunk, in stream order (often empty).
         """
-        if self._idle and chunk:
+        if not chunk:
+            return []
+        if self._idle:
             # Nothing pending, so decoding the chunk on its own equals incremental
-            # decoding whenever it ends with an ASCII byte (checked below).
-            text = chunk.decode("utf-8", "replace")
-            if text[-2:] == "\n\n" and text[:5] == "data:":
-                value = text[5:-2]
-                if "\r" not in value:
-                    # Fast path: the chunk is whole single-line data events
-                    # ("data:V\n\n" repeated; V without CR or LF), often one,
-                    # several when reads lag behind the server. A chunk that
-                    # starts with "data:" also settles the BOM question.
-                    if "\n" not in value:
-                        values = [value]
+            # decoding whenever it ends with an ASCII byte.
+            text = chunk.decode("utf-8", "replace") if chunk[-1] < 0x80 else self._utf8.decode(chunk)
+            if text[:5] == "data:" and "\r" not in text:
+                end = text.rfind("\n\n")
+                if end > 0:
+                    # Fast path: the text starts with whole single-line data events
+                    # ("data:V\n\n" repeated; V without CR or LF): one, or several when
+                    # reads lag behind the server, maybe followed by the start of the
+                    # next event (decoded by the general path). Starting with "data:"
+                    # also settles the BOM question.
+                    values = text[5:end].split("\n\ndata:")
+                    for value in values:
+                        if "\n" in value:
+                            break  # another field, a comment or a blank line: general path
                     else:
-                        values = value.split("\n\ndata:")
-                        for value in values:
-                            if "\n" in value:
-                                values = []  # another field, comment or blank line: general path
-                                break
-                    if values:
                         self._bom_pending = False
                         last_id = self._last_id or None
                         events = []
@@ -137,14 +158,19 @@ class SSEDecoder:
                             _set_event(event, None)
                             _set_id(event, last_id)
                             events.append(event)
+                        rest = text[end + 2 :]
+                        if rest:
+                            events += self._feed_text(rest)
+                            self._set_idle(chunk)
                         return events
-            if chunk[-1] >= 0x80:
-                text = self._utf8.decode(chunk)  # may end inside a character
         else:
-            if not chunk:
-                return []
             text = self._utf8.decode(chunk)
         events = self._feed_text(text) if text else []
+        self._set_idle(chunk)
+        return events
+
+    def _set_idle(self, chunk: bytes) -> None:
+        """Note whether nothing is pending after ``chunk`` (the fast path's precondition)."""
         self._idle = (
             chunk[-1] < 0x80  # an ASCII last byte leaves no partial UTF-8 sequence
             and not self._tail
@@ -152,7 +178,6 @@ class SSEDecoder:
             and not self._data
             and not self._event
         )
-        return events
 
     def flush(self) -> list[SSEEvent]:
         """Signal the end of the stream and reset the decoder.
@@ -201,7 +226,11 @@ class SSEDecoder:
         for line in lines:
             if not line:
                 if data:
-                    events.append(SSEEvent("\n".join(data), self._event or None, self._last_id or None))
+                    event = _new_event(SSEEvent)
+                    _set_data(event, "\n".join(data))
+                    _set_event(event, self._event or None)
+                    _set_id(event, self._last_id or None)
+                    events.append(event)
                     data = self._data = []
                 self._event = ""
                 continue

@@ -37,6 +37,13 @@ class SimConfig:
         prefill_ms_per_token: prefill cost per prompt token.
         decode_step_ms: fixed cost of one decode step.
         decode_ms_per_seq: extra cost of one decode step per running sequence.
+        max_catch_up_steps: when the process falls behind its step schedule
+            (its own CPU saturated), how many missed steps one step may make up
+            (each running sequence then gets that many tokens at once, written
+            together). 1 (default): none; the engine slows down instead, as an
+            overloaded real one does. Larger values keep the token rate of the
+            schedule for benchmarks of a client that must not wait for the
+            simulator.
         output_len_mean: mean reply length in tokens when the model may stop
             (geometric distribution: a constant end-of-sequence chance per token).
         seed: seeds reply lengths and words, together with a request counter.
@@ -57,6 +64,7 @@ class SimConfig:
     prefill_ms_per_token: float = 0.02
     decode_step_ms: float = 10.0
     decode_ms_per_seq: float = 0.04
+    max_catch_up_steps: int = 1
     output_len_mean: float = 128.0
     seed: int = 0
     backlog: int = 2048
@@ -68,7 +76,7 @@ class SimConfig:
             raise ConfigError(f"--port must be within 0..65535, got {self.port}; use 0 for any free port")
         if not self.model or self.model.strip() != self.model:
             raise ConfigError(f"--model must be a non-empty name without surrounding spaces, got {self.model!r}")
-        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "backlog"):
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "backlog", "max_catch_up_steps"):
             value = getattr(self, name)
             if value < 1:
                 flag = "--" + name.replace("_", "-")
@@ -133,6 +141,13 @@ def build_parser(prog: str = "llmload sim") -> argparse.ArgumentParser:
         type=float,
         default=d.decode_ms_per_seq,
         help="ms per running sequence per step",
+    )
+    p.add_argument(
+        "--max-catch-up-steps",
+        type=int,
+        default=d.max_catch_up_steps,
+        help="when the simulator falls behind its step schedule, how many missed steps one step may make up "
+        "(tokens written together); 1 = slow down instead",
     )
     p.add_argument(
         "--output-len-mean",

@@ -15,7 +15,10 @@ Timing model (all knobs in ``SimConfig``):
   the batch and frees its slot.
 - Steps follow an absolute schedule. If the process falls more than one step
   behind (CPU saturated), the schedule restarts from now: the simulated engine
-  then slows down, as an overloaded real one does, instead of bursting.
+  then slows down, as an overloaded real one does, instead of bursting. With
+  ``max_catch_up_steps`` N > 1 a late step instead makes up to N − 1 missed
+  steps at once (every running sequence gets that many more tokens), so the
+  token rate follows the schedule while the process can still write.
 
 The engine never writes to a socket and never waits for a writer: it only
 counts tokens and wakes the writer's greenlet through the hub. A slow client
@@ -159,12 +162,12 @@ class Engine:
             prefill_ms += cfg.prefill_base_ms + cfg.prefill_ms_per_token * prompt
         return prefill_ms
 
-    def _emit(self) -> None:
-        """Give every running sequence one token, wake writers, drop finished sequences."""
+    def _emit(self, tokens: int = 1) -> None:
+        """Give every running sequence ``tokens`` tokens (fewer at its end), wake writers, drop finished ones."""
         run_callback = get_hub().loop.run_callback
         finished: list[Sequence] = []
         for seq in self._running:
-            seq.generated += 1
+            seq.generated = min(seq.generated + tokens, seq.target_tokens)
             if seq.generated >= seq.target_tokens:
                 seq.done = True
                 finished.append(seq)
@@ -191,7 +194,12 @@ class Engine:
             deadline = next_start + step_s
             while (remaining := deadline - clock()) > _EARLY_WAKE_OK_S:
                 gevent.sleep(max(remaining - _TIMER_LATENESS_S, 0.0))
-            self._emit()
-            self.steps += 1
+            late_s = clock() - deadline
+            steps = 1
+            if late_s > step_s and cfg.max_catch_up_steps > 1 and step_s > 0:
+                steps = min(cfg.max_catch_up_steps, 1 + int(late_s / step_s))
+            self._emit(steps)
+            self.steps += steps
             now = clock()
+            deadline += (steps - 1) * step_s
             next_start = deadline if now - deadline <= step_s else now

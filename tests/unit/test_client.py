@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 import pytest
 
+from llmload.chunks import parse_chunk
 from llmload.client import StreamingClient
 from llmload.errors import ConnectionClosedError, RequestTimeout, TransportError
 from llmload.payloads import build_chat_request, build_completion_request
 from llmload.record import Outcome, TokenCount, TokenSource
-from llmload.testing import CF, ROLE, TF, C, T, U, sse
+from llmload.stream import DeltaTemplate
+from llmload.testing import CF, ROLE, TF, TU, C, T, U, sse
 
 CHAT = build_chat_request(model="m", messages=[{"role": "user", "content": "hello world"}], max_tokens=8)
 COMPLETION = build_completion_request(model="m", prompt="count", max_tokens=8)
@@ -396,3 +399,109 @@ def test_client_non_streamed_reply_has_e2e_but_no_ttft_itl_or_tpot():
     assert (record.ttft_s, record.ttfc_s, record.tpot_s) == (None, None, None)
     assert record.itl_samples_s() == []
     assert record.completion_tokens == TokenCount(3, TokenSource.SERVER)
+
+
+# ── arrival times from read lags ───────────────────────────────────────────
+class LaggedResponse(FakeResponse):
+    """Plays reads with the lag and stamp flag each one reports."""
+
+    def __init__(self, reads: Sequence[tuple[bytes, float, bool]]) -> None:
+        super().__init__([data for data, _, _ in reads], 200, "text/event-stream")
+        self._lags = [(lag, stamped) for _, lag, stamped in reads]
+
+    def read_some(self) -> bytes:
+        data = super().read_some()
+        if data:
+            self.read_lag_s, self.read_stamped = self._lags[self.reads_done - 1]
+        return data
+
+
+def test_client_times_each_read_when_its_bytes_arrived():
+    # clock: connect 0.00, t0 0.01, headers 0.02, reads at 0.03, 0.04, 0.05 (relative 0.02, 0.03, 0.04)
+    response = LaggedResponse(
+        [(sse(T("a")), 0.015, True), (sse(T(" b")), 0.001, True), (sse(TF("length"), "[DONE]"), 0.0, False)]
+    )
+    record = StreamingClient(FakeTransport(response), clock=StepClock()).run(COMPLETION)
+    assert record.outcome is Outcome.OK
+    assert record.token_times_s == pytest.approx([0.02 - 0.015, 0.03 - 0.001])
+    assert record.read_lags_s == pytest.approx([0.015, 0.001])
+    assert record.unstamped_reads == 1
+    assert record.connect_s == pytest.approx(0.01)
+
+
+def test_client_arrival_times_never_go_back():
+    # The second read's bytes are stamped earlier than the first's once mapped to our
+    # clock (a coalesced segment read in two parts, the clocks sampled ~0.1 us apart):
+    # token times stay in order, so no ITL sample is negative.
+    response = LaggedResponse(
+        [(sse(T("a")), 0.0, True), (sse(T(" b")), 0.02, True), (sse(TF("length"), "[DONE]"), 0.0, True)]
+    )
+    record = StreamingClient(FakeTransport(response), clock=StepClock()).run(COMPLETION)
+    assert record.outcome is Outcome.OK
+    assert record.token_times_s == pytest.approx([0.02, 0.02])
+    assert min(record.itl_samples_s()) >= 0.0
+
+
+def test_client_reads_plain_token_deltas_without_json_and_keeps_every_text():
+    texts = ["Hello", ' "quoted"', " back\\slash", " tab\there", " ünïcödé", " \u2028sep", " plain", " again"]
+    stream = b"".join(sse(T(text)) for text in texts) + sse(TF("length"), "[DONE]")
+    record = StreamingClient(
+        FakeTransport(FakeResponse([stream[i : i + 7] for i in range(0, len(stream), 7)], 200, "text/event-stream")),
+        clock=StepClock(),
+        keep_text=True,
+    ).run(COMPLETION)
+    assert record.outcome is Outcome.OK
+    assert record.output_text == "".join(texts)
+    assert len(record.token_times_s) == len(texts)
+    assert record.first_content_s == record.token_times_s[0]
+
+
+def test_client_template_follows_a_server_that_changes_the_chunk_id():
+    other = T(" two").replace('"c1"', '"c2"')
+    stream = sse(T("one"), T(" three"), other, TF("length"), "[DONE]")
+    record = StreamingClient(
+        FakeTransport(FakeResponse([stream], 200, "text/event-stream")), clock=StepClock(), keep_text=True
+    ).run(COMPLETION)
+    assert record.output_text == "one three two"
+    assert len(record.token_times_s) == 3
+
+
+def test_client_reasoning_deltas_through_the_template_are_not_content():
+    stream = sse(
+        ROLE,
+        C({"reasoning_content": "think"}),
+        C({"reasoning_content": " more"}),
+        C({"content": "ok"}),
+        CF("stop"),
+        "[DONE]",
+    )
+    record = StreamingClient(
+        FakeTransport(FakeResponse([stream], 200, "text/event-stream")), clock=StepClock(), keep_text=True
+    ).run(CHAT)
+    assert record.outcome is Outcome.OK
+    assert len(record.token_times_s) == 3
+    assert record.output_text == "think moreok"
+    assert record.first_content_s is not None
+    assert record.ttfc_s == record.token_times_s[2]
+
+
+def _template(payload: str):
+    obj = json.loads(payload)
+    return DeltaTemplate.learn(payload, obj, parse_chunk(obj), vars(json.JSONDecoder())["scan_once"])
+
+
+def test_delta_template_reads_the_text_between_the_learned_surroundings():
+    template = _template(T("one"))
+    assert template is not None
+    assert template.match(T(" two")) == " two"
+    assert template.match(T(' "two"')) is None  # escapes: the JSON decoder reads it
+    assert template.match(T("")) is None
+    assert template.match(TF("stop")) is None
+    assert template.match(T(" two").replace('"c1"', '"c2"')) is None
+
+
+def test_delta_template_is_not_learned_from_ambiguous_or_final_deltas():
+    assert _template(T("c1")) is None  # the text also appears as the id
+    assert _template(T('say "hi"')) is None  # escaped by the encoder
+    assert _template(TF("stop")) is None
+    assert _template(TU("one", 1, None)) is None  # usage changes from chunk to chunk
