@@ -112,7 +112,7 @@ class DeltaTemplate:
         return None
 
     def split_run(self, block: str) -> tuple[list[str], str] | None:
-        """Split whole events starting with a run of this template's events.
+        """Split off the leading run of this template's events from whole events.
 
         Args:
             block: SSE text that starts at an event boundary and ends with a
@@ -120,23 +120,26 @@ class DeltaTemplate:
 
         Returns:
             The texts of the leading run of plain token deltas (``data: ``
-            with one space, LF line ends) and the rest of ``block`` (other
-            events, to decode in full); None if ``block`` does not start with
-            such an event or a text in the run is not plain.
+            with one space, LF line ends) and the rest of ``block`` from the
+            first event that is not one (to decode in full); None if
+            ``block`` does not start with such an event.
         """
         head = self.event_head
         if not block.startswith(head):
             return None
-        texts = block[len(head) :].split(self.separator)
+        separator = self.separator
+        texts = block[len(head) :].split(separator)
+        for i, text in enumerate(texts[:-1]):
+            if not text or '"' in text or "\\" in text or not text.isprintable():
+                # event i is another shape (finish, usage, error...) or its text is escaped
+                return (texts[:i], head + separator.join(texts[i:])) if i else None
         last = texts[-1]
         end = last.find(self.event_tail)
-        if end < 0:
-            return None
-        texts[-1] = last[:end]
-        for text in texts:
-            if not text or '"' in text or "\\" in text or not text.isprintable():
-                return None
-        return texts, last[end + len(self.event_tail) :]
+        if end > 0 and plain_text(last[:end]):
+            texts[-1] = last[:end]
+            return texts, last[end + len(self.event_tail) :]
+        count = len(texts) - 1
+        return (texts[:count], head + last) if count else None
 
 
 def plain_text(text: str) -> bool:
