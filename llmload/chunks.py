@@ -160,7 +160,8 @@ class ReplyAccumulator:
 
     Attributes:
         token_times_s: arrival of every token-bearing delta.
-        pieces: generated text fragments, in order (joined only if a tokenizer needs them).
+        pieces: generated text fragments, in order (joined only if a tokenizer needs
+            them); always empty when created with ``keep_text=False``.
         first_content_s: arrival of the first non-empty content/text; None if none.
         finish_reason, prompt_tokens, completion_tokens: last values seen (usage may be
             cumulative, so the last value wins, never a sum); None if never sent.
@@ -170,6 +171,7 @@ class ReplyAccumulator:
 
     __slots__ = (
         "_cumulative",
+        "_keep_text",
         "completion_tokens",
         "done",
         "events",
@@ -180,7 +182,9 @@ class ReplyAccumulator:
         "token_times_s",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_text: bool = True) -> None:
+        """An empty reply; ``keep_text`` False drops the text (nothing will count or show it)."""
+        self._keep_text = keep_text
         self.token_times_s: list[float] = []
         self._cumulative: list[int] | None = []  # usage.completion_tokens per token event, while all have it
         self.pieces: list[str] = []
@@ -196,7 +200,7 @@ class ReplyAccumulator:
         self.events += 1
         if delta.has_token:
             self.token_times_s.append(t)
-            if delta.text:
+            if delta.text and self._keep_text:
                 self.pieces.append(delta.text)
             if delta.has_content and self.first_content_s is None:
                 self.first_content_s = t
@@ -219,7 +223,8 @@ class ReplyAccumulator:
         """
         self.events += 1
         self.token_times_s.append(t)
-        self.pieces.append(text)
+        if self._keep_text:
+            self.pieces.append(text)
         if has_content and self.first_content_s is None:
             self.first_content_s = t
         self._cumulative = None
@@ -229,7 +234,8 @@ class ReplyAccumulator:
         count = len(texts)
         self.events += count
         self.token_times_s += [t] * count
-        self.pieces += texts
+        if self._keep_text:
+            self.pieces += texts
         if has_content and self.first_content_s is None:
             self.first_content_s = t
         self._cumulative = None

@@ -188,7 +188,7 @@ class StreamingClient:
     def _read_stream(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
         clock, read = self._clock, response.read_some
         deadline_s = self._total_timeout_s
-        reader = ReplyReader(self._scan_json)
+        reader = ReplyReader(self._scan_json, keep_text=self._keep_text or self._token_counter is not None)
         acc = reader.acc
         lags = record.read_lags_s
         head = b""  # the first bytes of the body, for error messages

@@ -56,6 +56,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import gevent
+import gevent.lock
 import gevent.socket
 import gevent.ssl
 from geventhttpclient import HTTPClient
@@ -143,21 +144,40 @@ class AddressCache:
         """Create an empty cache whose entries live ``ttl_s`` seconds."""
         self._ttl_s = ttl_s
         self._entries: dict[tuple[str, int, int], tuple[float, list[Any]]] = {}
+        self._lock = gevent.lock.Semaphore()  # one name look-up at a time; the others then find it cached
 
     def resolve(self, host: str, port: int, family: int) -> list[Any]:
         """``getaddrinfo`` results for a TCP connection to ``host:port`` (cached).
+
+        An IP address is converted at once (no look-up, no thread); a name is
+        looked up through gevent's resolver by one greenlet while the others wait.
 
         Raises:
             OSError: the name does not resolve (``socket.gaierror``).
         """
         key = (host, port, family)
-        now = time.monotonic()
-        entry = self._entries.get(key)
-        if entry is not None and now - entry[0] < self._ttl_s:
-            return entry[1]
-        infos = list(gevent.socket.getaddrinfo(host, port, family, gevent.socket.SOCK_STREAM, gevent.socket.SOL_TCP))
-        self._entries[key] = (now, infos)
+        infos = self._fresh(key)
+        if infos is not None:
+            return infos
+        try:
+            infos = _socket.getaddrinfo(
+                host, port, family, _socket.SOCK_STREAM, _socket.SOL_TCP, _socket.AI_NUMERICHOST
+            )
+        except _socket.gaierror:
+            with self._lock:
+                infos = self._fresh(key)
+                if infos is None:
+                    infos = list(
+                        gevent.socket.getaddrinfo(host, port, family, gevent.socket.SOCK_STREAM, gevent.socket.SOL_TCP)
+                    )
+        self._entries[key] = (time.monotonic(), infos)
         return infos
+
+    def _fresh(self, key: tuple[str, int, int]) -> list[Any] | None:
+        entry = self._entries.get(key)
+        if entry is not None and time.monotonic() - entry[0] < self._ttl_s:
+            return entry[1]
+        return None
 
 
 class _IdleTimeout(Exception):  # noqa: N818 - a signal thrown into the reading greenlet, never escapes
