@@ -220,7 +220,7 @@ class RequestRecord:
         is one sample (inter-chunk latency).
         """
         times = self.token_times_s
-        if len(times) < 2 or not self.streamed:
+        if not times or not self.streamed:
             return []
         counts = self.token_counts
         if counts is None:

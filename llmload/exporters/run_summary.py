@@ -71,9 +71,10 @@ def _client_lines(results: dict[str, Any]) -> list[str]:
         )
     if client.get("read_lag_saturated"):
         lines.append(
-            f"WARNING: latencies include up to {lag['p99'] * 1e3:.1f} ms (P99; max {lag['max'] * 1e3:.1f} ms) of "
-            f"client delay (read lag above {client['read_lag_limit_s'] * 1e3:g} ms): add workers or processes "
-            "(--processes N)"
+            f"WARNING: latencies may include up to {lag['p99'] * 1e3:.1f} ms (P99; max {lag['max'] * 1e3:.1f} ms) "
+            f"of client delay: replies waited that long before the client read them (limit "
+            f"{client['read_lag_limit_s'] * 1e3:g} ms). Kernel stamps time each read when it arrived, but events "
+            "that piled up behind a late read share the newest stamp. Add workers or processes (--processes N)"
         )
     return lines
 

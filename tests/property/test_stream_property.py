@@ -90,3 +90,35 @@ def test_reply_reader_equals_decoding_every_event(events, cuts, data):
         if not reader.acc.done:
             reader.feed(chunk, float(t))
     assert _state(reader.acc) == _state(_reference(reads))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    counts=st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=40),
+    gaps=st.lists(st.floats(min_value=0.0, max_value=0.05, allow_nan=False), min_size=40, max_size=40),
+)
+def test_itl_samples_add_up_to_the_decode_time_whatever_the_chunking(counts, gaps):
+    # n tokens in events of random sizes (server-reported per-event counts): exactly
+    # n - 1 samples, summing to last - first token time, so mean ITL == TPOT.
+    from llmload.record import RequestRecord, TokenCount, TokenSource
+
+    times = [0.1]
+    for gap in gaps[: len(counts) - 1]:
+        times.append(times[-1] + gap)
+    total = sum(counts)
+    record = RequestRecord(
+        endpoint="completions",
+        model="m",
+        started_at_unix=0.0,
+        token_times_s=times,
+        token_counts=list(counts),
+        completion_tokens=TokenCount(total, TokenSource.SERVER),
+        end_s=times[-1],
+    )
+    samples = record.itl_samples_s()
+    assert len(samples) == total - 1
+    assert min(samples, default=0.0) >= 0.0
+    assert abs(sum(samples) - (times[-1] - times[0])) < 1e-9
+    if total > 1:
+        assert record.tpot_s is not None
+        assert abs(sum(samples) / len(samples) - record.tpot_s) < 1e-9
