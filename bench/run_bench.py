@@ -1,6 +1,6 @@
 """`make bench`: llmload beside a plain Locust locustfile, both against `llmload sim` (figures, not a test).
 
-    python bench/run_bench.py [A B C D ...] [--requests-scale F] [--markdown] [--repo PATH]
+    python bench/run_bench.py [A B C D ...] [--requests-scale F] [--markdown] [--repo PATH] [--sim-repo PATH]
 
 Scenarios (max_tokens 128, ignore_eos, the same ≈ 100-token prompt, sim ``--max-num-seqs 1024``):
 
@@ -324,8 +324,9 @@ def read_result(client: str, out: Path) -> ClientResult:
 class Bench:
     """Runs scenarios for both clients; remembers each client's start-up/shut-down CPU."""
 
-    def __init__(self, repo: Path, tmp: Path, scale: float) -> None:
+    def __init__(self, repo: Path, tmp: Path, scale: float, sim_repo: Path | None = None) -> None:
         self.repo, self.tmp, self.scale = repo, tmp, scale
+        self.sim_repo = sim_repo or repo
         self.base_cpu: dict[tuple[str, int, bool, tuple[str, ...]], float] = {}
 
     def run(self, sc: Scenario, client: str, label: str, extra: tuple[str, ...] = ()) -> Row:
@@ -333,7 +334,7 @@ class Bench:
         requests = max(sc.processes, round(sc.requests * self.scale))
         stem = self.tmp / f"{sc.key}-{label}".replace(" ", "_")
         with Path(f"{stem}-sim.log").open("w") as sim_log:
-            url, sim = start_sim(*sc.sim_args, core=1 if sc.pinned else None, cwd=self.repo, stderr=sim_log)
+            url, sim = start_sim(*sc.sim_args, core=1 if sc.pinned else None, cwd=self.sim_repo, stderr=sim_log)
         try:
             key = (client, sc.processes, sc.pinned, extra)
             if key not in self.base_cpu:
@@ -460,6 +461,13 @@ def main() -> int:
     parser.add_argument("--requests-scale", type=float, default=1.0, help="multiply request counts (0.1: smoke run)")
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
     parser.add_argument("--repo", type=Path, default=REPO, help="llmload checkout to measure (run with its venv)")
+    parser.add_argument(
+        "--sim-repo",
+        type=Path,
+        default=None,
+        help="checkout whose simulator serves (default: --repo), e.g. to "
+        "measure an older client against this simulator's ground truth",
+    )
     args = parser.parse_args()
     keys = [key.upper() for key in args.scenarios] or list(SCENARIOS)
     if unknown := [key for key in keys if key not in SCENARIOS]:
@@ -472,7 +480,7 @@ def main() -> int:
     tokenizer_note = ""
     with tempfile.TemporaryDirectory(prefix="llmload-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        bench = Bench(repo, tmp, args.requests_scale)
+        bench = Bench(repo, tmp, args.requests_scale, args.sim_repo.resolve() if args.sim_repo else None)
         for key in keys:
             sc = SCENARIOS[key]
             print(f"{sc.title}: {max(sc.processes, round(sc.requests * args.requests_scale))} requests", flush=True)
