@@ -448,7 +448,9 @@ class GeventHTTPTransport:
     def connect(self) -> None:
         """Have a connection ready, so that the next ``post`` writes the request at once.
 
-        Opens one unless a live kept-alive connection is pooled. The client calls this before it takes
+        Opens one unless the last reply left a kept-alive connection in the
+        pool (if the server closed that one meanwhile, ``post`` sends the
+        request once more on a new connection, as it always has). The client calls this before it takes
         the send time, so TTFT and E2E start when the request is written, not
         when connection set-up began.
 
@@ -456,6 +458,8 @@ class GeventHTTPTransport:
             RequestTimeout: no connection within ``connect_s``.
             TransportError: refused, DNS or TLS failure.
         """
+        if self._reusable:
+            return  # the last reply left a kept-alive connection in the pool; post() checks it is still open
         pool: Any = self._client._connection_pool
         try:
             sock = pool.get_socket()

@@ -60,6 +60,8 @@ class RequestsLog:
             "completion_tokens": record.completion_tokens.value,
             "completion_tokens_source": record.completion_tokens.source.value,
             "finish_reason": record.finish_reason,
+            "connect_s": record.connect_s,
+            "read_lag_max_s": max(record.read_lags_s, default=None),
         }
         self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
 

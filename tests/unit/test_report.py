@@ -306,3 +306,50 @@ def test_write_results_json_rejects_nan_and_leaves_no_temp_file(tmp_path: Path) 
     with pytest.raises(ValueError, match="JSON"):
         write_results_json(path, {"x": float("nan")})
     assert list(tmp_path.iterdir()) == []
+
+
+# ── the client's own delays ────────────────────────────────────────────────
+def _with_reads(lags: list[float], unstamped: int) -> RequestRecord:
+    record = _ok(T0, (0.1, 0.2), 0.3)
+    record.read_lags_s = lags
+    record.unstamped_reads = unstamped
+    record.connect_s = 0.004
+    return record
+
+
+def _client_section(*records: RequestRecord) -> dict:
+    stats = LLMStats.empty()
+    for record in records:
+        stats.add(record)
+    return build_results(stats, run=RUN)["client"]
+
+
+def test_client_section_names_the_clock_that_timed_the_reads():
+    assert _client_section(_with_reads([0.0001, 0.0002], 0))["clock"] == "kernel"
+    assert _client_section(_with_reads([], 2))["clock"] == "monotonic"
+    assert _client_section(_with_reads([0.0001], 1))["clock"] == "mixed"
+    assert _client_section(_with_reads([], 0))["clock"] is None
+
+
+def test_client_section_flags_a_p99_read_lag_above_two_ms():
+    quick = _client_section(_with_reads([0.0005] * 99 + [0.0015], 0))
+    assert quick["read_lag_saturated"] is False
+    assert quick["read_lag_s"]["count"] == 100
+    assert quick["connect_s"]["mean"] == pytest.approx(0.004)
+    late = _client_section(_with_reads([0.0005] * 90 + [0.004] * 10, 0))
+    assert late["read_lag_saturated"] is True
+    assert late["read_lag_s"]["p99"] == pytest.approx(0.004, rel=0.02)
+
+
+def test_summary_warns_about_read_lag_with_the_measured_figures():
+    from llmload.exporters.run_summary import summary_lines
+
+    stats = LLMStats.empty()
+    stats.add(_with_reads([0.0005] * 90 + [0.004] * 10, 0))
+    results = build_results(stats, run=RUN)
+    results["client_saturated"] = True
+    results["client_cpu_saturated_s"] = 0.0
+    text = "\n".join(summary_lines(results))
+    assert "Clock for arrival times:                kernel" in text
+    assert "WARNING: latencies may include up to 4.0 ms (P99; max 4.0 ms) of client delay" in text
+    assert "CPU > 90%" not in text  # the CPU was not the cause
