@@ -36,8 +36,10 @@ Per client run:
 - TTFT p99 error: client p99 − server p99, the server's from 1 ms buckets
   (upper bucket edge): distribution quantiles, not per-request pairs.
   llmload's p99 is its own histogram's estimate, the plain client's the
-  nearest rank. Client TTFT includes each user's connection set-up on its
-  first request, which the server cannot see.
+  nearest rank. The plain client's TTFT includes each user's connection
+  set-up on its first request; llmload's starts once the connection is ready
+  (it reports set-up as ``client.connect_s``). The simulator's clock starts
+  when the request's bytes reached its kernel.
 - read lag p99: llmload's ``client.read_lag_s.p99`` when its results carry it.
 """
 
@@ -508,8 +510,9 @@ def main() -> int:
         print(tokenizer_note)
     print(
         "Server TTFT: the simulator's histogram (delta over the load run); p99 error compares distribution"
-        " quantiles (server p99 = upper edge of its 1 ms bucket), not per-request pairs. Client TTFT includes"
-        " each user's connection set-up on its first request, which the server cannot see."
+        " quantiles (server p99 = upper edge of its 1 ms bucket), not per-request pairs. The plain client's TTFT"
+        " includes each user's connection set-up on its first request; llmload's starts once the connection is"
+        " ready (client.connect_s)."
     )
     if "D" in keys:
         print(
