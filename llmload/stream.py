@@ -129,17 +129,20 @@ class DeltaTemplate:
             return None
         separator = self.separator
         texts = block[len(head) :].split(separator)
-        for i, text in enumerate(texts[:-1]):
-            if not text or '"' in text or "\\" in text or not text.isprintable():
-                # event i is another shape (finish, usage, error...) or its text is escaped
-                return (texts[:i], head + separator.join(texts[i:])) if i else None
         last = texts[-1]
         end = last.find(self.event_tail)
-        if end > 0 and plain_text(last[:end]):
+        if end > 0:
             texts[-1] = last[:end]
-            return texts, last[end + len(self.event_tail) :]
-        count = len(texts) - 1
-        return (texts[:count], head + last) if count else None
+            rest = last[end + len(self.event_tail) :]
+            joined = "".join(texts)  # one pass over every text instead of four per text
+            if all(texts) and '"' not in joined and "\\" not in joined and joined.isprintable():
+                return texts, rest
+            texts[-1] = last
+        for i, text in enumerate(texts):
+            if i == len(texts) - 1 or not plain_text(text):
+                # event i is another shape (finish, usage, error...) or its text is escaped
+                return (texts[:i], head + separator.join(texts[i:])) if i else None
+        raise AssertionError("unreachable: the last part always ends the loop")
 
 
 def plain_text(text: str) -> bool:
