@@ -33,6 +33,13 @@ bytes reached user space (monotonic clock).
 ``connect`` opens the connection before the client takes its send time, so
 connection set-up (and the loop turns it waits for) is timed apart from TTFT.
 
+Three methods of geventhttpclient's ``ConnectionPool`` are replaced on each
+transport's own pool (``HTTPClient._connection_pool``): ``_create_tcp_socket``
+(the stamping socket), ``_is_socket_alive`` (a check that does not yield to
+the loop between the send time and the send) and ``_resolve`` (the shared
+``AddressCache``). ``tests/integration/test_transport.py`` fails if a new
+geventhttpclient no longer calls them.
+
 End of body: ``read_some`` returns ``b""`` only at the clean end of the HTTP
 message (last chunk, full Content-Length, or close of a read-until-close
 body). A connection closed before that raises ``ConnectionClosedError``;
@@ -431,7 +438,7 @@ class GeventHTTPTransport:
             insecure=insecure,
             **extra,
         )
-        pool: Any = self._client._connection_pool
+        pool: Any = self._client._connection_pool  # private: see the module docstring
         # geventhttpclient checks a pooled connection with gevent's select(), which
         # sleeps(0) even with a zero timeout: the request would then be written
         # only after every other ready greenlet has run (tens of ms in a burst of

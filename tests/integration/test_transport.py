@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 import time
 
 import pytest
@@ -13,7 +14,7 @@ from llmload.errors import ConfigError, TransportError
 from llmload.payloads import build_chat_request
 from llmload.record import Outcome
 from llmload.testing import CF, ROLE, C, Ending, Framing, Reply, ScriptedServer, W, json_reply, sse
-from llmload.transport import GeventHTTPTransport
+from llmload.transport import AddressCache, GeventHTTPTransport
 from tests.conftest import near
 
 pytestmark = pytest.mark.integration
@@ -212,3 +213,25 @@ def test_transport_post_after_close_is_transport_error(gevent_ready):
         transport.close()
         with pytest.raises(TransportError, match="closed"):
             transport.post("/v1/chat/completions", b"{}", {})
+
+
+def test_transport_replaces_connection_pool_methods_that_geventhttpclient_still_calls(gevent_ready):
+    # Tripwire for the private geventhttpclient methods the transport replaces (see the
+    # transport's module docstring): each must still be called, or timing silently degrades.
+    from geventhttpclient.connectionpool import ConnectionPool
+
+    for name in ("_create_tcp_socket", "_is_socket_alive", "_resolve"):
+        assert callable(getattr(ConnectionPool, name, None)), f"geventhttpclient ConnectionPool has no {name}"
+    addresses = AddressCache()
+    with ScriptedServer([OK_REPLY, OK_REPLY]) as server:
+        transport = transport_for(server, addresses=addresses)
+        client = StreamingClient(transport)
+        records = [client.run(CHAT) for _ in range(2)]
+        transport.close()
+        port, connections = server.port, server.connections_accepted
+    assert [r.outcome for r in records] == [Outcome.OK] * 2
+    assert addresses._fresh(("127.0.0.1", port, 0)) is not None  # _resolve went through the cache
+    assert connections == 1  # _is_socket_alive kept the idle connection
+    if sys.platform.startswith("linux"):
+        assert records[0].unstamped_reads == 0  # _create_tcp_socket made the stamping socket
+        assert records[0].read_lags_s
