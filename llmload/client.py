@@ -245,7 +245,7 @@ class StreamingClient:
 
     def _read_json(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
         try:
-            body, t = self._read_all(response, t0, _JSON_BODY_BYTES)
+            body, t = self._read_all(response, t0, _JSON_BODY_BYTES, record)
         except (_DeadlineError, TransportError, OSError) as exc:
             _fail_read(record, exc, self._clock() - t0, "body ended before completion", self._total_timeout_s)
             return
@@ -273,7 +273,7 @@ class StreamingClient:
     def _read_http_error(self, response: Response, record: RequestRecord, t0: float) -> None:
         status = response.status
         try:
-            body, t = self._read_all(response, t0, _ERROR_BODY_BYTES)
+            body, t = self._read_all(response, t0, _ERROR_BODY_BYTES, record)
         except (_DeadlineError, TransportError, OSError) as exc:
             body, t = f"(body unreadable: {exc})".encode(), self._clock() - t0
         try:
@@ -292,15 +292,22 @@ class StreamingClient:
             status=status,
         )
 
-    def _read_all(self, response: Response, t0: float, limit: int) -> tuple[bytes, float]:
+    def _read_all(self, response: Response, t0: float, limit: int, record: RequestRecord) -> tuple[bytes, float]:
+        """The whole body (at most ``limit`` bytes) and when its last bytes arrived (seconds after send)."""
         parts: list[bytes] = []
         size = 0
         t = 0.0
         while True:
             data = response.read_some()
-            t = self._clock() - t0
             if not data:
-                return b"".join(parts), t
+                return b"".join(parts), t if parts else self._clock() - t0
+            lag_s = response.read_lag_s
+            t_read = self._clock() - t0 - lag_s
+            t = max(t, t_read)
+            if response.read_stamped:
+                record.read_lags_s.append(lag_s)
+            else:
+                record.unstamped_reads += 1
             parts.append(data)
             size += len(data)
             if size > limit:

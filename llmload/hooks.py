@@ -51,7 +51,7 @@ from llmload.arrivals import Arrival, ArrivalSchedule
 from llmload.config import OPTIONS, RunConfig
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.prometheus import PrometheusExporter, RunView
-from llmload.exporters.report import RunInfo, build_results, write_results_json
+from llmload.exporters.report import RunInfo, build_results, read_lag_saturated, write_results_json
 from llmload.exporters.requests_log import RequestsLog, worker_path
 from llmload.exporters.run_summary import load_section, public_options, summary_lines
 from llmload.exporters.window import SlidingWindow
@@ -692,7 +692,8 @@ def _run_view(environment: Environment) -> RunView:
         version=__version__,
         started_at_unix=runtime.started_at_unix or None,
         client_saturated=max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0)
-        >= _SATURATION_SUSTAIN_S,
+        >= _SATURATION_SUSTAIN_S
+        or read_lag_saturated(stats.total().read_lag_s),
         lost_workers=len(runtime.lost_workers),
     )
 

@@ -161,7 +161,7 @@ class SSEDecoder:
                         rest = text[end + 2 :]
                         if rest:
                             events += self._feed_text(rest)
-                            self._set_idle(chunk)
+                        self._set_idle(chunk)  # a partial character may wait in the UTF-8 decoder
                         return events
         else:
             text = self._utf8.decode(chunk)

@@ -29,6 +29,10 @@ from llmload.sse import SSEDecoder, SSEEvent
 __all__ = ["DeltaTemplate", "ReplyFailure", "ReplyReader"]
 
 _TEMPLATE_TRIES = 8  # events a reply may take to offer a plain token delta to learn from
+# A learned template stops matching when the server changes a field of its deltas (llama-server
+# writes the current second as "created" in every chunk): a plain delta that missed it is
+# learned from again, at most once in this many events.
+_RELEARN_EVENTS = 16
 _TEMPLATE_PROBE = "llmload-template-probe"
 _EVENT_END = b"\n\n"
 
@@ -157,7 +161,7 @@ class ReplyReader:
         acc: what the reply has carried so far (``acc.done`` after ``[DONE]``).
     """
 
-    __slots__ = ("_decoder", "_learn", "_scan", "_template", "acc")
+    __slots__ = ("_decoder", "_learn", "_learn_after", "_scan", "_template", "acc")
 
     def __init__(self, scan: Scan | None = None, *, keep_text: bool = True) -> None:
         """A reader at the start of a reply.
@@ -172,6 +176,7 @@ class ReplyReader:
         self._scan = scan if scan is not None else new_scanner()
         self._template: DeltaTemplate | None = None
         self._learn = True  # no template yet: learn one from the first plain token delta
+        self._learn_after = 0  # with a template: learn again from a delta that missed it after this many events
 
     @property
     def has_partial_event(self) -> bool:
@@ -250,6 +255,10 @@ class ReplyReader:
                     raise ReplyFailure(Outcome.SERVER_ERROR, error.category, error.message, 200)
             delta = parse_chunk(obj)
             acc.add(delta, t)
-            if self._learn and event.event is None and delta.has_token:
-                template = self._template = DeltaTemplate.learn(payload, obj, delta, scan)
-                self._learn = template is None and acc.events < _TEMPLATE_TRIES
+            if event.event is None and delta.has_token:
+                if self._learn:
+                    template = self._template = DeltaTemplate.learn(payload, obj, delta, scan)
+                    self._learn = template is None and acc.events < _TEMPLATE_TRIES
+                elif template is not None and acc.events >= self._learn_after:
+                    self._learn_after = acc.events + _RELEARN_EVENTS
+                    template = self._template = DeltaTemplate.learn(payload, obj, delta, scan) or template

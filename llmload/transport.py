@@ -95,19 +95,31 @@ class HTTPResult:
     body: bytes
 
 
+class _Stamps:
+    """One transport's connection and the kernel stamp of the newest bytes it received there."""
+
+    __slots__ = ("ns", "sock")
+
+    def __init__(self) -> None:
+        self.ns = 0  # CLOCK_REALTIME ns of the last receive through ``_StampedSocket.recv``; 0 = none
+        self.sock: _StampedSocket | None = None  # the transport's newest connection
+
+
 class _StampedSocket(gevent.socket.socket):  # type: ignore[misc]
     """A gevent TCP socket whose receives keep the kernel's receive stamp (Linux ``SO_TIMESTAMPNS``).
 
-    geventhttpclient reads the status line and headers through ``recv``;
-    bytes of the body that arrive in the same segment (servers that send the
-    headers with the first token) are then stamped like every later read.
+    geventhttpclient reads the status line and headers through ``recv``, and
+    may release the connection before the response object exists (when the
+    whole reply came with the headers); the stamp is kept on the transport's
+    ``_Stamps``, so body bytes that arrived with the headers are stamped too.
     """
 
-    __slots__ = ("stamp_ns",)
+    __slots__ = ("_stamps",)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, stamps: _Stamps, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.stamp_ns = 0  # kernel receive stamp (CLOCK_REALTIME ns) of the newest bytes received; 0 = none
+        self._stamps = stamps
+        stamps.sock = self
         if _KERNEL_STAMPS:
             with contextlib.suppress(OSError):  # no stamps then: reads fall back to the monotonic clock
                 self._sock.setsockopt(_socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
@@ -124,7 +136,7 @@ class _StampedSocket(gevent.socket.socket):  # type: ignore[misc]
                     raise
                 self._wait(self._read_event)
                 continue
-            self.stamp_ns = _stamp_ns(ancillary)
+            self._stamps.ns = _stamp_ns(ancillary)
             received: bytes = data
             return received
 
@@ -213,8 +225,16 @@ class GeventResponse:
         "status",
     )
 
-    def __init__(self, resp: HTTPSocketPoolResponse, *, where: str, idle_s: float) -> None:
-        """Wrap ``resp``; ``where`` names the request in messages; ``idle_s`` is the read timeout."""
+    def __init__(self, resp: HTTPSocketPoolResponse, *, where: str, idle_s: float, stamp_ns: int = 0) -> None:
+        """Wrap ``resp``.
+
+        Args:
+            resp: the response, headers read.
+            where: names the request in messages.
+            idle_s: the read timeout.
+            stamp_ns: kernel stamp (CLOCK_REALTIME ns) of the receive that
+                completed the headers, for body bytes that came with them; 0 = none.
+        """
         self._resp = resp
         self._where = where
         self._idle_s = idle_s
@@ -234,7 +254,7 @@ class GeventResponse:
         self._last_read_s = time.monotonic()  # when bytes last arrived (headers included)
         # kernel receive stamp (CLOCK_REALTIME ns) of the last receive (the headers' for body bytes
         # that came with them); 0 = none
-        self._last_stamp_ns: int = sock.stamp_ns if type(sock) is _StampedSocket else 0
+        self._last_stamp_ns = stamp_ns
         self.read_lag_s = 0.0
         self.read_stamped = False
 
@@ -426,6 +446,7 @@ class GeventHTTPTransport:
         if https and insecure:
             extra["ssl_context_factory"] = _unverified_context
         self._reusable = False  # the pooled connection is kept alive from a complete reply
+        self._stamps = _Stamps()
         self._client = HTTPClient(
             parts.hostname,
             port=port,
@@ -446,7 +467,7 @@ class GeventHTTPTransport:
         # peek answers the same question (idle keep-alive = nothing to read) at once.
         pool._is_socket_alive = functools.partial(_idle_and_open, pool._is_socket_alive)
         if not https:
-            pool._create_tcp_socket = _StampedSocket
+            pool._create_tcp_socket = functools.partial(_StampedSocket, stamps=self._stamps)
         if addresses is not None:
             family = _socket.AF_INET if pool.disable_ipv6 else 0
             host_name, host_port = pool._connection_host, pool._connection_port
@@ -456,8 +477,8 @@ class GeventHTTPTransport:
         """Have a connection ready, so that the next ``post`` writes the request at once.
 
         Opens one unless the last reply left a kept-alive connection in the
-        pool (if the server closed that one meanwhile, ``post`` sends the
-        request once more on a new connection, as it always has). The client calls this before it takes
+        pool that is still open (one non-blocking peek; servers such as
+        llama-server close it after every streamed reply). The client calls this before it takes
         the send time, so TTFT and E2E start when the request is written, not
         when connection set-up began.
 
@@ -465,8 +486,9 @@ class GeventHTTPTransport:
             RequestTimeout: no connection within ``connect_s``.
             TransportError: refused, DNS or TLS failure.
         """
-        if self._reusable:
-            return  # the last reply left a kept-alive connection in the pool; post() checks it is still open
+        kept = self._stamps.sock
+        if self._reusable and kept is not None and _idle_and_open(_closed, kept):
+            return  # the kept-alive connection in the pool is still open: post() writes at once
         pool: Any = self._client._connection_pool
         try:
             sock = pool.get_socket()
@@ -514,6 +536,7 @@ class GeventHTTPTransport:
     def _request(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]) -> GeventResponse:
         where = f"{method} {self._origin}{self._prefix}{path}"
         reused, self._reusable = self._reusable, False
+        self._stamps.ns = 0
         try:
             try:
                 resp = self._client.request(method, self._prefix + path, body=body, headers=headers)
@@ -533,7 +556,7 @@ class GeventHTTPTransport:
         except (OSError, HTTPException, RuntimeError, ValueError) as exc:
             # RuntimeError: name did not resolve to any address; ValueError: invalid path or header.
             raise TransportError(f"{where} failed: {_describe(exc)}") from exc
-        response = GeventResponse(resp, where=where, idle_s=self._timeouts.idle_s)
+        response = GeventResponse(resp, where=where, idle_s=self._timeouts.idle_s, stamp_ns=self._stamps.ns)
         response.on_close = self._note_reusable
         return response
 
@@ -555,6 +578,11 @@ def _idle_and_open(fallback: Callable[[Any], bool], sock: Any) -> bool:
         return True
     except OSError:
         return False
+    return False
+
+
+def _closed(_sock: Any) -> bool:
+    """The verdict on a connection ``_idle_and_open`` cannot peek at: not known open."""
     return False
 
 

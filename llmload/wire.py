@@ -27,6 +27,10 @@ Bucket indexes are delta-encoded (mostly small positive ints, one byte each in
 msgpack). The bucket mapping constants of ``llmload.histogram`` are part of
 version 1. ``counters`` (goodput and token-count comparisons, issue 3) is
 optional, absent names count 0, so workers of the first v1 release still merge.
+The same holds for the client histograms ``read_lag_s`` and ``connect_s`` and
+the ``unstamped_reads`` counter added later: older workers merge into a newer
+master; a master older than its workers rejects the names it does not know
+(the error names the field: upgrade the master).
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ the results JSON (``requests.by_outcome``, ``errors``, ``tokens``,
   label (0.5, 0.9, 0.99), ``llmload_window_time_to_first_token_seconds``,
   ``llmload_window_inter_token_latency_seconds``,
   ``llmload_window_time_per_output_token_seconds``,
-  ``llmload_window_request_duration_seconds``; plus ``llmload_window_length_seconds``.
+  ``llmload_window_request_duration_seconds``,
+  ``llmload_window_client_read_lag_seconds``; plus ``llmload_window_length_seconds``.
   See ``llmload.exporters.window``; quantiles use ``LatencyHistogram.quantiles``,
   the rule of the report.
 - ``llmload_run_info{run_id,host,model,version}`` = 1 (user:password is
@@ -84,6 +85,7 @@ from llmload.stats import LLMStats
 
 __all__ = [
     "BUCKET_EDGES_S",
+    "LAG_BUCKET_EDGES_S",
     "MAX_LABEL_CHARS",
     "WINDOW_QUANTILES",
     "LLMLoadCollector",
@@ -98,6 +100,13 @@ _EDGE_INDEXES: tuple[int, ...] = tuple(range(_FIRST_EDGE_INDEX, _LAST_EDGE_INDEX
 BUCKET_EDGES_S: tuple[float, ...] = tuple(GAMMA**k for k in _EDGE_INDEXES)
 """Exported histogram bucket upper bounds in seconds (``+Inf`` not included)."""
 _EDGE_LABELS: tuple[str, ...] = tuple(repr(edge) for edge in BUCKET_EDGES_S)
+# The client's read lag is mostly well below 1 ms: its buckets start at ~10 us, ~17% apart, up to ~10 s.
+_LAG_EDGE_INDEXES: tuple[int, ...] = tuple(range(-576, 116, 8))
+LAG_BUCKET_EDGES_S: tuple[float, ...] = tuple(GAMMA**k for k in _LAG_EDGE_INDEXES)
+"""Bucket upper bounds of ``llmload_client_read_lag_seconds`` in seconds (``+Inf`` not included)."""
+_LAG_EDGE_LABELS: tuple[str, ...] = tuple(repr(edge) for edge in LAG_BUCKET_EDGES_S)
+_LATENCY_EDGES = (_EDGE_LABELS, _EDGE_INDEXES)
+_LAG_EDGES = (_LAG_EDGE_LABELS, _LAG_EDGE_INDEXES)
 
 WINDOW_QUANTILES = (0.5, 0.9, 0.99)
 """Quantiles exported by the window gauges."""
@@ -111,11 +120,11 @@ _HISTOGRAMS = (
     ("itl_s", "inter_token_latency_seconds", "Gaps between consecutive tokens, TTFT excluded (ITL), successes"),
     ("tpot_s", "time_per_output_token_seconds", "(last token - first token) / (completion tokens - 1), successes"),
     ("e2e_s", "request_duration_seconds", "Time from send to the end of the reply (E2E), successes"),
-    (
-        "read_lag_s",
-        "client_read_lag_seconds",
-        "How long reply bytes waited in the kernel before the client read them (client delay), every read",
-    ),
+)
+_READ_LAG = (
+    "read_lag_s",
+    "client_read_lag_seconds",
+    "How long reply bytes waited in the kernel before the client read them (client delay), every read",
 )
 _KEY_LABELS = ("endpoint", "model")
 _TOKEN_SOURCES = (TokenSource.SERVER, TokenSource.TOKENIZER, TokenSource.CHUNKS)
@@ -124,18 +133,22 @@ _REQUEST_TIMEOUT_S = 10.0  # a scraper that stalls mid-request cannot pin a hand
 _POLL_INTERVAL_S = 0.1  # how fast stop() is noticed by the serving loop
 
 
-def histogram_buckets(hist: LatencyHistogram) -> list[tuple[str, float]]:
+def histogram_buckets(
+    hist: LatencyHistogram, edges: tuple[tuple[str, ...], tuple[int, ...]] = _LATENCY_EDGES
+) -> list[tuple[str, float]]:
     """Return the cumulative ``(le, count)`` pairs exported for ``hist``, ending with ``+Inf``.
 
     Each count is exact: the number of values ``<= le`` (see the module docstring).
+    ``edges`` are (labels, bucket indexes): ``BUCKET_EDGES_S`` by default.
     """
+    edge_labels, edge_indexes = edges
     bins = hist.buckets()
     n_bins = len(bins)
     i = 0
     cumulative = hist.zero_count
     out: list[tuple[str, float]] = []
     append = out.append
-    for label, edge_index in zip(_EDGE_LABELS, _EDGE_INDEXES, strict=True):
+    for label, edge_index in zip(edge_labels, edge_indexes, strict=True):
         while i < n_bins and bins[i][0] <= edge_index:
             cumulative += bins[i][1]
             i += 1
@@ -276,6 +289,10 @@ class LLMLoadCollector:
                 hist: LatencyHistogram = getattr(s, attribute)
                 family.add_metric(key, histogram_buckets(hist), hist.sum_s)
             yield family
+        lag = HistogramMetricFamily(f"llmload_{_READ_LAG[1]}", _READ_LAG[2], labels=_KEY_LABELS)
+        for key, s in items:
+            lag.add_metric(key, histogram_buckets(s.read_lag_s, _LAG_EDGES), s.read_lag_s.sum_s)
+        yield lag
 
     @staticmethod
     def _window(window: WindowView) -> Iterator[Metric]:
@@ -301,7 +318,7 @@ class LLMLoadCollector:
         yield tokens
         yield requests
         items = list(window.stats.items())
-        for attribute, suffix, doc in _HISTOGRAMS:
+        for attribute, suffix, doc in (*_HISTOGRAMS, _READ_LAG):
             family = GaugeMetricFamily(
                 f"llmload_window_{suffix}",
                 f"{doc}: quantiles over the live window",

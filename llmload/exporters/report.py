@@ -71,6 +71,7 @@ __all__ = [
     "RunInfo",
     "build_results",
     "format_summary",
+    "read_lag_saturated",
     "write_results_json",
 ]
 
@@ -150,6 +151,16 @@ def _sections(s: EndpointStats, slo: SLO | None) -> dict[str, Any]:
     }
 
 
+def read_lag_saturated(read_lag: LatencyHistogram) -> bool:
+    """True when the P99 read lag exceeds ``READ_LAG_LIMIT_S`` (the client was too late to trust its latencies).
+
+    The one rule for the results' ``client.read_lag_saturated`` and the live
+    ``llmload_client_saturated`` gauge.
+    """
+    p99 = read_lag.quantile(0.99)
+    return p99 is not None and p99 > READ_LAG_LIMIT_S
+
+
 def _client(s: EndpointStats) -> dict[str, Any]:
     stamped, unstamped = s.read_lag_s.count, s.unstamped_reads
     clock = None if not stamped + unstamped else "monotonic" if not stamped else "mixed" if unstamped else "kernel"
@@ -160,7 +171,7 @@ def _client(s: EndpointStats) -> dict[str, Any]:
         "unstamped_reads": unstamped,
         "read_lag_s": lag,
         "read_lag_limit_s": READ_LAG_LIMIT_S,
-        "read_lag_saturated": lag["p99"] is not None and lag["p99"] > READ_LAG_LIMIT_S,
+        "read_lag_saturated": read_lag_saturated(s.read_lag_s),
         "connect_s": _summary(s.connect_s),
     }
 

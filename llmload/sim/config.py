@@ -38,10 +38,10 @@ class SimConfig:
         decode_step_ms: fixed cost of one decode step.
         decode_ms_per_seq: extra cost of one decode step per running sequence.
         max_catch_up_steps: when the process falls behind its step schedule
-            (its own CPU saturated), how many missed steps one step may make up
-            (each running sequence then gets that many tokens at once, written
-            together). 1 (default): none; the engine slows down instead, as an
-            overloaded real one does. Larger values keep the token rate of the
+            (its own CPU saturated), one step may do the work of up to this many
+            steps, making up N − 1 missed ones (each running sequence then gets
+            that many tokens at once, written together). 1 (default): none; the
+            engine slows down instead, as an overloaded real one does. Larger values keep the token rate of the
             schedule for benchmarks of a client that must not wait for the
             simulator.
         output_len_mean: mean reply length in tokens when the model may stop
@@ -146,8 +146,8 @@ def build_parser(prog: str = "llmload sim") -> argparse.ArgumentParser:
         "--max-catch-up-steps",
         type=int,
         default=d.max_catch_up_steps,
-        help="when the simulator falls behind its step schedule, how many missed steps one step may make up "
-        "(tokens written together); 1 = slow down instead",
+        help="when the simulator falls behind its step schedule, one step may do the work of up to N steps, "
+        "making up N-1 missed ones (their tokens written together); 1 = slow down instead",
     )
     p.add_argument(
         "--output-len-mean",

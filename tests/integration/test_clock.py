@@ -15,7 +15,7 @@ from llmload.exporters.report import RunInfo, build_results
 from llmload.payloads import build_completion_request
 from llmload.record import Outcome
 from llmload.stats import LLMStats
-from llmload.testing import TF, Reply, ScriptedServer, T, W, sse
+from llmload.testing import TF, Reply, ScriptedServer, T, W, json_reply, sse
 from llmload.transport import GeventHTTPTransport
 
 pytestmark = [
@@ -93,3 +93,58 @@ def _stats(record) -> LLMStats:
     stats = LLMStats.empty()
     stats.add(record)
     return stats
+
+
+def test_a_whole_reply_that_came_with_the_headers_is_kernel_stamped(gevent_ready):
+    # The whole stream is in the kernel before the client reads the headers (its loop is
+    # held): geventhttpclient releases the connection with the headers, the stamp stays.
+    reply = Reply([W(50, sse(T("a"), TF("length"), "[DONE]"))], headers_at_ms=50)
+    with ScriptedServer(reply) as server:
+        client, transport = _client(server)
+        sent = time.perf_counter()
+        runner = gevent.spawn(client.run, REQUEST)
+        gevent.sleep(0.02)
+        _block_loop(0.2)
+        record = runner.get(timeout=5)
+        arrived_s = server.send_log(0).writes_s[0] - sent
+    transport.close()
+    assert record.outcome is Outcome.OK
+    assert record.unstamped_reads == 0
+    assert record.ttft_s == pytest.approx(arrived_s, abs=0.03)
+    assert record.read_lags_s
+    assert max(record.read_lags_s) > 0.1
+
+
+def test_a_whole_json_reply_is_timed_when_it_arrived(gevent_ready):
+    body = '{"choices":[{"index":0,"text":" yes","finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}'
+    request = build_completion_request(model="m", prompt="count", max_tokens=4, stream=False)
+    with ScriptedServer(json_reply(200, body, at_ms=50)) as server:
+        client, transport = _client(server)
+        sent = time.perf_counter()
+        runner = gevent.spawn(client.run, request)
+        gevent.sleep(0.02)
+        _block_loop(0.2)
+        record = runner.get(timeout=5)
+        arrived_s = server.send_log(0).writes_s[0] - sent
+    transport.close()
+    assert record.outcome is Outcome.OK
+    assert record.e2e_s == pytest.approx(arrived_s, abs=0.03)
+    assert record.unstamped_reads == 0
+
+
+def test_a_connection_the_server_closed_while_idle_is_reopened_before_the_send_time(gevent_ready):
+    # llama-server closes after every streamed reply: opening the next connection is
+    # connect_s, not part of the next request's TTFT.
+    reply = Reply([W(20, sse(T("a"), TF("length"), "[DONE]"))], close_after_ms=1)
+    with ScriptedServer([reply, reply]) as server:
+        client, transport = _client(server)
+        first = client.run(REQUEST)
+        gevent.sleep(0.05)  # the server has hung up by now
+        second = client.run(REQUEST)
+        connections = server.connections_accepted
+    transport.close()
+    assert [first.outcome, second.outcome] == [Outcome.OK, Outcome.OK]
+    assert connections == 2
+    assert second.connect_s is not None
+    assert second.connect_s > 20e-6  # a real connect, not the kept-alive shortcut
+    assert second.ttft_s == pytest.approx(0.02, abs=0.01)

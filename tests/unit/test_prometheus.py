@@ -486,3 +486,21 @@ def test_client_saturation_and_lost_workers_gauges():
     busy = _registry(_view(LLMStats.empty(), client_saturated=True, lost_workers=1))
     assert busy.get_sample_value("llmload_client_saturated") == 1.0
     assert busy.get_sample_value("llmload_lost_workers") == 1.0
+
+
+def test_read_lag_histogram_resolves_lags_below_a_millisecond():
+    from llmload.exporters.prometheus import LAG_BUCKET_EDGES_S
+
+    record = _ok(0.1, tokens=2)
+    record.read_lags_s = [0.0003] * 100 + [0.004]
+    stats = LLMStats.empty()
+    stats.add(record)
+    registry = _registry(_view(stats))
+    labels = {"endpoint": "chat", "model": "m"}
+    below = max(edge for edge in LAG_BUCKET_EDGES_S if edge < 0.0003)
+    above = min(edge for edge in LAG_BUCKET_EDGES_S if edge >= 0.0003)
+    bucket = "llmload_client_read_lag_seconds_bucket"
+    assert registry.get_sample_value(bucket, {**labels, "le": repr(below)}) == 0
+    assert registry.get_sample_value(bucket, {**labels, "le": repr(above)}) == 100
+    assert registry.get_sample_value("llmload_client_read_lag_seconds_count", labels) == 101
+    assert above / below < 1.2  # ~17% apart: quantiles of sub-millisecond lags are readable

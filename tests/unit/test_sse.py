@@ -170,3 +170,13 @@ def test_sse_decoder_cost_is_linear_in_the_size_of_one_event() -> None:
     # linear one ~4x. The bound is generous: this checks the growth, not the speed.
     ratio = _decode_one_event_in_reads(16 << 20) / _decode_one_event_in_reads(4 << 20)
     assert ratio < 9.0, f"16 MiB / 4 MiB decode time ratio {ratio:.1f}: not linear"
+
+
+def test_sse_decoder_keeps_a_character_split_after_whole_events():
+    # The read ends with whole events and then the first byte of "é" (a later line
+    # starts with it): the byte must wait for its partner, whatever the split.
+    reads = [b"data:x\n\n\xc3", b"\xa9: note\n\n", b"data: \xc3", b"\xa9\n\n"]
+    decoder = SSEDecoder()
+    events = [event for chunk in reads for event in decoder.feed(chunk)]
+    assert events == SSEDecoder().feed(b"".join(reads))
+    assert [event.data for event in events] == ["x", "é"]

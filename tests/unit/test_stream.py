@@ -1,0 +1,44 @@
+"""ReplyReader: events of one reply into a ReplyAccumulator, plain token deltas through a learned template."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmload.record import Outcome
+from llmload.stream import ReplyFailure, ReplyReader
+from llmload.testing import TF, T, sse
+
+
+def _created(payload: str, second: int) -> str:
+    return payload.replace('"created":0', f'"created":{second}')
+
+
+def test_reply_reader_learns_again_when_the_server_changes_a_field_of_its_deltas():
+    # llama-server writes the current second as "created" into every chunk
+    reader = ReplyReader()
+    for i in range(40):
+        reader.feed(sse(_created(T(f" w{i}"), 1 if i < 20 else 2)), float(i))
+    template = reader._template
+    assert template is not None
+    assert '"created":2' in template.prefix  # learned again after the change
+    assert len(reader.acc.token_times_s) == 40
+    assert reader.acc.pieces == [f" w{i}" for i in range(40)]
+
+
+def test_reply_reader_splits_a_run_and_decodes_what_follows_it():
+    reader = ReplyReader()
+    reader.feed(sse(T("a")), 0.0)  # learns the template
+    reader.feed(sse(T(" b"), T(" c"), TF("length"), "[DONE]"), 1.0)
+    assert reader.acc.pieces == ["a", " b", " c"]
+    assert reader.acc.token_times_s == [0.0, 1.0, 1.0]
+    assert reader.acc.finish_reason == "length"
+    assert reader.acc.done is True
+
+
+def test_reply_reader_raises_a_server_error_after_a_run_of_deltas():
+    reader = ReplyReader()
+    reader.feed(sse(T("a")), 0.0)
+    with pytest.raises(ReplyFailure) as failure:
+        reader.feed(sse(T(" b"), '{"error":{"message":"boom","type":"InternalServerError"}}'), 1.0)
+    assert failure.value.outcome is Outcome.SERVER_ERROR
+    assert reader.acc.pieces == ["a", " b"]  # tokens before the error are accounted (and excluded later)
