@@ -116,7 +116,10 @@ def test_a_whole_reply_that_came_with_the_headers_is_kernel_stamped(gevent_ready
 
 
 def test_a_whole_json_reply_is_timed_when_it_arrived(gevent_ready):
-    body = '{"choices":[{"index":0,"text":" yes","finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}'
+    body = (
+        '{"choices":[{"index":0,"text":" yes","finish_reason":"length"}],'
+        '"usage":{"prompt_tokens":1,"completion_tokens":1}}'
+    )
     request = build_completion_request(model="m", prompt="count", max_tokens=4, stream=False)
     with ScriptedServer(json_reply(200, body, at_ms=50)) as server:
         client, transport = _client(server)
