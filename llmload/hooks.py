@@ -31,13 +31,14 @@ from locust import events as locust_events
 from locust.env import Environment
 from locust.event import Events
 from locust.exception import RPCError, RPCSendError
-from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
+from locust.runners import STATE_INIT, STATE_MISSING, STATE_STOPPED, MasterRunner, WorkerRunner
 
 import functools
 import logging
 import os
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from typing import Any
@@ -55,6 +56,7 @@ from llmload.exporters.report import RunInfo, build_results, read_lag_saturated,
 from llmload.exporters.requests_log import RequestsLog, worker_path
 from llmload.exporters.run_summary import load_section, public_options, summary_lines
 from llmload.exporters.window import SlidingWindow
+from llmload.interrupt import Interrupter
 from llmload.runtime import CpuMonitor, ExportState, RequestBudget, Runtime, WarmupGate
 from llmload.stats import LLMStats
 from llmload.tokens import load_tokenizer
@@ -69,6 +71,7 @@ log = logging.getLogger("llmload")
 
 _PLAN = "llmload_plan"
 _FINAL_WAIT_EXTRA_S = 30.0
+_FINAL_POLL_S = 0.25
 _SATURATION_SUSTAIN_S = 5.0
 _PROBLEMS_LOGGED = 10
 
@@ -89,6 +92,7 @@ def _bind(environment: Environment) -> None:
     ev.test_start.add_listener(_on_test_start)
     ev.test_stopping.add_listener(_on_test_stopping)
     ev.test_stop.add_listener(_on_test_stop)
+    ev.test_stop.add_listener(_on_test_stopped)
     ev.report_to_master.add_listener(functools.partial(_on_report_to_master, environment))
     ev.worker_report.add_listener(functools.partial(_on_worker_report, environment))
     ev.quit.add_listener(functools.partial(_on_quit, environment))
@@ -133,6 +137,7 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
     if runner is None:
         return
     _bind(environment)
+    _install_interrupter(environment, runtime)
     if is_worker:
         runner.register_message("llmload_flush", _on_flush, concurrent=True)
         return
@@ -146,6 +151,19 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
             _prepare(environment, runtime)
         except LLMLoadError as exc:
             _fatal(environment, str(exc))
+
+
+def _install_interrupter(environment: Environment, runtime: Runtime) -> None:
+    """Ctrl-C becomes one KeyboardInterrupt in Locust's main greenlet, never one inside a user's read.
+
+    Locust fires ``init`` from its main greenlet in the main thread; anywhere
+    else (a test that builds an environment itself) SIGINT is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread() or gevent.getcurrent().parent is not None:
+        return
+    interrupter = Interrupter(gevent.getcurrent(), stopping=lambda: runtime.stopping)
+    interrupter.install()
+    runtime.interrupt_main = interrupter.forward
 
 
 def _fatal(environment: Environment, message: str) -> None:
@@ -284,6 +302,7 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
     if isinstance(runner, WorkerRunner):
         plan = getattr(options, _PLAN, None) or {}
         runtime.config = RunConfig.from_options(options)
+        runtime.stopping = False
         runtime.run_id = str(plan.get("run_id", ""))
         runtime.model = plan.get("model")
         runtime.blocked = plan.get("blocked")
@@ -324,6 +343,8 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
     runtime.blocked = None
     runtime.lost_workers = []
     runtime.flushed = False
+    runtime.stopping = False
+    runtime.finals_from = set()
     runtime.cpu_saturated_s = 0.0
     runtime.scheduled_rates = {}
     try:
@@ -444,7 +465,7 @@ def _watch_workers(environment: Environment, run_id: str) -> None:
         if runtime.run_id != run_id or runtime.results is not None or runtime.flushed:
             return  # the run is stopping: workers leaving now are not lost
         alive = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
-        for client_id in sorted(runtime.planned_workers - alive):
+        for client_id in sorted(runtime.planned_workers - alive - runtime.finals_from):
             if client_id not in runtime.lost_workers:
                 runtime.lost_workers.append(client_id)
                 log.warning("llmload: worker %s lost mid-run; its unreported requests are missing", client_id)
@@ -523,6 +544,8 @@ def _on_worker_done(environment: Environment, msg: Any, **_kw: Any) -> None:
 def _on_worker_final(environment: Environment, msg: Any, **_kw: Any) -> None:
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     _merge_payload(runtime, msg.node_id, msg.data)
+    if msg.data.get("run_id") == runtime.run_id:
+        runtime.finals_from.add(msg.node_id)
     runtime.pending_finals.discard(msg.node_id)
     if not runtime.pending_finals:
         runtime.finals_in.set()
@@ -534,23 +557,53 @@ def _on_flush(environment: Environment, msg: Any, **_kw: Any) -> None:
     runner = environment.runner
     if runner is not None:
         runner.stop()
-        runner.send_message("llmload_final", {"run_id": runtime.run_id, "stats": to_wire(runtime.take_delta())})
+        runner.send_message("llmload_final", _payload(runtime))
+
+
+def _finish_worker(runtime: Runtime, runner: WorkerRunner) -> None:
+    """Worker shutting down on its own (Ctrl-C, SIGTERM, lost master): stop the users, send what is left.
+
+    Ctrl-C in a terminal reaches every process of the group, so workers stop
+    before the master's flush arrives; their in-flight requests are counted as
+    cancelled and the final delta goes to the master before Locust's own
+    ``quit`` message (``quitting`` runs listeners in reverse order of
+    registration, so this runs before Locust's). Nothing is sent when the run
+    was already stopped and flushed.
+    """
+    if not runtime.run_id:
+        return
+    running = runner.state not in (STATE_INIT, STATE_STOPPED)
+    if running:
+        runner.stop()
+    if not running and runtime.stats.is_empty():
+        return
+    try:
+        runner.send_message("llmload_final", _payload(runtime))
+    except (RPCError, RPCSendError) as exc:
+        log.warning("llmload: final report to the master failed (%s); this worker's last requests are missing", exc)
 
 
 # ── stop ────────────────────────────────────────────────────────────────
 def _on_test_stopping(environment: Environment, **_kw: Any) -> None:
     runner = environment.runner
     runtime: Runtime | None = getattr(environment, "llmload", None)
-    if not isinstance(runner, MasterRunner) or runtime is None or not runtime.run_id or runtime.flushed:
+    if runtime is not None:
+        runtime.stopping = True
+    if not isinstance(runner, MasterRunner) or runtime is None or not runtime.run_id:
+        return
+    deadline_s = time.monotonic() + environment.stop_timeout + _FINAL_WAIT_EXTRA_S
+    if runtime.flushed:
+        # A second stop while the first one waits (Ctrl-C and "the last worker quit" together):
+        # wait for the same final reports, so the results are never built without them.
+        _await_finals(runner, runtime, deadline_s)
         return
     runtime.flushed = True
-    targets = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
+    targets = {c.id for c in runner.clients.all if c.state != STATE_MISSING} - runtime.finals_from
     runtime.pending_finals = set(targets)
     runtime.finals_in = gevent.event.Event()
     for client_id in targets:
         runner.send_message("llmload_flush", {"run_id": runtime.run_id}, client_id=client_id)
-    if targets:
-        runtime.finals_in.wait(timeout=environment.stop_timeout + _FINAL_WAIT_EXTRA_S)
+    _await_finals(runner, runtime, deadline_s)
     if runtime.pending_finals:
         runtime.lost_workers = sorted(set(runtime.lost_workers) | runtime.pending_finals)
         log.warning(
@@ -558,6 +611,24 @@ def _on_test_stopping(environment: Environment, **_kw: Any) -> None:
             len(runtime.pending_finals),
             ", ".join(runtime.lost_workers),
         )
+
+
+def _await_finals(runner: MasterRunner, runtime: Runtime, deadline_s: float) -> None:
+    """Wait (until ``deadline_s``, monotonic) for the final reports still pending.
+
+    A worker that quit on its own has sent its final report before its
+    ``quit`` message (one ordered connection), so a pending worker that is no
+    longer connected is not waited for.
+    """
+    while runtime.pending_finals:
+        connected = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
+        runtime.pending_finals &= connected
+        remaining_s = deadline_s - time.monotonic()
+        if not runtime.pending_finals or remaining_s <= 0:
+            break
+        runtime.finals_in.wait(timeout=min(remaining_s, _FINAL_POLL_S))
+    if not runtime.pending_finals:
+        runtime.finals_in.set()
 
 
 def _on_test_stop(environment: Environment, **_kw: Any) -> None:
@@ -608,6 +679,17 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         _print_summary(results)
 
 
+def _on_test_stopped(environment: Environment, **_kw: Any) -> None:
+    """The stop is complete: with the web UI (or on a worker) Ctrl-C may end the process again.
+
+    A headless run goes on to exit, so its stop stays under way until then.
+    """
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    options = environment.parsed_options
+    if runtime is not None and not (options is not None and getattr(options, "headless", False)):
+        runtime.stopping = False
+
+
 def _on_quitting(environment: Environment, **_kw: Any) -> None:
     """SIGTERM/SIGINT or Ctrl-C mid-run: stop the load and collect results before Locust exits.
 
@@ -617,7 +699,11 @@ def _on_quitting(environment: Environment, **_kw: Any) -> None:
     """
     runtime: Runtime | None = getattr(environment, "llmload", None)
     runner = environment.runner
-    if runtime is None or runner is None or isinstance(runner, WorkerRunner):
+    if runtime is None or runner is None:
+        return
+    runtime.stopping = True  # the process is going away: a further Ctrl-C changes nothing
+    if isinstance(runner, WorkerRunner):
+        _finish_worker(runtime, runner)
         return
     if runtime.run_id and runtime.results is None:
         log.info("llmload: stopping the load and collecting final reports before exit")

@@ -187,6 +187,11 @@ class Runtime:
         warmup: this process's share of ``--warmup-requests``; None = no warm-up.
         addresses: name resolutions shared by every user's transport in this process.
         request_cache: requests built in this process, reused for repeated prompts.
+        interrupt_main: hands a Ctrl-C to Locust's main greenlet (``llmload.interrupt``);
+            None outside a Locust process.
+        stopping: a stop is under way (a further Ctrl-C is ignored).
+        finals_from: master: workers whose final report of this run has arrived
+            (sent when the master flushed, or by a worker shutting down on its own).
     """
 
     config: RunConfig
@@ -204,10 +209,14 @@ class Runtime:
     warmup: WarmupGate | None = None
     addresses: AddressCache = field(default_factory=AddressCache)
     request_cache: RequestCache = field(default_factory=RequestCache)
+    # stopping (issue 14): SIGINT goes to interrupt_main; stopping is True while a stop is under way
+    interrupt_main: Callable[[], None] | None = None
+    stopping: bool = False
     # master only
     planned_workers: set[str] = field(default_factory=set)
     done_workers: set[str] = field(default_factory=set)
     pending_finals: set[str] = field(default_factory=set)
+    finals_from: set[str] = field(default_factory=set)  # workers whose final report of this run arrived
     finals_in: gevent.event.Event = field(default_factory=gevent.event.Event)
     lost_workers: list[str] = field(default_factory=list)
     results: dict[str, object] | None = None

@@ -21,6 +21,7 @@ from __future__ import annotations
 from locust import User, constant, task
 
 import time
+from collections.abc import Mapping
 from typing import ClassVar
 
 import gevent
@@ -31,7 +32,7 @@ from llmload.datasets import Message
 from llmload.payloads import LLMRequest, build_chat_request, build_completion_request
 from llmload.record import RequestRecord
 from llmload.runtime import Runtime, WarmupGate
-from llmload.transport import GeventHTTPTransport
+from llmload.transport import GeventHTTPTransport, GeventResponse
 from llmload.workload import Conversation, Prompt
 
 __all__ = ["ChatUser", "CompletionUser", "LLMUser"]
@@ -39,6 +40,30 @@ __all__ = ["ChatUser", "CompletionUser", "LLMUser"]
 
 class LLMRequestFailed(Exception):  # noqa: N818 - shown to Locust users as the failure type
     """Carries a failed request's error category and message into Locust's failure table."""
+
+
+class _PostMark:
+    """A user's transport that notes whether the current request reached ``post``.
+
+    A stop that interrupts ``connect`` ends a request the server never saw:
+    only a request handed to ``post`` is counted as cancelled, so succeeded +
+    failed + cancelled equals the requests the server received.
+    """
+
+    __slots__ = ("_transport", "posted")
+
+    def __init__(self, transport: GeventHTTPTransport) -> None:
+        self._transport = transport
+        self.posted = False
+
+    def connect(self) -> None:
+        """As ``GeventHTTPTransport.connect``."""
+        self._transport.connect()
+
+    def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> GeventResponse:
+        """As ``GeventHTTPTransport.post``; marks the request as handed over first."""
+        self.posted = True
+        return self._transport.post(path, body, headers)
 
 
 class LLMUser(User):
@@ -57,6 +82,7 @@ class LLMUser(User):
         nothing, and those that will pay for their client just before they send.
         """
         self._transport: GeventHTTPTransport | None = None
+        self._post_mark: _PostMark | None = None
         self._client_or_none: StreamingClient | None = None
         runtime = _runtime(self)
         turns = runtime.config.turns
@@ -82,8 +108,9 @@ class LLMUser(User):
                 insecure=config.insecure,
                 addresses=runtime.addresses,
             )
+            self._post_mark = _PostMark(self._transport)
             client = self._client_or_none = StreamingClient(
-                self._transport,
+                self._post_mark,
                 token_counter=runtime.token_counter,
                 total_timeout_s=config.timeouts.total_s,
                 keep_text=config.turns > 1,
@@ -106,7 +133,23 @@ class LLMUser(User):
 
     @task
     def generate(self) -> None:
-        """Send one request if the run's budget allows, else wait for the run to stop."""
+        """Send one request if the run's budget allows, else wait for the run to stop.
+
+        Nothing escapes this task when the run stops: a ``KeyboardInterrupt``
+        that reaches this greenlet (Ctrl-C before llmload's SIGINT handler
+        was installed) is handed to Locust's main greenlet, which stops the
+        run, and this user ends quietly; its in-flight request is cancelled.
+        """
+        try:
+            self._generate()
+        except KeyboardInterrupt as exc:
+            interrupt = _runtime(self).interrupt_main
+            if interrupt is None:
+                raise
+            interrupt()
+            raise GreenletExit from exc
+
+    def _generate(self) -> None:
         runtime = _runtime(self)
         if runtime.blocked is not None or runtime.model is None:
             runtime.idle.wait()  # nothing to send in this run: park until the runner stops this user
@@ -126,12 +169,20 @@ class LLMUser(User):
         slot = runtime.concurrency
         if slot is not None:
             slot.acquire()
+        client = self._client
+        mark = self._post_mark
+        assert mark is not None  # made with the client
+        mark.posted = False
         started = time.perf_counter()
         runtime.in_flight += 1
         try:
-            record = self._client.run(request)
-        except GreenletExit:
-            runtime.stats.add_cancelled(self.endpoint, request.model)
+            record = client.run(request)
+        except BaseException as exc:
+            # The stop (GreenletExit from the runner, a KeyboardInterrupt, SystemExit) ended the
+            # request mid-read: cancelled, if the server got it. client.run raises no Exception
+            # for a per-request failure; one that does escape is a bug and is not a cancellation.
+            if not isinstance(exc, Exception) and mark.posted:
+                runtime.stats.add_cancelled(self.endpoint, request.model)
             raise
         finally:
             runtime.in_flight -= 1

@@ -1,0 +1,301 @@
+"""Every stop path counts every request (issue 14, P1): SIGINT, SIGTERM, the web UI's STOP.
+
+succeeded + failed + cancelled must equal the requests `llmload sim` received
+(its completed + aborted counters), and no traceback may appear. Real
+`locust` processes on loopback, each bounded by -t and a subprocess timeout;
+one simulator serves all runs of a test and is read as counter deltas.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.integration.procs import free_port, locust_argv
+from tests.integration.test_sim import REPO_ROOT, metric_sum, metrics, start_sim, stop_sim
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+_ENDPOINTS = {"chat.py": "/v1/chat/completions", "completions.py": "/v1/completions"}
+_EXIT_TIMEOUT_S = 90
+
+
+@dataclass(frozen=True)
+class Counts:
+    """One run's requests as llmload counted them and as the simulator received them."""
+
+    succeeded: int
+    failed: int
+    cancelled: int
+    received: int  # simulator: completed + aborted
+
+    @property
+    def counted(self) -> int:
+        return self.succeeded + self.failed + self.cancelled
+
+
+def _received(url: str) -> dict[str, float]:
+    samples = metrics(url)
+    return {
+        endpoint: sum(
+            samples.get((f"llmload_sim_requests_{kind}_total", (("endpoint", endpoint),)), 0.0)
+            for kind in ("completed", "aborted")
+        )
+        for endpoint in _ENDPOINTS.values()
+    }
+
+
+def _settled(url: str) -> dict[str, float]:
+    """The simulator's received counts once it has noticed every client that went away (bounded)."""
+    for _ in range(100):
+        samples = metrics(url)
+        if (
+            metric_sum(samples, "llmload_sim_requests_running") + metric_sum(samples, "llmload_sim_requests_waiting")
+            == 0
+        ):
+            break
+        time.sleep(0.1)
+    return _received(url)
+
+
+def _start(url: str, locustfile: str, out: Path, *extra: str) -> subprocess.Popen[str]:
+    args = [
+        "-f", f"locustfiles/{locustfile}", "--headless", "--only-summary", "-H", url, "-u", "8", "-r", "8",
+        "-t", "30s", "--max-tokens", "40", "--skip-preflight", "--results-json", str(out), *extra,
+    ]  # fmt: skip
+    # its own session: a signal to the group is what Ctrl-C in a terminal does
+    return subprocess.Popen(
+        locust_argv(args), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    try:
+        return proc.communicate(timeout=_EXIT_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def _interrupt(procs: list[subprocess.Popen[str]], *, group: bool) -> None:
+    for proc in procs:
+        if group:
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: master and every worker at once
+        else:
+            proc.send_signal(signal.SIGINT)  # the master only
+
+
+def _no_traceback(stderr: str) -> None:
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "failed with" not in stderr, stderr[-3000:]  # gevent: "<Greenlet ...> failed with KeyboardInterrupt"
+
+
+def _wait_for_load(url: str, before: dict[str, float], n: int, timeout_s: float = 60) -> None:
+    """Block until every endpoint has completed ``n`` more requests than ``before``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        samples = metrics(url)
+        done = [
+            samples.get(("llmload_sim_requests_completed_total", (("endpoint", endpoint),)), 0.0) - before[endpoint]
+            for endpoint in _ENDPOINTS.values()
+        ]
+        if min(done) >= n:
+            return
+        assert time.monotonic() < deadline, f"no load within {timeout_s} s"
+        time.sleep(0.05)
+
+
+# (seconds between the 4th finished request and SIGINT, --processes, signal to the whole group).
+# A request lasts ~0.8 s (40 tokens at 20 ms), so the offsets hit every phase of a request.
+_SIGINT_CASES = [
+    (0.0, 0, True),
+    (0.23, 0, True),
+    (0.51, 0, False),
+    (0.77, 0, True),
+    (1.3, 0, True),
+    (0.1, 2, True),
+    (0.62, 2, True),
+    (1.05, 2, False),
+]
+
+
+def test_p1_sigint_mid_run_counts_every_request_the_simulator_received(tmp_path):
+    """Ctrl-C at varied moments, one process and --processes 2: every request lands in exactly one bucket.
+
+    Each case runs a chat and a completions run side by side against one
+    simulator (its counters are per endpoint), so 8 cases are 16 runs.
+    """
+    url, sim = start_sim("--decode-step-ms", "20", "--prefill-base-ms", "0")
+    report: list[str] = []
+    try:
+        for i, (delay_s, processes, group) in enumerate(_SIGINT_CASES):
+            before = _settled(url)
+            extra = ["--processes", str(processes)] if processes else []
+            outs = {name: tmp_path / f"r{i}-{name}.json" for name in _ENDPOINTS}
+            procs = {name: _start(url, name, outs[name], *extra) for name in _ENDPOINTS}
+            _wait_for_load(url, before, 4)
+            time.sleep(delay_s)
+            _interrupt(list(procs.values()), group=group)
+            streams = {name: _finish(proc) for name, proc in procs.items()}
+            after = _settled(url)
+            for name, endpoint in _ENDPOINTS.items():
+                stdout, stderr = streams[name]
+                _no_traceback(stderr)
+                assert procs[name].returncode == 0, stderr[-3000:]
+                requests = json.loads(outs[name].read_text())["requests"]
+                counts = Counts(
+                    requests["succeeded"],
+                    requests["failed"],
+                    requests["cancelled"],
+                    int(after[endpoint] - before[endpoint]),
+                )
+                report.append(
+                    f"SIGINT {delay_s} s into load, processes={processes}, group={group}, {name}: succeeded "
+                    f"{counts.succeeded} + failed {counts.failed} + cancelled {counts.cancelled} = {counts.counted}; "
+                    f"simulator received {counts.received}"
+                )
+                assert counts.counted == counts.received, report[-1]
+                assert counts.succeeded > 0
+                assert "Successful requests:" in stdout
+    finally:
+        stop_sim(sim)
+        print("\n" + "\n".join(report))
+
+
+def test_p1_sigterm_to_a_single_process_counts_every_request(tmp_path):
+    url, sim = start_sim("--decode-step-ms", "20", "--prefill-base-ms", "0")
+    out = tmp_path / "r.json"
+    try:
+        proc = _start(url, "chat.py", out)
+        time.sleep(3.0)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = _finish(proc)
+        received = _settled(url)["/v1/chat/completions"]
+    finally:
+        stop_sim(sim)
+    _no_traceback(stderr)
+    requests = json.loads(out.read_text())["requests"]
+    assert requests["succeeded"] + requests["failed"] + requests["cancelled"] == received
+    assert requests["cancelled"] > 0
+
+
+def test_p1_web_ui_stop_counts_every_request(tmp_path):
+    """The web UI's STOP (POST /stop): results written at once, every request in one bucket."""
+    url, sim = start_sim("--decode-step-ms", "20", "--prefill-base-ms", "0")
+    out = tmp_path / "r.json"
+    port = free_port()
+    args = [
+        "-f", "locustfiles/chat.py", "-H", url, "--web-host", "127.0.0.1", "--web-port", str(port),
+        "--autostart", "-u", "8", "-r", "8", "--max-tokens", "40", "--skip-preflight", "--results-json", str(out),
+    ]  # fmt: skip
+    proc = subprocess.Popen(locust_argv(args), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while metric_sum(metrics(url), "llmload_sim_requests_completed_total") < 10:
+            assert time.monotonic() < deadline, "no load within 30 s"
+            time.sleep(0.2)
+        stop = urllib.request.Request(f"http://127.0.0.1:{port}/stop", data=b"", method="POST")
+        with urllib.request.urlopen(stop, timeout=30) as answer:
+            assert answer.status == 200
+        deadline = time.monotonic() + 30
+        while not out.exists():
+            assert time.monotonic() < deadline, "no results file within 30 s of STOP"
+            time.sleep(0.2)
+        received = _settled(url)["/v1/chat/completions"]
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = _finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        stop_sim(sim)
+    _no_traceback(stderr)
+    requests = json.loads(out.read_text())["requests"]
+    assert requests["succeeded"] + requests["failed"] + requests["cancelled"] == received
+    assert requests["succeeded"] >= 10
+
+
+# A user in a Locust environment of its own (a subprocess: importing Locust monkey-patches the
+# standard library), against a server that sends one token and then holds the stream open.
+_USER_SCRIPT = """
+import json, sys
+from locust.env import Environment
+import gevent
+from llmload.config import RunConfig
+from llmload.runtime import Runtime
+from llmload.testing import ROLE, C, Ending, Reply, ScriptedServer, W, sse
+from llmload.users import ChatUser, _PostMark
+
+how = sys.argv[1]
+with ScriptedServer(Reply(writes=[W(5, sse(ROLE, C({"content": "a"})))], ending=Ending.STALL)) as server:
+    environment = Environment(user_classes=[ChatUser], host=server.base_url)
+    runtime = Runtime(config=RunConfig())
+    runtime.model = "m"
+    handed_to_main = []
+    runtime.interrupt_main = lambda: handed_to_main.append(True)
+    environment.llmload = runtime
+    user = ChatUser(environment)
+    user.on_start()
+    if how == "before-post":
+        class Unanswered:  # a connect that never completes
+            def connect(self):
+                gevent.sleep(30)
+        user._client  # make the client, then put a transport in front whose connect blocks
+        user._post_mark._transport = Unanswered()
+    task = gevent.spawn(user.generate)
+    for _ in range(500):
+        gevent.sleep(0.01)
+        if how == "before-post" or [r for r in server.requests if r.method == "POST"]:
+            break
+    gevent.sleep(0.05)  # the first token has arrived: the user waits in a read
+    task.kill(KeyboardInterrupt if how == "interrupt" else gevent.GreenletExit, block=True, timeout=5)
+    total = runtime.stats.total()
+    print(json.dumps({
+        "cancelled": total.cancelled, "finished": total.finished, "in_flight": runtime.in_flight,
+        "handed_to_main": len(handed_to_main), "ended_quietly": task.successful(),
+        "posts": len([r for r in server.requests if r.method == "POST"]),
+    }))
+"""
+
+
+def _user_stopped(how: str) -> dict[str, object]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _USER_SCRIPT, how],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _no_traceback(proc.stderr)
+    result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_p1_keyboard_interrupt_during_a_read_is_a_cancellation_handed_to_the_main_greenlet():
+    assert _user_stopped("interrupt") == {
+        "cancelled": 1, "finished": 0, "in_flight": 0, "handed_to_main": 1, "ended_quietly": True, "posts": 1,
+    }  # fmt: skip
+
+
+def test_p1_stop_during_a_read_is_a_cancellation():
+    assert _user_stopped("exit") == {
+        "cancelled": 1, "finished": 0, "in_flight": 0, "handed_to_main": 0, "ended_quietly": True, "posts": 1,
+    }  # fmt: skip
+
+
+def test_p1_stop_before_the_request_was_posted_counts_nothing():
+    assert _user_stopped("before-post") == {
+        "cancelled": 0, "finished": 0, "in_flight": 0, "handed_to_main": 0, "ended_quietly": True, "posts": 0,
+    }  # fmt: skip

@@ -1,0 +1,58 @@
+"""interrupt.Interrupter: Ctrl-C becomes one KeyboardInterrupt in the main greenlet (issue 14, P1)."""
+
+import subprocess
+import sys
+
+from llmload.interrupt import Interrupter
+
+
+class Recorder:
+    def __init__(self):
+        self.delivered = []
+
+    def __call__(self, target, exception):
+        self.delivered.append((target, exception))
+
+
+def test_p1_interrupter_delivers_one_keyboard_interrupt_to_main():
+    deliver = Recorder()
+    interrupter = Interrupter("main", deliver=deliver)
+    interrupter.on_signal()
+    interrupter.on_signal()  # a second Ctrl-C while the first one stops the run
+    assert deliver.delivered == [("main", KeyboardInterrupt)]
+
+
+def test_p1_interrupter_ignores_ctrl_c_while_a_stop_is_under_way():
+    deliver = Recorder()
+    Interrupter("main", stopping=lambda: True, deliver=deliver).on_signal()
+    assert deliver.delivered == []
+
+
+def test_p1_interrupter_forward_is_idempotent():
+    deliver = Recorder()
+    interrupter = Interrupter("main", deliver=deliver)
+    interrupter.forward()
+    interrupter.forward()
+    assert len(deliver.delivered) == 1
+
+
+_REAL_SIGNAL = """
+import os, signal, gevent
+from llmload.interrupt import Interrupter
+main = gevent.getcurrent()
+interrupter = Interrupter(main)
+interrupter.install()
+busy = [gevent.spawn(gevent.sleep, 5) for _ in range(50)]  # user greenlets waiting in the loop
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    gevent.joinall(busy)
+    print("not interrupted")
+except KeyboardInterrupt:
+    print("main interrupted;", sum(g.dead for g in busy), "greenlets died")
+"""
+
+
+def test_p1_interrupter_turns_a_real_sigint_into_an_interrupt_of_main_only():
+    proc = subprocess.run([sys.executable, "-c", _REAL_SIGNAL], capture_output=True, text=True, timeout=30, check=False)
+    assert proc.stdout.strip() == "main interrupted; 0 greenlets died", proc.stderr
+    assert "Traceback" not in proc.stderr
