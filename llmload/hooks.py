@@ -50,6 +50,7 @@ import gevent.lock
 from llmload import preflight
 from llmload.arrivals import Arrival, ArrivalSchedule
 from llmload.config import OPTIONS, RunConfig
+from llmload.credentials import public_url, split_credentials
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.prometheus import PrometheusExporter, RunView
 from llmload.exporters.report import RunInfo, build_results, read_lag_saturated, write_results_json
@@ -183,7 +184,7 @@ def _prepare(environment: Environment, runtime: Runtime) -> None:
         LLMLoadError: with a message that names the problem and the fix.
     """
     config = RunConfig.from_options(environment.parsed_options)
-    host = environment.host or ""
+    host = _strip_credentials(environment, runtime)
     if runtime.prepared_for == (host, config):
         return
     runtime.config = config
@@ -218,6 +219,27 @@ def _prepare(environment: Environment, runtime: Runtime) -> None:
     if raised:
         log.info("llmload: %s", raised)
     runtime.prepared_for = (host, config)
+
+
+def _strip_credentials(environment: Environment, runtime: Runtime) -> str:
+    """Move ``user:password@`` out of the target host into ``runtime.url_authorization``; return the host.
+
+    Every later use of the host (Locust's HTML report and web UI, logs, error
+    messages, results, Prometheus, the spawn messages to workers) then sees it
+    without credentials; they are sent only as the ``Authorization`` header.
+    A host typed again without them (web UI) keeps the credentials it had.
+    """
+    host = environment.host or ""
+    target = split_credentials(host)
+    if target.authorization is not None:
+        runtime.url_authorization = target.authorization
+        environment.host = target.public
+        options = environment.parsed_options
+        if options is not None and getattr(options, "host", None):
+            options.host = public_url(options.host)
+    elif runtime.prepared_for is None or runtime.prepared_for[0] != host:
+        runtime.url_authorization = None
+    return target.public
 
 
 def _check_writable(path: str) -> None:
@@ -261,6 +283,13 @@ def _load_local_parts(runtime: Runtime) -> None:
             ) from None
     if key:
         headers["Authorization"] = f"Bearer {key}"
+        if runtime.url_authorization:
+            log.warning(
+                "llmload: -H carries user:password@ and an API key is set; sending the API key only "
+                "(Authorization: Bearer). Remove one of them"
+            )
+    elif runtime.url_authorization:
+        headers["Authorization"] = runtime.url_authorization
     elif config.api_key_env != "OPENAI_API_KEY" and not config.api_key_file:
         log.warning(
             "llmload: --api-key-env %s: that variable is unset or empty; sending no API key", config.api_key_env
@@ -306,6 +335,7 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
         runtime.run_id = str(plan.get("run_id", ""))
         runtime.model = plan.get("model")
         runtime.blocked = plan.get("blocked")
+        runtime.url_authorization = plan.get("url_authorization") or runtime.url_authorization
         try:
             _load_local_parts(runtime)
         except LLMLoadError as exc:
@@ -385,6 +415,8 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
             {
                 "run_id": runtime.run_id,
                 "model": runtime.model,
+                # -H's user:password@ as an Authorization value: workers get a host without it
+                "url_authorization": runtime.url_authorization,
                 "quotas": quotas,
                 "blocked": runtime.blocked,
                 "users_per_worker": -(-users // max(len(workers), 1)),
@@ -642,7 +674,7 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     workers = len(runtime.planned_workers) if isinstance(runner, MasterRunner) else 0
     run = RunInfo(
         run_id=runtime.run_id,
-        host=environment.host or "",
+        host=public_url(environment.host or ""),
         user_classes=tuple(sorted(u.__name__ for u in environment.user_classes)),
         model=runtime.model or "",
         users=int(getattr(options, "num_users", 0) or 0),
@@ -773,7 +805,7 @@ def _run_view(environment: Environment) -> RunView:
         in_flight_requests=in_flight,
         workers=workers,
         run_id=runtime.run_id,
-        host=environment.host or "",
+        host=public_url(environment.host or ""),
         model=runtime.model or "",
         version=__version__,
         started_at_unix=runtime.started_at_unix or None,

@@ -178,6 +178,8 @@ class Runtime:
         run_id: identifies the current run; worker payloads of another run are dropped.
         model: the served model name requests use (resolved by preflight).
         headers: request headers (the API key lives only here).
+        url_authorization: ``Authorization: Basic`` value for ``user:password@`` in ``-H``
+            (``llmload.credentials``); the host itself is kept without them.
         token_counter: local tokenizer, used only when the server sends no usage.
         started_at_unix: wall-clock start of the current run.
         blocked: why the run must not send load (failed preflight), or None.
@@ -200,6 +202,7 @@ class Runtime:
     run_id: str = ""
     model: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    url_authorization: str | None = None
     token_counter: TokenCounter | None = None
     started_at_unix: float = 0.0
     blocked: str | None = None

@@ -70,6 +70,7 @@ from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 
 from llmload.config import Timeouts
+from llmload.credentials import public_url
 from llmload.errors import ConfigError, ConnectionClosedError, RequestTimeout, TransportError
 
 __all__ = ["AddressCache", "GeventHTTPTransport", "GeventResponse", "HTTPResult"]
@@ -439,7 +440,7 @@ class GeventHTTPTransport:
         except ValueError as exc:
             raise ConfigError(f"base URL {base_url!r} has an invalid port: {exc}") from exc
         self._prefix = parts.path.rstrip("/")
-        self._origin = f"{parts.scheme}://{parts.netloc}"
+        self._origin = public_url(f"{parts.scheme}://{parts.netloc}")  # error messages never carry user:password
         self._timeouts = timeouts
         https = parts.scheme == "https"
         extra: dict[str, Any] = {}

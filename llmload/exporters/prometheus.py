@@ -64,7 +64,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
@@ -77,6 +76,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import CollectorRegistry
 
+from llmload.credentials import public_url
 from llmload.errors import ConfigError
 from llmload.exporters.window import WindowView
 from llmload.histogram import GAMMA, LatencyHistogram
@@ -191,17 +191,6 @@ class RunView:
     started_at_unix: float | None = None
 
 
-def _public_host(host: str) -> str:
-    """``host`` without ``user:password@`` (never export credentials)."""
-    parts = urlsplit(host)
-    if parts.username is None and parts.password is None:
-        return host
-    netloc = parts.hostname or ""
-    if parts.port is not None:
-        netloc = f"{netloc}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 class LLMLoadCollector:
     """prometheus_client Collector: turns a ``RunView`` into llmload's metric families."""
 
@@ -217,7 +206,7 @@ class LLMLoadCollector:
             "The current llmload run",
             value={
                 "run_id": view.run_id,
-                "host": _public_host(view.host),
+                "host": public_url(view.host),
                 "model": view.model,
                 "version": view.version,
             },

@@ -1,4 +1,4 @@
-"""Failure cases from ../shared/cases/CASES.md (BC-24, BC-25, BC-27, BC-28, BC-29) and the key-leak check.
+"""Failure cases from ../shared/cases/CASES.md (BC-24, BC-25, BC-27, BC-28, BC-29) and the credential-leak checks.
 
 Load runs use real `locust` processes on loopback against `llmload sim` or a
 scripted server; each is bounded by `-t`/`--num-requests` and a subprocess timeout.
@@ -6,9 +6,14 @@ scripted server; each is bounded by `-t`/`--num-requests` and a subprocess timeo
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
+import os
 import resource
 import subprocess
+import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -24,7 +29,7 @@ from llmload.stats import MAX_ERROR_CATEGORIES, LLMStats
 from llmload.testing import CF, ROLE, C, Ending, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
 from llmload.transport import GeventHTTPTransport
 from llmload.wire import to_wire
-from tests.integration.procs import locust_argv, run_locust
+from tests.integration.procs import free_port, locust_argv, run_locust
 from tests.integration.test_sim import REPO_ROOT, metrics, start_sim, stop_sim
 
 pytestmark = [pytest.mark.integration]
@@ -253,28 +258,83 @@ def test_bc25_cpu_monitor_samples_the_real_process():
     assert monitor.max_percent > 0.0
 
 
-# ── Security: the API key never leaks ───────────────────────────────────
+# ── Security: no credential in any output (issue 14, P2) ────────────────
+def _run_collecting_every_output(tmp_path: Path, host: str, env: dict[str, str]) -> tuple[int, list[str]]:
+    """One 2-worker run with every output on; returns the exit status and the text of every output.
+
+    Outputs: stdout and stderr (DEBUG logs), the results file, the requests
+    logs, Locust's HTML report and CSV files, and every Prometheus scrape
+    taken while the run was up (the last one after the final totals).
+    """
+    out, log, html = tmp_path / "r.json", tmp_path / "req.jsonl", tmp_path / "report.html"
+    port = free_port()
+    args = [
+        "-f", "locustfiles/chat.py", "--headless", "-H", host, "--processes", "2",
+        "-u", "4", "-r", "4", "--num-requests", "12", "-t", "60s", "--results-json", str(out),
+        "--requests-log", str(log), "--loglevel", "DEBUG", "--html", str(html), "--csv", str(tmp_path / "csv"),
+        "--prometheus-port", str(port), "--prometheus-host", "127.0.0.1", "--prometheus-grace", "10",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        locust_argv(args), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **env},
+    )  # fmt: skip
+    scrapes: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer,
+            ):
+                scrapes.append(answer.read().decode())
+            time.sleep(0.2)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert scrapes, "the exporter was never scraped"
+    assert "llmload_run_info{" in scrapes[-1]
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert {out, html} <= set(files)
+    assert len([p for p in files if p.name.startswith("req")]) == 2  # one requests log per worker
+    assert len([p for p in files if p.suffix == ".csv"]) >= 3
+    return proc.returncode, [stdout, stderr, *scrapes, *(p.read_text() for p in files)]
+
+
+def _served(srv: ScriptedServer) -> set[str | None]:
+    return {r.headers.get("authorization") for r in srv.requests if r.method == "POST"}
+
+
 def test_api_key_is_sent_to_the_target_and_never_printed_or_written(tmp_path):
     key = "sk-llmload-test-" + uuid.uuid4().hex
     reply = Reply(writes=[W(5, sse(ROLE, C({"content": "hi"}), CF("stop"), U(3, 1), "[DONE]"))])
-    out, log = tmp_path / "r.json", tmp_path / "req.jsonl"
     with ScriptedServer(_route(reply)) as srv:
-        proc = _locust(
-            [
-                "-f", "locustfiles/chat.py", "--headless", "-H", srv.base_url, "--processes", "2",
-                "-u", "4", "-r", "4", "--num-requests", "12", "-t", "60s", "--results-json", str(out),
-                "--requests-log", str(log), "--loglevel", "DEBUG",
-            ],
-            env={"OPENAI_API_KEY": key},
-        )  # fmt: skip
-        auth = {r.headers.get("authorization") for r in srv.requests if r.method == "POST"}
-    assert proc.returncode == 0, proc.stderr[-2000:]
+        code, outputs = _run_collecting_every_output(tmp_path, srv.base_url, {"OPENAI_API_KEY": key})
+        auth = _served(srv)
+    assert code == 0, outputs[1][-2000:]
     assert auth == {f"Bearer {key}"}
-    written = [out.read_text()] + [p.read_text() for p in Path(tmp_path).glob("req*.jsonl")]
-    assert len(written) == 3  # results + one requests log per worker
-    for text in [proc.stdout, proc.stderr, *written]:
+    for text in outputs:
         assert key not in text
         assert key[-12:] not in text
+
+
+def test_p2_password_in_the_host_url_is_sent_as_basic_auth_and_never_printed_or_written(tmp_path):
+    user, password = "u-" + uuid.uuid4().hex[:8], "pw-" + uuid.uuid4().hex
+    reply = Reply(writes=[W(5, sse(ROLE, C({"content": "hi"}), CF("stop"), U(3, 1), "[DONE]"))])
+    with ScriptedServer(_route(reply)) as srv:
+        host = srv.base_url.replace("http://", f"http://{user}:{password}@")
+        code, outputs = _run_collecting_every_output(tmp_path, host, {"OPENAI_API_KEY": ""})
+        auth = _served(srv)
+        public = srv.base_url
+    assert code == 0, outputs[1][-2000:]
+    assert auth == {"Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["run"]["host"] == public
+    for text in outputs:
+        assert password not in text
+        assert f"{user}:" not in text
+        assert base64.b64encode(f"{user}:{password}".encode()).decode() not in text
 
 
 def test_idle_keepalive_connection_closed_by_the_server_is_retried_once_not_failed():

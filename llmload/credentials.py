@@ -1,0 +1,66 @@
+"""Credentials written into a target URL (``-H http://user:password@host:port``).
+
+They are sent as the request's ``Authorization: Basic`` header (as Locust's
+own HTTP clients do) and nowhere else: every other use of the URL (results,
+summary, logs, error messages, the requests log, Prometheus, Locust's HTML
+report and web UI) sees it without ``user:password@``. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+__all__ = ["TargetURL", "public_url", "split_credentials"]
+
+
+@dataclass(frozen=True, slots=True)
+class TargetURL:
+    """A target URL split into what may be shown and what must only be sent.
+
+    Attributes:
+        public: the URL without ``user:password@`` (safe to print or write).
+        authorization: ``"Basic …"`` for the URL's credentials, or None when it has none.
+    """
+
+    public: str
+    authorization: str | None
+
+
+def split_credentials(url: str) -> TargetURL:
+    """Split ``url`` into its public form and a Basic ``Authorization`` value.
+
+    A URL that does not parse, or has no user information, is returned as is
+    with no authorization. Percent-escapes in the user and password are
+    decoded before encoding (``p%40ss`` is the password ``p@ss``).
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return TargetURL(_without_userinfo(url), None)
+    if parts.username is None and parts.password is None:
+        return TargetURL(url, None)
+    netloc = parts.hostname or ""
+    if ":" in netloc:  # IPv6 literal: urlsplit dropped its brackets
+        netloc = f"[{netloc}]"
+    if port is not None:
+        netloc = f"{netloc}:{port}"
+    public = urlunsplit(parts._replace(netloc=netloc))
+    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    return TargetURL(public, "Basic " + base64.b64encode(pair.encode("latin-1", "replace")).decode("ascii"))
+
+
+def public_url(url: str) -> str:
+    """``url`` without ``user:password@`` (never print or export credentials)."""
+    return split_credentials(url).public
+
+
+def _without_userinfo(url: str) -> str:
+    """Best effort for a URL ``urlsplit`` refuses: drop everything between ``//`` and the last ``@``."""
+    scheme, sep, rest = url.partition("//")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{authority.rpartition('@')[2]}{slash}{path}"

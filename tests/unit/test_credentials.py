@@ -1,0 +1,37 @@
+"""credentials: user:password@ in -H is split from the URL every output shows (issue 14, P2)."""
+
+import base64
+
+import pytest
+
+from llmload.credentials import TargetURL, public_url, split_credentials
+
+
+def _basic(pair: str) -> str:
+    return "Basic " + base64.b64encode(pair.encode()).decode()
+
+
+def test_p2_credentials_leave_the_url_and_become_a_basic_authorization():
+    assert split_credentials("http://alice:s3cret@10.0.0.5:8000/prefix") == TargetURL(
+        "http://10.0.0.5:8000/prefix", _basic("alice:s3cret")
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "public", "pair"),
+    [
+        ("https://bob:p%40ss@vllm.example", "https://vllm.example", "bob:p@ss"),  # escapes decoded
+        ("http://tok@127.0.0.1:8000", "http://127.0.0.1:8000", "tok:"),  # user only
+        ("http://u:p@[::1]:8000/v", "http://[::1]:8000/v", "u:p"),  # IPv6 keeps its brackets
+    ],
+)
+def test_p2_credentials_split_from_every_url_form(url, public, pair):
+    assert split_credentials(url) == TargetURL(public, _basic(pair))
+
+
+def test_p2_url_without_credentials_is_unchanged():
+    assert split_credentials("http://127.0.0.1:8000") == TargetURL("http://127.0.0.1:8000", None)
+
+
+def test_p2_unparsable_url_still_loses_its_credentials():
+    assert public_url("http://u:secret@host:notaport/x") == "http://host:notaport/x"
