@@ -56,26 +56,19 @@ class ArrivalSchedule:
             raise ConfigError(f"--burstiness must be a finite number > 0, got {self.burstiness!r}; pass e.g. 0.5")
         self._rng = random.Random(self.seed)
         self._offset_s = 0.0
-        self.issued = 0
-        self.last_offset_s = 0.0
 
     def next_offset_s(self) -> float:
         """Return the next arrival's offset in seconds: 0 for the first, then one gap later each."""
-        self.issued += 1
         if math.isinf(self.rate):
             return 0.0
         offset = self._offset_s
         self._offset_s += self._gap_s()
-        self.last_offset_s = offset
         return offset
 
     @property
-    def realized_rate_per_s(self) -> float | None:
-        """Arrivals per second of the schedule issued so far (a Poisson schedule's own rate varies
-        around the target by about 1/sqrt(n)); None before two arrivals or for inf."""
-        if self.issued < 2 or self.last_offset_s <= 0:
-            return None
-        return (self.issued - 1) / self.last_offset_s
+    def next_due_offset_s(self) -> float:
+        """Offset of the next arrival nobody has taken yet (0 for ``inf``)."""
+        return 0.0 if math.isinf(self.rate) else self._offset_s
 
     def _gap_s(self) -> float:
         mean = 1.0 / self.rate

@@ -55,10 +55,10 @@ from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.prometheus import PrometheusExporter, RunView
 from llmload.exporters.report import RunInfo, build_results, read_lag_saturated, write_results_json
 from llmload.exporters.requests_log import RequestsLog, worker_path
-from llmload.exporters.run_summary import load_section, public_options, summary_lines
+from llmload.exporters.run_summary import SendFigures, load_section, public_options, summary_lines
 from llmload.exporters.window import SlidingWindow
 from llmload.interrupt import Interrupter
-from llmload.runtime import CpuMonitor, ExportState, RequestBudget, Runtime, WarmupGate
+from llmload.runtime import CpuMonitor, ExportState, RequestBudget, Runtime, SendWindow, WarmupGate
 from llmload.stats import LLMStats
 from llmload.tokens import load_tokenizer
 from llmload.transport import GeventHTTPTransport
@@ -376,7 +376,7 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
     runtime.stopping = False
     runtime.finals_from = set()
     runtime.cpu_saturated_s = 0.0
-    runtime.scheduled_rates = {}
+    runtime.send_figures_by_process = {}
     try:
         _prepare(environment, runtime)
     except LLMLoadError as exc:
@@ -449,6 +449,8 @@ def _start_open_loop(runtime: Runtime, *, rate: float | None, concurrency: int |
         )
     )
     runtime.schedule_start_s = 0.0  # set by the first request that takes an arrival
+    runtime.sends = SendWindow()
+    runtime.stopped_at_s = None
     runtime.concurrency = None if concurrency is None else gevent.lock.BoundedSemaphore(concurrency)
 
 
@@ -536,7 +538,7 @@ def _payload(runtime: Runtime) -> dict[str, Any]:
         "stats": to_wire(runtime.take_delta()),
         "cpu_saturated_s": cpu_s,
         "in_flight": runtime.in_flight,
-        "scheduled_rate_per_s": runtime.schedule.realized_rate_per_s if runtime.schedule is not None else None,
+        "sends": runtime.send_figures().as_wire(),
     }
 
 
@@ -552,8 +554,8 @@ def _merge_payload(runtime: Runtime, client_id: str, payload: dict[str, Any]) ->
     if payload.get("run_id") != runtime.run_id:
         return  # a late report from a previous run
     runtime.cpu_saturated_s = max(runtime.cpu_saturated_s, float(payload.get("cpu_saturated_s") or 0.0))
-    if payload.get("scheduled_rate_per_s") is not None:
-        runtime.scheduled_rates[client_id] = float(payload["scheduled_rate_per_s"])
+    if "sends" in payload:
+        runtime.send_figures_by_process[client_id] = SendFigures.from_wire(payload["sends"])
     try:
         delta = from_wire(payload["stats"])
     except (WireFormatError, KeyError, TypeError) as exc:
@@ -621,6 +623,8 @@ def _on_test_stopping(environment: Environment, **_kw: Any) -> None:
     runtime: Runtime | None = getattr(environment, "llmload", None)
     if runtime is not None:
         runtime.stopping = True
+        if runtime.stopped_at_s is None:
+            runtime.stopped_at_s = time.perf_counter()  # the open-loop schedule's lag is read as of now
     if not isinstance(runner, MasterRunner) or runtime is None or not runtime.run_id:
         return
     deadline_s = time.monotonic() + environment.stop_timeout + _FINAL_WAIT_EXTRA_S
@@ -692,10 +696,11 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         runtime.cpu_saturated_s >= _SATURATION_SUSTAIN_S or results["client"]["read_lag_saturated"]
     )
     results["client_cpu_saturated_s"] = runtime.cpu_saturated_s
-    if runtime.schedule is not None and runtime.schedule.realized_rate_per_s is not None:
-        runtime.scheduled_rates["local"] = runtime.schedule.realized_rate_per_s
-    scheduled = sum(runtime.scheduled_rates.values()) if runtime.scheduled_rates else None
-    results["load"] = load_section(runtime.config, results, scheduled)
+    if not isinstance(runner, MasterRunner):
+        runtime.send_figures_by_process["local"] = runtime.send_figures()
+    results["load"] = load_section(
+        runtime.config, results, SendFigures.combine(runtime.send_figures_by_process.values())
+    )
     requests = results["requests"]
     finished, failed = requests["total"], requests["failed"]
     ratio = failed / finished if finished else 0.0

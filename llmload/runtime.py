@@ -8,6 +8,8 @@ import time.
 from __future__ import annotations
 
 import functools
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +21,7 @@ from llmload.arrivals import ArrivalSchedule
 from llmload.config import RunConfig
 from llmload.exporters.prometheus import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
+from llmload.exporters.run_summary import SendFigures
 from llmload.exporters.window import SlidingWindow
 from llmload.payloads import LLMRequest
 from llmload.stats import LLMStats
@@ -26,7 +29,7 @@ from llmload.tokens import TokenCounter
 from llmload.transport import AddressCache
 from llmload.workload import Prompt, PromptStream, Workload
 
-__all__ = ["CpuMonitor", "ExportState", "RequestBudget", "RequestCache", "Runtime", "WarmupGate"]
+__all__ = ["CpuMonitor", "ExportState", "RequestBudget", "RequestCache", "Runtime", "SendWindow", "WarmupGate"]
 
 
 class RequestBudget:
@@ -146,6 +149,49 @@ class WarmupGate:
 
 
 @dataclass
+class SendWindow:
+    """The requests this process handed to the server in the current run: how many, when, and when they were due.
+
+    Every request counts once it is sent, whether it then succeeds, fails or is
+    cancelled at the stop, so the send rate divides the requests sent in a
+    window by that same window. For an open loop the intended (scheduled) send
+    times of the same requests give the rate they were scheduled at, so both
+    rates cover the same requests (``time.perf_counter`` seconds).
+    """
+
+    count: int = 0
+    first_s: float = math.inf
+    last_s: float = -math.inf
+    first_due_s: float = math.inf
+    last_due_s: float = -math.inf
+
+    def note(self, at_s: float, due_s: float | None = None) -> None:
+        """Count one request sent at ``at_s`` (scheduled for ``due_s`` in an open loop)."""
+        self.count += 1
+        self.first_s = min(self.first_s, at_s)
+        self.last_s = max(self.last_s, at_s)
+        if due_s is not None:
+            self.first_due_s = min(self.first_due_s, due_s)
+            self.last_due_s = max(self.last_due_s, due_s)
+
+    @property
+    def rate_per_s(self) -> float | None:
+        """(count - 1) / (last - first send), like an arrival schedule's own rate; None before two sends."""
+        return _rate(self.count, self.last_s - self.first_s)
+
+    @property
+    def scheduled_rate_per_s(self) -> float | None:
+        """(count - 1) / (last - first due time) of the same requests; None without a schedule."""
+        return _rate(self.count, self.last_due_s - self.first_due_s)
+
+
+def _rate(count: int, span_s: float) -> float | None:
+    if count < 2 or not 0 < span_s < math.inf:
+        return None
+    return (count - 1) / span_s
+
+
+@dataclass
 class ExportState:
     """The Prometheus exporter's state on the master or a single process (issue 5).
 
@@ -232,12 +278,25 @@ class Runtime:
     schedule: ArrivalSchedule | None = None
     schedule_start_s: float = 0.0
     concurrency: gevent.lock.BoundedSemaphore | None = None
-    scheduled_rates: dict[str, float] = field(default_factory=dict)  # master: realized schedule rate per worker
+    sends: SendWindow = field(default_factory=SendWindow)
+    stopped_at_s: float | None = None  # time.perf_counter() when this process's stop began
+    send_figures_by_process: dict[str, SendFigures] = field(default_factory=dict)  # master: latest per worker
     # Prometheus exporter (issue 5)
     in_flight: int = 0  # requests sent by this process's users and not finished yet
     window_delta: LLMStats | None = None  # single process with exporter: records since the last window tick
     live_task: gevent.Greenlet[[], None] | None = None  # worker live reports / single-process window ticks
     export: ExportState | None = None  # master or single process, when --prometheus-port is not 0
+
+    def send_figures(self) -> SendFigures:
+        """This process's open-loop figures: schedule rate, send rate, and how far behind it was at the stop."""
+        schedule = self.schedule
+        if schedule is None:
+            return SendFigures(sent_rate_per_s=self.sends.rate_per_s)
+        behind_s = None
+        if not math.isinf(schedule.rate) and self.schedule_start_s and not self.budget.exhausted:
+            now_s = self.stopped_at_s if self.stopped_at_s is not None else time.perf_counter()
+            behind_s = max(0.0, now_s - (self.schedule_start_s + schedule.next_due_offset_s))
+        return SendFigures(self.sends.scheduled_rate_per_s, self.sends.rate_per_s, behind_s)
 
     def take_delta(self) -> LLMStats:
         """Return the statistics gathered since the last call and start a new delta (workers)."""

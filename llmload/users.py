@@ -183,12 +183,14 @@ class LLMUser(User):
             # for a per-request failure; one that does escape is a bug and is not a cancellation.
             if not isinstance(exc, Exception) and mark.posted:
                 runtime.stats.add_cancelled(self.endpoint, request.model)
+                runtime.sends.note(started, intended_s)
             raise
         finally:
             runtime.in_flight -= 1
             if slot is not None:
                 slot.release()
         elapsed_s = time.perf_counter() - started
+        runtime.sends.note(started, intended_s)
         if intended_s is not None:
             record.dispatch_delay_s = max(0.0, started - intended_s)
         slo = runtime.config.slo

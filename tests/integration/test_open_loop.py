@@ -82,6 +82,27 @@ def test_bc23_poisson_rate_is_followed_without_drift(tmp_path):
     assert results["load"]["rate_shortfall"] is False
 
 
+# Issue 14, P3: a -t run that kept its schedule reads the target rate, with no shortfall warning.
+@pytest.mark.parametrize("arrival", ["constant", "poisson"])
+def test_p3_time_limited_open_loop_that_kept_its_schedule_reports_the_target_rate(tmp_path, arrival):
+    # replies of ~40-80 tokens at 20 ms: requests are in flight at the stop and get cancelled
+    url, sim = start_sim("--decode-step-ms", "20", "--decode-ms-per-seq", "0", "--prefill-base-ms", "0")
+    try:
+        proc, results = _run(
+            url, tmp_path, "-u", "32", "-r", "32", "--request-rate", "10", "--arrival", arrival, "-t", "6s",
+            "--max-tokens", "60", "--seed", "3",
+        )  # fmt: skip
+    finally:
+        stop_sim(sim)
+    load, requests = results["load"], results["requests"]
+    assert requests["cancelled"] > 0
+    assert load["max_schedule_lag_s"] < 0.1
+    # sends (cancelled ones included) over their span: the schedule's own rate
+    assert load["achieved_rate_per_s"] == pytest.approx(load["scheduled_rate_per_s"], rel=0.02)
+    assert load["rate_shortfall"] is False
+    assert "not met" not in proc.stdout
+
+
 # Case BC-23: with 2 workers the total rate equals the target (split, not doubled).
 def test_bc23_rate_is_split_across_workers_not_multiplied(tmp_path):
     url, sim = start_sim("--decode-step-ms", "1", "--decode-ms-per-seq", "0", "--prefill-base-ms", "0")
