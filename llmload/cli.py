@@ -49,6 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     sweep.add_argument("--sweep", required=True, help="users=1,8,64 (closed loop) or rate=5,10,inf (req/s)")
     sweep.add_argument("--results-json", default="sweep.json", help="combined results (default sweep.json)")
     sweep.add_argument("--ttft-p99-limit", type=float, default=None, help="knee when TTFT p99 exceeds S seconds")
+    sweep.add_argument(
+        "--max-e2e",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="rate sweeps: longest request time (s) the users must absorb at the highest rate; "
+        "without -u the sweep sets -u ceil(rate x S) (at least 64), with -u it refuses fewer (default 10)",
+    )
     sweep.add_argument("locust_args", nargs=argparse.REMAINDER, help="-- then the Locust arguments for every step")
     args = parser.parse_args(argv)
     if args.command == "demo":
@@ -61,45 +69,74 @@ def main(argv: list[str] | None = None) -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     from llmload.errors import ConfigError
-    from llmload.sweep import find_knee, parse_sweep
+    from llmload.sweep import (
+        parse_sweep,
+        rate_sweep_users,
+        remove_step_files,
+        step_file,
+        step_section,
+        step_text,
+        sweep_document,
+    )
 
+    extra = [a for a in args.locust_args if a != "--"]
     try:
         spec = parse_sweep(args.sweep)
+        users = rate_sweep_users(spec, extra, args.max_e2e)
     except ConfigError as exc:
         print(f"llmload sweep: error: {exc}", file=sys.stderr)
         return 2
-    extra = [a for a in args.locust_args if a != "--"]
+    if users:
+        print(f"== sweep {spec.kind}: {' '.join(users)} for every step (enough users to keep each schedule)")
     if "--headless" not in extra:
         extra.append("--headless")
     out = Path(args.results_json)
     out.parent.mkdir(parents=True, exist_ok=True)
+    remove_step_files(out)
     steps: list[dict[str, Any]] = []
     code = 0
     for step in spec.steps:
-        step_json = out.with_name(f"{out.stem}.{spec.kind}-{step:g}.json")
-        step_json.unlink(missing_ok=True)
-        print(f"\n== sweep {spec.kind}={step:g}", flush=True)
+        step_json = step_file(out, spec.kind, step)
+        print(f"\n== sweep {spec.kind}={step_text(step)}", flush=True)
         rc = subprocess.call(
-            [sys.executable, "-m", "locust", *extra, *spec.locust_args(step), "--results-json", str(step_json)]
+            [sys.executable, "-m", "locust", *extra, *users, *spec.locust_args(step), "--results-json", str(step_json)]
         )
         if not step_json.exists():
-            print(f"llmload sweep: step {spec.kind}={step:g} wrote no results (exit {rc}); stopping", file=sys.stderr)
+            print(
+                f"llmload sweep: step {spec.kind}={step_text(step)} wrote no results (exit {rc}); stopping",
+                file=sys.stderr,
+            )
             return rc or 1
         code = max(code, rc)
-        steps.append({"step": step, **json.loads(step_json.read_text())})
-    knee = find_knee(steps, ttft_p99_limit_s=args.ttft_p99_limit)
-    out.write_text(json.dumps({"sweep": spec.kind, "steps": steps, "knee": knee}, indent=2) + "\n")
+        section = step_section(step, json.loads(step_json.read_text()))
+        if section["client_limited"]:
+            print(
+                f"llmload sweep: WARNING: step {spec.kind}={step_text(step)} did not keep its schedule "
+                f"({section['load'].get('warning')}); its throughput is the client's, so the knee ignores it. "
+                f"Rerun with more users (-u)",
+                file=sys.stderr,
+            )
+        steps.append(section)
+    document = sweep_document(spec, steps, ttft_p99_limit_s=args.ttft_p99_limit)
+    knee = document["knee"]
+    out.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
     print(f"\n{'step':>8} {'req/s':>9} {'out tok/s':>10} {'TTFT p99 ms':>12} {'E2E p50 ms':>11}")
     for section in steps:
         thr, lat = section["throughput"], section["latency"]
         p99 = lat["ttft_s"]["p99"]
         p50 = lat["e2e_s"]["p50"]
+        limited = "  (client-limited)" if section["client_limited"] else ""
         print(
-            f"{section['step']:>8g} {thr['requests_per_s'] or 0:>9.2f} {thr['output_tokens_per_s'] or 0:>10.1f}"
-            f" {(p99 or 0) * 1e3:>12.1f} {(p50 or 0) * 1e3:>11.1f}"
+            f"{step_text(section['step']):>8} {thr['requests_per_s'] or 0:>9.2f}"
+            f" {thr['output_tokens_per_s'] or 0:>10.1f}"
+            f" {(p99 or 0) * 1e3:>12.1f} {(p50 or 0) * 1e3:>11.1f}{limited}"
         )
-    print(f"knee: {knee['step']:g} ({knee['reason']})" if knee else "knee: not reached (throughput still rising)")
-    print(f"== sweep results written to {out}")
+    print(
+        f"knee: {step_text(knee['step'])} ({knee['reason']})" if knee else "knee: not reached (throughput still rising)"
+    )
+    print(
+        f"== sweep results written to {out} (each step's own results in {step_file(out, spec.kind, 0).name[:-6]}*.json)"
+    )
     return code
 
 

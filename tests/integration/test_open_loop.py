@@ -185,3 +185,37 @@ def test_sweep_runs_one_step_per_value_and_writes_sections(tmp_path):
     assert [s["step"] for s in sweep["steps"]] == [1, 4]
     assert [s["requests"]["succeeded"] for s in sweep["steps"]] == [20, 20]
     assert "knee:" in proc.stdout
+
+
+# Issue 14, P4: the README's rate sweep measures the server: enough users, no artefact knee.
+def test_p4_rate_sweep_as_the_readme_shows_it_sets_enough_users(tmp_path):
+    url, sim = start_sim("--decode-step-ms", "10", "--decode-ms-per-seq", "0", "--prefill-base-ms", "0")
+    out = tmp_path / "sweep.json"
+    stale = tmp_path / "sweep.rate-99.json"  # left by an earlier sweep (P7)
+    stale.write_text("{}")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "llmload", "sweep", "--sweep", "rate=5,inf", "--results-json", str(out), "--",
+             "-f", "locustfiles/completions.py", "-H", url, "-t", "4s", "--max-tokens", "32", "--ignore-eos",
+             "--prometheus-port", "0", "--only-summary"],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+    finally:
+        stop_sim(sim)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "-u 64 -r 64 for every step" in proc.stdout
+    sweep = json.loads(out.read_text())
+    steps = sweep["steps"]
+    assert [s["step"] for s in steps] == [5, "inf"]
+    assert [s["run"]["users"] for s in steps] == [64, 64]
+    assert [s["client_limited"] for s in steps] == [False, False]
+    assert steps[0]["load"]["rate_shortfall"] is False
+    rate5, unlimited = (s["throughput"]["output_tokens_per_s"] for s in steps)
+    assert unlimited > 3 * rate5  # 64 requests in flight against ~0.35 at 5 req/s
+    assert sweep["knee"] is None
+    assert not stale.exists()
+    assert sorted(p.name for p in tmp_path.glob("sweep.*")) == [
+        "sweep.json",
+        "sweep.rate-5.json",
+        "sweep.rate-inf.json",
+    ]

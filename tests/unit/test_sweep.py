@@ -5,7 +5,16 @@ import math
 import pytest
 
 from llmload.errors import ConfigError
-from llmload.sweep import SweepSpec, find_knee, parse_sweep
+from llmload.sweep import (
+    SweepSpec,
+    find_knee,
+    parse_sweep,
+    rate_sweep_users,
+    remove_step_files,
+    step_file,
+    step_section,
+    sweep_document,
+)
 
 
 def test_sweep_parses_users_and_rates():
@@ -52,3 +61,73 @@ def test_sweep_knee_where_ttft_p99_passes_the_limit():
 
 def test_sweep_no_knee_while_throughput_rises():
     assert find_knee([step(1, 100, 0.05), step(8, 700, 0.06)]) is None
+
+
+# Issue 14, P4: the README's rate sweep ran with Locust's default of 1 user.
+@pytest.mark.parametrize(
+    ("sweep", "users"),
+    [("rate=5,inf", "64"), ("rate=5,10,20", "200"), ("rate=inf", "64"), ("rate=0.5", "64")],
+)
+def test_p4_rate_sweep_without_users_sets_enough_users_itself(sweep, users):
+    args = ["-f", "locustfiles/chat.py", "-H", "http://127.0.0.1:8000", "-t", "4s"]
+    assert rate_sweep_users(parse_sweep(sweep), args) == ["-u", users, "-r", users]
+
+
+def test_p4_rate_sweep_refuses_too_few_users_and_names_the_number():
+    with pytest.raises(ConfigError, match=r"-u 1 is too few users: .* needs 200 users in flight\. Pass -u 200"):
+        rate_sweep_users(parse_sweep("rate=5,20"), ["-t", "4s", "-u", "1"])
+
+
+@pytest.mark.parametrize(
+    ("args", "extra"),
+    [
+        (["-u", "300"], ["-r", "300"]),
+        (["--users=300", "-r", "10"], []),
+        (["-u300", "--spawn-rate", "50"], []),
+    ],
+)
+def test_p4_rate_sweep_keeps_enough_users_given_and_spawns_them_at_once(args, extra):
+    assert rate_sweep_users(parse_sweep("rate=5,20,inf"), args, max_e2e_s=10) == extra
+
+
+def test_p4_users_sweep_needs_no_extra_arguments():
+    assert rate_sweep_users(parse_sweep("users=1,8"), ["-u", "1"]) == []
+
+
+def test_p4_rate_sweep_refuses_a_non_positive_max_e2e():
+    with pytest.raises(ConfigError, match="--max-e2e must be a positive number"):
+        rate_sweep_users(parse_sweep("rate=5"), [], max_e2e_s=0)
+
+
+def test_p4_knee_ignores_steps_the_client_limited():
+    steps = [
+        step_section(5.0, {**step(5, 1000, 0.05), "load": {"rate_shortfall": False}}),
+        step_section(10.0, {**step(10, 1010, 0.05), "load": {"rate_shortfall": True}}),  # the client's ceiling
+        step_section(20.0, {**step(20, 4000, 0.06), "load": {"rate_shortfall": False}}),
+    ]
+    document = sweep_document(parse_sweep("rate=5,10,20"), steps, ttft_p99_limit_s=None)
+    assert [s["client_limited"] for s in document["steps"]] == [False, True, False]
+    assert document["knee"] is None  # 1000 -> 4000 tok/s: no knee; 10 would have been an artefact
+
+
+# Issue 14, P7: per-step files are named, documented, and none from an earlier sweep is left behind.
+def test_p7_sweep_step_files_are_named_by_kind_and_step(tmp_path):
+    out = tmp_path / "sweep.json"
+    assert step_file(out, "rate", math.inf).name == "sweep.rate-inf.json"
+    assert step_file(out, "users", 64.0).name == "sweep.users-64.json"
+
+
+def test_p7_sweep_removes_step_files_of_an_earlier_sweep(tmp_path):
+    out = tmp_path / "sweep.json"
+    stale = [tmp_path / "sweep.rate-99.json", tmp_path / "sweep.users-3.json"]
+    keep = [tmp_path / "other.rate-5.json", tmp_path / "sweep.json"]
+    for path in stale + keep:
+        path.write_text("{}")
+    assert remove_step_files(out) == stale
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.rate-5.json", "sweep.json"]
+
+
+def test_p4_unlimited_step_is_written_as_inf_text_because_json_has_no_infinity():
+    section = step_section(math.inf, {"load": {"rate_shortfall": False}})
+    assert section["step"] == "inf"
+    assert SweepSpec("rate", (math.inf,)).locust_args(math.inf) == ["--request-rate", "inf"]
