@@ -53,9 +53,10 @@ from llmload.config import OPTIONS, RunConfig
 from llmload.credentials import public_url, split_credentials
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.prometheus import PrometheusExporter, RunView
-from llmload.exporters.report import RunInfo, build_results, read_lag_saturated, write_results_json
+from llmload.exporters.report import RunInfo, read_lag_saturated, write_results_json
 from llmload.exporters.requests_log import RequestsLog, worker_path
-from llmload.exporters.run_summary import SendFigures, load_section, public_options, summary_lines
+from llmload.exporters.run_results import CPU_SATURATION_S, RunFacts, assemble_results
+from llmload.exporters.run_summary import SendFigures, public_options, summary_lines
 from llmload.exporters.window import SlidingWindow
 from llmload.interrupt import Interrupter
 from llmload.runtime import CpuMonitor, ExportState, RequestBudget, Runtime, SendWindow, WarmupGate
@@ -73,7 +74,6 @@ log = logging.getLogger("llmload")
 _PLAN = "llmload_plan"
 _FINAL_WAIT_EXTRA_S = 30.0
 _FINAL_POLL_S = 0.25
-_SATURATION_SUSTAIN_S = 5.0
 _PROBLEMS_LOGGED = 10
 
 
@@ -687,31 +687,19 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         started_at_unix=runtime.started_at_unix,
         options=public_options(runtime.config),
     )
-    results = build_results(runtime.stats, run=run, slo=runtime.config.slo)
-    if runtime.lost_workers:
-        results["lost_workers"] = list(runtime.lost_workers)
-    if runtime.blocked:
-        results["blocked"] = runtime.blocked
-    results["client_saturated"] = (
-        runtime.cpu_saturated_s >= _SATURATION_SUSTAIN_S or results["client"]["read_lag_saturated"]
-    )
-    results["client_cpu_saturated_s"] = runtime.cpu_saturated_s
     if not isinstance(runner, MasterRunner):
         runtime.send_figures_by_process["local"] = runtime.send_figures()
-    results["load"] = load_section(
-        runtime.config, results, SendFigures.combine(runtime.send_figures_by_process.values())
+    facts = RunFacts(
+        blocked=runtime.blocked,
+        lost_workers=tuple(runtime.lost_workers),
+        cpu_saturated_s=runtime.cpu_saturated_s,
+        sends=SendFigures.combine(runtime.send_figures_by_process.values()),
     )
-    requests = results["requests"]
-    finished, failed = requests["total"], requests["failed"]
-    ratio = failed / finished if finished else 0.0
-    limit = runtime.config.max_failure_ratio
-    passed = not runtime.blocked and requests["succeeded"] > 0 and ratio <= limit
-    results["passed"] = passed
-    results["max_failure_ratio"] = limit
+    results = assemble_results(runtime.stats, run=run, config=runtime.config, facts=facts)
     runtime.results = results
     if runtime.config.results_json:
         write_results_json(runtime.config.results_json, results)
-    environment.process_exit_code = 0 if passed else 1
+    environment.process_exit_code = results["exit_status"]  # README "Exit status": 0, 1, or 2 when blocked
     if not (options is not None and getattr(options, "headless", False)):
         _print_summary(results)
 
@@ -815,7 +803,7 @@ def _run_view(environment: Environment) -> RunView:
         version=__version__,
         started_at_unix=runtime.started_at_unix or None,
         client_saturated=max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0)
-        >= _SATURATION_SUSTAIN_S
+        >= CPU_SATURATION_S
         or read_lag_saturated(stats.total().read_lag_s),
         lost_workers=len(runtime.lost_workers),
     )

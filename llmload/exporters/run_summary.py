@@ -15,7 +15,16 @@ from typing import Any
 from llmload.config import LengthSpec, RunConfig
 from llmload.exporters.report import format_summary
 
-__all__ = ["RATE_TOLERANCE", "SendFigures", "load_section", "public_options", "summary_lines", "workload_options"]
+__all__ = [
+    "RATE_TOLERANCE",
+    "SendFigures",
+    "Verdict",
+    "judge",
+    "load_section",
+    "public_options",
+    "summary_lines",
+    "workload_options",
+]
 
 
 RATE_TOLERANCE = 0.02
@@ -76,11 +85,9 @@ class SendFigures:
 
 
 def summary_lines(results: dict[str, Any]) -> list[str]:
-    """The console summary: ``format_summary`` plus the run-level notes (not run, lost workers,
-    open-loop rates, client saturation, and why the run did not pass)."""
+    """The console summary: ``format_summary`` plus the run-level notes (lost workers, open-loop
+    rates, client saturation) and the verdict line (blocked, passed or why not, with the exit status)."""
     lines = [format_summary(results)]
-    if results.get("blocked"):
-        lines.append(f"NOT RUN: {results['blocked']}")
     if results.get("lost_workers"):
         lost = results["lost_workers"]
         lines.append(f"WARNING: {len(lost)} worker(s) lost mid-run; their unreported requests are missing")
@@ -104,14 +111,64 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
             f"WARNING: load generator saturated (CPU > 90% for {results['client_cpu_saturated_s']} s): "
             "latencies unreliable; add workers (--processes N)"
         )
-    requests = results["requests"]
-    if not results.get("passed", True):
-        lines.append(
-            f"FAILED: {requests['failed']}/{requests['total']} requests failed "
-            f"(failure ratio {requests.get('failure_ratio') or 0:.1%} > --max-failure-ratio "
-            f"{results.get('max_failure_ratio', 0):.1%}) or nothing succeeded; exit status 1"
-        )
+    lines.append(results.get("verdict") or judge(results).text)
     return lines
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether a run passed, as a process exit status and one line that says why.
+
+    Attributes:
+        exit_status: 0 passed; 1 ran but did not pass (nothing succeeded, or
+            the failure ratio exceeded ``--max-failure-ratio``); 2 blocked
+            before any load (bad options, preflight).
+        text: a true statement of the comparison that decided it, e.g.
+            ``"FAILED: all 12 requests failed; exit status 1"``.
+    """
+
+    exit_status: int
+    text: str
+
+    @property
+    def passed(self) -> bool:
+        """True for exit status 0."""
+        return self.exit_status == 0
+
+
+def judge(results: dict[str, Any]) -> Verdict:
+    """The verdict on a results document (its ``requests``, ``blocked`` and ``max_failure_ratio``)."""
+    if results.get("blocked"):
+        return Verdict(2, f"BLOCKED before load: {results['blocked']}; no request was sent; exit status 2")
+    requests = results["requests"]
+    finished, failed, succeeded = requests["total"], requests["failed"], requests["succeeded"]
+    limit = float(results.get("max_failure_ratio") or 0.0)
+    if finished == 0:
+        return Verdict(1, f"FAILED: no request finished ({requests['cancelled']} cancelled at the stop); exit status 1")
+    if succeeded == 0:
+        subject = "the only request" if finished == 1 else f"all {finished} requests"
+        return Verdict(1, f"FAILED: {subject} failed; exit status 1")
+    ratio = failed / finished
+    shown, shown_limit = _percents(ratio, limit)
+    if ratio > limit:
+        return Verdict(
+            1,
+            f"FAILED: {failed}/{finished} requests failed (failure ratio {shown} > --max-failure-ratio "
+            f"{shown_limit}); exit status 1",
+        )
+    return Verdict(
+        0,
+        f"PASSED: {succeeded}/{finished} requests succeeded (failure ratio {shown} <= --max-failure-ratio "
+        f"{shown_limit}); exit status 0",
+    )
+
+
+def _percents(value: float, limit: float) -> tuple[str, str]:
+    """Both ratios as percentages with just enough decimals that unequal values never print alike."""
+    digits = 1
+    while digits < 6 and value != limit and round(value * 100, digits) == round(limit * 100, digits):
+        digits += 1
+    return f"{value * 100:.{digits}f}%", f"{limit * 100:.{digits}f}%"
 
 
 def _client_lines(results: dict[str, Any]) -> list[str]:

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import resource
+import signal
 import subprocess
 import time
 import urllib.request
@@ -71,7 +72,7 @@ def test_bc29_every_request_404_mid_run_is_reported_and_exits_nonzero(tmp_path):
     assert results["requests"]["succeeded"] == 0
     assert results["requests"]["failure_ratio"] == 1.0
     assert [e["category"] for e in results["errors"]] == ["HTTP 404 NotFoundError"]
-    assert "FAILED: 20/20 requests failed" in proc.stdout
+    assert "FAILED: all 20 requests failed; exit status 1" in proc.stdout
 
 
 # Case BC-29: preflight probe against a server whose generation endpoint refuses the model.
@@ -88,6 +89,38 @@ def test_bc29_preflight_probe_failure_stops_before_load(tmp_path):
     assert proc.returncode == 2
     assert "probe request for CompletionUser (/v1/completions) failed: HTTP 404 NotFoundError" in proc.stderr
     assert len(posts) == 1  # the probe only; no load
+
+
+# Issue 14, P5: a web-UI run blocked by preflight exits 2, as the README says, and says why.
+def test_p5_web_ui_run_blocked_by_preflight_exits_2(tmp_path):
+    url, sim = start_sim()
+    out = tmp_path / "r.json"
+    args = [
+        "-f", "locustfiles/chat.py", "-H", url, "--web-host", "127.0.0.1", "--web-port", str(free_port()),
+        "--autostart", "-u", "2", "-r", "2", "--model", "other", "--results-json", str(out),
+    ]  # fmt: skip
+    proc = subprocess.Popen(locust_argv(args), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not out.exists():
+            assert proc.poll() is None, "locust exited before writing the results"
+            assert time.monotonic() < deadline, "no results file for the blocked run"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)  # the user closes the web UI
+        stdout, stderr = proc.communicate(timeout=60)
+        served = metrics(url)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        stop_sim(sim)
+    assert proc.returncode == 2, stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["blocked"] == 'model "other" not served; available: llmload-sim'
+    assert (results["passed"], results["exit_status"]) == (False, 2)
+    assert results["verdict"].startswith('BLOCKED before load: model "other" not served')
+    assert "BLOCKED before load" in stdout
+    assert "failure ratio" not in stdout
+    assert sum(v for (name, _), v in served.items() if name == "llmload_sim_requests_completed_total") == 0
 
 
 # ── BC-27: timeouts, truncated streams, in-flight at stop ──────────────
