@@ -74,6 +74,7 @@ log = logging.getLogger("llmload")
 _PLAN = "llmload_plan"
 _FINAL_WAIT_EXTRA_S = 30.0
 _FINAL_POLL_S = 0.25
+_WATCH_INTERVAL_S = 0.5  # README: a lost worker is noticed within about 5 s (Locust: 4 missed 1 s heartbeats)
 _PROBLEMS_LOGGED = 10
 
 
@@ -495,7 +496,7 @@ def _watch_workers(environment: Environment, run_id: str) -> None:
     runner = environment.runner
     assert isinstance(runner, MasterRunner)
     while True:
-        gevent.sleep(1.0)
+        gevent.sleep(_WATCH_INTERVAL_S)
         if runtime.run_id != run_id or runtime.results is not None or runtime.flushed:
             return  # the run is stopping: workers leaving now are not lost
         alive = {c.id for c in runner.clients.all if c.state != STATE_MISSING}

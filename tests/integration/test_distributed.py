@@ -7,10 +7,12 @@ subprocess timeout.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +225,15 @@ def test_e2e_sigterm_to_master_stops_load_and_keeps_final_reports(sim_url, tmp_p
     assert "Successful requests:" in stdout
 
 
-def test_e2e_killed_worker_is_flagged_and_run_completes_with_the_rest(sim_url, tmp_path):
+def _lost_worker_logged_at(stderr: str) -> float:
+    """Unix time of the master's "lost mid-run" log line (Locust logs local time with milliseconds)."""
+    match = re.search(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\][^\n]*lost mid-run", stderr)
+    assert match, stderr[-3000:]
+    return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+# Issue 14, P7: the README's lost-worker time ("within about 5 s") is what happens.
+def test_p7_killed_worker_is_flagged_within_the_documented_time_and_run_completes(sim_url, tmp_path):
     out = tmp_path / "r.json"
     port = free_port()
     common = ["-f", "locustfiles/chat.py"]
@@ -249,6 +259,7 @@ def test_e2e_killed_worker_is_flagged_and_run_completes_with_the_rest(sim_url, t
         assert _wait_for(lambda: metric_sum(metrics(sim_url), "llmload_sim_requests_completed_total") > 200, 60)
         time.sleep(3.5)  # past at least one worker report interval (3 s)
         workers[0].kill()
+        killed_at = time.time()
         stdout, stderr = master.communicate(timeout=120)
     finally:
         for proc in (master, *workers):
@@ -259,3 +270,7 @@ def test_e2e_killed_worker_is_flagged_and_run_completes_with_the_rest(sim_url, t
     assert len(results["lost_workers"]) == 1
     assert results["requests"]["succeeded"] > 200
     assert "worker(s) lost mid-run" in stdout
+    # Locust: missing after 4-5 silent 1 s heartbeat ticks; llmload looks every 0.5 s
+    assert 2.5 <= _lost_worker_logged_at(stderr) - killed_at <= 6.0
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "noticed by the master within about 5 s" in readme

@@ -22,7 +22,7 @@ import pytest
 from llmload.client import StreamingClient
 from llmload.payloads import build_chat_request
 from llmload.record import TokenSource
-from llmload.testing import CF, C, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
+from llmload.testing import CF, TF, C, ReceivedRequest, Reply, ScriptedServer, T, U, W, json_reply, sse
 from llmload.tokens import HFTokenCounter
 from tests.integration.procs import run_locust
 from tests.integration.test_sim import REPO_ROOT, metrics, start_sim, stop_sim
@@ -138,6 +138,33 @@ def test_workloads_multi_turn_history_grows_with_each_reply(tmp_path):
         assert posts[i]["messages"][len(previous)] == {"role": "assistant", "content": f"reply{i - 1}"}
     firsts = [posts[i]["messages"][-1]["content"] for i in range(6)]
     assert len(set(firsts)) == 6  # every turn asks a new dataset question
+
+
+class CompletionScript:
+    """Answers GET /v1/models with model "m" and every completions POST with reply number n, "reply<n>"."""
+
+    def __init__(self) -> None:
+        self._n = itertools.count()
+
+    def __call__(self, request: ReceivedRequest) -> Reply:
+        if request.method == "GET":
+            return json_reply(200, json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}))
+        return Reply([W(5, sse(T(f"reply{next(self._n)}"), TF("stop"), U(10, 1), "[DONE]"))])
+
+
+# Issue 14, P7: --turns is not chat-only; completions send the conversation as one text.
+def test_p7_multi_turn_works_with_completions_as_one_joined_prompt(tmp_path):
+    dataset = _jsonl(tmp_path / "d.jsonl", [f"question {i}" for i in range(4)])
+    with ScriptedServer(CompletionScript()) as server:
+        proc = _locust(COMPLETIONS_FILE, server.base_url, "-u", "1", "--num-requests", "4", "--turns", "2",
+                       "--dataset", dataset, "--skip-preflight")  # fmt: skip
+        posts = _posts(server)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    prompts = [body["prompt"] for body in posts]
+    for i in (1, 3):  # the second turn: first prompt, its reply, then a new question
+        assert prompts[i].startswith(f"{prompts[i - 1]}\nreply{i - 1}\n")
+        assert prompts[i].count("\n") == 2
+    assert "\n" not in prompts[0] + prompts[2]  # a new conversation after 2 turns
 
 
 # ── warm-up and goodput ─────────────────────────────────────────────────────

@@ -24,3 +24,11 @@ def test_k8s_manifest_workers_agree_and_options_exist():
     assert worker["args"][:3] == ["--worker", "--master-host", "llmload-master"]
     ports = {p["port"] for p in docs[("Service", "llmload-master")]["spec"]["ports"]}
     assert {5557, 8089, 9646} <= ports  # Locust RPC, web UI, Prometheus exporter
+
+
+def test_p7_k8s_readme_says_parallelism_completions_and_expected_workers_change_together():
+    readme = (MANIFEST.parent / "README.md").read_text()
+    step = readme.split("\n2. ", 1)[1].split("\n3. ", 1)[0]
+    for name in ("`parallelism`", "`completions`", "`LOCUST_EXPECT_WORKERS`"):
+        assert name in step
+    assert "same number" in step

@@ -1,0 +1,280 @@
+"""The README's results schema matches the code (issue 14, P6).
+
+Results are built in every mode (closed and open loop, a sweep file, blocked,
+failed) through ``run_results.assemble_results``, the function the master
+writes with. Every key found must be in the README's schema block, and every
+key the block calls unconditional must be present.
+
+Block notation (README "Results file"): one group of keys per line, ``a.{b, c}``
+for ``a.b`` and ``a.c``, ``x[]`` for a list of objects, ``*`` for any key;
+after two spaces a note; a note starting with "if" makes the keys
+conditional; a note containing "same keys as" makes the keys an alias of the
+results schema (``by_endpoint[].requests...`` = ``requests...``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmload.config import LengthSpec, RunConfig
+from llmload.exporters.report import RunInfo
+from llmload.exporters.run_results import RunFacts, assemble_results
+from llmload.exporters.run_summary import SendFigures, public_options
+from llmload.goodput import SLO
+from llmload.record import ErrorInfo, ITLKind, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.stats import LLMStats
+from llmload.sweep import parse_sweep, step_section, sweep_document
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+T0 = 1_700_000_000.0
+
+
+# ── the README's blocks ─────────────────────────────────────────────────────
+@dataclass(frozen=True)
+class DocKey:
+    path: str  # expanded: "latency.ttft_s.p50", "errors[].category", "tokens.prompt_sources.*"
+    conditional: bool
+    alias: bool
+    note: str
+
+
+def _block(name: str) -> str:
+    text = README.read_text(encoding="utf-8")
+    marker = f"<!-- schema: {name} -->"
+    assert text.count(marker) == 1, f"README needs exactly one {marker}"
+    after = text[text.index(marker) + len(marker) :]
+    body = after[after.index("```text") + len("```text") :]
+    return textwrap.dedent(body[: body.index("```")]).strip("\n")
+
+
+def _split_note(entry: str) -> tuple[str, str]:
+    depth = 0
+    for i, char in enumerate(entry):
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if depth == 0 and entry[i : i + 2] == "  ":
+            return entry[:i], entry[i:].strip()
+    return entry, ""
+
+
+def _expand(pattern: str) -> list[str]:
+    segments, depth, current = [], 0, ""
+    for char in pattern.replace(" ", ""):
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if char == "." and depth == 0:
+            segments.append(current)
+            current = ""
+        else:
+            current += char
+    segments.append(current)
+    choices = [seg[1:-1].split(",") if seg.startswith("{") else [seg] for seg in segments]
+    return [".".join(parts) for parts in itertools.product(*choices)]
+
+
+def schema(name: str) -> list[DocKey]:
+    """The keys of one README schema block."""
+    entries: list[str] = []
+    for line in _block(name).splitlines():
+        if line[:1].isspace() and entries:
+            entries[-1] += "  " + line.strip()  # a continuation of the keys or of the note
+        elif line.strip():
+            entries.append(line.strip())
+    keys = []
+    for entry in entries:
+        pattern, note = _split_note(entry)
+        for path in _expand(pattern):
+            keys.append(DocKey(path, note.startswith("if "), "same keys as" in note, note))
+    return keys
+
+
+# ── matching ────────────────────────────────────────────────────────────────
+def _paths(value: Any, prefix: str = "") -> Iterator[tuple[str, bool]]:
+    """Every leaf path of a results document, and whether that leaf is empty (null, [], {})."""
+    if isinstance(value, dict) and value:
+        for key, item in value.items():
+            yield from _paths(item, f"{prefix}.{key}" if prefix else key)
+    elif isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        for item in value:
+            yield from _paths(item, prefix + "[]")
+    else:
+        yield prefix, value is None or value in ([], {})
+
+
+def _pattern(path: str) -> re.Pattern[str]:
+    return re.compile(re.escape(path).replace(r"\*", r"[^.]+") + r"\Z")
+
+
+class Schema:
+    def __init__(self, keys: list[DocKey], *, aliases_to: Schema | None = None) -> None:
+        self.keys = keys
+        self.target = aliases_to or self
+        self._plain = [(k, _pattern(k.path)) for k in keys if not k.alias]
+
+    def documents(self, path: str, empty: bool) -> bool:
+        """True when ``path`` (a leaf; ``empty`` if null/[]/{}) is documented by this block."""
+        if any(pattern.match(path) for _, pattern in self._plain):
+            return True
+        for key in self.keys:
+            if key.alias:
+                base, _, first = key.path.rpartition(".")
+                if path.startswith(base + "."):
+                    rest = path[len(base) + 1 :]
+                    if first in ("*", rest.split(".")[0].removesuffix("[]")):
+                        return self.target.documents(rest, empty)
+        # a null, [] or {} where the block documents an object or a list of them
+        return empty and any(k.path.startswith((path + ".", path + "[]")) for k, _ in self._plain)
+
+    def required(self) -> list[str]:
+        return [k.path for k in self.keys if not (k.conditional or k.alias or "*" in k.path or "[]" in k.path)]
+
+
+def _present(required: str, found: dict[str, bool]) -> bool:
+    if any(p == required or p.startswith((required + ".", required + "[]")) for p in found):
+        return True
+    return any(empty and required.startswith(p + ".") for p, empty in found.items())
+
+
+# ── results in every mode ───────────────────────────────────────────────────
+def _ok(start: float, endpoint: str = "chat", delay_s: float | None = None) -> RequestRecord:
+    return RequestRecord(
+        endpoint=endpoint,
+        model="m",
+        started_at_unix=start,
+        token_times_s=[0.1, 0.12, 0.14],
+        first_content_s=0.1,
+        end_s=0.5,
+        prompt_tokens=TokenCount(10, TokenSource.SERVER),
+        completion_tokens=TokenCount(3, TokenSource.SERVER),
+        requested_prompt_tokens=9,
+        dispatch_delay_s=delay_s,
+        client_completion_tokens=4,
+        connect_s=0.001,
+        read_lags_s=[0.0001, 0.0002],
+    )
+
+
+def _failed(start: float) -> RequestRecord:
+    return RequestRecord(
+        endpoint="chat",
+        model="m",
+        started_at_unix=start,
+        outcome=Outcome.HTTP_ERROR,
+        error=ErrorInfo("HTTP 500 InternalServerError", "boom", 500),
+        end_s=0.01,
+    )
+
+
+def _results(stats: LLMStats, config: RunConfig, facts: RunFacts | None = None) -> dict[str, Any]:
+    run = RunInfo(
+        "r1", "http://127.0.0.1:8000", ("ChatUser",), "m", 4, 2, config.num_requests, T0, public_options(config)
+    )
+    return assemble_results(stats, run=run, config=config, facts=facts or RunFacts())
+
+
+def closed_loop() -> dict[str, Any]:
+    config = dataclasses.replace(
+        RunConfig(),
+        slo=SLO(ttft_s=0.5, tpot_s=0.1, e2e_s=10.0),
+        input_tokens=LengthSpec(mean=64, low=32, high=96),
+        output_tokens=LengthSpec(mean=128, stddev=16.0),
+        num_requests=4,
+    )
+    stats = LLMStats.empty()
+    for i, endpoint in enumerate(["chat", "completions", "chat"]):
+        stats.add(_ok(T0 + i, endpoint), met_slo=True)
+    stats.add(_failed(T0 + 0.5))
+    stats.add_cancelled("chat", "m", 2)
+    return _results(stats, config, RunFacts(lost_workers=("w1",), cpu_saturated_s=6.0))
+
+
+def open_loop(*, kept_up: bool = False) -> dict[str, Any]:
+    config = dataclasses.replace(RunConfig(), request_rate=10.0, arrival="gamma", burstiness=0.5, max_concurrency=8)
+    stats = LLMStats.empty()
+    for i in range(20):
+        stats.add(_ok(T0 + i * 0.5, delay_s=0.001 if kept_up else 0.02 * i))
+    sends = SendFigures(10.0, 10.0, 0.0) if kept_up else SendFigures(10.0, 2.0, 1.5)  # else: rate_shortfall
+    return _results(stats, config, RunFacts(sends=sends))
+
+
+def blocked() -> dict[str, Any]:
+    return _results(LLMStats.empty(), RunConfig(), RunFacts(blocked='model "other" not served; available: m'))
+
+
+def failed() -> dict[str, Any]:
+    stats = LLMStats.empty()
+    for i in range(12):
+        stats.add(_failed(T0 + i))
+    return _results(stats, dataclasses.replace(RunConfig(), max_failure_ratio=1.0))
+
+
+def sweep_file() -> dict[str, Any]:
+    steps = [
+        step_section(5.0, open_loop(kept_up=True)),
+        step_section(10.0, open_loop()),
+        step_section(float("inf"), closed_loop()),
+    ]
+    return sweep_document(parse_sweep("rate=5,10,inf"), steps, ttft_p99_limit_s=0.01)
+
+
+MODES = {"closed": closed_loop, "open": open_loop, "blocked": blocked, "failed": failed}
+
+
+def _found(document: dict[str, Any]) -> dict[str, bool]:
+    return dict(_paths(document))
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_p6_every_results_key_is_in_the_readme_schema(mode):
+    results_schema = Schema(schema("results"))
+    undocumented = [path for path, empty in _found(MODES[mode]()).items() if not results_schema.documents(path, empty)]
+    assert undocumented == [], f"{mode}: keys missing from README 'Results file': {undocumented}"
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_p6_every_unconditional_schema_key_is_in_the_results(mode):
+    found = _found(MODES[mode]())
+    missing = [path for path in Schema(schema("results")).required() if not _present(path, found)]
+    assert missing == [], f"{mode}: README lists these keys as always present: {missing}"
+
+
+def test_p6_every_sweep_file_key_is_in_the_readme_schema():
+    results_schema = Schema(schema("results"))
+    sweep_schema = Schema(schema("sweep"), aliases_to=results_schema)
+    found = _found(sweep_file())
+    assert any(path.startswith("knee.") for path in found)  # the knee's keys are checked too
+    undocumented = [path for path, empty in found.items() if not sweep_schema.documents(path, empty)]
+    assert undocumented == []
+    missing = [path for path in sweep_schema.required() if not _present(path, found)]
+    assert missing == []
+
+
+def test_p6_conditional_keys_appear_in_some_mode():
+    """Each conditional group of the block is exercised by some mode (so the checks above mean something)."""
+    found = {path for build in MODES.values() for path in _found(build())}
+    found |= set(_found(sweep_file()))
+    for key in Schema(schema("results")).keys:
+        if key.conditional and not key.alias and "*" not in key.path and "[]" not in key.path:
+            assert any(p == key.path or p.startswith(key.path + ".") for p in found), key.path
+
+
+def test_p6_itl_kind_values_are_the_documented_ones():
+    note = next(k.note for k in schema("results") if k.path == "latency.itl_kind")
+    for value in [kind.value for kind in ITLKind] + ["mixed"]:
+        assert f'"{value}"' in note
+
+
+def test_p6_schema_notation_is_parsed_as_documented():
+    assert _expand("a.{b, c}.{d, e}") == ["a.b.d", "a.b.e", "a.c.d", "a.c.e"]
+    assert _split_note("x.{a,  b}  if y") == ("x.{a,  b}", "if y")
+    keys = {k.path: k for k in schema("results")}
+    assert keys["load.warning"].conditional
+    assert not keys["load.mode"].conditional
+    assert keys["by_endpoint[].requests"].alias
