@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 
 import gevent
 import gevent.monkey
@@ -12,8 +13,8 @@ import pytest
 from llmload.client import StreamingClient
 from llmload.config import Timeouts
 from llmload.exporters.report import RunInfo, build_results
-from llmload.payloads import build_completion_request
-from llmload.record import Outcome
+from llmload.payloads import LLMRequest, build_completion_request
+from llmload.record import Outcome, RequestRecord
 from llmload.stats import LLMStats
 from llmload.testing import TF, Reply, ScriptedServer, T, W, json_reply, sse
 from llmload.transport import GeventHTTPTransport
@@ -30,17 +31,45 @@ RUN = RunInfo("r", "http://h", ("CompletionUser",), "m", 1, 0, None, 0.0)
 _block_loop = gevent.monkey.get_original("time", "sleep")
 
 
+@dataclass(frozen=True)
+class HeldRun:
+    record: RequestRecord
+    held_until_s: float  # when the test let the loop go, seconds after the send
+    first_write_s: float  # when the server sent its first write, seconds after the send
+
+
+def _run_with_the_loop_held(reply: Reply, request: LLMRequest, hold_s: float) -> HeldRun:
+    """Send ``request``, then hold the whole loop for ``hold_s`` (the client cannot read meanwhile)."""
+    with ScriptedServer(reply) as server:
+        client, transport = _client(server)
+        sent = time.perf_counter()
+        runner = gevent.spawn(client.run, request)
+        gevent.sleep(0.02)  # the request is out; the client waits for the reply
+        _block_loop(hold_s)
+        held_until_s = time.perf_counter() - sent
+        record = runner.get(timeout=5)
+        first_write_s = server.send_log(0).writes_s[0] - sent
+    transport.close()
+    return HeldRun(record, held_until_s, first_write_s)
+
+
 def _client(server: ScriptedServer) -> tuple[StreamingClient, GeventHTTPTransport]:
     transport = GeventHTTPTransport(server.base_url, headers={}, timeouts=FAST)
     return StreamingClient(transport), transport
 
 
-def test_kernel_stamps_time_every_body_read(gevent_ready):
-    reply = Reply([W(20, sse(T("a"))), W(40, sse(T(" b"))), W(60, sse(TF("length"), "[DONE]"))])
+def _run(reply: Reply) -> RequestRecord:
+    """One request against ``reply``, the loop free to read."""
     with ScriptedServer(reply) as server:
         client, transport = _client(server)
         record = client.run(REQUEST)
     transport.close()
+    return record
+
+
+def test_kernel_stamps_time_every_body_read(gevent_ready):
+    reply = Reply([W(20, sse(T("a"))), W(40, sse(T(" b"))), W(60, sse(TF("length"), "[DONE]"))])
+    record = _run(reply)
     assert record.outcome is Outcome.OK
     assert record.unstamped_reads == 0
     assert len(record.read_lags_s) >= 3  # one per write: the client kept up
@@ -54,10 +83,7 @@ def test_kernel_stamps_time_every_body_read(gevent_ready):
 def test_first_token_in_the_same_segment_as_the_headers_is_kernel_stamped(gevent_ready):
     # headers and the first token leave the server in one write (pywsgi and others do this)
     reply = Reply([W(50, sse(T("a"))), W(70, sse(TF("length"), "[DONE]"))], headers_at_ms=50)
-    with ScriptedServer(reply) as server:
-        client, transport = _client(server)
-        record = client.run(REQUEST)
-    transport.close()
+    record = _run(reply)
     assert record.outcome is Outcome.OK
     assert record.unstamped_reads == 0
     assert record.ttft_s == pytest.approx(0.05, abs=0.015)
@@ -67,23 +93,15 @@ def test_a_blocked_client_still_times_the_reply_when_it_arrived(gevent_ready):
     # The first token arrives at 100 ms while the test holds the whole loop until
     # ~400 ms; the next write comes at 600 ms, after the client is reading again.
     reply = Reply([W(100, sse(T("a"))), W(600, sse(TF("length"), "[DONE]"))])
-    with ScriptedServer(reply) as server:
-        client, transport = _client(server)
-        sent = time.perf_counter()
-        runner = gevent.spawn(client.run, REQUEST)
-        gevent.sleep(0.02)  # the request is out; the client waits for the reply
-        _block_loop(0.4)
-        blocked_until_s = time.perf_counter() - sent
-        record = runner.get(timeout=5)
-        arrived_s = server.send_log(0).writes_s[0] - sent
-    transport.close()
+    run = _run_with_the_loop_held(reply, REQUEST, 0.4)
+    record, arrived_s = run.record, run.first_write_s
     assert record.outcome is Outcome.OK
-    assert blocked_until_s > 0.35
+    assert run.held_until_s > 0.35
     ttft_s = record.ttft_s
     assert ttft_s is not None
     # the user-space read came ~300 ms late; the stamp says when the token arrived
     assert ttft_s == pytest.approx(arrived_s, abs=0.03)
-    assert max(record.read_lags_s) > blocked_until_s - arrived_s - 0.05
+    assert max(record.read_lags_s) > run.held_until_s - arrived_s - 0.05
     results = build_results(_stats(record), run=RUN)
     assert results["client"]["read_lag_saturated"] is True
     assert results["client"]["read_lag_s"]["max"] > 0.2
@@ -99,15 +117,8 @@ def test_a_whole_reply_that_came_with_the_headers_is_kernel_stamped(gevent_ready
     # The whole stream is in the kernel before the client reads the headers (its loop is
     # held): geventhttpclient releases the connection with the headers, the stamp stays.
     reply = Reply([W(50, sse(T("a"), TF("length"), "[DONE]"))], headers_at_ms=50)
-    with ScriptedServer(reply) as server:
-        client, transport = _client(server)
-        sent = time.perf_counter()
-        runner = gevent.spawn(client.run, REQUEST)
-        gevent.sleep(0.02)
-        _block_loop(0.2)
-        record = runner.get(timeout=5)
-        arrived_s = server.send_log(0).writes_s[0] - sent
-    transport.close()
+    run = _run_with_the_loop_held(reply, REQUEST, 0.2)
+    record, arrived_s = run.record, run.first_write_s
     assert record.outcome is Outcome.OK
     assert record.unstamped_reads == 0
     assert record.ttft_s == pytest.approx(arrived_s, abs=0.03)
@@ -121,15 +132,8 @@ def test_a_whole_json_reply_is_timed_when_it_arrived(gevent_ready):
         '"usage":{"prompt_tokens":1,"completion_tokens":1}}'
     )
     request = build_completion_request(model="m", prompt="count", max_tokens=4, stream=False)
-    with ScriptedServer(json_reply(200, body, at_ms=50)) as server:
-        client, transport = _client(server)
-        sent = time.perf_counter()
-        runner = gevent.spawn(client.run, request)
-        gevent.sleep(0.02)
-        _block_loop(0.2)
-        record = runner.get(timeout=5)
-        arrived_s = server.send_log(0).writes_s[0] - sent
-    transport.close()
+    run = _run_with_the_loop_held(json_reply(200, body, at_ms=50), request, 0.2)
+    record, arrived_s = run.record, run.first_write_s
     assert record.outcome is Outcome.OK
     assert record.e2e_s == pytest.approx(arrived_s, abs=0.03)
     assert record.unstamped_reads == 0
