@@ -185,7 +185,6 @@ class StreamingClient:
         deadline_s = self._total_timeout_s
         reader = ReplyReader(self._scan_json, keep_text=self._keep_text or self._token_counter is not None)
         acc = reader.acc
-        lags = record.read_lags_s
         head = b""  # the first bytes of the body, for error messages
         t = 0.0
         try:
@@ -194,16 +193,7 @@ class StreamingClient:
                 if not data:
                     t = clock() - t0
                     break
-                lag_s = response.read_lag_s
-                # Two reads of bytes stamped alike can map ~0.1 us apart (the kernel's
-                # clock and ours are read at different instants): arrival times never
-                # go back, and never before the send.
-                t_read = clock() - t0 - lag_s
-                t = max(t, t_read)
-                if response.read_stamped:
-                    lags.append(lag_s)
-                else:
-                    record.unstamped_reads += 1
+                t = self._arrived(response, record, t0, t)
                 if not head:
                     head = data[:120]
                 reader.feed(data, t)
@@ -287,6 +277,22 @@ class StreamingClient:
             status=status,
         )
 
+    def _arrived(self, response: Response, record: RequestRecord, t0: float, previous_s: float) -> float:
+        """When the bytes of the read that just returned arrived (seconds after send); notes its lag in ``record``.
+
+        Our clock when the read returned, minus how long the bytes had waited.
+        Two reads of bytes stamped alike can map ~0.1 us apart (the kernel's
+        clock and ours are read at different instants): arrival times never go
+        back (``previous_s``), and never before the send.
+        """
+        lag_s = response.read_lag_s
+        if response.read_stamped:
+            record.read_lags_s.append(lag_s)
+        else:
+            record.unstamped_reads += 1
+        arrived_s = self._clock() - t0 - lag_s
+        return arrived_s if arrived_s > previous_s else previous_s
+
     def _read_all(self, response: Response, t0: float, limit: int, record: RequestRecord) -> tuple[bytes, float]:
         """The whole body (at most ``limit`` bytes) and when its last bytes arrived (seconds after send)."""
         parts: list[bytes] = []
@@ -296,13 +302,7 @@ class StreamingClient:
             data = response.read_some()
             if not data:
                 return b"".join(parts), t if parts else self._clock() - t0
-            lag_s = response.read_lag_s
-            t_read = self._clock() - t0 - lag_s
-            t = max(t, t_read)
-            if response.read_stamped:
-                record.read_lags_s.append(lag_s)
-            else:
-                record.unstamped_reads += 1
+            t = self._arrived(response, record, t0, t)
             parts.append(data)
             size += len(data)
             if size > limit:
