@@ -137,6 +137,7 @@ class StreamingClient:
         self._keep_text = keep_text
         self._compare_tokens = compare_tokens and token_counter is not None
         self._scan_json = new_scanner()
+        self.request_sent = False
 
     def run(self, request: LLMRequest) -> RequestRecord:
         """Send ``request``, read the whole reply and return its record.
@@ -144,7 +145,9 @@ class StreamingClient:
         Never raises for a per-request failure: those become the record's
         ``outcome`` and ``error``. ``BaseException``s that are not
         ``Exception`` (``GreenletExit``, ``KeyboardInterrupt``) propagate
-        after the response is closed.
+        after the response is closed; ``request_sent`` then tells whether the
+        request had been handed to ``Transport.post`` (the server may have it:
+        a stop counts it as cancelled) or not (the server never saw it).
         """
         record = RequestRecord(
             endpoint=request.endpoint,
@@ -153,12 +156,14 @@ class StreamingClient:
             requested_prompt_tokens=request.requested_prompt_tokens,
         )
         clock = self._clock
+        self.request_sent = False
         t0 = clock()
         try:
             self._transport.connect()
             t_ready = clock()
             record.connect_s = t_ready - t0
             t0 = t_ready  # the request's clock starts on a ready connection
+            self.request_sent = True  # from here on the server may have the request
             response = self._transport.post(
                 request.path, request.body, _STREAM_HEADERS if request.stream else _JSON_HEADERS
             )

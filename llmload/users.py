@@ -21,7 +21,6 @@ from __future__ import annotations
 from locust import User, constant, task
 
 import time
-from collections.abc import Mapping
 from typing import ClassVar
 
 import gevent
@@ -32,7 +31,7 @@ from llmload.datasets import Message
 from llmload.payloads import LLMRequest, build_chat_request, build_completion_request
 from llmload.record import RequestRecord
 from llmload.runtime import Runtime, WarmupGate
-from llmload.transport import GeventHTTPTransport, GeventResponse
+from llmload.transport import GeventHTTPTransport
 from llmload.workload import Conversation, Prompt
 
 __all__ = ["ChatUser", "CompletionUser", "LLMUser"]
@@ -40,30 +39,6 @@ __all__ = ["ChatUser", "CompletionUser", "LLMUser"]
 
 class LLMRequestFailed(Exception):  # noqa: N818 - shown to Locust users as the failure type
     """Carries a failed request's error category and message into Locust's failure table."""
-
-
-class _PostMark:
-    """A user's transport that notes whether the current request reached ``post``.
-
-    A stop that interrupts ``connect`` ends a request the server never saw:
-    only a request handed to ``post`` is counted as cancelled, so succeeded +
-    failed + cancelled equals the requests the server received.
-    """
-
-    __slots__ = ("_transport", "posted")
-
-    def __init__(self, transport: GeventHTTPTransport) -> None:
-        self._transport = transport
-        self.posted = False
-
-    def connect(self) -> None:
-        """As ``GeventHTTPTransport.connect``."""
-        self._transport.connect()
-
-    def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> GeventResponse:
-        """As ``GeventHTTPTransport.post``; marks the request as handed over first."""
-        self.posted = True
-        return self._transport.post(path, body, headers)
 
 
 class LLMUser(User):
@@ -82,7 +57,6 @@ class LLMUser(User):
         nothing, and those that will pay for their client just before they send.
         """
         self._transport: GeventHTTPTransport | None = None
-        self._post_mark: _PostMark | None = None
         self._client_or_none: StreamingClient | None = None
         runtime = _runtime(self)
         turns = runtime.config.turns
@@ -108,9 +82,8 @@ class LLMUser(User):
                 insecure=config.insecure,
                 addresses=runtime.addresses,
             )
-            self._post_mark = _PostMark(self._transport)
             client = self._client_or_none = StreamingClient(
-                self._post_mark,
+                self._transport,
                 token_counter=runtime.token_counter,
                 total_timeout_s=config.timeouts.total_s,
                 keep_text=config.turns > 1,
@@ -170,9 +143,6 @@ class LLMUser(User):
         if slot is not None:
             slot.acquire()
         client = self._client
-        mark = self._post_mark
-        assert mark is not None  # made with the client
-        mark.posted = False
         started = time.perf_counter()
         runtime.in_flight += 1
         try:
@@ -181,7 +151,7 @@ class LLMUser(User):
             # The stop (GreenletExit from the runner, a KeyboardInterrupt, SystemExit) ended the
             # request mid-read: cancelled, if the server got it. client.run raises no Exception
             # for a per-request failure; one that does escape is a bug and is not a cancellation.
-            if not isinstance(exc, Exception) and mark.posted:
+            if not isinstance(exc, Exception) and client.request_sent:
                 runtime.stats.add_cancelled(self.endpoint, request.model)
                 runtime.sends.note(started, intended_s)
             raise

@@ -234,7 +234,7 @@ import gevent
 from llmload.config import RunConfig
 from llmload.runtime import Runtime
 from llmload.testing import ROLE, C, Ending, Reply, ScriptedServer, W, sse
-from llmload.users import ChatUser, _PostMark
+from llmload.users import ChatUser
 
 how = sys.argv[1]
 with ScriptedServer(Reply(writes=[W(5, sse(ROLE, C({"content": "a"})))], ending=Ending.STALL)) as server:
@@ -250,8 +250,7 @@ with ScriptedServer(Reply(writes=[W(5, sse(ROLE, C({"content": "a"})))], ending=
         class Unanswered:  # a connect that never completes
             def connect(self):
                 gevent.sleep(30)
-        user._client  # make the client, then put a transport in front whose connect blocks
-        user._post_mark._transport = Unanswered()
+        user._client._transport = Unanswered()  # the user's client, over a transport whose connect blocks
     task = gevent.spawn(user.generate)
     for _ in range(500):
         gevent.sleep(0.01)
