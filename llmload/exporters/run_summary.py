@@ -189,7 +189,8 @@ def _client_lines(results: dict[str, Any]) -> list[str]:
             f"WARNING: latencies may include up to {lag['p99'] * 1e3:.1f} ms (P99; max {lag['max'] * 1e3:.1f} ms) "
             f"of client delay: replies waited that long before the client read them (limit "
             f"{client['read_lag_limit_s'] * 1e3:g} ms). Kernel stamps time each read when it arrived, but events "
-            "that piled up behind a late read share the newest stamp. Add workers or processes (--processes N)"
+            "that piled up behind a late read share the newest stamp. Give the client more CPU: more worker "
+            "processes (--processes N) or machines, or fewer users per process"
         )
     return lines
 
