@@ -52,12 +52,13 @@ from llmload.arrivals import Arrival, ArrivalSchedule
 from llmload.config import OPTIONS, RunConfig
 from llmload.credentials import public_url, split_credentials
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
-from llmload.exporters.prometheus import PrometheusExporter, RunView
-from llmload.exporters.report import RunInfo, read_lag_saturated, write_results_json
+from llmload.exporters.console import summary_lines
+from llmload.exporters.load import SendFigures
+from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog, worker_path
-from llmload.exporters.run_results import CPU_SATURATION_S, RunFacts, assemble_results
-from llmload.exporters.run_summary import SendFigures, public_options, summary_lines
-from llmload.exporters.window import SlidingWindow
+from llmload.exporters.results import RunOutcome, build_results, write_results_json
+from llmload.exporters.sections import client_saturated
+from llmload.exporters.window import RunView, SlidingWindow
 from llmload.interrupt import Interrupter
 from llmload.runtime import CpuMonitor, ExportState, RequestBudget, Runtime, SendWindow, WarmupGate
 from llmload.stats import LLMStats
@@ -676,27 +677,24 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     if not isinstance(runner, MasterRunner):
         _stop_process_services(runtime)
     options = environment.parsed_options
-    workers = len(runtime.planned_workers) if isinstance(runner, MasterRunner) else 0
-    run = RunInfo(
+    if not isinstance(runner, MasterRunner):
+        runtime.send_figures_by_process["local"] = runtime.send_figures()
+    outcome = RunOutcome(
+        stats=runtime.stats,
+        config=runtime.config,
         run_id=runtime.run_id,
         host=public_url(environment.host or ""),
         user_classes=tuple(sorted(u.__name__ for u in environment.user_classes)),
         model=runtime.model or "",
         users=int(getattr(options, "num_users", 0) or 0),
-        workers=workers,
-        num_requests=runtime.config.num_requests,
+        workers=len(runtime.planned_workers) if isinstance(runner, MasterRunner) else 0,
         started_at_unix=runtime.started_at_unix,
-        options=public_options(runtime.config),
-    )
-    if not isinstance(runner, MasterRunner):
-        runtime.send_figures_by_process["local"] = runtime.send_figures()
-    facts = RunFacts(
         blocked=runtime.blocked,
         lost_workers=tuple(runtime.lost_workers),
         cpu_saturated_s=runtime.cpu_saturated_s,
         sends=SendFigures.combine(runtime.send_figures_by_process.values()),
     )
-    results = assemble_results(runtime.stats, run=run, config=runtime.config, facts=facts)
+    results = build_results(outcome)
     runtime.results = results
     if runtime.config.results_json:
         write_results_json(runtime.config.results_json, results)
@@ -803,9 +801,9 @@ def _run_view(environment: Environment) -> RunView:
         model=runtime.model or "",
         version=__version__,
         started_at_unix=runtime.started_at_unix or None,
-        client_saturated=max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0)
-        >= CPU_SATURATION_S
-        or read_lag_saturated(stats.total().read_lag_s),
+        client_saturated=client_saturated(
+            max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0), stats.total().read_lag_s
+        ),
         lost_workers=len(runtime.lost_workers),
     )
 

@@ -19,9 +19,9 @@ import gevent.lock
 
 from llmload.arrivals import ArrivalSchedule
 from llmload.config import RunConfig
-from llmload.exporters.prometheus import PrometheusExporter
+from llmload.exporters.load import SendFigures
+from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
-from llmload.exporters.run_summary import SendFigures
 from llmload.exporters.window import SlidingWindow
 from llmload.payloads import LLMRequest
 from llmload.stats import LLMStats

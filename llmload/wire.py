@@ -97,10 +97,7 @@ def _encode_endpoint(key: StatsKey, s: EndpointStats) -> dict[str, Any]:
         "itl_kinds": _encode_counts(s.itl_kind_requests),
         "counters": {name: getattr(s, name) for name in _COUNTERS if getattr(s, name)},
         "hist": {name: _encode_histogram(h) for name, h in s.histograms().items() if h.count},
-        "errors": [
-            {"category": c, "count": g.count, "status": g.status, "samples": list(g.samples)}
-            for c, g in sorted(s.errors.items())
-        ],
+        "errors": [g.as_dict(c) for c, g in sorted(s.errors.items())],
         "first_send_unix": s.first_send_unix,
         "last_end_unix": s.last_end_unix,
         "last_send_unix": s.last_send_unix,
