@@ -1,8 +1,9 @@
 """The ``load`` section of the results: closed or open loop, target vs achieved rate, schedule lag.
 
 ``SendFigures`` are the open-loop sends each process measured (combined over
-processes on the master); ``load_section`` compares them with the schedule
-(BC-20, BC-23). Plain functions: no Locust, no I/O.
+processes on the master); ``load_section`` compares them with the schedule,
+which too few users or ``--max-concurrency`` may fail to keep. Plain
+functions: no Locust, no I/O.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class SendFigures:
 
 
 def load_section(config: RunConfig, results: dict[str, Any], sends: SendFigures | None = None) -> dict[str, Any]:
-    """Closed or open loop; for open loop the target vs achieved rate and the schedule lag (BC-20, BC-23).
+    """Closed or open loop; for open loop the target vs achieved rate and the schedule lag.
 
     ``achieved_rate_per_s`` is the send rate: requests handed to the server,
     cancelled ones included, over the span of their sends (``sends``, summed

@@ -11,8 +11,8 @@ verdict (``judge``, which decides the exit status) are decided here.
 Metric definitions (times in seconds in JSON, milliseconds in the console):
 
 - ``requests.total``: finished requests = succeeded + failed. Cancelled
-  requests (in flight at stop, BC-27) are reported apart and excluded from
-  everything else. ``EMPTY`` replies are failures (BC-09, as vLLM since #5895).
+  requests (in flight at stop) are reported apart and excluded from
+  everything else. ``EMPTY`` replies are failures (as vLLM does).
 - ``duration_s``: last end - first send over finished requests (wall clock,
   across all workers). This is vLLM ``benchmark_serving``'s ``duration``
   measured on the requests themselves, so ramp-up idle time is excluded.
@@ -20,23 +20,22 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   ``request_throughput``). ``output_tokens_per_s``: completion tokens of
   successes / duration_s (vLLM ``output_throughput``). ``total_tokens_per_s``:
   (prompt + completion tokens) / duration_s (vLLM ``total_token_throughput``).
-- ``latency``: over successes only (failures' partial timings are excluded,
-  BC-10). TTFT = send → first generated token of any kind; TTFC = send → first
-  content token (guidellm's time to first output token, BC-12); ITL = gaps
-  between token events, never including TTFT (BC-18); TPOT = (last - first
-  token) / (completion tokens - 1); E2E = send → end of reply (vLLM
-  definitions). Percentiles are nearest-rank estimates within 1% (see
+- ``latency``: over successes only (failures' partial timings are
+  excluded). TTFT = send → first generated token of any kind; TTFC = send →
+  first content token (guidellm's time to first output token); ITL = gaps
+  between token events, never including TTFT; TPOT = (last - first token) /
+  (completion tokens - 1); E2E = send → end of reply (vLLM definitions). Percentiles are nearest-rank estimates within 1% (see
   ``llmload.histogram``); ``max`` is exact.
 - ``goodput`` (with ``--slo``, else null): ``requests_per_s`` = requests that
   succeeded and met every objective / ``duration_s``; ``share`` = the same
   count / finished requests (failures count as not meeting them); ``slo`` = the
   objectives in seconds (vLLM ``benchmark_serving --goodput``, DistServe).
-- ``tokens.prompt_vs_requested`` (BC-16): over successes with both a server
+- ``tokens.prompt_vs_requested``: over successes with both a server
   prompt count and a requested length, the mean |server - requested| and that
   mean relative to the mean requested length; the summary warns above
-  ``console.PROMPT_MISMATCH_WARN_RATIO``. ``tokens.completion_client_vs_server``
-  (BC-15): how often and by how much a local tokenizer disagreed with the
-  server's completion count (a diagnostic; the server count is used).
+  ``console.PROMPT_MISMATCH_WARN_RATIO``.
+  ``tokens.completion_client_vs_server``: how often and by how much a local
+  tokenizer disagreed with the server's completion count (a diagnostic; the server count is used).
 - ``client``: the load generator's own delays, over finished requests.
   ``read_lag_s``: for every body read with a kernel receive stamp, how long
   its bytes had waited in the kernel before the client read them; latencies

@@ -164,7 +164,7 @@ class RunView:
         model: served model name ("" before it is known).
         version: llmload version.
         started_at_unix: wall-clock start of the run; None before the first run.
-        client_saturated: ``llmload.exporters.sections.client_saturated`` over the run so far (BC-25).
+        client_saturated: ``llmload.exporters.sections.client_saturated`` over the run so far.
         lost_workers: workers lost mid-run.
     """
 
