@@ -24,7 +24,8 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   excluded). TTFT = send → first generated token of any kind; TTFC = send →
   first content token (guidellm's time to first output token); ITL = gaps
   between token events, never including TTFT; TPOT = (last - first token) /
-  (completion tokens - 1); E2E = send → end of reply (vLLM definitions). Percentiles are nearest-rank estimates within 1% (see
+  (completion tokens - 1); E2E = send → end of reply (vLLM definitions).
+  Percentiles are nearest-rank estimates within 1% (see
   ``llmload.histogram``); ``max`` is exact.
 - ``goodput`` (with ``--slo``, else null): ``requests_per_s`` = requests that
   succeeded and met every objective / ``duration_s``; ``share`` = the same
