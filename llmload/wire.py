@@ -37,15 +37,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
 
 from llmload.errors import WireFormatError
 from llmload.histogram import LatencyHistogram
+from llmload.plan import RunPlan, WorkerShare
 from llmload.stats import STATS_SCHEMA, EndpointStats, ErrorGroup, LLMStats, StatsKey
 from llmload.stats_schema import Merge
 
-__all__ = ["WIRE_VERSION", "from_wire", "to_wire"]
+__all__ = [
+    "ENVELOPE_VERSION",
+    "WIRE_VERSION",
+    "WorkerReport",
+    "from_wire",
+    "plan_from_wire",
+    "plan_to_wire",
+    "report_from_wire",
+    "report_run_id",
+    "report_to_wire",
+    "to_wire",
+]
 
 WIRE_VERSION = 1
 
@@ -299,3 +312,158 @@ def _decode_error(raw: object, path: str) -> tuple[str, ErrorGroup]:
             raise _fail(f"{path}.samples[{j}]", "a string", message)
         group.add_sample(message)
     return _str_field(raw, "category", path), group
+
+
+# ── master/worker envelopes ───────────────────────────────────────────────
+ENVELOPE_VERSION = 1
+"""Version of the plan and report envelopes (reports without ``"v"`` are read as version 1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReport:
+    """One worker's report: its statistics delta and process figures.
+
+    Attributes:
+        run_id: the run the delta belongs to.
+        stats: requests finished since the worker's previous report.
+        cpu_saturated_s: seconds its CPU has been saturated so far.
+        in_flight: requests in flight when the report was taken.
+        sends: its open-loop send figures as ``SendFigures.as_wire`` made them
+            (read back by ``SendFigures.from_wire``, which treats anything else as unknown).
+    """
+
+    run_id: str
+    stats: LLMStats
+    cpu_saturated_s: float = 0.0
+    in_flight: int = 0
+    sends: dict[str, Any] = field(default_factory=dict)
+
+
+def report_to_wire(report: WorkerReport) -> dict[str, Any]:
+    """Encode a worker report (the value of Locust's ``"llmload"`` report key and of llmload's messages)."""
+    return {
+        "v": ENVELOPE_VERSION,
+        "run_id": report.run_id,
+        "stats": to_wire(report.stats),
+        "cpu_saturated_s": report.cpu_saturated_s,
+        "in_flight": report.in_flight,
+        "sends": dict(report.sends),
+    }
+
+
+def report_run_id(payload: object) -> str | None:
+    """The run id a report claims (None if it has none), read without decoding the rest."""
+    run_id = payload.get("run_id") if isinstance(payload, dict) else None
+    return run_id if isinstance(run_id, str) else None
+
+
+def report_from_wire(payload: object) -> WorkerReport:
+    """Decode ``report_to_wire``'s output.
+
+    Raises:
+        WireFormatError: wrong version or shape (the message names the field).
+    """
+    raw = _envelope(payload, "report")
+    _check_keys(raw, {"v", "run_id", "stats", "cpu_saturated_s", "in_flight", "sends"}, "report")
+    cpu = _optional_float(raw, "cpu_saturated_s", "report") if "cpu_saturated_s" in raw else None
+    in_flight = raw.get("in_flight", 0)
+    sends = raw.get("sends", {})
+    if not isinstance(sends, dict):
+        raise _fail("report.sends", "a dict", sends)
+    return WorkerReport(
+        run_id=_str_field(raw, "run_id", "report"),
+        stats=from_wire(_get(raw, "stats", "report")),
+        cpu_saturated_s=cpu or 0.0,
+        in_flight=_count(in_flight, "report.in_flight"),
+        sends=sends,
+    )
+
+
+_SHARE_FIELDS = ("rank", "quota_requests", "warmup_requests", "rate_per_s", "concurrency")
+
+
+def plan_to_wire(plan: RunPlan) -> dict[str, Any]:
+    """Encode the master's plan (shipped to workers as a parsed option with Locust's spawn message)."""
+    return {
+        "v": ENVELOPE_VERSION,
+        "run_id": plan.run_id,
+        "model": plan.model,
+        "url_authorization": plan.url_authorization,
+        "blocked": plan.blocked,
+        "users_per_worker": plan.users_per_worker,
+        "workers": plan.workers,
+        "limited": plan.limited,
+        "shares": {index: {name: getattr(s, name) for name in _SHARE_FIELDS} for index, s in plan.shares.items()},
+    }
+
+
+def plan_from_wire(payload: object) -> RunPlan:
+    """Decode ``plan_to_wire``'s output.
+
+    Raises:
+        WireFormatError: wrong version or shape (the message names the field).
+    """
+    raw = _envelope(payload, "plan", default_version=None)
+    _check_keys(
+        raw,
+        {"v", "run_id", "model", "url_authorization", "blocked", "users_per_worker", "workers", "limited", "shares"},
+        "plan",
+    )
+    shares = {}
+    for index, raw_share in _dict(raw, "shares", "plan").items():
+        path = f"plan.shares.{index}"
+        if not isinstance(raw_share, dict):
+            raise _fail(path, "a dict", raw_share)
+        _check_keys(raw_share, set(_SHARE_FIELDS), path)
+        quota = _get(raw_share, "quota_requests", path)
+        concurrency = _get(raw_share, "concurrency", path)
+        shares[str(index)] = WorkerShare(
+            rank=_int_field(raw_share, "rank", path),
+            quota_requests=None if quota is None else _count(quota, f"{path}.quota_requests"),
+            warmup_requests=_int_field(raw_share, "warmup_requests", path),
+            rate_per_s=_rate(raw_share, path),
+            concurrency=None if concurrency is None else _count(concurrency, f"{path}.concurrency", positive=True),
+        )
+    limited = _get(raw, "limited", "plan")
+    if not isinstance(limited, bool):
+        raise _fail("plan.limited", "a bool", limited)
+    return RunPlan(
+        run_id=_str_field(raw, "run_id", "plan"),
+        model=_optional_str(raw, "model", "plan"),
+        url_authorization=_optional_str(raw, "url_authorization", "plan"),
+        blocked=_optional_str(raw, "blocked", "plan"),
+        users_per_worker=_int_field(raw, "users_per_worker", "plan"),
+        workers=_int_field(raw, "workers", "plan"),
+        limited=limited,
+        shares=shares,
+    )
+
+
+def _envelope(payload: object, what: str, default_version: int | None = ENVELOPE_VERSION) -> dict[str, Any]:
+    if not isinstance(payload, dict):
+        raise WireFormatError(f"llmload {what} must be a dict, got {type(payload).__name__}; {_MISMATCH_HINT}")
+    version = payload.get("v", default_version)
+    if version != ENVELOPE_VERSION or isinstance(version, bool):
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > ENVELOPE_VERSION
+        side = "this process" if newer else "the process that sent it"
+        raise WireFormatError(
+            f"llmload {what} has version {version!r}, this process speaks v{ENVELOPE_VERSION}; "
+            f"upgrade llmload on {side} ({_MISMATCH_HINT})"
+        )
+    return payload
+
+
+def _rate(raw: dict[str, Any], path: str) -> float | None:
+    value = _get(raw, "rate_per_s", path)
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:  # inf: unlimited rate
+        return float(value)
+    raise _fail(f"{path}.rate_per_s", "a positive number, inf or None", value)
+
+
+def _optional_str(raw: dict[str, Any], key: str, path: str) -> str | None:
+    value = _get(raw, key, path)
+    if value is not None and not isinstance(value, str):
+        raise _fail(f"{path}.{key}", "a string or None", value)
+    return value
