@@ -18,8 +18,10 @@ def test_headless_run_ends_with_one_marked_line_holding_the_results_file(tmp_pat
     try:
         results_path = tmp_path / "results.json"
         out = run_locust(
-            ["-f", "locustfiles/chat.py", "--headless", "-H", base_url, "-u", "2", "-r", "2"]
-            + ["--num-requests", "6", "--max-tokens", "8", "--results-json", str(results_path)],
+            [
+                *("-f", "locustfiles/chat.py", "--headless", "-H", base_url, "-u", "2", "-r", "2"),
+                *("--num-requests", "6", "--max-tokens", "8", "--results-json", str(results_path)),
+            ],
             timeout_s=90,
         )
     finally:
