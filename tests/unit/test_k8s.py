@@ -379,3 +379,12 @@ def test_k8s_readme_quick_start_uses_the_smoke_overlay_and_names_the_worker_coun
     assert "parallelism" in readme
     assert "--expect-workers-max-wait" in readme
     assert "LLMLOAD_RESULTS" in readme
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_k8s_results_reader_pod_validates_and_mounts_the_soak_claim(version):
+    reader = yaml.safe_load((K8S / "results-reader.yaml").read_text())
+    kubernetes_validate.validate(reader, version, strict=True)
+    claim = reader["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+    one(render("soak"), "PersistentVolumeClaim", claim)
+    assert reader["spec"]["securityContext"]["runAsNonRoot"] is True
