@@ -34,6 +34,7 @@ from locust.exception import RPCError, RPCSendError
 from locust.runners import STATE_INIT, STATE_MISSING, STATE_STOPPED, MasterRunner, WorkerRunner
 
 import functools
+import json
 import logging
 import os
 import sys
@@ -68,11 +69,13 @@ from llmload.version import __version__
 from llmload.wire import WorkerReport, plan_from_wire, plan_to_wire, report_from_wire, report_run_id, report_to_wire
 from llmload.workload import build_workload
 
-__all__ = ["add_arguments", "install"]
+__all__ = ["RESULTS_LINE_PREFIX", "add_arguments", "install"]
 
 log = logging.getLogger("llmload")
 
 _PLAN = "llmload_plan"
+RESULTS_LINE_PREFIX = "LLMLOAD_RESULTS "
+"""Start of the headless run's last output line; the rest of the line is the results JSON."""
 _FINAL_WAIT_EXTRA_S = 30.0
 _FINAL_POLL_S = 0.25
 _WATCH_INTERVAL_S = 0.5  # README: a lost worker is noticed within about 5 s (Locust: 4 missed 1 s heartbeats)
@@ -101,6 +104,7 @@ def _bind(environment: Environment) -> None:
     ev.quit.add_listener(functools.partial(_on_quit, environment))
     ev.quitting.add_listener(_on_quitting)
     _bind_exporter(environment)
+    ev.quit.add_listener(functools.partial(_print_results_line, environment))  # last: after the exporter's wait
 
 
 def add_arguments(parser: Any) -> None:
@@ -732,6 +736,19 @@ def _on_quit(environment: Environment, **_kw: Any) -> None:
     runtime: Runtime | None = getattr(environment, "llmload", None)
     if runtime is not None and runtime.results is not None:
         _print_summary(runtime.results)
+
+
+def _print_results_line(environment: Environment, **_kw: Any) -> None:
+    """Headless master or single process: the results JSON as the last output line, one line, marked.
+
+    ``kubectl logs`` then recovers the results when no volume was mounted (README "Results file").
+    """
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    options = environment.parsed_options
+    if runtime is None or runtime.results is None or not getattr(options, "headless", False):
+        return
+    sys.stdout.write(RESULTS_LINE_PREFIX + json.dumps(runtime.results, separators=(",", ":"), allow_nan=False) + "\n")
+    sys.stdout.flush()
 
 
 def _print_summary(results: dict[str, Any]) -> None:
