@@ -34,7 +34,6 @@ from locust.exception import RPCError, RPCSendError
 from locust.runners import STATE_INIT, STATE_MISSING, STATE_STOPPED, MasterRunner, WorkerRunner
 
 import functools
-import json
 import logging
 import os
 import sys
@@ -53,7 +52,7 @@ from llmload.arrivals import Arrival, ArrivalSchedule
 from llmload.config import OPTIONS, RunConfig
 from llmload.credentials import public_url, split_credentials
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
-from llmload.exporters.console import summary_lines
+from llmload.exporters.console import results_line, summary_lines
 from llmload.exporters.load import SendFigures
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog, worker_path
@@ -70,13 +69,11 @@ from llmload.version import __version__
 from llmload.wire import WorkerReport, plan_from_wire, plan_to_wire, report_from_wire, report_run_id, report_to_wire
 from llmload.workload import build_workload
 
-__all__ = ["RESULTS_LINE_PREFIX", "add_arguments", "install"]
+__all__ = ["add_arguments", "install"]
 
 log = logging.getLogger("llmload")
 
 _PLAN = "llmload_plan"
-RESULTS_LINE_PREFIX = "LLMLOAD_RESULTS "
-"""Start of the headless run's last output line; the rest of the line is the results JSON."""
 _FINAL_WAIT_EXTRA_S = 30.0
 _FINAL_POLL_S = 0.25
 _WATCH_INTERVAL_S = 0.5  # README: a lost worker is noticed within about 5 s (Locust: 4 missed 1 s heartbeats)
@@ -745,7 +742,7 @@ def _print_results_line(environment: Environment, **_kw: Any) -> None:
     options = environment.parsed_options
     if runtime is None or runtime.results is None or not getattr(options, "headless", False):
         return
-    sys.stdout.write(RESULTS_LINE_PREFIX + json.dumps(runtime.results, separators=(",", ":"), allow_nan=False) + "\n")
+    sys.stdout.write(results_line(runtime.results) + "\n")
     sys.stdout.flush()
 
 

@@ -8,16 +8,19 @@ unknown values print as ``n/a``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from llmload.exporters.results import judge
 from llmload.exporters.sections import MIXED, PERCENTILES
 
-__all__ = ["PROMPT_MISMATCH_WARN_RATIO", "format_summary", "summary_lines"]
+__all__ = ["PROMPT_MISMATCH_WARN_RATIO", "RESULTS_LINE_PREFIX", "format_summary", "results_line", "summary_lines"]
 
 PROMPT_MISMATCH_WARN_RATIO = 0.05
 """Warn when mean |server prompt tokens - requested| exceeds this share of the mean requested length."""
+RESULTS_LINE_PREFIX = "LLMLOAD_RESULTS "
+"""Start of the headless run's last output line; the rest of the line is the results JSON."""
 
 _WIDTH = 52
 _LABEL = 40
@@ -188,3 +191,12 @@ def _client_lines(results: dict[str, Any]) -> list[str]:
             "processes (--processes N) or machines, or fewer users per process"
         )
     return lines
+
+
+def results_line(results: Mapping[str, Any]) -> str:
+    """The results document as one marked line (``RESULTS_LINE_PREFIX`` + compact JSON), without newline.
+
+    Raises:
+        ValueError: ``results`` holds NaN or infinity (not valid JSON).
+    """
+    return RESULTS_LINE_PREFIX + json.dumps(results, separators=(",", ":"), allow_nan=False)

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from llmload.exporters.console import format_summary, summary_lines
+from llmload.exporters.console import RESULTS_LINE_PREFIX, format_summary, results_line, summary_lines
 from llmload.exporters.results import write_results_json
 from llmload.record import TokenCount, TokenSource
 from llmload.stats import LLMStats
@@ -69,3 +69,11 @@ def test_summary_warns_about_read_lag_with_the_measured_figures():
     assert "Clock for arrival times:                kernel" in text
     assert "WARNING: latencies may include up to 4.0 ms (P99; max 4.0 ms) of client delay" in text
     assert "CPU > 90%" not in text  # the CPU was not the cause
+
+
+def test_results_line_is_one_marked_line_that_reads_back_as_the_document() -> None:
+    results = _results(_scenario())
+    line = results_line(results)
+    assert "\n" not in line
+    assert line.startswith(RESULTS_LINE_PREFIX)
+    assert json.loads(line.removeprefix(RESULTS_LINE_PREFIX)) == results
