@@ -17,6 +17,8 @@ from llmload.exporters.results import (
     public_options,
     write_results_json,
 )
+from llmload.exporters.sections import CPU_SATURATION_S, client_saturated
+from llmload.histogram import LatencyHistogram
 from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
 from llmload.stats import LLMStats
 
@@ -356,3 +358,17 @@ def test_p5_passing_run_states_its_ratio_within_the_limit():
     assert verdict.text == (
         "PASSED: 99/100 requests succeeded (failure ratio 1.0% <= --max-failure-ratio 1.0%); exit status 0"
     )
+
+
+def test_client_saturation_is_one_rule_of_cpu_streak_or_read_lag() -> None:
+    calm = LatencyHistogram.empty()
+    for _ in range(100):
+        calm.add(0.0005)
+    late = calm.copy()
+    for _ in range(5):
+        late.add(0.004)  # 5 of 105 reads above 2 ms: the p99 is late
+    assert not client_saturated(CPU_SATURATION_S - 0.1, calm)
+    assert client_saturated(CPU_SATURATION_S, calm)
+    assert client_saturated(0.0, late)
+    outcome = RunOutcome(LLMStats.empty(), cpu_saturated_s=CPU_SATURATION_S)
+    assert build_results(outcome)["client_saturated"] is True
