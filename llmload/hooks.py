@@ -746,7 +746,12 @@ def _on_quitting(environment: Environment, **_kw: Any) -> None:
         return
     if runtime.run_id and runtime.results is None:
         log.info("llmload: stopping the load and collecting final reports before exit")
-        runner.stop()
+        if isinstance(runner, MasterRunner):
+            # Locust's "stop" makes workers drop out of the master's list, so its "quit" would
+            # never reach them; the flush (test_stopping) stops their users, "quit" ends them.
+            runner.stop(send_stop_to_client=False)
+        else:
+            runner.stop()
 
 
 def _on_quit(environment: Environment, **_kw: Any) -> None:
