@@ -60,7 +60,12 @@ __all__ = [
 DEFAULT_INTERVAL_S = 10.0
 """Default ``--timeseries-interval`` in seconds."""
 
-QUANTILE_METRICS: tuple[tuple[str, str], ...] = (("ttft", "ttft_s"), ("itl", "itl_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s"))
+QUANTILE_METRICS: tuple[tuple[str, str], ...] = (
+    ("ttft", "ttft_s"),
+    ("itl", "itl_s"),
+    ("tpot", "tpot_s"),
+    ("e2e", "e2e_s"),
+)
 """(column prefix, ``EndpointStats`` histogram) of the latency quantile columns."""
 
 GAUGE_COLUMNS = ("in_flight_requests", "users", "workers")
@@ -88,12 +93,21 @@ def columns(extra_columns: Sequence[str] = ()) -> tuple[str, ...]:
         ValueError: an extra column repeats a built-in one.
     """
     base = (
-        ("t", "interval_s", "endpoint", "model", "succeeded", "failed")
-        + outcome_columns()
-        + ("prompt_tokens", "output_tokens", "requests_per_s", "output_tokens_per_s", "total_tokens_per_s")
-        + _quantile_columns()
-        + ("read_lag_p99_s",)
-        + GAUGE_COLUMNS
+        "t",
+        "interval_s",
+        "endpoint",
+        "model",
+        "succeeded",
+        "failed",
+        *outcome_columns(),
+        "prompt_tokens",
+        "output_tokens",
+        "requests_per_s",
+        "output_tokens_per_s",
+        "total_tokens_per_s",
+        *_quantile_columns(),
+        "read_lag_p99_s",
+        *GAUGE_COLUMNS,
     )
     clash = sorted(set(base) & set(extra_columns))
     if clash:
@@ -281,7 +295,7 @@ class Timeline:
         return [r for r in all_rows if r["t"] in wanted]
 
     def rows(self, series: IntervalSeries, end_s: float) -> list[Row]:
-        """Every row of the run (the results' ``timeseries``): each interval from 0 through the one holding ``end_s``."""
+        """Every row of the run (the results' ``timeseries``): intervals 0 through the one holding ``end_s``."""
         return series_rows(series, self.interval_s, end_s=end_s, gauges=self._gauges, extra_columns=self.extra_columns)
 
 

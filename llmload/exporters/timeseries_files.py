@@ -29,10 +29,18 @@ __all__ = ["STATS_COLUMNS", "TimeseriesLog", "csv_paths", "llm_stats_rows", "wri
 _SUMMARY = ("mean", *(name for name, _ in PERCENTILES), "max")
 
 STATS_COLUMNS: tuple[str, ...] = (
-    ("endpoint", "model", "succeeded", "failed")
-    + outcome_columns()
-    + ("prompt_tokens", "output_tokens", "duration_s", "requests_per_s", "output_tokens_per_s", "total_tokens_per_s")
-    + tuple(f"{prefix}_{stat}_s" for prefix, _ in QUANTILE_METRICS for stat in _SUMMARY)
+    "endpoint",
+    "model",
+    "succeeded",
+    "failed",
+    *outcome_columns(),
+    "prompt_tokens",
+    "output_tokens",
+    "duration_s",
+    "requests_per_s",
+    "output_tokens_per_s",
+    "total_tokens_per_s",
+    *tuple(f"{prefix}_{stat}_s" for prefix, _ in QUANTILE_METRICS for stat in _SUMMARY),
 )
 """Columns of ``PREFIX_llm_stats.csv``."""
 

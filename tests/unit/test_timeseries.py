@@ -66,7 +66,8 @@ def test_interval_rows_total_first_then_each_key_with_exact_quantiles() -> None:
     total, by_b, by_m = rows
     assert (total["t"], total["interval_s"], total["endpoint"], total["model"]) == (30.0, 10.0, None, None)
     assert (total["succeeded"], total["failed"], total["http_error"]) == (101, 1, 1)
-    assert total["output_tokens"] == 303 and total["prompt_tokens"] == 1010
+    assert total["output_tokens"] == 303
+    assert total["prompt_tokens"] == 1010
     assert total["requests_per_s"] == pytest.approx(10.1)
     assert total["output_tokens_per_s"] == pytest.approx(30.3)
     assert total["total_tokens_per_s"] == pytest.approx(131.3)
@@ -84,7 +85,9 @@ def test_interval_rows_total_first_then_each_key_with_exact_quantiles() -> None:
 def test_interval_rows_of_an_empty_interval_are_zero_counts_and_null_quantiles() -> None:
     (row,) = interval_rows(0, LLMStats.empty(), 5.0)
     assert (row["succeeded"], row["failed"], row["output_tokens"], row["requests_per_s"]) == (0, 0, 0, 0.0)
-    assert row["ttft_p50_s"] is None and row["read_lag_p99_s"] is None and row["users"] is None
+    assert row["ttft_p50_s"] is None
+    assert row["read_lag_p99_s"] is None
+    assert row["users"] is None
 
 
 def test_series_rows_fill_gaps_and_cut_the_last_interval_at_the_end() -> None:

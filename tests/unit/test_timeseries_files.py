@@ -69,7 +69,8 @@ def test_csv_files_follow_locust_prefix_and_hold_the_results(tmp_path: Path) -> 
     results = _results(series)
     stats_path, history_path = write_csv_files(str(tmp_path / "run"), results)
     assert (stats_path, history_path) == csv_paths(str(tmp_path / "run"))
-    assert stats_path.name == "run_llm_stats.csv" and history_path.name == "run_llm_stats_history.csv"
+    assert stats_path.name == "run_llm_stats.csv"
+    assert history_path.name == "run_llm_stats_history.csv"
     with stats_path.open(newline="") as f:
         stats_rows = list(csv.DictReader(f))
     assert list(stats_rows[0]) == list(STATS_COLUMNS)
@@ -94,6 +95,6 @@ def test_csv_history_refuses_an_undeclared_column(tmp_path: Path) -> None:
     results["timeseries"][0]["server_kv_cache_usage"] = 0.5
     with pytest.raises(ValueError, match="server_kv_cache_usage"):
         write_csv_files(str(tmp_path / "run"), results)
-    stats_path, history_path = write_csv_files(str(tmp_path / "run"), results, ("server_kv_cache_usage",))
+    _stats_path, history_path = write_csv_files(str(tmp_path / "run"), results, ("server_kv_cache_usage",))
     with history_path.open(newline="") as f:
         assert next(csv.DictReader(f))["server_kv_cache_usage"] == "0.5"
