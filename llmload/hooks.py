@@ -16,6 +16,7 @@ from locust.event import Events
 from locust.runners import MasterRunner, WorkerRunner
 
 import functools
+import json
 import logging
 import sys
 import threading
@@ -34,9 +35,12 @@ from llmload.interrupt import Interrupter
 from llmload.launch import prepare, stop_process_services
 from llmload.runtime import Runtime
 
-__all__ = ["add_arguments", "install"]
+__all__ = ["RESULTS_LINE_PREFIX", "add_arguments", "install"]
 
 log = logging.getLogger("llmload")
+
+RESULTS_LINE_PREFIX = "LLMLOAD_RESULTS "
+"""Start of the headless run's last output line; the rest of the line is the results JSON."""
 
 
 def install(events: Events | None = None) -> None:
@@ -64,6 +68,7 @@ def _bind(environment: Environment) -> None:
     ev.test_start.add_listener(functools.partial(live.on_test_start, take_report=cluster.take_report))
     ev.test_stop.add_listener(live.on_test_stop)
     ev.quit.add_listener(functools.partial(live.on_quit, environment))
+    ev.quit.add_listener(functools.partial(_print_results_line, environment))  # last: after the exporter's wait
 
 
 def add_arguments(parser: Any) -> None:
@@ -197,6 +202,19 @@ def _on_quit(environment: Environment, **_kw: Any) -> None:
     runtime: Runtime | None = getattr(environment, "llmload", None)
     if runtime is not None and runtime.results is not None:
         _print_summary(runtime.results)
+
+
+def _print_results_line(environment: Environment, **_kw: Any) -> None:
+    """Headless master or single process: the results JSON as the last output line, one line, marked.
+
+    ``kubectl logs`` then recovers the results when no volume was mounted (README "Results file").
+    """
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    options = environment.parsed_options
+    if runtime is None or runtime.results is None or not getattr(options, "headless", False):
+        return
+    sys.stdout.write(RESULTS_LINE_PREFIX + json.dumps(runtime.results, separators=(",", ":"), allow_nan=False) + "\n")
+    sys.stdout.flush()
 
 
 def _print_summary(results: dict[str, Any]) -> None:
