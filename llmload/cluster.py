@@ -64,6 +64,11 @@ __all__ = [
 
 log = logging.getLogger("llmload")
 
+_PLAN = "llmload_plan"
+_FINAL_WAIT_EXTRA_S = 30.0
+_FINAL_POLL_S = 0.25
+_WATCH_INTERVAL_S = 0.5  # README: a lost worker is noticed within about 5 s (Locust: 4 missed 1 s heartbeats)
+
 
 def register_messages(runner: Any) -> None:
     """Register llmload's runner messages: the flush on a worker; done, final and live reports on the master."""
@@ -75,57 +80,61 @@ def register_messages(runner: Any) -> None:
         runner.register_message("llmload_final", _on_worker_final)
 
 
-_PLAN = "llmload_plan"
-
-_FINAL_WAIT_EXTRA_S = 30.0
-
-_FINAL_POLL_S = 0.25
-
-_WATCH_INTERVAL_S = 0.5  # README: a lost worker is noticed within about 5 s (Locust: 4 missed 1 s heartbeats)
-
-
 def on_test_start(environment: Environment, **_kw: Any) -> None:
     """Start a run: a worker applies the master's plan; the master plans; a single process plans for itself."""
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        _start_worker(environment, runner)
+    else:
+        _start_master_or_local(environment)
+
+
+def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
+    """Worker: read the master's plan and start this worker's share of the run."""
+    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    options = environment.parsed_options
+    raw_plan = getattr(options, _PLAN, None)
+    plan_error = None
+    try:
+        plan = RunPlan() if raw_plan is None else plan_from_wire(raw_plan)
+    except WireFormatError as exc:
+        plan, plan_error = RunPlan(run_id=str(report_run_id(raw_plan) or "")), str(exc)
+        log.error("llmload: %s; this worker sends no load", exc)
+    runtime.config = RunConfig.from_options(options)
+    runtime.stopping = False
+    runtime.run_id = plan.run_id
+    runtime.model = plan.model
+    runtime.blocked = plan.blocked or plan_error
+    runtime.url_authorization = plan.url_authorization or runtime.url_authorization
+    try:
+        load_local_parts(runtime)
+    except LLMLoadError as exc:
+        runtime.blocked = runtime.blocked or str(exc)
+        log.error("llmload: %s; this worker sends no load", exc)
+    share = plan.share_for(str(runner.worker_index))
+    start_workload(runtime, share, plan.workers)
+    start_open_loop(runtime, share)
+    runtime.stats = LLMStats.empty()
+    run_id = runtime.run_id
+    runtime.budget = RequestBudget(
+        share.quota_requests, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id})
+    )
+    users_here = plan.users_per_worker
+    try:
+        raised = preflight.check_open_files(users_here)
+        if raised:
+            log.info("llmload: %s", raised)
+    except ConfigError as exc:
+        runtime.blocked = str(exc)
+        log.error("llmload: %s; this worker sends no load", exc)
+    start_process_services(runtime, runner.worker_index)
+
+
+def _start_master_or_local(environment: Environment) -> None:
+    """Master: prepare, plan and publish the plan; single process: prepare and start its whole run."""
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     runner = environment.runner
     options = environment.parsed_options
-    if isinstance(runner, WorkerRunner):
-        raw_plan = getattr(options, _PLAN, None)
-        plan_error = None
-        try:
-            plan = RunPlan() if raw_plan is None else plan_from_wire(raw_plan)
-        except WireFormatError as exc:
-            plan, plan_error = RunPlan(run_id=str(report_run_id(raw_plan) or "")), str(exc)
-        runtime.config = RunConfig.from_options(options)
-        runtime.stopping = False
-        runtime.run_id = plan.run_id
-        runtime.model = plan.model
-        runtime.blocked = plan.blocked or plan_error
-        runtime.url_authorization = plan.url_authorization or runtime.url_authorization
-        try:
-            load_local_parts(runtime)
-        except LLMLoadError as exc:
-            runtime.blocked = runtime.blocked or str(exc)
-            log.error("llmload: %s; this worker sends no load", exc)
-        share = plan.share_for(str(runner.worker_index))
-        start_workload(runtime, share, plan.workers)
-        start_open_loop(runtime, share)
-        runtime.stats = LLMStats.empty()
-        run_id = runtime.run_id
-        runtime.budget = RequestBudget(
-            share.quota_requests, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id})
-        )
-        users_here = plan.users_per_worker
-        try:
-            raised = preflight.check_open_files(users_here)
-            if raised:
-                log.info("llmload: %s", raised)
-        except ConfigError as exc:
-            runtime.blocked = str(exc)
-            log.error("llmload: %s; this worker sends no load", exc)
-        start_process_services(runtime, runner.worker_index)
-        return
-
     runtime.run_id = uuid.uuid4().hex[:12]
     runtime.stats = LLMStats.empty()
     runtime.started_at_unix = time.time()
