@@ -42,7 +42,7 @@ import gevent.lock
 from llmload import preflight
 from llmload.config import RunConfig
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
-from llmload.exporters.run_summary import SendFigures
+from llmload.exporters.load import SendFigures
 from llmload.launch import load_local_parts, prepare, split, start_open_loop, start_process_services, start_workload
 from llmload.live import feed
 from llmload.plan import RunPlan, users_per_worker

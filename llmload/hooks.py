@@ -16,7 +16,6 @@ from locust.event import Events
 from locust.runners import MasterRunner, WorkerRunner
 
 import functools
-import json
 import logging
 import sys
 import threading
@@ -25,22 +24,20 @@ from typing import Any
 import gevent
 
 from llmload import cluster, live
-from llmload.config import OPTIONS, RunConfig
+from llmload.config import RunConfig
 from llmload.credentials import public_url
 from llmload.errors import ConfigError, LLMLoadError
-from llmload.exporters.report import RunInfo, write_results_json
-from llmload.exporters.run_results import RunFacts, assemble_results
-from llmload.exporters.run_summary import SendFigures, public_options, summary_lines
+from llmload.exporters.console import results_line, summary_lines
+from llmload.exporters.load import SendFigures
+from llmload.exporters.results import RunOutcome, build_results, write_results_json
 from llmload.interrupt import Interrupter
 from llmload.launch import prepare, stop_process_services
+from llmload.options import GROUPS, OPTIONS
 from llmload.runtime import Runtime
 
-__all__ = ["RESULTS_LINE_PREFIX", "add_arguments", "install"]
+__all__ = ["add_arguments", "install"]
 
 log = logging.getLogger("llmload")
-
-RESULTS_LINE_PREFIX = "LLMLOAD_RESULTS "
-"""Start of the headless run's last output line; the rest of the line is the results JSON."""
 
 
 def install(events: Events | None = None) -> None:
@@ -71,23 +68,44 @@ def _bind(environment: Environment) -> None:
     ev.quit.add_listener(functools.partial(_print_results_line, environment))  # last: after the exporter's wait
 
 
+class _Choices(tuple[str, ...]):
+    """Values the web UI offers as a dropdown; every value passes Locust's parser.
+
+    The option's own parser checks it, so a wrong value gets llmload's message with the fix.
+    """
+
+    def __contains__(self, _item: object) -> bool:
+        return True
+
+
 def add_arguments(parser: Any) -> None:
-    """Add llmload's options to Locust's parser (CLI, ``locust.conf``, ``LOCUST_*`` env, web UI)."""
-    group = parser.add_argument_group("llmload", "LLM request options (see README: Options)")
-    for spec in OPTIONS:
-        if spec.is_flag:
-            action = group.add_argument(spec.flag, action="store_true", default=False, env_var=spec.env, help=spec.help)
-        else:
-            default = "" if spec.default is None else str(spec.default)
-            action = group.add_argument(
-                spec.flag, type=str, default=default, env_var=spec.env, help=spec.help, metavar=spec.metavar
-            )
-        # An argument group bypasses LocustArgumentParser.add_argument, which is what marks
-        # options for the web UI's "Custom parameters"; mark them the same way here.
-        action.include_in_web_ui = True
-        action.is_secret = spec.is_secret
-        action.is_required = False
-        action.is_multiple = False
+    """Add llmload's options to Locust's parser (CLI, ``locust.conf``, ``LOCUST_*`` env, web UI).
+
+    One argument group per ``GROUPS`` entry, in table order: that is also the web UI form's order.
+    """
+    for name in GROUPS:
+        group = parser.add_argument_group(f"llmload: {name}", "run `llmload options` for every option")
+        for spec in (s for s in OPTIONS if s.group == name):
+            if spec.is_flag:
+                action = group.add_argument(
+                    spec.flag, action="store_true", default=False, env_var=spec.env, help=spec.help
+                )
+            else:
+                action = group.add_argument(
+                    spec.flag,
+                    type=str,
+                    default=spec.locust_default,
+                    env_var=spec.env,
+                    help=spec.help,
+                    metavar=spec.metavar,
+                    choices=_Choices(spec.choices) if spec.choices else None,
+                )
+            # An argument group bypasses LocustArgumentParser.add_argument, which is what marks
+            # options for the web UI's "Custom parameters"; mark them the same way here.
+            action.include_in_web_ui = True
+            action.is_secret = spec.is_secret
+            action.is_required = False
+            action.is_multiple = False
 
 
 # ── init ────────────────────────────────────────────────────────────────
@@ -158,27 +176,24 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     if not isinstance(runner, MasterRunner):
         stop_process_services(runtime)
     options = environment.parsed_options
-    workers = len(runtime.planned_workers) if isinstance(runner, MasterRunner) else 0
-    run = RunInfo(
+    if not isinstance(runner, MasterRunner):
+        runtime.send_figures_by_process["local"] = runtime.send_figures()
+    outcome = RunOutcome(
+        stats=runtime.stats,
+        config=runtime.config,
         run_id=runtime.run_id,
         host=public_url(environment.host or ""),
         user_classes=tuple(sorted(u.__name__ for u in environment.user_classes)),
         model=runtime.model or "",
         users=int(getattr(options, "num_users", 0) or 0),
-        workers=workers,
-        num_requests=runtime.config.num_requests,
+        workers=len(runtime.planned_workers) if isinstance(runner, MasterRunner) else 0,
         started_at_unix=runtime.started_at_unix,
-        options=public_options(runtime.config),
-    )
-    if not isinstance(runner, MasterRunner):
-        runtime.send_figures_by_process["local"] = runtime.send_figures()
-    facts = RunFacts(
         blocked=runtime.blocked,
         lost_workers=tuple(runtime.lost_workers),
         cpu_saturated_s=runtime.cpu_saturated_s,
         sends=SendFigures.combine(runtime.send_figures_by_process.values()),
     )
-    results = assemble_results(runtime.stats, run=run, config=runtime.config, facts=facts)
+    results = build_results(outcome)
     runtime.results = results
     if runtime.config.results_json:
         write_results_json(runtime.config.results_json, results)
@@ -213,7 +228,7 @@ def _print_results_line(environment: Environment, **_kw: Any) -> None:
     options = environment.parsed_options
     if runtime is None or runtime.results is None or not getattr(options, "headless", False):
         return
-    sys.stdout.write(RESULTS_LINE_PREFIX + json.dumps(runtime.results, separators=(",", ":"), allow_nan=False) + "\n")
+    sys.stdout.write(results_line(runtime.results) + "\n")
     sys.stdout.flush()
 
 

@@ -27,10 +27,9 @@ import gevent.event
 import gevent.lock
 
 from llmload.credentials import public_url
-from llmload.exporters.prometheus import PrometheusExporter, RunView
-from llmload.exporters.report import read_lag_saturated
-from llmload.exporters.run_results import CPU_SATURATION_S
-from llmload.exporters.window import SlidingWindow
+from llmload.exporters.prometheus_server import PrometheusExporter
+from llmload.exporters.sections import client_saturated
+from llmload.exporters.window import RunView, SlidingWindow
 from llmload.runtime import ExportState, Runtime
 from llmload.stats import LLMStats
 from llmload.version import __version__
@@ -86,9 +85,9 @@ def _run_view(environment: Environment) -> RunView:
         model=runtime.model or "",
         version=__version__,
         started_at_unix=runtime.started_at_unix or None,
-        client_saturated=max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0)
-        >= CPU_SATURATION_S
-        or read_lag_saturated(stats.total().read_lag_s),
+        client_saturated=client_saturated(
+            max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0), stats.total().read_lag_s
+        ),
         lost_workers=len(runtime.lost_workers),
     )
 
