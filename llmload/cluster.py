@@ -47,6 +47,7 @@ from llmload.launch import load_local_parts, prepare, split, start_open_loop, st
 from llmload.live import feed
 from llmload.plan import RunPlan, users_per_worker
 from llmload.runtime import RequestBudget, Runtime
+from llmload.series import IntervalSeries
 from llmload.stats import LLMStats
 from llmload.wire import WorkerReport, plan_from_wire, plan_to_wire, report_from_wire, report_run_id, report_to_wire
 
@@ -90,8 +91,13 @@ def on_test_start(environment: Environment, **_kw: Any) -> None:
 
 
 def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
-    """Worker: read the master's plan and start this worker's share of the run."""
+    """Worker: read the master's plan and start this worker's share of the run.
+
+    The worker's time-series clock starts now, when the master's spawn
+    message has arrived (``llmload.series``).
+    """
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime.run_started_s = time.perf_counter()
     options = environment.parsed_options
     raw_plan = getattr(options, _PLAN, None)
     plan_error = None
@@ -115,6 +121,7 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     start_workload(runtime, share, plan.workers)
     start_open_loop(runtime, share)
     runtime.stats = LLMStats.empty()
+    runtime.series = IntervalSeries.empty()
     run_id = runtime.run_id
     runtime.budget = RequestBudget(
         share.quota_requests, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id})
@@ -137,6 +144,9 @@ def _start_master_or_local(environment: Environment) -> None:
     options = environment.parsed_options
     runtime.run_id = uuid.uuid4().hex[:12]
     runtime.stats = LLMStats.empty()
+    runtime.series = IntervalSeries.empty()
+    runtime.worker_in_flight = {}
+    runtime.run_started_s = time.perf_counter()
     runtime.started_at_unix = time.time()
     runtime.results = None
     runtime.blocked = None
@@ -239,6 +249,7 @@ def take_report(runtime: Runtime) -> WorkerReport:
         cpu_saturated_s=cpu_s,
         in_flight=runtime.in_flight,
         sends=runtime.send_figures().as_wire(),
+        series=runtime.series.take(),
     )
 
 
@@ -269,6 +280,10 @@ def merge_report(runtime: Runtime, client_id: str, payload: object) -> None:
     if report.sends:
         runtime.send_figures_by_process[client_id] = SendFigures.from_wire(report.sends)
     runtime.stats.merge_in(report.stats)
+    changed = runtime.series.merge_in(report.series)
+    if runtime.timeline is not None:
+        runtime.timeline.note_merged(changed)
+    runtime.worker_in_flight[client_id] = report.in_flight
     if runtime.export is not None:
         feed(runtime.export, client_id, report.stats, report.in_flight)
 

@@ -64,6 +64,8 @@ def prepare(environment: Environment, runtime: Runtime) -> None:
     runtime.config = config
     if config.results_json:
         _check_writable(config.results_json)
+    if config.timeseries:
+        _check_writable(config.timeseries, "--timeseries", "timeseries.jsonl")
     load_local_parts(runtime)
     if not host:
         raise ConfigError("no target host; pass -H http://HOST:PORT (e.g. -H http://127.0.0.1:8000)")
@@ -116,7 +118,7 @@ def _strip_credentials(environment: Environment, runtime: Runtime) -> str:
     return target.public
 
 
-def _check_writable(path: str) -> None:
+def _check_writable(path: str, flag: str = "--results-json", file_name: str = "results.json") -> None:
     """Refuse before load a results path that could not be written after it (results would be lost).
 
     Raises:
@@ -124,7 +126,7 @@ def _check_writable(path: str) -> None:
     """
     target = os.path.abspath(path)
     if os.path.isdir(target):
-        raise ConfigError(f"--results-json {path!r} is a directory; pass a file path such as {path}/results.json")
+        raise ConfigError(f"{flag} {path!r} is a directory; pass a file path such as {path}/{file_name}")
     parent = os.path.dirname(target)
     try:
         os.makedirs(parent, exist_ok=True)
@@ -132,7 +134,7 @@ def _check_writable(path: str) -> None:
             pass
     except OSError as exc:
         raise ConfigError(
-            f"--results-json {path!r} cannot be written ({exc.strerror}); pass a path in a writable directory"
+            f"{flag} {path!r} cannot be written ({exc.strerror}); pass a path in a writable directory"
         ) from None
 
 

@@ -22,8 +22,11 @@ from llmload.config import RunConfig
 from llmload.exporters.load import SendFigures
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
+from llmload.exporters.timeseries import Timeline
+from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.exporters.window import SlidingWindow
 from llmload.payloads import LLMRequest
+from llmload.series import IntervalSeries, interval_index
 from llmload.stats import LLMStats
 from llmload.tokens import TokenCounter
 from llmload.transport import AddressCache
@@ -281,6 +284,14 @@ class Runtime:
     sends: SendWindow = field(default_factory=SendWindow)
     stopped_at_s: float | None = None  # time.perf_counter() when this process's stop began
     send_figures_by_process: dict[str, SendFigures] = field(default_factory=dict)  # master: latest per worker
+    # time series: this process's requests by finish interval (worker: since its last report; master: the run's)
+    series: IntervalSeries = field(default_factory=IntervalSeries.empty)
+    run_started_s: float = 0.0  # time.perf_counter() at this process's test_start (llmload.series)
+    timeline: Timeline | None = None  # master or single process: the intervals written so far
+    timeseries_log: TimeseriesLog | None = None  # --timeseries
+    timeline_task: gevent.Greenlet[[], None] | None = None  # master or single process: the interval ticks
+    worker_in_flight: dict[str, int] = field(default_factory=dict)  # master: as of each worker's latest report
+    progress_finished: int = 0  # requests finished in the intervals the progress lines covered so far
     # Prometheus exporter (issue 5)
     in_flight: int = 0  # requests sent by this process's users and not finished yet
     window_delta: LLMStats | None = None  # single process with exporter: records since the last window tick
@@ -302,6 +313,10 @@ class Runtime:
         """Return the statistics gathered since the last call and start a new delta (workers)."""
         delta, self.stats = self.stats, LLMStats.empty()
         return delta
+
+    def interval_now(self) -> int:
+        """The time-series interval this process's clock is in now (``llmload.series``)."""
+        return interval_index(time.perf_counter() - self.run_started_s, self.config.timeseries_interval_s)
 
 
 class CpuMonitor:

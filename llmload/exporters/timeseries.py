@@ -253,6 +253,11 @@ class Timeline:
         return self._gauges
 
     @property
+    def written_intervals(self) -> int:
+        """Intervals whose rows were given by ``due_rows`` or ``final_rows`` (0 .. this - 1)."""
+        return self._next
+
+    @property
     def late_intervals(self) -> int:
         """Intervals written before all their requests arrived (rewritten at the end)."""
         return len(self._late)
@@ -286,13 +291,18 @@ class Timeline:
 
     def final_rows(self, series: IntervalSeries, end_s: float) -> list[Row]:
         """At the stop: rows of late intervals again, then of every interval not written yet."""
-        all_rows = self.rows(series, end_s)
-        per_interval = {r["t"] for r in all_rows if r["endpoint"] is None}
-        wanted = {i * self.interval_s for i in self._late} | {
-            t for t in per_interval if t >= self._next * self.interval_s
-        }
+        first_new = self._next
+        rows = [r for r in self.rows(series, end_s) if r["t"] in {i * self.interval_s for i in sorted(self._late)}]
+        new = series_rows(
+            series,
+            self.interval_s,
+            end_s=end_s,
+            gauges=self._gauges,
+            extra_columns=self.extra_columns,
+            first_index=first_new,
+        )
         self._next = max(self._next, interval_index(end_s, self.interval_s) + 1)
-        return [r for r in all_rows if r["t"] in wanted]
+        return rows + new
 
     def rows(self, series: IntervalSeries, end_s: float) -> list[Row]:
         """Every row of the run (the results' ``timeseries``): intervals 0 through the one holding ``end_s``."""
@@ -337,7 +347,7 @@ def progress_line(
     errors = f"{row['failed']} errors" + (f" ({row['failed'] / done:.1%})" if done else "")
     ttft = row["ttft_p99_s"]
     parts = [
-        f"llmload: [{where}] last {row['interval_s']:g}s:",
+        f"llmload: [{where}] last {row['interval_s']:.3g}s:",
         f"{_fmt(row['requests_per_s'], '.2f')} req/s,",
         f"{_fmt(row['output_tokens_per_s'], '.1f')} output tok/s,",
         f"TTFT p99 {_fmt(None if ttft is None else ttft * 1000, '.0f', ' ms')},",
