@@ -252,12 +252,14 @@ def _gauges(environment: Environment, runtime: Runtime) -> dict[str, int]:
 
 
 def _tick_timeline_forever(environment: Environment, runtime: Runtime) -> None:
+    """Sample the gauges (at least twice per interval, so each interval has a sample) and write due rows."""
     timeline = runtime.timeline
+    tick_s = min(_TIMELINE_TICK_S, timeline.interval_s / 2) if timeline is not None else _TIMELINE_TICK_S
     while timeline is not None:
-        gevent.sleep(_TIMELINE_TICK_S)
         now_s = time.perf_counter() - runtime.run_started_s
         timeline.sample(now_s, _gauges(environment, runtime))
         _write(environment, runtime, timeline.due_rows(runtime.series, now_s))
+        gevent.sleep(tick_s)
 
 
 def _write(environment: Environment, runtime: Runtime, rows: list[Row], *, progress_from_t: float = 0.0) -> None:
