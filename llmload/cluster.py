@@ -122,6 +122,7 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     start_open_loop(runtime, share)
     runtime.stats = LLMStats.empty()
     runtime.series = IntervalSeries.empty()
+    runtime.series_only = True
     run_id = runtime.run_id
     runtime.budget = RequestBudget(
         share.quota_requests, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id})
@@ -243,13 +244,14 @@ def on_report_to_master(environment: Environment, client_id: str, data: dict[str
 def take_report(runtime: Runtime) -> WorkerReport:
     """A worker's delta since its last report, with its CPU saturation so far."""
     cpu_s = max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0)
+    stats, series = runtime.take_delta()
     return WorkerReport(
         run_id=runtime.run_id,
-        stats=runtime.take_delta(),
+        stats=stats,
         cpu_saturated_s=cpu_s,
         in_flight=runtime.in_flight,
         sends=runtime.send_figures().as_wire(),
-        series=runtime.series.take(),
+        series=series,
     )
 
 
@@ -336,7 +338,7 @@ def _finish_worker(runtime: Runtime, runner: WorkerRunner) -> None:
     running = runner.state not in (STATE_INIT, STATE_STOPPED)
     if running:
         runner.stop()
-    if not running and runtime.stats.is_empty():
+    if not running and not runtime.has_unreported():
         return
     try:
         runner.send_message("llmload_final", _payload(runtime))

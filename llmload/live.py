@@ -146,8 +146,9 @@ def _send_live_reports(runner: WorkerRunner, runtime: Runtime, take_report: Call
             # Non-blocking send: nothing runs between taking the delta and handing it to zmq.
             runner.send_message("llmload_live", report_to_wire(report))
         except (RPCError, RPCSendError) as exc:
-            runtime.stats.merge_in(report.stats)  # keep it for the next report
-            runtime.series.merge_in(report.series)
+            runtime.series.merge_in(report.series)  # keep it for the next report
+            if not runtime.series_only:
+                runtime.stats.merge_in(report.stats)
             log.warning("llmload: live report to the master failed (%s); it will be sent later", exc)
 
 

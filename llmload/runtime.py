@@ -26,6 +26,7 @@ from llmload.exporters.timeseries import Timeline
 from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.exporters.window import SlidingWindow
 from llmload.payloads import LLMRequest
+from llmload.record import RequestRecord
 from llmload.series import IntervalSeries, interval_index
 from llmload.stats import LLMStats
 from llmload.tokens import TokenCounter
@@ -286,6 +287,7 @@ class Runtime:
     send_figures_by_process: dict[str, SendFigures] = field(default_factory=dict)  # master: latest per worker
     # time series: this process's requests by finish interval (worker: since its last report; master: the run's)
     series: IntervalSeries = field(default_factory=IntervalSeries.empty)
+    series_only: bool = False  # worker: requests are counted in the series alone (``count``)
     run_started_s: float = 0.0  # time.perf_counter() at this process's test_start (llmload.series)
     timeline: Timeline | None = None  # master or single process: the intervals written so far
     timeseries_log: TimeseriesLog | None = None  # --timeseries
@@ -309,10 +311,36 @@ class Runtime:
             behind_s = max(0.0, now_s - (self.schedule_start_s + schedule.next_due_offset_s))
         return SendFigures(self.sends.scheduled_rate_per_s, self.sends.rate_per_s, behind_s)
 
-    def take_delta(self) -> LLMStats:
-        """Return the statistics gathered since the last call and start a new delta (workers)."""
+    def count(self, record: RequestRecord, *, met_slo: bool = False) -> None:
+        """Count one finished request in the series (interval of now: its finish) and, except on a worker, in stats.
+
+        A worker counts each request once, in the series; ``take_delta`` derives its statistics from it.
+        """
+        self.series.add(self.interval_now(), record, met_slo=met_slo)
+        if not self.series_only:
+            self.stats.add(record, met_slo=met_slo)
+
+    def count_cancelled(self, endpoint: str, model: str) -> None:
+        """Count one request cancelled at the stop, like ``count``."""
+        self.series.add_cancelled(self.interval_now(), endpoint, model)
+        if not self.series_only:
+            self.stats.add_cancelled(endpoint, model)
+
+    def take_delta(self) -> tuple[LLMStats, IntervalSeries]:
+        """Return what was counted since the last call, as statistics and per interval, and start afresh (workers).
+
+        The statistics are the series' intervals merged (with ``series_only``;
+        else ``stats``, which then counted the same requests).
+        """
+        series = self.series.take()
+        if self.series_only:
+            return series.total(), series
         delta, self.stats = self.stats, LLMStats.empty()
-        return delta
+        return delta, series
+
+    def has_unreported(self) -> bool:
+        """True when something was counted since the last ``take_delta``."""
+        return not (self.series.is_empty() and self.stats.is_empty())
 
     def interval_now(self) -> int:
         """The time-series interval this process's clock is in now (``llmload.series``)."""

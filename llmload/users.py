@@ -149,8 +149,7 @@ class LLMUser(User):
             # request mid-read: cancelled, if the server got it. client.run raises no Exception
             # for a per-request failure; one that does escape is a bug and is not a cancellation.
             if not isinstance(exc, Exception) and client.request_sent:
-                runtime.stats.add_cancelled(self.endpoint, request.model)
-                runtime.series.add_cancelled(runtime.interval_now(), self.endpoint, request.model)
+                runtime.count_cancelled(self.endpoint, request.model)
                 runtime.sends.note(started, intended_s)
             raise
         finally:
@@ -163,8 +162,7 @@ class LLMUser(User):
             record.dispatch_delay_s = max(0.0, started - intended_s)
         slo = runtime.config.slo
         met_slo = slo is not None and slo.met_by(record)
-        runtime.stats.add(record, met_slo=met_slo)
-        runtime.series.add(runtime.interval_now(), record, met_slo=met_slo)
+        runtime.count(record, met_slo=met_slo)
         if runtime.window_delta is not None:  # single process with the Prometheus exporter
             runtime.window_delta.add(record, met_slo=met_slo)
         if runtime.requests_log is not None:

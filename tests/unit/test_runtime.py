@@ -1,6 +1,10 @@
-"""RequestBudget: the per-process share of --num-requests."""
+"""RequestBudget: the per-process share of --num-requests; Runtime.count: each request in the series and stats."""
 
-from llmload.runtime import RequestBudget
+import time
+
+from llmload.config import RunConfig
+from llmload.record import RequestRecord, TokenCount, TokenSource
+from llmload.runtime import RequestBudget, Runtime
 
 
 def test_budget_grants_exactly_its_limit_and_reports_done_once():
@@ -28,3 +32,39 @@ def test_budget_unlimited_never_exhausts():
     budget = RequestBudget(None)
     assert all(budget.try_acquire() for _ in range(10_000))
     assert budget.exhausted is False
+
+
+def _finished(completion: int) -> RequestRecord:
+    times = [0.1 + 0.01 * i for i in range(completion)]
+    return RequestRecord(
+        endpoint="chat",
+        model="m",
+        started_at_unix=1_700_000_000.0,
+        token_times_s=times,
+        first_content_s=times[0],
+        end_s=times[-1],
+        prompt_tokens=TokenCount(5, TokenSource.SERVER),
+        completion_tokens=TokenCount(completion, TokenSource.SERVER),
+    )
+
+
+def test_runtime_worker_counts_each_request_once_in_the_series_and_reports_both() -> None:
+    runtime = Runtime(config=RunConfig(), series_only=True, run_started_s=time.perf_counter())
+    runtime.count(_finished(3))
+    runtime.count(_finished(4))
+    runtime.count_cancelled("chat", "m")
+    assert runtime.stats.is_empty()  # nothing counted twice on a worker
+    assert runtime.has_unreported()
+    stats, series = runtime.take_delta()
+    assert stats == series.total()
+    total = stats.total()
+    assert (total.succeeded, total.cancelled, total.completion_tokens_sum) == (2, 1, 7)
+    assert series.indices() == [0]  # finished within the first interval of 10 s
+    assert not runtime.has_unreported()
+
+
+def test_runtime_single_process_keeps_run_totals_and_the_series() -> None:
+    runtime = Runtime(config=RunConfig(), run_started_s=time.perf_counter())
+    runtime.count(_finished(3))
+    runtime.count_cancelled("chat", "m")
+    assert runtime.stats == runtime.series.total()
