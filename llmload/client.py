@@ -47,6 +47,9 @@ _MESSAGE_CHARS = 500  # ErrorInfo.message limit
 _ERROR_BODY_BYTES = 64 * 1024  # read at most this much of a non-2xx body
 _JSON_BODY_BYTES = 16 * 1024 * 1024  # a non-streamed reply larger than this is refused
 _DRAIN_BYTES = 64 * 1024  # bytes read after [DONE] to finish the HTTP message (keeps the connection)
+# A proxy that compresses text/event-stream sends gzip bytes the SSE decoder cannot read.
+_GZIP_MAGIC = b"\x1f\x8b"
+_GZIPPED = "; the body is gzip-compressed (Content-Encoding: gzip): turn compression off in the proxy or gateway"
 _STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 
@@ -210,7 +213,7 @@ class StreamingClient:
             if not acc.done and acc.finish_reason is None:
                 detail = f"{acc.events} events, {len(acc.token_times_s)} with tokens"
                 if not acc.events:
-                    detail += f"; body began {head!r}"
+                    detail += _GZIPPED if head.startswith(_GZIP_MAGIC) else f"; body began {head!r}"
                 raise ReplyFailure(
                     Outcome.STREAM_ERROR,
                     "stream ended before completion",
