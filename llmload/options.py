@@ -252,8 +252,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _switch("--insecure", "Do not verify the server's TLS certificate (printed as a warning).", _SERVER),
     OptionSpec(
         "--header",
-        "Extra HTTP header 'Name: value' on every request; repeat the option for several. In locust.conf "
-        "and LOCUST_HEADER: one header per line. Values of credential headers are never printed.",
+        "Extra HTTP header 'Name: value' on every request; repeat the option for several. locust.conf: "
+        "header = [api-key: KEY, x-trace: on]; LOCUST_HEADER: one header per line. Values of credential "
+        "headers are never printed.",
         _SERVER,
         (),
         v.headers,
