@@ -397,7 +397,7 @@ def describe(width: int = 100) -> str:
             name = spec.flag if spec.is_flag else f"{spec.flag} {spec.metavar}"
             if spec.is_flag:
                 shown = "off"
-            elif spec.default is None or spec.default == "":
+            elif spec.default is None or spec.default in ("", ()):
                 shown = "unset"
             else:
                 shown = repr(spec.default) if " " in str(spec.default) else str(spec.default)

@@ -300,20 +300,22 @@ class Runtime:
         return mode == "on" or (mode == "auto" and endpoint not in self.usage_refused)
 
     def learn_usage_refused(self, endpoint: str, record: RequestRecord) -> bool:
-        """True, once per endpoint, when ``record`` is a 400/422 naming ``stream_options`` under ``auto``.
+        """True when ``record`` is a 400/422 naming ``stream_options`` under ``auto``: send it again without.
 
-        From then on requests to ``endpoint`` are built without the field (the
-        request cache is emptied) and a warning says so.
+        The first time per endpoint, requests to ``endpoint`` are built without
+        the field from then on (the request cache is emptied) and a warning says
+        so; requests already in flight then are refused too and are retried alike.
         """
         error = record.error
         if (
             self.config.stream_usage != "auto"
-            or endpoint in self.usage_refused
             or error is None
             or error.status not in (400, 422)
             or "stream_options" not in error.message
         ):
             return False
+        if endpoint in self.usage_refused:
+            return True
         self.usage_refused.add(endpoint)
         self.request_cache.reset(self.config, self.model)
         counts = (
