@@ -87,6 +87,12 @@ def test_web_ui_form_follows_the_table_order_with_dropdowns_and_llmload_messages
     assert seen["arrival"]["default_value"] == "GAMMA"
     assert seen["arrival"]["choices"] == ["", "poisson", "constant", "gamma"]
     assert seen["usage"] == ["auto", "on", "off"]
+    values = {spec.dest: spec.locust_default for spec in OPTIONS}
+    with pytest.raises(ConfigError, match="--arrival must be one of poisson, constant, gamma, got 'foo'"):
+        RunConfig.from_options(SimpleNamespace(**{**values, "request_rate": "5", "arrival": "foo"}))
+    assert RunConfig.from_options(SimpleNamespace(**{**values, "request_rate": "5", "arrival": "GAMMA"})).arrival == (
+        "gamma"
+    )
 
 
 def test_header_option_reads_repeats_and_lines_and_hides_values_in_its_error():
