@@ -122,6 +122,12 @@ class RunConfig:
         allow_download: permit hub downloads of ``tokenizer``.
         slo: goodput objectives, or None.
         warmup_requests: requests sent first and excluded from statistics (all workers together).
+        headers: extra ``(name, value)`` headers on every request.
+        api_key_header: header that carries the API key as is, None = ``Authorization: Bearer``.
+        endpoint_path: path posted to instead of the endpoint's ``/v1/...`` path, or None.
+        max_tokens_field: body field of the reply length (``max_tokens`` or ``max_completion_tokens``).
+        extra_body: fields merged into every request body, or None.
+        stream_usage: ``auto``, ``on`` or ``off`` (ask for ``stream_options.include_usage``).
     """
 
     model: str | None = None
@@ -156,6 +162,12 @@ class RunConfig:
     allow_download: bool = False
     slo: SLO | None = None
     warmup_requests: int = default("--warmup-requests")
+    headers: tuple[tuple[str, str], ...] = default("--header")
+    api_key_header: str | None = None
+    endpoint_path: str | None = None
+    max_tokens_field: str = default("--max-tokens-field")
+    extra_body: dict[str, Any] | None = None
+    stream_usage: str = default("--stream-usage")
     # open loop (None: closed loop)
     request_rate: float | None = None
     arrival: str = ARRIVALS[0]

@@ -419,8 +419,8 @@ class GeventHTTPTransport:
         """Create the transport; no connection is opened until ``connect`` or the first request.
 
         Args:
-            base_url: ``http://host[:port][/prefix]`` or ``https://...``; request
-                paths are appended to the prefix.
+            base_url: ``http://host[:port][/prefix][?query]`` or ``https://...``; request
+                paths are appended to the prefix, and the query to every request.
             headers: sent with every request (e.g. ``Authorization``).
             timeouts: ``connect_s`` for TCP+TLS setup, ``idle_s`` for every
                 send and read (headers included). ``total_s`` is enforced by
@@ -433,9 +433,9 @@ class GeventHTTPTransport:
             ConfigError: ``base_url`` is not an http(s) URL with a host.
         """
         parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment:
             raise ConfigError(
-                f"base URL {base_url!r} must look like http://HOST[:PORT][/PREFIX] or https://...; "
+                f"base URL {base_url!r} must look like http://HOST[:PORT][/PREFIX][?QUERY] or https://...; "
                 "e.g. --host http://127.0.0.1:8000"
             )
         try:
@@ -443,6 +443,7 @@ class GeventHTTPTransport:
         except ValueError as exc:
             raise ConfigError(f"base URL {base_url!r} has an invalid port: {exc}") from exc
         self._prefix = parts.path.rstrip("/")
+        self._query = parts.query  # kept on every request (e.g. ?api-version=...)
         self._origin = public_url(f"{parts.scheme}://{parts.netloc}")  # error messages never carry user:password
         self._timeouts = timeouts
         https = parts.scheme == "https"
@@ -538,12 +539,15 @@ class GeventHTTPTransport:
         self._client.close()
 
     def _request(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]) -> GeventResponse:
-        where = f"{method} {self._origin}{self._prefix}{path}"
+        target = self._prefix + path
+        if self._query:
+            target += ("&" if "?" in target else "?") + self._query
+        where = f"{method} {self._origin}{target}"
         reused, self._reusable = self._reusable, False
         self._stamps.ns = 0
         try:
             try:
-                resp = self._client.request(method, self._prefix + path, body=body, headers=headers)
+                resp = self._client.request(method, target, body=body, headers=headers)
             except (HTTPParseError, ConnectionResetError, BrokenPipeError):
                 # A kept-alive connection the server closed while idle (llama-server closes after
                 # every streamed reply despite announcing keep-alive) fails before any response
@@ -551,7 +555,7 @@ class GeventHTTPTransport:
                 # connection (the pool dropped the dead one). A fresh connection is never retried.
                 if not reused:
                     raise
-                resp = self._client.request(method, self._prefix + path, body=body, headers=headers)
+                resp = self._client.request(method, target, body=body, headers=headers)
         except TimeoutError as exc:
             raise RequestTimeout(
                 f"{where}: no connection or response headers in time "
