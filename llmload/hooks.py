@@ -205,7 +205,7 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     csv_prefix = getattr(options, "csv_prefix", None)
     if csv_prefix:
         try:
-            write_csv_files(csv_prefix, results)
+            write_csv_files(csv_prefix, results, runtime.timeline.extra_columns if runtime.timeline else ())
         except OSError as exc:
             log.error("llmload: --csv %s: the LLM CSV files could not be written (%s)", csv_prefix, exc)
     environment.process_exit_code = results["exit_status"]  # README "Exit status": 0, 1, or 2 when blocked

@@ -215,8 +215,8 @@ _REPORT_GRACE_EXTRA_S = 1.0  # beyond the workers' report interval
 def start_timeline(environment: Environment, **_kw: Any) -> None:
     """Master or single process, at each run start: a new timeline, ``--timeseries`` file and tick greenlet.
 
-    Raises:
-        OSError: the ``--timeseries`` file cannot be opened (checked writable before load).
+    A ``--timeseries`` file that cannot be opened is logged as an error; the
+    run and the results' ``timeseries`` go on without it.
     """
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     runner = environment.runner
@@ -233,11 +233,17 @@ def start_timeline(environment: Environment, **_kw: Any) -> None:
     runtime.progress_finished = 0
     if runtime.timeseries_log is not None:
         runtime.timeseries_log.close()
-    runtime.timeseries_log = TimeseriesLog(config.timeseries) if config.timeseries else None
+    runtime.timeseries_log = None
+    if config.timeseries:
+        try:
+            runtime.timeseries_log = TimeseriesLog(config.timeseries)
+        except OSError as exc:
+            log.error("llmload: --timeseries %s cannot be written (%s); pass a writable path", config.timeseries, exc)
     runtime.timeline_task = gevent.spawn(_tick_timeline_forever, environment, runtime)
 
 
 def _gauges(environment: Environment, runtime: Runtime) -> dict[str, int]:
+    """The gauges of one sample; further gauges (e.g. server metrics) join here, named in ``Timeline.extra_columns``."""
     runner = environment.runner
     if isinstance(runner, MasterRunner):
         return {
