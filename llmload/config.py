@@ -89,6 +89,7 @@ class RunConfig:
         timeouts: per-request time limits.
         api_key_file: file holding the API key (first line), or None.
         insecure: skip TLS certificate verification.
+        ignore_proxy_env: connect directly whatever the proxy variables say.
         max_failure_ratio: failed/finished above this → exit status 1.
         skip_preflight: skip the probe requests before load.
         requests_log: per-request JSON lines path, or None.
@@ -122,6 +123,7 @@ class RunConfig:
     timeouts: Timeouts = Timeouts()
     api_key_file: str | None = None
     insecure: bool = False
+    ignore_proxy_env: bool = False
     max_failure_ratio: float = 0.01
     skip_preflight: bool = False
     requests_log: str | None = None
@@ -180,6 +182,7 @@ class RunConfig:
             ),
             api_key_file=_text(get("api_key_file")),
             insecure=_flag(get("insecure")),
+            ignore_proxy_env=_flag(get("ignore_proxy_env")),
             max_failure_ratio=_ratio("--max-failure-ratio", get("max_failure_ratio"), 0.01),
             skip_preflight=_flag(get("skip_preflight")),
             requests_log=_text(get("requests_log")),

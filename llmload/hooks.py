@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from typing import Any
 
@@ -47,7 +48,7 @@ import gevent
 import gevent.event
 import gevent.lock
 
-from llmload import preflight
+from llmload import preflight, proxies
 from llmload.arrivals import Arrival, ArrivalSchedule
 from llmload.config import OPTIONS, RunConfig
 from llmload.credentials import public_url, split_credentials
@@ -196,7 +197,10 @@ def _prepare(environment: Environment, runtime: Runtime) -> None:
         raise ConfigError("no target host; pass -H http://HOST:PORT (e.g. -H http://127.0.0.1:8000)")
     if config.insecure:
         log.warning("llmload: --insecure: TLS certificates of %s are NOT verified", host)
-    transport = GeventHTTPTransport(host, headers=runtime.headers, timeouts=config.timeouts, insecure=config.insecure)
+    _choose_route(runtime, host)
+    transport = GeventHTTPTransport(
+        host, headers=runtime.headers, timeouts=config.timeouts, insecure=config.insecure, proxy=runtime.proxy
+    )
     try:
         models = preflight.fetch_models(host, transport.get, config.api_key_env)
         runtime.model = preflight.choose_model(models, config.model, host)
@@ -220,6 +224,18 @@ def _prepare(environment: Environment, runtime: Runtime) -> None:
     if raised:
         log.info("llmload: %s", raised)
     runtime.prepared_for = (host, config)
+
+
+def _choose_route(runtime: Runtime, host: str) -> None:
+    """Set ``runtime.proxy`` for ``host`` from this process's environment; log the one-line note.
+
+    Raises:
+        ConfigError: the proxy variable that applies is not a usable http:// proxy URL.
+    """
+    decision = proxies.route(host, urllib.request.getproxies_environment(), ignore=runtime.config.ignore_proxy_env)
+    runtime.proxy = decision.proxy
+    if decision.note:
+        log.info("llmload: %s", decision.note)
 
 
 def _strip_credentials(environment: Environment, runtime: Runtime) -> str:
@@ -339,6 +355,7 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
         runtime.url_authorization = plan.get("url_authorization") or runtime.url_authorization
         try:
             _load_local_parts(runtime)
+            _choose_route(runtime, environment.host or "")
         except LLMLoadError as exc:
             runtime.blocked = runtime.blocked or str(exc)
             log.error("llmload: %s; this worker sends no load", exc)

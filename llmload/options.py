@@ -111,6 +111,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec("--insecure", "Do not verify the server's TLS certificate (printed as a warning).", False, is_flag=True),
     OptionSpec(
+        "--ignore-proxy-env",
+        "Connect to the target directly even when HTTP_PROXY / HTTPS_PROXY / ALL_PROXY are set.",
+        False,
+        is_flag=True,
+    ),
+    OptionSpec(
         "--max-failure-ratio",
         "Exit with status 1 when failed / finished requests exceed this ratio (0..1).",
         0.01,

@@ -26,6 +26,7 @@ from llmload.exporters.window import SlidingWindow
 from llmload.payloads import LLMRequest
 from llmload.stats import LLMStats
 from llmload.tokens import TokenCounter
+from llmload.proxies import ProxyChoice
 from llmload.transport import AddressCache
 from llmload.workload import Prompt, PromptStream, Workload
 
@@ -234,6 +235,8 @@ class Runtime:
         prompts: this process's share of the workload's prompt sequence; None until test start.
         warmup: this process's share of ``--warmup-requests``; None = no warm-up.
         addresses: name resolutions shared by every user's transport in this process.
+        proxy: the forward proxy every transport of this process uses for the
+            current target (``llmload.proxies.route``), or None for direct connections.
         request_cache: requests built in this process, reused for repeated prompts.
         interrupt_main: hands a Ctrl-C to Locust's main greenlet (``llmload.interrupt``);
             None outside a Locust process.
@@ -257,6 +260,7 @@ class Runtime:
     prompts: PromptStream | None = None
     warmup: WarmupGate | None = None
     addresses: AddressCache = field(default_factory=AddressCache)
+    proxy: ProxyChoice | None = None
     request_cache: RequestCache = field(default_factory=RequestCache)
     # stopping (issue 14): SIGINT goes to interrupt_main; stopping is True while a stop is under way
     interrupt_main: Callable[[], None] | None = None

@@ -72,6 +72,7 @@ from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 from llmload.config import Timeouts
 from llmload.credentials import public_url
 from llmload.errors import ConfigError, ConnectionClosedError, RequestTimeout, TransportError
+from llmload.proxies import ProxyChoice
 
 __all__ = ["AddressCache", "GeventHTTPTransport", "GeventResponse", "HTTPResult"]
 
@@ -412,6 +413,7 @@ class GeventHTTPTransport:
         timeouts: Timeouts,
         insecure: bool = False,
         addresses: AddressCache | None = None,
+        proxy: ProxyChoice | None = None,
     ) -> None:
         """Create the transport; no connection is opened until ``connect`` or the first request.
 
@@ -425,6 +427,11 @@ class GeventHTTPTransport:
             insecure: skip TLS certificate and host name verification.
             addresses: name resolutions shared with the process's other
                 transports; None resolves for every new connection.
+            proxy: forward proxy to connect to instead of the target
+                (``llmload.proxies.route``); None connects directly.
+                geventhttpclient's own proxy support sends plain-http
+                requests in absolute form with ``Proxy-Authorization``, and
+                opens a ``CONNECT`` tunnel (with it) for https.
 
         Raises:
             ConfigError: ``base_url`` is not an http(s) URL with a host.
@@ -441,11 +448,16 @@ class GeventHTTPTransport:
             raise ConfigError(f"base URL {base_url!r} has an invalid port: {exc}") from exc
         self._prefix = parts.path.rstrip("/")
         self._origin = public_url(f"{parts.scheme}://{parts.netloc}")  # error messages never carry user:password
+        self._via = "" if proxy is None else f" via proxy {proxy.public}"
         self._timeouts = timeouts
         https = parts.scheme == "https"
         extra: dict[str, Any] = {}
         if https and insecure:
             extra["ssl_context_factory"] = _unverified_context
+        if proxy is not None:
+            extra.update(
+                proxy_host=proxy.host, proxy_port=proxy.port, proxy_user=proxy.user, proxy_password=proxy.password
+            )
         self._reusable = False  # the pooled connection is kept alive from a complete reply
         self._stamps = _Stamps()
         self._client = HTTPClient(
@@ -495,10 +507,12 @@ class GeventHTTPTransport:
             sock = pool.get_socket()
         except TimeoutError as exc:
             raise RequestTimeout(
-                f"connect to {self._origin}: no connection within {self._timeouts.connect_s:g} s (connect timeout)"
+                f"connect to {self._origin}{self._via}: no connection within "
+                f"{self._timeouts.connect_s:g} s (connect timeout)"
             ) from exc
         except (OSError, RuntimeError) as exc:
-            raise TransportError(f"connect to {self._origin} failed: {_describe(exc)}") from exc
+            # RuntimeError also carries a refused CONNECT ("Proxy CONNECT failed: HTTP/1.1 407 ...")
+            raise TransportError(f"connect to {self._origin}{self._via} failed: {_describe(exc)}") from exc
         pool.return_socket(sock)
 
     def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> GeventResponse:
@@ -535,7 +549,7 @@ class GeventHTTPTransport:
         self._client.close()
 
     def _request(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]) -> GeventResponse:
-        where = f"{method} {self._origin}{self._prefix}{path}"
+        where = f"{method} {self._origin}{self._prefix}{path}{self._via}"
         reused, self._reusable = self._reusable, False
         self._stamps.ns = 0
         try:
