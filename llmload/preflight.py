@@ -67,6 +67,11 @@ def fetch_models(host: str, get: Callable[[str], Any], api_key_env: str) -> Mode
             f"GET {host}/v1/models answered HTTP {status} (not authorised); "
             f"set the API key in ${api_key_env} or pass --api-key-file PATH"
         )
+    if status == 407:
+        raise ConfigError(
+            f"GET {host}/v1/models: the proxy answered HTTP 407 (proxy authentication required); put its "
+            "credentials in the proxy variable (http://USER:PASSWORD@HOST:PORT) or pass --ignore-proxy-env"
+        )
     if status != 200:
         excerpt = body[:200].decode("utf-8", "replace")
         hint = (

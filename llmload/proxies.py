@@ -17,10 +17,10 @@ the caller reads the environment.
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
+from urllib.request import proxy_bypass_environment  # type: ignore[attr-defined]  # public since 2.x, not in typeshed
 
 from llmload.credentials import public_url
 from llmload.errors import ConfigError
@@ -110,7 +110,7 @@ def choose_proxy(target_url: str, proxies: Mapping[str, str]) -> ProxyChoice | N
     if not raw or not parts.hostname:
         return None
     netloc = parts.netloc.rpartition("@")[2]
-    if urllib.request.proxy_bypass_environment(netloc, dict(proxies)):
+    if proxy_bypass_environment(netloc, dict(proxies)):
         return None
     variable = f"{key.upper()}_PROXY"
     url = raw if "://" in raw else f"http://{raw}"

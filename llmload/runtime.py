@@ -24,9 +24,9 @@ from llmload.exporters.requests_log import RequestsLog
 from llmload.exporters.run_summary import SendFigures
 from llmload.exporters.window import SlidingWindow
 from llmload.payloads import LLMRequest
+from llmload.proxies import ProxyChoice
 from llmload.stats import LLMStats
 from llmload.tokens import TokenCounter
-from llmload.proxies import ProxyChoice
 from llmload.transport import AddressCache
 from llmload.workload import Prompt, PromptStream, Workload
 
