@@ -197,7 +197,7 @@ def _prepare(environment: Environment, runtime: Runtime) -> None:
         raise ConfigError("no target host; pass -H http://HOST:PORT (e.g. -H http://127.0.0.1:8000)")
     if config.insecure:
         log.warning("llmload: --insecure: TLS certificates of %s are NOT verified", host)
-    _choose_route(runtime, host)
+    runtime.proxy_note = _choose_route(runtime, host)
     transport = GeventHTTPTransport(
         host, headers=runtime.headers, timeouts=config.timeouts, insecure=config.insecure, proxy=runtime.proxy
     )
@@ -226,16 +226,20 @@ def _prepare(environment: Environment, runtime: Runtime) -> None:
     runtime.prepared_for = (host, config)
 
 
-def _choose_route(runtime: Runtime, host: str) -> None:
-    """Set ``runtime.proxy`` for ``host`` from this process's environment; log the one-line note.
+def _choose_route(runtime: Runtime, host: str, master_note: str | None = None) -> str | None:
+    """Set ``runtime.proxy`` for ``host`` from this process's environment; return the one-line note.
+
+    The note is logged unless it is ``master_note`` (a worker whose
+    environment chose as its master did stays silent).
 
     Raises:
         ConfigError: the proxy variable that applies is not a usable http:// proxy URL.
     """
     decision = proxies.route(host, urllib.request.getproxies_environment(), ignore=runtime.config.ignore_proxy_env)
     runtime.proxy = decision.proxy
-    if decision.note:
+    if decision.note and decision.note != master_note:
         log.info("llmload: %s", decision.note)
+    return decision.note
 
 
 def _strip_credentials(environment: Environment, runtime: Runtime) -> str:
@@ -355,7 +359,7 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
         runtime.url_authorization = plan.get("url_authorization") or runtime.url_authorization
         try:
             _load_local_parts(runtime)
-            _choose_route(runtime, environment.host or "")
+            _choose_route(runtime, environment.host or "", master_note=plan.get("proxy_note"))
         except LLMLoadError as exc:
             runtime.blocked = runtime.blocked or str(exc)
             log.error("llmload: %s; this worker sends no load", exc)
@@ -435,6 +439,7 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
                 "model": runtime.model,
                 # -H's user:password@ as an Authorization value: workers get a host without it
                 "url_authorization": runtime.url_authorization,
+                "proxy_note": runtime.proxy_note,  # workers whose own proxy choice is the same stay silent
                 "quotas": quotas,
                 "blocked": runtime.blocked,
                 "users_per_worker": -(-users // max(len(workers), 1)),

@@ -237,6 +237,7 @@ class Runtime:
         addresses: name resolutions shared by every user's transport in this process.
         proxy: the forward proxy every transport of this process uses for the
             current target (``llmload.proxies.route``), or None for direct connections.
+        proxy_note: master/standalone: the start-up line about the proxy choice, or None.
         request_cache: requests built in this process, reused for repeated prompts.
         interrupt_main: hands a Ctrl-C to Locust's main greenlet (``llmload.interrupt``);
             None outside a Locust process.
@@ -261,6 +262,7 @@ class Runtime:
     warmup: WarmupGate | None = None
     addresses: AddressCache = field(default_factory=AddressCache)
     proxy: ProxyChoice | None = None
+    proxy_note: str | None = None
     request_cache: RequestCache = field(default_factory=RequestCache)
     # stopping (issue 14): SIGINT goes to interrupt_main; stopping is True while a stop is under way
     interrupt_main: Callable[[], None] | None = None

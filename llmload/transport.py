@@ -33,6 +33,10 @@ bytes reached user space (monotonic clock).
 ``connect`` opens the connection before the client takes its send time, so
 connection set-up (and the loop turns it waits for) is timed apart from TTFT.
 
+Through a forward proxy (``proxy``), geventhttpclient connects to the proxy:
+plain http keeps the stamping socket (stamps are when the proxy's bytes
+arrived here), https is a ``CONNECT`` tunnel with TLS inside (monotonic clock).
+
 Three methods of geventhttpclient's ``ConnectionPool`` are replaced on each
 transport's own pool (``HTTPClient._connection_pool``): ``_create_tcp_socket``
 (the stamping socket), ``_is_socket_alive`` (a check that does not yield to

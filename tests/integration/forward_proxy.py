@@ -42,12 +42,7 @@ class ForwardProxy:
         self._log: list[ProxiedRequest] = []
         self._socks: set[socket.socket] = set()
         self._listener = socket.create_server(("127.0.0.1", 0))
-
-    @property
-    def port(self) -> int:
-        """The listening port."""
-        port: int = self._listener.getsockname()[1]
-        return port
+        self.port: int = self._listener.getsockname()[1]  # the listening port
 
     @property
     def log(self) -> list[ProxiedRequest]:

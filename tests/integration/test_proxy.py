@@ -17,6 +17,7 @@ import pytest
 
 from llmload.client import StreamingClient
 from llmload.config import Timeouts
+from llmload.errors import TransportError
 from llmload.payloads import build_chat_request
 from llmload.proxies import route
 from llmload.record import Outcome
@@ -174,3 +175,17 @@ def test_nc06_plain_http_through_a_proxy_keeps_kernel_receive_stamps():
         if _KERNEL_STAMPS:
             assert record.unstamped_reads == 0
             assert len(record.read_lags_s) >= 2
+
+
+def test_nc06_https_through_a_connect_tunnel_still_checks_the_certificate(tls_server):  # noqa: F811
+    with ForwardProxy() as proxy:
+        decision = route(tls_server, {"https": f"http://127.0.0.1:{proxy.port}"}, ignore=False)
+        transport = GeventHTTPTransport(
+            tls_server, headers={}, timeouts=Timeouts(connect_s=5, idle_s=5, total_s=10), proxy=decision.proxy
+        )
+        with pytest.raises(TransportError, match=r"(?i)certificate") as info:
+            transport.get("/v1/models")
+        transport.close()
+        seen = proxy.log
+    assert [r.method for r in seen] == ["CONNECT"]  # the tunnel was made; the self-signed certificate was refused
+    assert f"via proxy http://127.0.0.1:{proxy.port}" in str(info.value)
