@@ -40,7 +40,8 @@ arrived here), https is a ``CONNECT`` tunnel with TLS inside (monotonic clock).
 Three methods of geventhttpclient's ``ConnectionPool`` are replaced on each
 transport's own pool (``HTTPClient._connection_pool``): ``_create_tcp_socket``
 (the stamping socket), ``_is_socket_alive`` (a check that does not yield to
-the loop between the send time and the send) and ``_resolve`` (the shared
+the loop between the send time and the send, and that does not take a TLS 1.3
+session ticket for a sign of a dead connection) and ``_resolve`` (the shared
 ``AddressCache``). ``tests/integration/test_transport.py`` fails if a new
 geventhttpclient no longer calls them.
 
@@ -57,6 +58,7 @@ import _socket
 import contextlib
 import errno
 import functools
+import ssl
 import struct
 import sys
 import time
@@ -586,8 +588,10 @@ class GeventHTTPTransport:
 def _idle_and_open(fallback: Callable[[Any], bool], sock: Any) -> bool:
     """True when a pooled connection is open and has nothing to read (a FIN or stray bytes: not reusable).
 
-    TLS connections keep geventhttpclient's own check (``fallback``).
+    Other sockets than these two kinds keep geventhttpclient's own check (``fallback``).
     """
+    if isinstance(sock, gevent.ssl.SSLSocket | ssl.SSLSocket):  # gevent's, or the stdlib's when unpatched
+        return _tls_idle_and_open(sock)
     if type(sock) is not _StampedSocket:
         return fallback(sock)
     raw = sock._sock
@@ -598,6 +602,39 @@ def _idle_and_open(fallback: Callable[[Any], bool], sock: Any) -> bool:
     except OSError:
         return False
     return False
+
+
+def _tls_idle_and_open(sock: Any) -> bool:
+    """True when a pooled TLS connection is open and holds no application data.
+
+    TLS 1.3 servers send session tickets just after the handshake: a fresh
+    connection is then readable, and a readability check (geventhttpclient's)
+    discards the connection ``connect`` opened, so the request opens another
+    one inside its timed region. A non-blocking TLS read consumes such records:
+    "want read" means nothing else was there.
+    """
+    if sock.fileno() < 0:
+        return False
+    try:
+        raw = getattr(sock, "_sock", sock)  # gevent's SSL socket wraps the OS socket; the stdlib's is one
+        peeked = _socket.socket.recv(raw, 1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)  # raw bytes, not decrypted
+    except BlockingIOError:
+        return sock.pending() == 0
+    except OSError:
+        return False
+    if not peeked:
+        return False  # FIN
+    timeout = sock.gettimeout()
+    sock.settimeout(0.0)
+    try:
+        sock.recv(1)
+    except ssl.SSLWantReadError:
+        return True  # only TLS records without application data (session tickets)
+    except (OSError, ValueError):
+        return False
+    finally:
+        sock.settimeout(timeout)
+    return False  # application data or a clean TLS close
 
 
 def _closed(_sock: Any) -> bool:
