@@ -619,7 +619,8 @@ def _tls_idle_and_open(sock: Any) -> bool:
         raw = getattr(sock, "_sock", sock)  # gevent's SSL socket wraps the OS socket; the stdlib's is one
         peeked = _socket.socket.recv(raw, 1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)  # raw bytes, not decrypted
     except BlockingIOError:
-        return sock.pending() == 0
+        buffered: int = sock.pending()  # decrypted bytes already read from the socket
+        return buffered == 0
     except OSError:
         return False
     if not peeked:
