@@ -15,12 +15,13 @@ from locust.runners import MasterRunner
 import logging
 import os
 import tempfile
+import urllib.request
 
 import gevent
 import gevent.event
 import gevent.lock
 
-from llmload import preflight
+from llmload import preflight, proxies
 from llmload.arrivals import Arrival, ArrivalSchedule
 from llmload.config import RunConfig
 from llmload.credentials import public_url, split_credentials
@@ -35,6 +36,7 @@ from llmload.transport import GeventHTTPTransport
 from llmload.workload import build_workload
 
 __all__ = [
+    "choose_route",
     "load_local_parts",
     "prepare",
     "split",
@@ -71,7 +73,10 @@ def prepare(environment: Environment, runtime: Runtime) -> None:
         raise ConfigError("no target host; pass -H http://HOST:PORT (e.g. -H http://127.0.0.1:8000)")
     if config.insecure:
         log.warning("llmload: --insecure: TLS certificates of %s are NOT verified", host)
-    transport = GeventHTTPTransport(host, headers=runtime.headers, timeouts=config.timeouts, insecure=config.insecure)
+    runtime.proxy_note = choose_route(runtime, host)
+    transport = GeventHTTPTransport(
+        host, headers=runtime.headers, timeouts=config.timeouts, insecure=config.insecure, proxy=runtime.proxy
+    )
     try:
         models = preflight.fetch_models(
             host, transport.get, config.api_key_env, model=config.model, key_sent_as=runtime.key_sent_as
@@ -106,6 +111,22 @@ def prepare(environment: Environment, runtime: Runtime) -> None:
     if raised:
         log.info("llmload: %s", raised)
     runtime.prepared_for = (host, config)
+
+
+def choose_route(runtime: Runtime, host: str, master_note: str | None = None) -> str | None:
+    """Set ``runtime.proxy`` for ``host`` from this process's environment; return the one-line note.
+
+    The note is logged unless it is ``master_note`` (a worker whose
+    environment chose as its master did stays silent).
+
+    Raises:
+        ConfigError: the proxy variable that applies is not a usable http:// proxy URL.
+    """
+    decision = proxies.route(host, urllib.request.getproxies_environment(), ignore=runtime.config.ignore_proxy_env)
+    runtime.proxy = decision.proxy
+    if decision.note and decision.note != master_note:
+        log.info("llmload: %s", decision.note)
+    return decision.note
 
 
 def _strip_credentials(environment: Environment, runtime: Runtime) -> str:

@@ -278,6 +278,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=v.endpoint_path,
         metavar="PATH",
     ),
+    _switch(
+        "--ignore-proxy-env",
+        "Connect to the target directly even when HTTP_PROXY / HTTPS_PROXY / ALL_PROXY are set.",
+        _SERVER,
+    ),
     OptionSpec("--connect-timeout", "Seconds to establish a connection.", _SERVER, 30.0, _SECONDS, "S", field=None),
     OptionSpec(
         "--read-timeout",

@@ -25,6 +25,7 @@ from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
 from llmload.exporters.window import SlidingWindow
 from llmload.payloads import LLMRequest
+from llmload.proxies import ProxyChoice
 from llmload.record import RequestRecord
 from llmload.stats import LLMStats
 from llmload.tokens import TokenCounter
@@ -239,6 +240,9 @@ class Runtime:
         prompts: this process's share of the workload's prompt sequence; None until test start.
         warmup: this process's share of ``--warmup-requests``; None = no warm-up.
         addresses: name resolutions shared by every user's transport in this process.
+        proxy: the forward proxy every transport of this process uses for the
+            current target (``llmload.proxies.route``), or None for direct connections.
+        proxy_note: master/standalone: the start-up line about the proxy choice, or None.
         request_cache: requests built in this process, reused for repeated prompts.
         interrupt_main: hands a Ctrl-C to Locust's main greenlet (``llmload.interrupt``);
             None outside a Locust process.
@@ -263,6 +267,8 @@ class Runtime:
     prompts: PromptStream | None = None
     warmup: WarmupGate | None = None
     addresses: AddressCache = field(default_factory=AddressCache)
+    proxy: ProxyChoice | None = None
+    proxy_note: str | None = None
     request_cache: RequestCache = field(default_factory=RequestCache)
     # stopping (issue 14): SIGINT goes to interrupt_main; stopping is True while a stop is under way
     interrupt_main: Callable[[], None] | None = None

@@ -78,6 +78,7 @@ class LLMUser(User):
                 timeouts=config.timeouts,
                 insecure=config.insecure,
                 addresses=runtime.addresses,
+                proxy=runtime.proxy,
             )
             client = self._client_or_none = StreamingClient(
                 self._transport,
