@@ -49,11 +49,14 @@ class Outcome(Enum):
     STREAM_ERROR = "stream_error"  # malformed SSE/JSON, stream ended before completion
     SERVER_ERROR = "server_error"  # error object in a 2xx body or mid-stream (BC-10, BC-11)
     CANCELLED = "cancelled"  # still in flight when the run stopped; neither success nor failure
+    # the client could not build, send or measure it (its error says why); not finished, yet its
+    # --num-requests slot is used
+    SKIPPED = "skipped"
 
     @property
     def is_failure(self) -> bool:
-        """True for every outcome except ``OK`` and ``CANCELLED``."""
-        return self not in (Outcome.OK, Outcome.CANCELLED)
+        """True for every outcome except ``OK``, ``CANCELLED`` and ``SKIPPED``."""
+        return self not in (Outcome.OK, Outcome.CANCELLED, Outcome.SKIPPED)
 
 
 class TokenSource(Enum):

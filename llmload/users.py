@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from locust import User, constant, task
 
+import logging
 import time
+import traceback
 from typing import ClassVar
 
 import gevent
@@ -30,12 +32,14 @@ from llmload.client import StreamingClient
 from llmload.datasets import Message
 from llmload.failures import error_of
 from llmload.payloads import LLMRequest, build_chat_request, build_completion_request
-from llmload.record import RequestRecord
+from llmload.record import ErrorInfo, Outcome, RequestRecord
 from llmload.runtime import Runtime, WarmupGate
 from llmload.transport import GeventHTTPTransport
 from llmload.workload import Conversation, Prompt
 
 __all__ = ["ChatUser", "CompletionUser", "LLMUser"]
+
+log = logging.getLogger(__name__)
 
 
 class LLMUser(User):
@@ -133,6 +137,15 @@ class LLMUser(User):
         if not runtime.budget.try_acquire():
             runtime.idle.wait()
             return
+        self._counted = False
+        try:
+            self._send(runtime)
+        except Exception as exc:  # building, sending or accounting the request failed: skip it, go on
+            self._skip(runtime, exc)
+        runtime.budget.release()
+
+    def _send(self, runtime: Runtime) -> None:
+        """Send one request of the budget and account for it (``self._counted`` once it is in the stats)."""
         intended_s = self._wait_for_arrival(runtime)
         prompt = self._next_prompt(runtime)
         request = self._request_for(runtime, prompt)
@@ -163,14 +176,42 @@ class LLMUser(User):
         slo = runtime.config.slo
         met_slo = slo is not None and slo.met_by(record)
         runtime.stats.add(record, met_slo=met_slo)
+        self._counted = True
         if runtime.window_delta is not None:  # single process with the Prometheus exporter
             runtime.window_delta.add(record, met_slo=met_slo)
         if runtime.requests_log is not None:
             runtime.requests_log.write(record)
-        runtime.budget.release()
         if self._conversation is not None:
             self._conversation.record_reply(prompt, record.output_text if record.ok else None)
         self._fire(request, record, elapsed_s)
+
+    def _skip(self, runtime: Runtime, exc: Exception) -> None:
+        """Count a request the client could not build, send or measure; log each cause once, with its traceback.
+
+        A request already counted (the fault came after its record reached
+        the statistics) is not counted again.
+        """
+        cause = f"{type(exc).__name__}: {exc}"
+        if not self._counted:
+            record = RequestRecord(
+                endpoint=self.endpoint,
+                model=runtime.model or "",
+                started_at_unix=time.time(),
+                outcome=Outcome.SKIPPED,
+                error=ErrorInfo(f"skipped: {type(exc).__name__}", cause[:500]),
+            )
+            runtime.stats.add(record)
+            if runtime.window_delta is not None:
+                runtime.window_delta.add(record)
+        key = f"{type(exc).__name__}:{_where(exc)}"
+        if key not in runtime.faults_reported:
+            runtime.faults_reported.add(key)
+            log.error(
+                "llmload: %s: %s (logged once per cause)",
+                "accounting a counted request failed" if self._counted else "a request was skipped",
+                cause,
+                exc_info=exc,
+            )
 
     def _request_for(self, runtime: Runtime, prompt: Prompt) -> LLMRequest:
         """The request for ``prompt``, built once per process and prompt (bodies of a fixed prompt repeat)."""
@@ -293,6 +334,12 @@ def _draw(runtime: Runtime, *, with_prefix: bool = True) -> Prompt:
     if runtime.workload is not None:
         return runtime.workload.prompt_at(0, with_prefix=with_prefix)
     return Prompt(messages=(Message("user", runtime.config.prompt),))
+
+
+def _where(exc: BaseException) -> str:
+    """``file:line`` where ``exc`` was raised (the innermost frame); "" if unknown."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
 def _runtime(user: User) -> Runtime:

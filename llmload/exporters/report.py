@@ -9,6 +9,9 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
 - ``requests.total``: finished requests = succeeded + failed. Cancelled
   requests (in flight at stop, BC-27) are reported apart and excluded from
   everything else. ``EMPTY`` replies are failures (BC-09, as vLLM since #5895).
+  ``requests.skipped``: requests the client could not build, send or measure;
+  not in the total, their causes in ``errors``; with ``--num-requests N``,
+  total + cancelled + skipped = N.
 - ``duration_s``: last end - first send over finished requests (wall clock,
   across all workers). This is vLLM ``benchmark_serving``'s ``duration``
   measured on the requests themselves, so ramp-up idle time is excluded.
@@ -183,6 +186,7 @@ def _requests(s: EndpointStats) -> dict[str, Any]:
         "succeeded": s.succeeded,
         "failed": s.failed,
         "cancelled": s.cancelled,
+        "skipped": s.skipped,
         "failure_ratio": s.failed / total if total else None,
         "by_outcome": {o.value: s.requests_by_outcome.get(o, 0) for o in Outcome},
     }
@@ -327,6 +331,8 @@ def format_summary(results: Mapping[str, Any]) -> str:
         lines.append(f"  {error['count']} x {error['category']}{status}")
         lines.extend(f"      {sample[:200]}" for sample in error["samples"])
     lines.append(_line("Cancelled at stop:", str(req["cancelled"])))
+    if req.get("skipped"):
+        lines.append(_line("Skipped (client fault, not sent):", str(req["skipped"])))
     lines.append(_line("Wall time (s):", _num(results["duration_s"])))
     lines.append(_line("Request throughput (req/s):", _num(thr["requests_per_s"])))
     lines.append(_line("Output token throughput (tok/s):", _num(thr["output_tokens_per_s"])))

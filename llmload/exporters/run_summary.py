@@ -143,6 +143,13 @@ def judge(results: dict[str, Any]) -> Verdict:
     requests = results["requests"]
     finished, failed, succeeded = requests["total"], requests["failed"], requests["succeeded"]
     limit = float(results.get("max_failure_ratio") or 0.0)
+    skipped = requests.get("skipped", 0)
+    if skipped:
+        return Verdict(
+            1,
+            f"FAILED: {skipped} of {finished + skipped} requests were skipped by a fault in the client "
+            "(not sent, or not measured; the errors list each cause); exit status 1",
+        )
     if finished == 0:
         return Verdict(1, f"FAILED: no request finished ({requests['cancelled']} cancelled at the stop); exit status 1")
     if succeeded == 0:
