@@ -90,6 +90,7 @@ class RunConfig:
         api_key_file: file holding the API key (first line), or None.
         insecure: skip TLS certificate verification.
         max_failure_ratio: failed/finished above this → exit status 1.
+        max_retry_after_s: closed loop: longest pause of a user after a throttled reply.
         skip_preflight: skip the probe requests before load.
         requests_log: per-request JSON lines path, or None.
         prometheus_port: exporter port on the master, 0 = no exporter.
@@ -123,6 +124,7 @@ class RunConfig:
     api_key_file: str | None = None
     insecure: bool = False
     max_failure_ratio: float = 0.01
+    max_retry_after_s: float = 60.0
     skip_preflight: bool = False
     requests_log: str | None = None
     prometheus_port: int = 9646
@@ -181,6 +183,7 @@ class RunConfig:
             api_key_file=_text(get("api_key_file")),
             insecure=_flag(get("insecure")),
             max_failure_ratio=_ratio("--max-failure-ratio", get("max_failure_ratio"), 0.01),
+            max_retry_after_s=_seconds("--max-retry-after", get("max_retry_after"), 60.0),
             skip_preflight=_flag(get("skip_preflight")),
             requests_log=_text(get("requests_log")),
             prometheus_port=_port("--prometheus-port", get("prometheus_port"), 9646),

@@ -117,6 +117,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="R",
     ),
     OptionSpec(
+        "--max-retry-after",
+        "Closed loop: longest pause in seconds a user makes after a throttled reply (429/503), "
+        "whether the server's Retry-After asked for more or it sent none (exponential back-off from 1 s).",
+        60.0,
+        metavar="S",
+    ),
+    OptionSpec(
         "--skip-preflight",
         "Do not probe the server before load (GET /v1/models is still used "
         "to find the model when --model is not given).",

@@ -43,7 +43,8 @@ class Outcome(Enum):
 
     OK = "ok"
     EMPTY = "empty"  # 2xx and well-formed, but no generated token at all (BC-09)
-    HTTP_ERROR = "http_error"  # non-2xx status
+    HTTP_ERROR = "http_error"  # non-2xx status other than 429 and 503
+    THROTTLED = "throttled"  # 429 or 503: the server asks the client to slow down
     TRANSPORT_ERROR = "transport_error"  # refused, reset, DNS
     TIMEOUT = "timeout"  # connect, idle-between-bytes or total timeout
     STREAM_ERROR = "stream_error"  # malformed SSE/JSON, stream ended before completion
@@ -140,6 +141,8 @@ class RequestRecord:
             its bytes had waited before the client read them (seconds).
         unstamped_reads: body reads timed by the monotonic clock alone (no
             kernel stamp: TLS, non-Linux, bytes that came with the headers).
+        retry_after_s: throttled replies only: the server's ``Retry-After``
+            in seconds; None if it sent none (or an unreadable one).
     """
 
     endpoint: str
@@ -163,6 +166,7 @@ class RequestRecord:
     connect_s: float | None = None
     read_lags_s: list[float] = field(default_factory=list)
     unstamped_reads: int = 0
+    retry_after_s: float | None = None
 
     # ── derived metrics ──────────────────────────────────────────────────
     @property

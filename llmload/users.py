@@ -21,6 +21,7 @@ from __future__ import annotations
 from locust import User, constant, task
 
 import logging
+import random
 import time
 import traceback
 from typing import ClassVar
@@ -30,7 +31,7 @@ from gevent import GreenletExit
 
 from llmload.client import StreamingClient
 from llmload.datasets import Message
-from llmload.failures import error_of
+from llmload.failures import error_of, throttle_pause_s
 from llmload.payloads import LLMRequest, build_chat_request, build_completion_request
 from llmload.record import ErrorInfo, Outcome, RequestRecord
 from llmload.runtime import Runtime, WarmupGate
@@ -62,6 +63,8 @@ class LLMUser(User):
         runtime = _runtime(self)
         turns = runtime.config.turns
         self._conversation = Conversation(turns, runtime.token_counter) if turns > 1 else None
+        self._throttled_streak = 0  # throttled replies in a row
+        self._rng = random.Random()  # jitter of the back-off after throttled replies
 
     def on_stop(self) -> None:
         """Close the connection."""
@@ -138,14 +141,22 @@ class LLMUser(User):
             runtime.idle.wait()
             return
         self._counted = False
+        pause_s = 0.0
         try:
-            self._send(runtime)
+            pause_s = self._send(runtime)
         except Exception as exc:  # building, sending or accounting the request failed: skip it, go on
             self._skip(runtime, exc)
         runtime.budget.release()
+        if pause_s > 0:
+            gevent.sleep(pause_s)
 
-    def _send(self, runtime: Runtime) -> None:
-        """Send one request of the budget and account for it (``self._counted`` once it is in the stats)."""
+    def _send(self, runtime: Runtime) -> float:
+        """Send one request of the budget and account for it (``self._counted`` once it is in the stats).
+
+        Returns how long to pause before the next request: closed loop, after
+        a throttled reply (``throttle_pause_s``); 0 otherwise (the open-loop
+        schedule is never changed).
+        """
         intended_s = self._wait_for_arrival(runtime)
         prompt = self._next_prompt(runtime)
         request = self._request_for(runtime, prompt)
@@ -184,6 +195,15 @@ class LLMUser(User):
         if self._conversation is not None:
             self._conversation.record_reply(prompt, record.output_text if record.ok else None)
         self._fire(request, record, elapsed_s)
+        if record.outcome is not Outcome.THROTTLED:
+            self._throttled_streak = 0
+            return 0.0
+        self._throttled_streak += 1
+        if runtime.schedule is not None:
+            return 0.0
+        return throttle_pause_s(
+            record.retry_after_s, self._throttled_streak, runtime.config.max_retry_after_s, self._rng.random()
+        )
 
     def _skip(self, runtime: Runtime, exc: Exception) -> None:
         """Count a request the client could not build, send or measure; log each cause once, with its traceback.
