@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from llmload.chunks import ReplyAccumulator, parse_chunk, read_server_error
+from llmload.config import Timeouts
 from llmload.errors import TransportError
 from llmload.failures import (
     IncompleteReplyError,
@@ -114,7 +115,7 @@ class StreamingClient:
         clock: Callable[[], float] = time.perf_counter,
         wall_clock: Callable[[], float] = time.time,
         token_counter: TokenCounter | None = None,
-        total_timeout_s: float = 1800.0,
+        total_timeout_s: float = Timeouts().total_s,
         keep_text: bool = False,
         compare_tokens: bool = False,
     ) -> None:
