@@ -353,3 +353,21 @@ def test_summary_warns_about_read_lag_with_the_measured_figures():
     assert "Clock for arrival times:                kernel" in text
     assert "WARNING: latencies may include up to 4.0 ms (P99; max 4.0 ms) of client delay" in text
     assert "CPU > 90%" not in text  # the CPU was not the cause
+
+
+def test_summary_nc09_throttled_share_and_nc10_skipped_count() -> None:
+    stats = _scenario()
+    before = build_results(stats, run=RUN)
+    assert "Throttled" not in format_summary(before)
+    assert "Skipped" not in format_summary(before)
+    stats.add(_fail(T0 + 3, "HTTP 429", "slow down", 429, Outcome.THROTTLED))
+    stats.add(_fail(T0 + 3, "skipped: UnicodeEncodeError", "surrogates not allowed", None, Outcome.SKIPPED))
+    results = build_results(stats, run=RUN)
+    total = results["requests"]["total"]
+    assert total == before["requests"]["total"] + 1  # skipped requests are not finished
+    assert (results["requests"]["skipped"], results["requests"]["by_outcome"]["throttled"]) == (1, 1)
+    text = format_summary(results)
+    values = {line.split(":")[0]: line.split(":", 1)[1].strip() for line in text.splitlines() if ":" in line}
+    assert values["Throttled (429/503)"] == f"1 ({100 / total:.1f}% of finished)"
+    assert values["Skipped (client fault, not sent)"] == "1"
+    assert "  1 x skipped: UnicodeEncodeError" in text.splitlines()
