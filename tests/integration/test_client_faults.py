@@ -56,8 +56,9 @@ import gevent
 from locust.env import Environment
 from hypothesis import HealthCheck, given, settings, strategies as st
 from llmload.config import RunConfig
-from llmload.exporters.report import RunInfo, build_results, format_summary
-from llmload.exporters.run_summary import judge
+import dataclasses
+from llmload.exporters.console import format_summary
+from llmload.exporters.results import RunOutcome, build_results, judge
 from llmload.runtime import RequestBudget, Runtime
 from llmload.testing import CF, C, Reply, ScriptedServer, U, W, sse
 from llmload.transport import GeventHTTPTransport
@@ -169,9 +170,8 @@ with ScriptedServer(reply) as server:
         skipped = sum(1 for step in plan if step in SKIPPING)
         assert (total.finished, total.skipped) == (n - skipped, skipped), (plan, total.requests_by_outcome)
         assert total.finished + total.skipped == n
-        run_info = RunInfo("r", server.base_url, ("FaultyUser",), "m", users, 0, n, 0.0)
-        results = build_results(runtime.stats, run=run_info)
-        results["max_failure_ratio"] = 1.0
+        config = dataclasses.replace(RunConfig(), max_failure_ratio=1.0, num_requests=n)
+        results = build_results(RunOutcome(runtime.stats, config=config, host=server.base_url, model="m", users=users))
         verdict = judge(results)
         summary = format_summary(results)
         if skipped:
