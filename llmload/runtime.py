@@ -273,6 +273,7 @@ class Runtime:
     # stopping (issue 14): SIGINT goes to interrupt_main; stopping is True while a stop is under way
     interrupt_main: Callable[[], None] | None = None
     stopping: bool = False
+    faults_reported: set[str] = field(default_factory=set)  # causes of skipped requests already logged
     # master only
     planned_workers: set[str] = field(default_factory=set)
     done_workers: set[str] = field(default_factory=set)
