@@ -40,6 +40,7 @@ __all__ = [
     "classify_status",
     "error_of",
     "parse_retry_after",
+    "skip_pause_s",
     "throttle_pause_s",
 ]
 
@@ -176,6 +177,21 @@ def parse_retry_after(value: str | None, now_unix: float) -> float | None:
     if when.tzinfo is None:  # RFC 9110 dates are GMT
         when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - now_unix)
+
+
+SKIP_PAUSE_FIRST_S = 0.05
+SKIP_PAUSE_MAX_S = 1.0
+
+
+def skip_pause_s(streak: int) -> float:
+    """Seconds a closed-loop user without a request limit pauses after its ``streak``-th skipped request in a row.
+
+    ``SKIP_PAUSE_FIRST_S`` × 2^(streak − 1), at most ``SKIP_PAUSE_MAX_S``: a
+    client fault that repeats on every request (a bad option, a broken
+    tokenizer) costs at most one skipped request per user per second instead
+    of a busy loop. ``streak`` >= 1.
+    """
+    return min(SKIP_PAUSE_MAX_S, SKIP_PAUSE_FIRST_S * 2.0 ** min(streak - 1, 30))
 
 
 def throttle_pause_s(retry_after_s: float | None, streak: int, cap_s: float, jitter: float) -> float:

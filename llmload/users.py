@@ -31,7 +31,7 @@ from gevent import GreenletExit
 
 from llmload.client import StreamingClient
 from llmload.datasets import Message
-from llmload.failures import error_of, throttle_pause_s
+from llmload.failures import error_of, skip_pause_s, throttle_pause_s
 from llmload.payloads import LLMRequest, build_chat_request, build_completion_request
 from llmload.record import ErrorInfo, Outcome, RequestRecord
 from llmload.runtime import Runtime, WarmupGate
@@ -64,6 +64,7 @@ class LLMUser(User):
         turns = runtime.config.turns
         self._conversation = Conversation(turns, runtime.token_counter) if turns > 1 else None
         self._throttled_streak = 0  # throttled replies in a row
+        self._skipped_streak = 0  # requests skipped by a client fault in a row
         self._rng = random.Random()  # jitter of the back-off after throttled replies
 
     def on_stop(self) -> None:
@@ -145,8 +146,13 @@ class LLMUser(User):
         pause_s = 0.0
         try:
             pause_s = self._send(runtime)
+            self._skipped_streak = 0
         except Exception as exc:  # building, sending or accounting the request failed: skip it, go on
             self._skip(runtime, exc)
+            self._skipped_streak += 1
+            if runtime.schedule is None and runtime.config.num_requests is None:
+                # A fault that repeats would otherwise spin the user at full CPU until -t ends.
+                pause_s = skip_pause_s(self._skipped_streak)
         runtime.budget.release()
         if pause_s > 0:
             gevent.sleep(pause_s)

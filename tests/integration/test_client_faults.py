@@ -201,3 +201,38 @@ def test_nc10_property_faults_at_every_step_of_the_request_path_never_hang_or_hi
     )
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-5000:])
     assert json.loads(proc.stdout.strip().splitlines()[-1])["ok"] is True
+
+
+_ALWAYS_FAILING_LOCUSTFILE = """
+from llmload.hooks import install
+from llmload.users import ChatUser
+
+
+class BrokenPromptUser(ChatUser):
+    def _next_prompt(self, runtime):
+        raise RuntimeError("the prompt source is broken")
+
+
+install()
+"""
+
+
+def test_repeated_client_fault_without_a_request_limit_pauses_instead_of_spinning(tmp_path):
+    from llmload.testing import ScriptedServer
+
+    locustfile = tmp_path / "broken.py"
+    locustfile.write_text(_ALWAYS_FAILING_LOCUSTFILE)
+    out = tmp_path / "r.json"
+    with ScriptedServer(ChatScript()) as server:
+        proc = run_locust(
+            ["-f", str(locustfile), "--headless", "--only-summary", "-H", server.base_url, "-t", "3s",
+             "-u", "2", "-r", "2", "--results-json", str(out)],
+            timeout_s=60,
+        )  # fmt: skip
+    results = json.loads(out.read_text())
+    skipped = results["requests"]["skipped"]
+    # Per user in 3 s: pauses of 0.05, 0.1, 0.2, 0.4, 0.8, 1, 1 s ... allow at most 8 skips each;
+    # a busy loop would skip thousands.
+    assert 2 <= skipped <= 16, (skipped, proc.stderr[-2000:])
+    assert proc.stderr.count("a request was skipped") == 1  # logged once per cause
+    assert proc.returncode == 1

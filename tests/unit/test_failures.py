@@ -25,6 +25,7 @@ from llmload.failures import (
     classify_status,
     error_of,
     parse_retry_after,
+    skip_pause_s,
     throttle_pause_s,
 )
 from llmload.payloads import build_chat_request
@@ -153,3 +154,8 @@ def test_throttle_pause_without_retry_after_doubles_with_jitter_and_stays_under_
     assert [throttle_pause_s(None, k, 60.0, 1.0) for k in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
     assert throttle_pause_s(None, 10, 60.0, 0.999) <= 60.0
     assert throttle_pause_s(None, 10_000, 60.0, 0.5) == 45.0  # no overflow on a long streak
+
+
+def test_skip_pause_doubles_from_50_ms_and_stays_at_one_second():
+    assert [skip_pause_s(n) for n in range(1, 8)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    assert skip_pause_s(10_000) == 1.0
