@@ -333,10 +333,15 @@ def _fail(
     return record
 
 
+# A proxy that compresses text/event-stream sends gzip bytes the SSE decoder cannot read.
+_GZIP_MAGIC = b"\x1f\x8b"
+_GZIPPED = "; the body is gzip-compressed (Content-Encoding: gzip): turn compression off in the proxy or gateway"
+
+
 def _incomplete_detail(events: int, token_events: int, head: bytes) -> str:
     detail = f"{events} events, {token_events} with tokens"
     if not events:
-        detail += f"; body began {head!r}"
+        detail += _GZIPPED if head.startswith(_GZIP_MAGIC) else f"; body began {head!r}"
     return f"no finish_reason or [DONE] ({detail})"
 
 

@@ -43,7 +43,15 @@ from llmload import preflight
 from llmload.config import RunConfig
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.load import SendFigures
-from llmload.launch import load_local_parts, prepare, split, start_open_loop, start_process_services, start_workload
+from llmload.launch import (
+    choose_route,
+    load_local_parts,
+    prepare,
+    split,
+    start_open_loop,
+    start_process_services,
+    start_workload,
+)
 from llmload.live import feed
 from llmload.plan import RunPlan, users_per_worker
 from llmload.runtime import RequestBudget, Runtime
@@ -110,6 +118,7 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     runtime.url_authorization = plan.url_authorization or runtime.url_authorization
     try:
         load_local_parts(runtime)
+        choose_route(runtime, environment.host or "", master_note=plan.proxy_note)
     except LLMLoadError as exc:
         runtime.blocked = runtime.blocked or str(exc)
         log.error("llmload: %s; this worker sends no load", exc)
@@ -167,6 +176,7 @@ def _start_master_or_local(environment: Environment) -> None:
             run_id=runtime.run_id,
             model=runtime.model,
             url_authorization=runtime.url_authorization,
+            proxy_note=runtime.proxy_note,
             blocked=runtime.blocked,
             users_per_worker=users_per_worker(users, len(workers)),
             workers=len(workers),

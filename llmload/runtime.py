@@ -8,6 +8,7 @@ import time.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -24,10 +25,14 @@ from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
 from llmload.exporters.window import SlidingWindow
 from llmload.payloads import LLMRequest
+from llmload.proxies import ProxyChoice
+from llmload.record import RequestRecord
 from llmload.stats import LLMStats
 from llmload.tokens import TokenCounter
 from llmload.transport import AddressCache
 from llmload.workload import Prompt, PromptStream, Workload
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CpuMonitor", "ExportState", "RequestBudget", "RequestCache", "Runtime", "SendWindow", "WarmupGate"]
 
@@ -232,6 +237,7 @@ class Runtime:
         run_id: identifies the current run; worker payloads of another run are dropped.
         model: the served model name requests use (resolved by preflight).
         headers: request headers (the API key lives only here).
+        key_sent_as: the header that carries the API key (for messages), None = no key sent.
         url_authorization: ``Authorization: Basic`` value for ``user:password@`` in ``-H``
             (``llmload.credentials``); the host itself is kept without them.
         token_counter: local tokenizer, used only when the server sends no usage.
@@ -242,6 +248,9 @@ class Runtime:
         prompts: this process's share of the workload's prompt sequence; None until test start.
         warmup: this process's share of ``--warmup-requests``; None = no warm-up.
         addresses: name resolutions shared by every user's transport in this process.
+        proxy: the forward proxy every transport of this process uses for the
+            current target (``llmload.proxies.route``), or None for direct connections.
+        proxy_note: master/standalone: the start-up line about the proxy choice, or None.
         request_cache: requests built in this process, reused for repeated prompts.
         interrupt_main: hands a Ctrl-C to Locust's main greenlet (``llmload.interrupt``);
             None outside a Locust process.
@@ -259,6 +268,7 @@ class Runtime:
     model: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     url_authorization: str | None = None
+    key_sent_as: str | None = None
     token_counter: TokenCounter | None = None
     started_at_unix: float = 0.0
     blocked: str | None = None
@@ -267,6 +277,8 @@ class Runtime:
     prompts: PromptStream | None = None
     warmup: WarmupGate | None = None
     addresses: AddressCache = field(default_factory=AddressCache)
+    proxy: ProxyChoice | None = None
+    proxy_note: str | None = None
     request_cache: RequestCache = field(default_factory=RequestCache)
     # stopping (issue 14): SIGINT goes to interrupt_main; stopping is True while a stop is under way
     interrupt_main: Callable[[], None] | None = None
@@ -297,6 +309,46 @@ class Runtime:
     window_delta: LLMStats | None = None  # single process with exporter: records since the last window tick
     live_task: gevent.Greenlet[[], None] | None = None  # worker live reports / single-process window ticks
     export: ExportState | None = None  # master or single process, when --prometheus-port is not 0
+    usage_refused: set[str] = field(default_factory=set)  # endpoints that refused stream_options
+
+    def include_usage(self, endpoint: str) -> bool:
+        """Whether requests to ``endpoint`` ask for ``stream_options.include_usage`` (``--stream-usage``)."""
+        mode = self.config.stream_usage
+        return mode == "on" or (mode == "auto" and endpoint not in self.usage_refused)
+
+    def learn_usage_refused(self, endpoint: str, record: RequestRecord) -> bool:
+        """True when ``record`` is a 400/422 naming ``stream_options`` under ``auto``: send it again without.
+
+        The first time per endpoint, requests to ``endpoint`` are built without
+        the field from then on (the request cache is emptied) and a warning says
+        so; requests already in flight then are refused too and are retried alike.
+        """
+        error = record.error
+        if (
+            self.config.stream_usage != "auto"
+            or error is None
+            or error.status not in (400, 422)
+            or "stream_options" not in error.message
+        ):
+            return False
+        if endpoint in self.usage_refused:
+            return True
+        self.usage_refused.add(endpoint)
+        self.request_cache.reset(self.config, self.model)
+        counts = (
+            "with --tokenizer"
+            if self.config.tokenizer
+            else "as the number of streamed chunks (a lower bound; pass --tokenizer PATH)"
+        )
+        log.warning(
+            "llmload: the %s endpoint refused stream_options (HTTP %s: %s); sending its requests without it "
+            "from now on, so completion tokens are counted %s",
+            endpoint,
+            error.status,
+            error.message[:120].strip(),
+            counts,
+        )
+        return True
 
     def send_figures(self) -> SendFigures:
         """This process's open-loop figures: schedule rate, send rate, and how far behind it was at the stop."""

@@ -79,6 +79,7 @@ class LLMUser(User):
                 timeouts=config.timeouts,
                 insecure=config.insecure,
                 addresses=runtime.addresses,
+                proxy=runtime.proxy,
             )
             client = self._client_or_none = StreamingClient(
                 self._transport,
@@ -151,6 +152,9 @@ class LLMUser(User):
         runtime.in_flight += 1
         try:
             record = client.run(request)
+            if runtime.learn_usage_refused(self.endpoint, record):
+                request = self._request_for(runtime, prompt)  # once more, without stream_options
+                record = client.run(request)
         except BaseException as exc:
             # The stop (GreenletExit from the runner, a KeyboardInterrupt, SystemExit) ended the
             # request mid-read: cancelled, if the server got it. client.run raises no Exception
@@ -260,6 +264,10 @@ class CompletionUser(LLMUser):
             ignore_eos=config.ignore_eos,
             stream=config.stream,
             requested_prompt_tokens=prompt.requested_tokens,
+            extra=config.extra_body,
+            max_tokens_field=config.max_tokens_field,
+            include_usage=runtime.include_usage(cls.endpoint),
+            path=config.endpoint_path,
         )
 
 
@@ -282,6 +290,10 @@ class ChatUser(LLMUser):
             ignore_eos=config.ignore_eos,
             stream=config.stream,
             requested_prompt_tokens=prompt.requested_tokens,
+            extra=config.extra_body,
+            max_tokens_field=config.max_tokens_field,
+            include_usage=runtime.include_usage(cls.endpoint),
+            path=config.endpoint_path,
         )
 
 

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from llmload.config import LengthSpec, RunConfig
+from llmload.credentials import public_header
 from llmload.exporters.load import SendFigures, load_section
 from llmload.exporters.sections import client_saturated, stats_sections
 from llmload.stats import LLMStats
@@ -237,6 +238,20 @@ def public_options(config: RunConfig) -> dict[str, Any]:
             "read_idle": config.timeouts.idle_s,
             "total": config.timeouts.total_s,
         },
+        "request": request_options(config),
+    }
+
+
+def request_options(config: RunConfig) -> dict[str, Any]:
+    """How requests were shaped; header values that look like credentials are ``***``."""
+    secret = (config.api_key_header,) if config.api_key_header else ()
+    return {
+        "endpoint_path": config.endpoint_path,
+        "max_tokens_field": config.max_tokens_field,
+        "stream_usage": config.stream_usage,
+        "key_header": config.api_key_header,  # the header name only; never the key
+        "headers": [public_header(name, value, secret) for name, value in config.headers],
+        "extra_body": json.dumps(config.extra_body, separators=(",", ":")) if config.extra_body else None,
     }
 
 
