@@ -19,6 +19,7 @@ log or Locust's request event.
 from __future__ import annotations
 
 from locust import User, constant, task
+from locust.exception import StopUser
 
 import logging
 import random
@@ -130,6 +131,8 @@ class LLMUser(User):
 
     def _generate(self) -> None:
         runtime = _runtime(self)
+        if runtime.budget.closed:
+            raise StopUser  # started after this process's run ended (a late spawn message): send nothing
         if runtime.blocked is not None or runtime.model is None:
             runtime.idle.wait()  # nothing to send in this run: park until the runner stops this user
             return
@@ -147,6 +150,9 @@ class LLMUser(User):
         try:
             pause_s = self._send(runtime)
             self._skipped_streak = 0
+        except StopUser:
+            runtime.budget.release()
+            raise
         except Exception as exc:  # building, sending or accounting the request failed: skip it, go on
             self._skip(runtime, exc)
             self._skipped_streak += 1
@@ -170,6 +176,10 @@ class LLMUser(User):
         slot = runtime.concurrency
         if slot is not None:
             slot.acquire()
+        if runtime.budget.closed:  # the run ended while this user waited for its arrival or a slot
+            if slot is not None:
+                slot.release()
+            raise StopUser
         client = self._client
         started = time.perf_counter()
         runtime.in_flight += 1
