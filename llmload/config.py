@@ -102,7 +102,9 @@ class RunConfig:
         timeouts: per-request time limits.
         api_key_file: file holding the API key (first line), or None.
         insecure: skip TLS certificate verification.
+        ignore_proxy_env: connect directly whatever the proxy variables say.
         max_failure_ratio: failed/finished above this → exit status 1.
+        max_retry_after_s: closed loop: longest pause of a user after a throttled reply.
         skip_preflight: skip the probe requests before load.
         requests_log: per-request JSON lines path, or None.
         timeseries: per-interval time series JSON lines path, or None.
@@ -143,7 +145,9 @@ class RunConfig:
     timeouts: Timeouts = Timeouts()
     api_key_file: str | None = None
     insecure: bool = False
+    ignore_proxy_env: bool = False
     max_failure_ratio: float = default("--max-failure-ratio")
+    max_retry_after_s: float = default("--max-retry-after")
     skip_preflight: bool = False
     requests_log: str | None = None
     timeseries: str | None = None

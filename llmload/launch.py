@@ -15,15 +15,17 @@ from locust.runners import MasterRunner
 import logging
 import os
 import tempfile
+import urllib.request
+from urllib.parse import urlsplit
 
 import gevent
 import gevent.event
 import gevent.lock
 
-from llmload import preflight
+from llmload import preflight, proxies
 from llmload.arrivals import Arrival, ArrivalSchedule
 from llmload.config import RunConfig
-from llmload.credentials import public_url, split_credentials
+from llmload.credentials import public_url, secret_query_names, split_credentials
 from llmload.errors import ConfigError
 from llmload.exporters.requests_log import RequestsLog, worker_path
 from llmload.payloads import LLMRequest
@@ -35,6 +37,7 @@ from llmload.transport import GeventHTTPTransport
 from llmload.workload import build_workload
 
 __all__ = [
+    "choose_route",
     "load_local_parts",
     "prepare",
     "split",
@@ -73,7 +76,10 @@ def prepare(environment: Environment, runtime: Runtime) -> None:
         raise ConfigError("no target host; pass -H http://HOST:PORT (e.g. -H http://127.0.0.1:8000)")
     if config.insecure:
         log.warning("llmload: --insecure: TLS certificates of %s are NOT verified", host)
-    transport = GeventHTTPTransport(host, headers=runtime.headers, timeouts=config.timeouts, insecure=config.insecure)
+    runtime.proxy_note = choose_route(runtime, host)
+    transport = GeventHTTPTransport(
+        host, headers=runtime.headers, timeouts=config.timeouts, insecure=config.insecure, proxy=runtime.proxy
+    )
     try:
         models = preflight.fetch_models(
             host, transport.get, config.api_key_env, model=config.model, key_sent_as=runtime.key_sent_as
@@ -110,6 +116,22 @@ def prepare(environment: Environment, runtime: Runtime) -> None:
     runtime.prepared_for = (host, config)
 
 
+def choose_route(runtime: Runtime, host: str, master_note: str | None = None) -> str | None:
+    """Set ``runtime.proxy`` for ``host`` from this process's environment; return the one-line note.
+
+    The note is logged unless it is ``master_note`` (a worker whose
+    environment chose as its master did stays silent).
+
+    Raises:
+        ConfigError: the proxy variable that applies is not a usable http:// proxy URL.
+    """
+    decision = proxies.route(host, urllib.request.getproxies_environment(), ignore=runtime.config.ignore_proxy_env)
+    runtime.proxy = decision.proxy
+    if decision.note and decision.note != master_note:
+        log.info("llmload: %s", decision.note)
+    return decision.note
+
+
 def _strip_credentials(environment: Environment, runtime: Runtime) -> str:
     """Move ``user:password@`` out of the target host into ``runtime.url_authorization``; return the host.
 
@@ -120,6 +142,13 @@ def _strip_credentials(environment: Environment, runtime: Runtime) -> str:
     """
     host = environment.host or ""
     target = split_credentials(host)
+    secrets = secret_query_names(urlsplit(host).query) if "?" in host else ()
+    if secrets and runtime.prepared_for is None:
+        log.warning(
+            "llmload: -H carries %s in its query string; llmload shows it as *** but Locust's own web UI "
+            "and HTML report show -H as given: prefer --api-key-header NAME or --header",
+            ", ".join(secrets),
+        )
     if target.authorization is not None:
         runtime.url_authorization = target.authorization
         environment.host = target.public

@@ -44,6 +44,7 @@ from llmload.exporters.timeseries import Row, Timeline, progress_line
 from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.exporters.window import RunView, SlidingWindow
 from llmload.runtime import ExportState, Runtime
+from llmload.series import interval_index
 from llmload.stats import LLMStats
 from llmload.version import __version__
 from llmload.wire import WorkerReport, report_to_wire
@@ -312,6 +313,8 @@ def finish_timeline(environment: Environment, runtime: Runtime) -> list[Row]:
     if timeline is None:
         return []
     end_s = time.perf_counter() - runtime.run_started_s
+    if interval_index(end_s, timeline.interval_s) not in timeline.gauges:  # the stop began a new interval
+        timeline.sample(end_s, _gauges(environment, runtime))
     new_from_t = timeline.written_intervals * timeline.interval_s
     _write(environment, runtime, timeline.final_rows(runtime.series, end_s), progress_from_t=new_from_t)
     if timeline.late_intervals:

@@ -90,6 +90,11 @@ def fetch_models(
         )
     if status in (404, 405) and model is not None:
         return ModelList((), {}, missing=f"GET {url} answered HTTP {status}: the server has no model list")
+    if status == 407:
+        raise ConfigError(
+            f"GET {url}: the proxy answered HTTP 407 (proxy authentication required); put its "
+            "credentials in the proxy variable (http://USER:PASSWORD@HOST:PORT) or pass --ignore-proxy-env"
+        )
     if status != 200:
         excerpt = body[:200].decode("utf-8", "replace")
         if host.rstrip("/").endswith("/v1"):

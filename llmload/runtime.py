@@ -27,6 +27,7 @@ from llmload.exporters.timeseries import Timeline
 from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.exporters.window import SlidingWindow
 from llmload.payloads import LLMRequest
+from llmload.proxies import ProxyChoice
 from llmload.record import RequestRecord
 from llmload.series import IntervalSeries, interval_index
 from llmload.stats import LLMStats
@@ -44,18 +45,26 @@ class RequestBudget:
 
     ``limit`` None means unlimited. ``on_done`` is called once, when every
     permitted request has finished (succeeded or failed); requests cancelled at
-    stop never call it.
+    stop never call it. Once ``close``d (the run is over in this process) no
+    permit is given any more.
     """
 
     def __init__(self, limit: int | None, on_done: Callable[[], None] | None = None) -> None:
         self.limit = limit
         self.issued = 0
         self.finished = 0
+        self.closed = False
         self._on_done = on_done
         self._notified = False
 
+    def close(self) -> None:
+        """Give no permit from now on: this process's run is over (its final figures are being taken)."""
+        self.closed = True
+
     def try_acquire(self) -> bool:
-        """Take one permit; False when the share is used up."""
+        """Take one permit; False when the share is used up or the budget is closed."""
+        if self.closed:
+            return False
         if self.limit is None or self.issued < self.limit:
             self.issued += 1
             return True
@@ -242,10 +251,15 @@ class Runtime:
         prompts: this process's share of the workload's prompt sequence; None until test start.
         warmup: this process's share of ``--warmup-requests``; None = no warm-up.
         addresses: name resolutions shared by every user's transport in this process.
+        proxy: the forward proxy every transport of this process uses for the
+            current target (``llmload.proxies.route``), or None for direct connections.
+        proxy_note: master/standalone: the start-up line about the proxy choice, or None.
         request_cache: requests built in this process, reused for repeated prompts.
         interrupt_main: hands a Ctrl-C to Locust's main greenlet (``llmload.interrupt``);
             None outside a Locust process.
         stopping: a stop is under way (a further Ctrl-C is ignored).
+        ended_run_id: the run this process has ended (``end_run``); Locust may still
+            start users for it (late spawn messages), and they send nothing.
         finals_from: master: workers whose final report of this run has arrived
             (sent when the master flushed, or by a worker shutting down on its own).
     """
@@ -266,10 +280,14 @@ class Runtime:
     prompts: PromptStream | None = None
     warmup: WarmupGate | None = None
     addresses: AddressCache = field(default_factory=AddressCache)
+    proxy: ProxyChoice | None = None
+    proxy_note: str | None = None
     request_cache: RequestCache = field(default_factory=RequestCache)
     # stopping (issue 14): SIGINT goes to interrupt_main; stopping is True while a stop is under way
     interrupt_main: Callable[[], None] | None = None
     stopping: bool = False
+    faults_reported: set[str] = field(default_factory=set)  # causes of skipped requests already logged
+    ended_run_id: str = ""
     # master only
     planned_workers: set[str] = field(default_factory=set)
     done_workers: set[str] = field(default_factory=set)
@@ -356,6 +374,17 @@ class Runtime:
             behind_s = max(0.0, now_s - (self.schedule_start_s + schedule.next_due_offset_s))
         return SendFigures(self.sends.scheduled_rate_per_s, self.sends.rate_per_s, behind_s)
 
+    def end_run(self) -> None:
+        """This process's run is over: no user may start a request any more, until the next run's budget.
+
+        Called before the users are stopped and the final figures taken, so every
+        request sent is in them; users that Locust starts later (its master keeps
+        sending spawn messages for a while after a stop) stop without sending.
+        """
+        self.budget.close()
+        if self.run_id:
+            self.ended_run_id = self.run_id
+
     def count(self, record: RequestRecord, *, met_slo: bool = False) -> None:
         """Count one finished request in the series (interval of now: its finish) and, except on a worker, in stats.
 
@@ -375,10 +404,15 @@ class Runtime:
         """Return what was counted since the last call, as statistics and per interval, and start afresh (workers).
 
         The statistics are the series' intervals merged (with ``series_only``;
-        else ``stats``, which then counted the same requests).
+        else ``stats``, which then counted the same requests). With
+        ``series_only``, anything added to ``stats`` directly is kept too, in
+        the interval of now.
         """
         series = self.series.take()
         if self.series_only:
+            if not self.stats.is_empty():
+                stray, self.stats = self.stats, LLMStats.empty()
+                series.slot(self.interval_now()).merge_in(stray)
             return series.total(), series
         delta, self.stats = self.stats, LLMStats.empty()
         return delta, series

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from llmload.exporters.timeseries import outcome_columns
 from tests.integration.procs import run_locust
 from tests.integration.test_sim import start_sim, stop_sim
 
@@ -24,7 +25,9 @@ INTERVAL_S = 0.5
 
 @pytest.fixture
 def sim_url():
-    url, proc = start_sim("--decode-step-ms", "4", "--output-len-mean", "30", "--fail-rate", "0.1")
+    url, proc = start_sim(
+        "--decode-step-ms", "4", "--output-len-mean", "30", "--fail-rate", "0.1", "--overload-rate", "0.1"
+    )
     yield url
     stop_sim(proc)
 
@@ -39,7 +42,8 @@ def _assert_sums_equal_totals(results: dict[str, Any]) -> None:
     assert sum(r["succeeded"] for r in rows) == requests["succeeded"]
     assert sum(r["failed"] for r in rows) == requests["failed"]
     assert sum(r["cancelled"] for r in rows) == requests["cancelled"]
-    assert sum(r["http_error"] for r in rows) == requests["by_outcome"]["http_error"]
+    for outcome in outcome_columns():  # throttled, skipped, ... each as its own column
+        assert sum(r[outcome] for r in rows) == requests["by_outcome"][outcome], outcome
     assert sum(r["output_tokens"] for r in rows) == tokens["completion"]
     assert sum(r["prompt_tokens"] for r in rows) == tokens["prompt"]
     # consecutive intervals from 0, every one full but the last
@@ -66,7 +70,9 @@ def test_timeseries_single_process_sums_equal_totals_and_files_agree(sim_url, tm
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(out.read_text())
     assert results["requests"]["failed"] > 0  # the sim's --fail-rate: failures are counted per interval too
+    assert results["requests"]["by_outcome"]["throttled"] > 0  # --overload-rate: 429s
     _assert_sums_equal_totals(results)
+    assert all(r["users"] is not None for r in _totals(results["timeseries"]))  # a sample in every interval
     assert max(r["users"] for r in _totals(results["timeseries"])) == 16
     lines = [json.loads(line) for line in series.read_text().splitlines()]
     assert lines == results["timeseries"]  # one process: nothing late, each row written once

@@ -68,3 +68,35 @@ def test_runtime_single_process_keeps_run_totals_and_the_series() -> None:
     runtime.count(_finished(3))
     runtime.count_cancelled("chat", "m")
     assert runtime.stats == runtime.series.total()
+
+
+def test_closed_budget_grants_nothing_and_reports_nothing():
+    done = []
+    budget = RequestBudget(3, on_done=lambda: done.append(True))
+    assert budget.try_acquire() is True
+    budget.close()
+    assert [budget.try_acquire() for _ in range(3)] == [False, False, False]
+    assert budget.issued == 1
+    assert done == []
+
+
+def test_end_run_closes_the_budget_and_remembers_the_run():
+    from llmload.config import RunConfig
+    from llmload.runtime import Runtime
+
+    runtime = Runtime(config=RunConfig())
+    runtime.run_id = "r1"
+    runtime.end_run()
+    assert runtime.budget.closed
+    assert runtime.budget.try_acquire() is False
+    assert runtime.ended_run_id == "r1"
+
+
+def test_runtime_worker_keeps_stats_added_outside_count_in_the_interval_of_the_report() -> None:
+    runtime = Runtime(config=RunConfig(), series_only=True, run_started_s=time.perf_counter())
+    runtime.count(_finished(3))
+    runtime.stats.add(_finished(2))  # a path that bypassed count(): not lost, and still in the series
+    stats, series = runtime.take_delta()
+    assert stats == series.total()
+    assert stats.total().completion_tokens_sum == 5
+    assert runtime.stats.is_empty()
