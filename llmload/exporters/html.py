@@ -84,6 +84,7 @@ _ROWS: tuple[tuple[str, str, str, float], ...] = (
     ("Requests", "Succeeded", "requests.succeeded", 1),
     ("Requests", "Failed", "requests.failed", 1),
     ("Requests", "Cancelled at stop", "requests.cancelled", 1),
+    ("Requests", "Skipped (client fault)", "requests.skipped", 1),
     ("Requests", "Failure ratio (%)", "requests.failure_ratio", 100),
     ("Throughput", "Duration (s)", "duration_s", 1),
     ("Throughput", "Requests/s", "throughput.requests_per_s", 1),
