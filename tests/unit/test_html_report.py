@@ -100,7 +100,11 @@ def with_timeseries_and_server(document: dict[str, Any]) -> dict[str, Any]:
             }
         ],
         "counters": {"preemptions": 0},
-        "gauges": {"running_requests": {"mean": 3.5, "max": 4.0, "samples": 2}, "kv_cache_usage": None},
+        "gauges": {
+            "running_requests": {"mean": 3.5, "max": 4.0, "samples": 2},
+            "gpu_power_w": {"mean": None, "max": None, "samples": 0},
+            "kv_cache_usage": None,
+        },
         "latency": {"ttft_s": latency, "itl_s": None, "tpot_s": None, "e2e_s": latency, "queue_s": None},
         "names": {"running requests": "vllm:num_requests_running"},
         "cross_check": {
@@ -172,6 +176,8 @@ def test_html_report_draws_time_series_and_server_metrics_when_present():
     assert "running_requests" in text
     assert "+0.80" in text
     assert "Not collected" not in text
+    assert "gpu_power_w" not in text  # a gauge never sampled is left out, not shown as n/a
+    assert "<td>preemptions</td>" in text
 
 
 def test_html_report_references_no_remote_script_or_stylesheet():
