@@ -225,7 +225,7 @@ def load_local_parts(runtime: Runtime) -> None:
 
 
 def _load_workload(runtime: Runtime) -> None:
-    """Build the prompt source once per options (issue 3); report skipped dataset lines.
+    """Build the prompt source once per options; report skipped dataset lines.
 
     Raises:
         DatasetError: no usable dataset line, or an exact length is unreachable.
