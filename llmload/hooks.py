@@ -15,8 +15,10 @@ from locust.env import Environment
 from locust.event import Events
 from locust.runners import MasterRunner, WorkerRunner
 
+import contextlib
 import functools
 import logging
+import signal
 import sys
 import threading
 from typing import Any
@@ -28,6 +30,7 @@ from llmload.config import RunConfig
 from llmload.credentials import public_url
 from llmload.errors import ConfigError, LLMLoadError
 from llmload.exporters.console import results_line, summary_lines
+from llmload.exporters.html import ReportError, write_html_report
 from llmload.exporters.load import SendFigures
 from llmload.exporters.results import RunOutcome, build_results, write_results_json
 from llmload.exporters.timeseries_files import write_csv_files
@@ -165,7 +168,26 @@ def _fatal(environment: Environment, message: str) -> None:
     sys.stderr.write(f"llmload: error: {message}\n")
     sys.stderr.flush()
     environment.process_exit_code = 2
+    if getattr(environment.parsed_options, "processes", None):
+        _stop_forked_workers()
     sys.exit(2)
+
+
+def _stop_forked_workers() -> None:
+    """Send SIGTERM to the workers ``--processes`` forked from this process.
+
+    Locust's exit handler forgets children that are still running, so a run
+    refused before load would otherwise leave them waiting 60 s for a master
+    (holding the terminal or pipe open all that time). Forked workers share
+    this process's command line, which is how they are told apart.
+    """
+    import psutil
+
+    me = psutil.Process()
+    for child in me.children():
+        with contextlib.suppress(psutil.Error):
+            if child.cmdline() == me.cmdline():
+                child.send_signal(signal.SIGTERM)
 
 
 # ── stop ────────────────────────────────────────────────────────────────
@@ -208,9 +230,26 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
             write_csv_files(csv_prefix, results, runtime.timeline.extra_columns if runtime.timeline else ())
         except OSError as exc:
             log.error("llmload: --csv %s: the LLM CSV files could not be written (%s)", csv_prefix, exc)
+    if runtime.config.html_report:
+        _write_html_report(runtime.config.html_report, results)
     environment.process_exit_code = results["exit_status"]  # README "Exit status": 0, 1, or 2 when blocked
     if not (options is not None and getattr(options, "headless", False)):
         _print_summary(results)
+
+
+def _write_html_report(path: str, results: dict[str, Any]) -> None:
+    """Write the HTML report; a failure is logged (the results JSON and summary are already out)."""
+    try:
+        size = write_html_report(path, [results])
+    except (OSError, ReportError) as exc:
+        log.error(
+            "llmload: --html-report %r was not written (%s); rebuild it with: llmload report RESULTS.json -o %s",
+            path,
+            exc,
+            path,
+        )
+        return
+    log.info("llmload: HTML report written to %s (%d bytes)", path, size)
 
 
 def _on_test_stopped(environment: Environment, **_kw: Any) -> None:

@@ -67,10 +67,13 @@ def prepare(environment: Environment, runtime: Runtime) -> None:
     if runtime.prepared_for == (host, config):
         return
     runtime.config = config
-    if config.results_json:
-        _check_writable(config.results_json)
-    if config.timeseries:
-        _check_writable(config.timeseries, "--timeseries", "timeseries.jsonl")
+    for flag, path in (
+        ("--results-json", config.results_json),
+        ("--html-report", config.html_report),
+        ("--timeseries", config.timeseries),
+    ):
+        if path:
+            _check_writable(flag, path)
     load_local_parts(runtime)
     if not host:
         raise ConfigError("no target host; pass -H http://HOST:PORT (e.g. -H http://127.0.0.1:8000)")
@@ -160,15 +163,16 @@ def _strip_credentials(environment: Environment, runtime: Runtime) -> str:
     return target.public
 
 
-def _check_writable(path: str, flag: str = "--results-json", file_name: str = "results.json") -> None:
-    """Refuse before load a results path that could not be written after it (results would be lost).
+def _check_writable(flag: str, path: str) -> None:
+    """Refuse before load an output path (``flag``'s) that could not be written after it (results would be lost).
 
     Raises:
         ConfigError: naming the path and why.
     """
     target = os.path.abspath(path)
     if os.path.isdir(target):
-        raise ConfigError(f"{flag} {path!r} is a directory; pass a file path such as {path}/{file_name}")
+        name = {"--html-report": "report.html", "--timeseries": "timeseries.jsonl"}.get(flag, "results.json")
+        raise ConfigError(f"{flag} {path!r} is a directory; pass a file path such as {path}/{name}")
     parent = os.path.dirname(target)
     try:
         os.makedirs(parent, exist_ok=True)
@@ -225,7 +229,7 @@ def load_local_parts(runtime: Runtime) -> None:
 
 
 def _load_workload(runtime: Runtime) -> None:
-    """Build the prompt source once per options (issue 3); report skipped dataset lines.
+    """Build the prompt source once per options; report skipped dataset lines.
 
     Raises:
         DatasetError: no usable dataset line, or an exact length is unreachable.

@@ -209,7 +209,7 @@ def _rate(count: int, span_s: float) -> float | None:
 
 @dataclass
 class ExportState:
-    """The Prometheus exporter's state on the master or a single process (issue 5).
+    """The Prometheus exporter's state on the master or a single process.
 
     Attributes:
         exporter: serves ``/metrics``.
@@ -247,7 +247,7 @@ class Runtime:
         started_at_unix: wall-clock start of the current run.
         blocked: why the run must not send load (failed preflight), or None.
         idle: never set; users with nothing to send park on it until the runner stops them.
-        workload: the prompt source (issue 3), built before load; None = plain ``--prompt``.
+        workload: the prompt source (``--dataset`` or ``--input-tokens``), built before load; None = plain ``--prompt``.
         prompts: this process's share of the workload's prompt sequence; None until test start.
         warmup: this process's share of ``--warmup-requests``; None = no warm-up.
         addresses: name resolutions shared by every user's transport in this process.
@@ -283,7 +283,7 @@ class Runtime:
     proxy: ProxyChoice | None = None
     proxy_note: str | None = None
     request_cache: RequestCache = field(default_factory=RequestCache)
-    # stopping (issue 14): SIGINT goes to interrupt_main; stopping is True while a stop is under way
+    # stopping: SIGINT goes to interrupt_main; stopping is True while a stop is under way
     interrupt_main: Callable[[], None] | None = None
     stopping: bool = False
     faults_reported: set[str] = field(default_factory=set)  # causes of skipped requests already logged
@@ -317,7 +317,7 @@ class Runtime:
     timeline_task: gevent.Greenlet[[], None] | None = None  # master or single process: the interval ticks
     worker_in_flight: dict[str, int] = field(default_factory=dict)  # master: as of each worker's latest report
     progress_finished: int = 0  # requests finished in the intervals the progress lines covered so far
-    # Prometheus exporter (issue 5)
+    # Prometheus exporter (--prometheus-port)
     in_flight: int = 0  # requests sent by this process's users and not finished yet
     window_delta: LLMStats | None = None  # single process with exporter: records since the last window tick
     live_task: gevent.Greenlet[[], None] | None = None  # worker live reports / single-process window ticks
