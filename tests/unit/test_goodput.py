@@ -10,37 +10,13 @@ from llmload.config import RunConfig
 from llmload.errors import ConfigError, WireFormatError
 from llmload.exporters.report import RunInfo, build_results, format_summary
 from llmload.goodput import SLO, parse_slo
-from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.record import RequestRecord
 from llmload.stats import LLMStats
+from llmload.testing import failed_record, ok_record, spaced_s
 from llmload.wire import from_wire, to_wire
 
 RUN = RunInfo(run_id="r", host="h", user_classes=("ChatUser",), model="m", users=1, workers=0,
               num_requests=None, started_at_unix=1000.0)  # fmt: skip
-
-
-def _ok(ttft_s: float = 0.1, step_s: float = 0.01, tokens: int = 5, **kw: object) -> RequestRecord:
-    times = [ttft_s + i * step_s for i in range(tokens)]
-    return RequestRecord(
-        endpoint="chat",
-        model="m",
-        started_at_unix=1000.0,
-        token_times_s=times,
-        end_s=times[-1] + 0.001,
-        completion_tokens=TokenCount(tokens, TokenSource.SERVER),
-        prompt_tokens=TokenCount(14, TokenSource.SERVER),
-        **kw,  # type: ignore[arg-type]
-    )
-
-
-def _failed() -> RequestRecord:
-    return RequestRecord(
-        endpoint="chat",
-        model="m",
-        started_at_unix=1000.5,
-        outcome=Outcome.HTTP_ERROR,
-        error=ErrorInfo("HTTP 500", "boom", 500),
-        end_s=0.05,
-    )
 
 
 # ── parsing ─────────────────────────────────────────────────────────────────
@@ -81,22 +57,22 @@ def test_run_config_parses_slo_option():
 
 # ── per-request test ────────────────────────────────────────────────────────
 def test_slo_met_by_request_within_every_limit():
-    record = _ok(ttft_s=0.1, step_s=0.01)
+    record = ok_record(spaced_s(0.1, 0.01, 5))
     assert record.tpot_s == pytest.approx(0.01)
     assert SLO(ttft_s=0.2, tpot_s=0.02, e2e_s=1.0).met_by(record)
 
 
 @pytest.mark.parametrize("slo", [SLO(ttft_s=0.09), SLO(tpot_s=0.009), SLO(e2e_s=0.1)])
 def test_slo_missed_when_one_metric_is_over_its_limit(slo):
-    assert not slo.met_by(_ok(ttft_s=0.1, step_s=0.01))
+    assert not slo.met_by(ok_record(spaced_s(0.1, 0.01, 5)))
 
 
 def test_slo_never_met_by_a_failed_request():
-    assert not SLO(e2e_s=100.0).met_by(_failed())
+    assert not SLO(e2e_s=100.0).met_by(failed_record())
 
 
 def test_slo_undefined_tpot_of_one_token_reply_does_not_violate():
-    record = _ok(tokens=1)
+    record = ok_record(spaced_s(0.1, 0.01, 1))
     assert record.tpot_s is None
     assert SLO(tpot_s=0.001).met_by(record)
 
@@ -115,8 +91,14 @@ def _stats(records: list[RequestRecord], slo: SLO) -> LLMStats:
 
 def test_goodput_counts_requests_meeting_every_objective_and_merges():
     slo = SLO(ttft_s=0.15)
-    a = _stats([_ok(ttft_s=0.1), _ok(ttft_s=0.2)], slo)
-    b = _stats([_ok(ttft_s=0.05), _failed()], slo)
+    a = _stats(
+        [
+            ok_record(spaced_s(0.1, 0.01, 5)),
+            ok_record(spaced_s(0.2, 0.01, 5)),
+        ],
+        slo,
+    )
+    b = _stats([ok_record(spaced_s(0.05, 0.01, 5)), failed_record()], slo)
     merged = a.merge(b)
     assert merged.total().slo_met_requests == 2
     assert merged == b.merge(a)
@@ -124,28 +106,42 @@ def test_goodput_counts_requests_meeting_every_objective_and_merges():
 
 
 def test_goodput_counter_survives_the_wire():
-    stats = _stats([_ok(ttft_s=0.1), _ok(ttft_s=0.3)], SLO(ttft_s=0.2))
+    stats = _stats(
+        [
+            ok_record(spaced_s(0.1, 0.01, 5)),
+            ok_record(spaced_s(0.3, 0.01, 5)),
+        ],
+        SLO(ttft_s=0.2),
+    )
     payload = to_wire(stats)
     assert payload["endpoints"][0]["counters"] == {"slo_met_requests": 1}
     assert from_wire(payload) == stats
 
 
 def test_wire_rejects_unknown_counter_name():
-    payload = to_wire(_stats([_ok()], SLO(ttft_s=1.0)))
+    payload = to_wire(_stats([ok_record(spaced_s(0.1, 0.01, 5))], SLO(ttft_s=1.0)))
     payload["endpoints"][0]["counters"]["bogus"] = 1
     with pytest.raises(WireFormatError, match="counters"):
         from_wire(payload)
 
 
 def test_wire_accepts_payload_without_counters():
-    payload = to_wire(_stats([_ok()], SLO(ttft_s=0.01)))
+    payload = to_wire(_stats([ok_record(spaced_s(0.1, 0.01, 5))], SLO(ttft_s=0.01)))
     del payload["endpoints"][0]["counters"]
     assert from_wire(payload).total().succeeded == 1
 
 
 def test_results_goodput_rate_and_share_count_failures_as_missed():
     slo = SLO(ttft_s=0.15, e2e_s=5.0)
-    stats = _stats([_ok(ttft_s=0.1), _ok(ttft_s=0.1), _ok(ttft_s=0.5), _failed()], slo)
+    stats = _stats(
+        [
+            ok_record(spaced_s(0.1, 0.01, 5)),
+            ok_record(spaced_s(0.1, 0.01, 5)),
+            ok_record(spaced_s(0.5, 0.01, 5)),
+            failed_record(),
+        ],
+        slo,
+    )
     results = build_results(stats, run=RUN, slo=slo)
     duration_s = results["duration_s"]
     assert duration_s == pytest.approx(0.5 + 0.05)  # failed request sent at +0.5 s, ended 0.05 s later
@@ -161,14 +157,14 @@ def test_results_goodput_rate_and_share_count_failures_as_missed():
 
 
 def test_results_goodput_null_without_slo():
-    assert build_results(_stats([_ok()], SLO(ttft_s=1.0)), run=RUN)["goodput"] is None
+    assert build_results(_stats([ok_record(spaced_s(0.1, 0.01, 5))], SLO(ttft_s=1.0)), run=RUN)["goodput"] is None
 
 
 # Case BC-16 (../shared/cases/CASES.md)
 def test_bc16_server_prompt_tokens_used_requested_reported_apart_with_warning():
     stats = LLMStats.empty()
     for _ in range(3):  # "hello world": requested 2, the server's template makes it 14
-        stats.add(_ok(requested_prompt_tokens=2))
+        stats.add(ok_record(spaced_s(0.1, 0.01, 5), prompt_tokens=14, requested_prompt_tokens=2))
     results = build_results(stats, run=RUN)
     tokens = results["tokens"]
     assert tokens["prompt"] == 42
@@ -180,8 +176,8 @@ def test_bc16_server_prompt_tokens_used_requested_reported_apart_with_warning():
 
 def test_bc16_no_warning_within_five_percent():
     stats = LLMStats.empty()
-    stats.add(_ok(requested_prompt_tokens=14))
-    stats.add(_ok(requested_prompt_tokens=15))  # |14 - 15| / 29 = 3.4%
+    stats.add(ok_record(spaced_s(0.1, 0.01, 5), prompt_tokens=14, requested_prompt_tokens=14))
+    stats.add(ok_record(spaced_s(0.1, 0.01, 5), prompt_tokens=14, requested_prompt_tokens=15))  # |14 - 15| / 29 = 3.4%
     results = build_results(stats, run=RUN)
     assert results["tokens"]["prompt_vs_requested"]["relative_diff"] == pytest.approx(1 / 29)
     assert "WARNING: server prompt tokens" not in format_summary(results)
@@ -190,9 +186,9 @@ def test_bc16_no_warning_within_five_percent():
 # Case BC-15 (../shared/cases/CASES.md): with usage and a tokenizer, disagreement is a diagnostic only
 def test_bc15_tokenizer_disagreement_counted_but_server_count_used():
     stats = LLMStats.empty()
-    stats.add(_ok(tokens=5, client_completion_tokens=5))
-    stats.add(_ok(tokens=5, client_completion_tokens=8))
-    stats.add(_ok(tokens=5))
+    stats.add(ok_record(spaced_s(0.1, 0.01, 5), prompt_tokens=14, client_completion_tokens=5))
+    stats.add(ok_record(spaced_s(0.1, 0.01, 5), prompt_tokens=14, client_completion_tokens=8))
+    stats.add(ok_record(spaced_s(0.1, 0.01, 5)))
     assert from_wire(to_wire(stats)) == stats
     tokens = build_results(stats, run=RUN)["tokens"]
     assert tokens["completion"] == 15
