@@ -21,8 +21,14 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/llmload demo
 
+# The whole suite under coverage.py, with the gate in pyproject.toml ([tool.coverage.report]
+# fail_under). The `locust` processes and simulators the tests start are measured too
+# (coverage's subprocess patch); each process writes a .coverage.* file that `combine` merges.
 test: install
-	$(PY) -m pytest -q
+	@rm -f .coverage .coverage.*
+	$(PY) -m coverage run -m pytest -q
+	@$(PY) -m coverage combine -q
+	$(PY) -m coverage report
 
 # Opt-in, not part of `make test`: tests/real against llama.cpp's llama-server, built once by the
 # real-server kit (../shared/realserver beside the repo, or LLMLOAD_REALSERVER_DIR; ~5-10 min, cached in /tmp/rs).
@@ -45,4 +51,4 @@ lint: install
 check: lint test
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.*
