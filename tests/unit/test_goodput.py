@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from typing import Any
 
 import pytest
 
 from llmload.config import RunConfig
 from llmload.errors import ConfigError, WireFormatError
-from llmload.exporters.report import RunInfo, build_results, format_summary
+from llmload.exporters.console import format_summary
+from llmload.exporters.results import RunOutcome, build_results
 from llmload.goodput import SLO, parse_slo
 from llmload.record import RequestRecord
 from llmload.stats import LLMStats
-from llmload.testing import failed_record, ok_record, spaced_s
+from llmload.testing import T0_UNIX, failed_record, ok_record, spaced_s
 from llmload.wire import from_wire, to_wire
 
-RUN = RunInfo(run_id="r", host="h", user_classes=("ChatUser",), model="m", users=1, workers=0,
-              num_requests=None, started_at_unix=1000.0)  # fmt: skip
+
+def _results(stats: LLMStats, slo: SLO | None = None) -> dict[str, Any]:
+    return build_results(RunOutcome(stats, config=dataclasses.replace(RunConfig(), slo=slo)))
 
 
 # ── parsing ─────────────────────────────────────────────────────────────────
@@ -138,11 +142,11 @@ def test_results_goodput_rate_and_share_count_failures_as_missed():
             ok_record(spaced_s(0.1, 0.01, 5)),
             ok_record(spaced_s(0.1, 0.01, 5)),
             ok_record(spaced_s(0.5, 0.01, 5)),
-            failed_record(),
+            failed_record(start_unix=T0_UNIX + 0.5),
         ],
         slo,
     )
-    results = build_results(stats, run=RUN, slo=slo)
+    results = _results(stats, slo)
     duration_s = results["duration_s"]
     assert duration_s == pytest.approx(0.5 + 0.05)  # failed request sent at +0.5 s, ended 0.05 s later
     assert results["goodput"] == {
@@ -157,7 +161,7 @@ def test_results_goodput_rate_and_share_count_failures_as_missed():
 
 
 def test_results_goodput_null_without_slo():
-    assert build_results(_stats([ok_record(spaced_s(0.1, 0.01, 5))], SLO(ttft_s=1.0)), run=RUN)["goodput"] is None
+    assert _results(_stats([ok_record(spaced_s(0.1, 0.01, 5))], SLO(ttft_s=1.0)))["goodput"] is None
 
 
 # Case BC-16 (../shared/cases/CASES.md)
@@ -165,7 +169,7 @@ def test_bc16_server_prompt_tokens_used_requested_reported_apart_with_warning():
     stats = LLMStats.empty()
     for _ in range(3):  # "hello world": requested 2, the server's template makes it 14
         stats.add(ok_record(spaced_s(0.1, 0.01, 5), prompt_tokens=14, requested_prompt_tokens=2))
-    results = build_results(stats, run=RUN)
+    results = _results(stats)
     tokens = results["tokens"]
     assert tokens["prompt"] == 42
     assert tokens["prompt_source"] == "server"
@@ -178,7 +182,7 @@ def test_bc16_no_warning_within_five_percent():
     stats = LLMStats.empty()
     stats.add(ok_record(spaced_s(0.1, 0.01, 5), prompt_tokens=14, requested_prompt_tokens=14))
     stats.add(ok_record(spaced_s(0.1, 0.01, 5), prompt_tokens=14, requested_prompt_tokens=15))  # |14 - 15| / 29 = 3.4%
-    results = build_results(stats, run=RUN)
+    results = _results(stats)
     assert results["tokens"]["prompt_vs_requested"]["relative_diff"] == pytest.approx(1 / 29)
     assert "WARNING: server prompt tokens" not in format_summary(results)
 
@@ -190,7 +194,7 @@ def test_bc15_tokenizer_disagreement_counted_but_server_count_used():
     stats.add(ok_record(spaced_s(0.1, 0.01, 5), prompt_tokens=14, client_completion_tokens=8))
     stats.add(ok_record(spaced_s(0.1, 0.01, 5)))
     assert from_wire(to_wire(stats)) == stats
-    tokens = build_results(stats, run=RUN)["tokens"]
+    tokens = _results(stats)["tokens"]
     assert tokens["completion"] == 15
     assert tokens["completion_source"] == "server"
     assert tokens["completion_client_vs_server"] == {"compared": 2, "disagreed": 1, "mean_abs_diff": 1.5}
