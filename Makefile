@@ -24,6 +24,10 @@ demo: install
 # The whole suite under coverage.py, with the gate in pyproject.toml ([tool.coverage.report]
 # fail_under). The `locust` processes and simulators the tests start are measured too
 # (coverage's subprocess patch); each process writes a .coverage.* file that `combine` merges.
+# One instrumented pass, the timing-accuracy tests included (test_cases_stream's ±5 ms, test_clock's
+# kernel stamps): they time against the scripted server's real send times, and under tracing on 2 cores
+# they took longer but passed 3 of 3 runs, as without it. Should tracing ever fail one of them, run that
+# file in a second, un-instrumented pytest pass here; never widen its tolerance.
 test: install
 	@rm -f .coverage .coverage.*
 	$(PY) -m coverage run -m pytest -q
