@@ -55,7 +55,7 @@ from llmload.launch import (
 from llmload.live import feed
 from llmload.plan import RunPlan, users_per_worker
 from llmload.runtime import RequestBudget, Runtime
-from llmload.series import IntervalSeries
+from llmload.series import FoldedTotal, IntervalSeries
 from llmload.stats import LLMStats
 from llmload.wire import WorkerReport, plan_from_wire, plan_to_wire, report_from_wire, report_run_id, report_to_wire
 
@@ -133,7 +133,7 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     start_open_loop(runtime, share)
     runtime.stats = LLMStats.empty()
     runtime.series = IntervalSeries.empty()
-    runtime.series_only = True
+    runtime.local_total = None
     run_id = runtime.run_id
     runtime.budget = RequestBudget(
         share.quota_requests, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id})
@@ -157,6 +157,7 @@ def _start_master_or_local(environment: Environment) -> None:
     runtime.run_id = uuid.uuid4().hex[:12]
     runtime.stats = LLMStats.empty()
     runtime.series = IntervalSeries.empty()
+    runtime.local_total = None if isinstance(runner, MasterRunner) else FoldedTotal()
     runtime.worker_in_flight = {}
     runtime.run_started_s = time.perf_counter()
     runtime.started_at_unix = time.time()

@@ -205,7 +205,7 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         runtime.send_figures_by_process["local"] = runtime.send_figures()
     timeseries = live.finish_timeline(environment, runtime)
     outcome = RunOutcome(
-        stats=runtime.stats,
+        stats=runtime.run_stats(),
         config=runtime.config,
         run_id=runtime.run_id,
         host=public_url(environment.host or ""),

@@ -79,7 +79,7 @@ def _run_view(environment: Environment) -> RunView:
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     runner = environment.runner
     export = runtime.export
-    stats = runtime.stats
+    stats = runtime.run_stats()
     in_flight = runtime.in_flight
     workers = 0
     if isinstance(runner, MasterRunner):
@@ -147,9 +147,7 @@ def _send_live_reports(runner: WorkerRunner, runtime: Runtime, take_report: Call
             # Non-blocking send: nothing runs between taking the delta and handing it to zmq.
             runner.send_message("llmload_live", report_to_wire(report))
         except (RPCError, RPCSendError) as exc:
-            runtime.series.merge_in(report.series)  # keep it for the next report
-            if not runtime.series_only:
-                runtime.stats.merge_in(report.stats)
+            runtime.series.merge_in(report.series)  # keep it for the next report (its stats come from it)
             log.warning("llmload: live report to the master failed (%s); it will be sent later", exc)
 
 
@@ -186,7 +184,7 @@ def on_test_stop(environment: Environment, **_kw: Any) -> None:
     runtime.window_delta = None
     export.worker_in_flight.clear()
     if export.final_stats is None:
-        export.final_stats = LLMStats.empty().merge(runtime.stats)
+        export.final_stats = LLMStats.empty().merge(runtime.run_stats())
     export.exporter.mark_final()
 
 

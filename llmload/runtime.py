@@ -29,7 +29,7 @@ from llmload.exporters.window import SlidingWindow
 from llmload.payloads import LLMRequest
 from llmload.proxies import ProxyChoice
 from llmload.record import RequestRecord
-from llmload.series import IntervalSeries, interval_index
+from llmload.series import FoldedTotal, IntervalSeries, interval_index
 from llmload.stats import LLMStats
 from llmload.tokens import TokenCounter
 from llmload.transport import AddressCache
@@ -310,7 +310,8 @@ class Runtime:
     send_figures_by_process: dict[str, SendFigures] = field(default_factory=dict)  # master: latest per worker
     # time series: this process's requests by finish interval (worker: since its last report; master: the run's)
     series: IntervalSeries = field(default_factory=IntervalSeries.empty)
-    series_only: bool = False  # worker: requests are counted in the series alone (``count``)
+    # single process (the default): its run totals, folded from ``series`` (``run_stats``); None on a master or worker
+    local_total: FoldedTotal | None = field(default_factory=FoldedTotal)
     run_started_s: float = 0.0  # time.perf_counter() at this process's test_start (llmload.series)
     timeline: Timeline | None = None  # master or single process: the intervals written so far
     timeseries_log: TimeseriesLog | None = None  # --timeseries
@@ -386,36 +387,34 @@ class Runtime:
             self.ended_run_id = self.run_id
 
     def count(self, record: RequestRecord, *, met_slo: bool = False) -> None:
-        """Count one finished request in the series (interval of now: its finish) and, except on a worker, in stats.
+        """Count one finished request, once: in the series, in the interval of now (its finish).
 
-        A worker counts each request once, in the series; ``take_delta`` derives its statistics from it.
+        A worker's statistics come from the series (``take_delta``), a single
+        process's from it too (``run_stats``); the master merges its workers'.
         """
         self.series.add(self.interval_now(), record, met_slo=met_slo)
-        if not self.series_only:
-            self.stats.add(record, met_slo=met_slo)
 
     def count_cancelled(self, endpoint: str, model: str) -> None:
         """Count one request cancelled at the stop, like ``count``."""
         self.series.add_cancelled(self.interval_now(), endpoint, model)
-        if not self.series_only:
-            self.stats.add_cancelled(endpoint, model)
+
+    def run_stats(self) -> LLMStats:
+        """The run's statistics so far: a single process's series merged, else ``stats`` (the master's merge)."""
+        if self.local_total is not None:
+            return self.local_total.of(self.series)
+        return self.stats
 
     def take_delta(self) -> tuple[LLMStats, IntervalSeries]:
         """Return what was counted since the last call, as statistics and per interval, and start afresh (workers).
 
-        The statistics are the series' intervals merged (with ``series_only``;
-        else ``stats``, which then counted the same requests). With
-        ``series_only``, anything added to ``stats`` directly is kept too, in
-        the interval of now.
+        The statistics are the series' intervals merged; anything added to
+        ``stats`` directly is kept too, in the interval of now.
         """
         series = self.series.take()
-        if self.series_only:
-            if not self.stats.is_empty():
-                stray, self.stats = self.stats, LLMStats.empty()
-                series.slot(self.interval_now()).merge_in(stray)
-            return series.total(), series
-        delta, self.stats = self.stats, LLMStats.empty()
-        return delta, series
+        if not self.stats.is_empty():
+            stray, self.stats = self.stats, LLMStats.empty()
+            series.slot(self.interval_now()).merge_in(stray)
+        return series.total(), series
 
     def has_unreported(self) -> bool:
         """True when something was counted since the last ``take_delta``."""

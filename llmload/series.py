@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from llmload.record import RequestRecord
 from llmload.stats import LLMStats
 
-__all__ = ["IntervalSeries", "interval_index"]
+__all__ = ["FoldedTotal", "IntervalSeries", "interval_index"]
 
 
 def interval_index(at_s: float, interval_s: float) -> int:
@@ -136,3 +136,36 @@ class IntervalSeries:
 
     def __repr__(self) -> str:
         return f"IntervalSeries({len(self._by_index)} intervals)"
+
+
+class FoldedTotal:
+    """The run's statistics so far from a series that only grows in its last interval (a single process's own).
+
+    A single process counts each request once, in the interval it finished in
+    (``Runtime.count``); its run totals are that series merged. Intervals
+    before the last one can no longer change, so each is merged into a running
+    total once, when a later interval first appears; a read then costs one
+    merge of that total with the open interval, whatever the run's length.
+    """
+
+    __slots__ = ("_closed", "_through")
+
+    def __init__(self) -> None:
+        """Start with nothing folded."""
+        self._closed = LLMStats.empty()
+        self._through = 0  # intervals below this index are in ``_closed``
+
+    def of(self, series: IntervalSeries) -> LLMStats:
+        """Every interval of ``series`` merged, as a new ``LLMStats``.
+
+        ``series`` must be the same one on every call, changed only in its
+        last interval or later ones (else the folded part is stale).
+        """
+        last = series.last_index()
+        if last is None:
+            return self._closed.merge(LLMStats.empty())
+        for index, stats in series.items():
+            if self._through <= index < last:
+                self._closed.merge_in(stats)
+        self._through = max(self._through, last)
+        return self._closed.merge(series.get(last))

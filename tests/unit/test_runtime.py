@@ -5,6 +5,7 @@ import time
 from llmload.config import RunConfig
 from llmload.record import RequestRecord, TokenCount, TokenSource
 from llmload.runtime import RequestBudget, Runtime
+from llmload.series import FoldedTotal, IntervalSeries
 
 
 def test_budget_grants_exactly_its_limit_and_reports_done_once():
@@ -49,7 +50,7 @@ def _finished(completion: int) -> RequestRecord:
 
 
 def test_runtime_worker_counts_each_request_once_in_the_series_and_reports_both() -> None:
-    runtime = Runtime(config=RunConfig(), series_only=True, run_started_s=time.perf_counter())
+    runtime = Runtime(config=RunConfig(), local_total=None, run_started_s=time.perf_counter())
     runtime.count(_finished(3))
     runtime.count(_finished(4))
     runtime.count_cancelled("chat", "m")
@@ -63,11 +64,22 @@ def test_runtime_worker_counts_each_request_once_in_the_series_and_reports_both(
     assert not runtime.has_unreported()
 
 
-def test_runtime_single_process_keeps_run_totals_and_the_series() -> None:
+def test_runtime_single_process_counts_each_request_once_and_derives_its_totals_from_the_series() -> None:
     runtime = Runtime(config=RunConfig(), run_started_s=time.perf_counter())
     runtime.count(_finished(3))
     runtime.count_cancelled("chat", "m")
-    assert runtime.stats == runtime.series.total()
+    assert runtime.stats.is_empty()  # counted once, in the series
+    assert runtime.run_stats() == runtime.series.total()
+    total = runtime.run_stats().total()
+    assert (total.succeeded, total.cancelled, total.completion_tokens_sum) == (1, 1, 3)
+
+
+def test_folded_total_equals_the_merge_of_every_interval_at_every_step() -> None:
+    series, folded = IntervalSeries.empty(), FoldedTotal()
+    for index, completion in [(0, 1), (0, 2), (3, 4), (3, 5), (4, 6), (9, 7)]:
+        series.add(index, _finished(completion))
+        assert folded.of(series) == series.total()
+    assert folded.of(series).total().completion_tokens_sum == 1 + 2 + 4 + 5 + 6 + 7
 
 
 def test_closed_budget_grants_nothing_and_reports_nothing():
@@ -93,7 +105,7 @@ def test_end_run_closes_the_budget_and_remembers_the_run():
 
 
 def test_runtime_worker_keeps_stats_added_outside_count_in_the_interval_of_the_report() -> None:
-    runtime = Runtime(config=RunConfig(), series_only=True, run_started_s=time.perf_counter())
+    runtime = Runtime(config=RunConfig(), local_total=None, run_started_s=time.perf_counter())
     runtime.count(_finished(3))
     runtime.stats.add(_finished(2))  # a path that bypassed count(): not lost, and still in the series
     stats, series = runtime.take_delta()
