@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from llmload.errors import ConfigError
 from llmload.goodput import SLO, parse_slo
@@ -95,6 +96,7 @@ class RunConfig:
         prometheus_port: exporter port on the master, 0 = no exporter.
         prometheus_host: exporter listen address, "" = all interfaces.
         prometheus_grace_s: longest wait after the run for a scrape of the final totals.
+        server_metrics: ``--server-metrics``: "auto", "off", or comma-separated URLs (with "auto" among them allowed).
         dataset: prompt file, or None.
         dataset_format: ``auto``, ``jsonl`` or ``sharegpt``.
         input_tokens: synthetic prompt length, or None (no synthetic prompts).
@@ -128,6 +130,7 @@ class RunConfig:
     prometheus_port: int = 9646
     prometheus_host: str = ""
     prometheus_grace_s: float = 60.0
+    server_metrics: str = "auto"
     dataset: str | None = None
     dataset_format: str = "auto"
     input_tokens: LengthSpec | None = None
@@ -186,9 +189,34 @@ class RunConfig:
             prometheus_port=_port("--prometheus-port", get("prometheus_port"), 9646),
             prometheus_host=(_text(get("prometheus_host")) or "").strip(),
             prometheus_grace_s=_grace_s("--prometheus-grace", get("prometheus_grace"), 60.0),
+            server_metrics=parse_server_metrics(get("server_metrics")),
             **_open_loop(get),
         )
         return _with_workload(config, get)
+
+
+def parse_server_metrics(raw: object) -> str:
+    """Validate ``--server-metrics``: ``auto``, ``off``, or comma-separated http(s) URLs (``auto`` among them allowed).
+
+    Returns the setting normalised (no spaces); None or empty is ``auto``.
+
+    Raises:
+        ConfigError: naming the bad part and an accepted example.
+    """
+    text = "" if raw is None else str(raw).strip()
+    parts = [p.strip() for p in text.split(",") if p.strip()] or ["auto"]
+    if "off" in parts and len(parts) > 1:
+        raise ConfigError(f"--server-metrics {text!r}: 'off' cannot be combined with other entries; pass off alone")
+    for part in parts:
+        if part in ("auto", "off"):
+            continue
+        split = urlsplit(part)
+        if split.scheme not in ("http", "https") or not split.netloc:
+            raise ConfigError(
+                f"--server-metrics: {part!r} is not auto, off or an http(s) URL; "
+                "pass e.g. --server-metrics auto,http://gpu-host:9400/metrics"
+            )
+    return ",".join(parts)
 
 
 ARRIVALS = ("poisson", "constant", "gamma")

@@ -60,6 +60,7 @@ from llmload.exporters.run_summary import SendFigures, public_options, summary_l
 from llmload.exporters.window import SlidingWindow
 from llmload.interrupt import Interrupter
 from llmload.runtime import CpuMonitor, ExportState, RequestBudget, Runtime, SendWindow, WarmupGate
+from llmload.servermetrics_scrape import ServerScraper, fetch_text, metrics_urls
 from llmload.stats import LLMStats
 from llmload.tokens import load_tokenizer
 from llmload.transport import GeventHTTPTransport
@@ -384,6 +385,8 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
         runtime.blocked = str(exc)
         log.error("llmload: %s; not sending load", exc)
         gevent.spawn(_finish_run, environment)
+    else:
+        _start_server_metrics(environment, runtime)
     limit = runtime.config.num_requests
     if isinstance(runner, MasterRunner):
         workers = sorted(
@@ -437,6 +440,23 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
         _start_workload(runtime, {"warmup": {"0": runtime.config.warmup_requests}}, "0")
         _start_open_loop(runtime, rate=runtime.config.request_rate, concurrency=runtime.config.max_concurrency, rank=0)
         _start_process_services(runtime, None)
+
+
+def _start_server_metrics(environment: Environment, runtime: Runtime) -> None:
+    """Start scraping the server's metrics (master or single process), after preflight and before any load."""
+    config = runtime.config
+    auto_url, extra_urls = metrics_urls(environment.host or "", config.server_metrics)
+    if auto_url is None and not extra_urls:
+        return
+    scraper = ServerScraper(
+        auto_url,
+        extra_urls,
+        model=runtime.model,
+        headers=runtime.headers,
+        fetch=functools.partial(fetch_text, insecure=config.insecure),
+    )
+    scraper.start()
+    runtime.server_scraper = scraper if scraper.active else None
 
 
 def _start_open_loop(runtime: Runtime, *, rate: float | None, concurrency: int | None, rank: int) -> None:
@@ -690,11 +710,13 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     )
     if not isinstance(runner, MasterRunner):
         runtime.send_figures_by_process["local"] = runtime.send_figures()
+    scraper, runtime.server_scraper = runtime.server_scraper, None
     facts = RunFacts(
         blocked=runtime.blocked,
         lost_workers=tuple(runtime.lost_workers),
         cpu_saturated_s=runtime.cpu_saturated_s,
         sends=SendFigures.combine(runtime.send_figures_by_process.values()),
+        server=None if scraper is None else scraper.finish(),
     )
     results = assemble_results(runtime.stats, run=run, config=runtime.config, facts=facts)
     runtime.results = results

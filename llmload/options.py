@@ -151,6 +151,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         60.0,
         metavar="S",
     ),
+    OptionSpec(
+        "--server-metrics",
+        "Scrape the inference server's Prometheus metrics during the run (master only): "
+        "auto = the target's /metrics if it answers Prometheus text; off; or URLs, comma-separated "
+        "(auto may be one of them, e.g. auto,http://gpu-host:9400/metrics for a DCGM exporter).",
+        "auto",
+        metavar="auto|off|URL[,URL...]",
+    ),
     # ── workloads (issue 3) ──
     OptionSpec(
         "--dataset",

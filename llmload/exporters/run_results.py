@@ -8,13 +8,14 @@ functions: no Locust, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from llmload.config import RunConfig
 from llmload.exporters.report import RunInfo, build_results
 from llmload.exporters.run_summary import SendFigures, judge, load_section
+from llmload.servermetrics import server_section
 from llmload.stats import LLMStats
 
 __all__ = ["CPU_SATURATION_S", "RunFacts", "assemble_results"]
@@ -32,12 +33,14 @@ class RunFacts:
         lost_workers: ids of workers lost mid-run.
         cpu_saturated_s: longest CPU saturation streak of any load-generating process (s).
         sends: the open-loop send figures, combined over processes.
+        server: the inference server's metrics over the run (``servermetrics.summarise``), or None.
     """
 
     blocked: str | None = None
     lost_workers: Sequence[str] = ()
     cpu_saturated_s: float = 0.0
     sends: SendFigures = field(default_factory=SendFigures)
+    server: Mapping[str, Any] | None = None
 
 
 def assemble_results(stats: LLMStats, *, run: RunInfo, config: RunConfig, facts: RunFacts) -> dict[str, Any]:
@@ -45,7 +48,7 @@ def assemble_results(stats: LLMStats, *, run: RunInfo, config: RunConfig, facts:
 
     Adds to ``report.build_results``: ``lost_workers`` (only when some were
     lost), ``blocked`` (only when no load was sent), ``client_saturated`` and
-    ``client_cpu_saturated_s``, ``load``, ``passed``, ``max_failure_ratio``,
+    ``client_cpu_saturated_s``, ``load``, ``server`` (with its cross-check), ``passed``, ``max_failure_ratio``,
     ``exit_status`` and ``verdict`` (``run_summary.judge``).
     """
     results = build_results(stats, run=run, slo=config.slo)
@@ -56,6 +59,7 @@ def assemble_results(stats: LLMStats, *, run: RunInfo, config: RunConfig, facts:
     results["client_saturated"] = facts.cpu_saturated_s >= CPU_SATURATION_S or results["client"]["read_lag_saturated"]
     results["client_cpu_saturated_s"] = facts.cpu_saturated_s
     results["load"] = load_section(config, results, facts.sends)
+    results["server"] = server_section(facts.server, results)
     results["max_failure_ratio"] = config.max_failure_ratio
     verdict = judge(results)
     results["passed"] = verdict.passed

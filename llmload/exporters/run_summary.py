@@ -14,6 +14,7 @@ from typing import Any
 
 from llmload.config import LengthSpec, RunConfig
 from llmload.exporters.report import format_summary
+from llmload.servermetrics import server_lines
 
 __all__ = [
     "RATE_TOLERANCE",
@@ -106,6 +107,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         if load.get("warning"):
             lines.append(f"WARNING: {load['warning']}")
     lines.extend(_client_lines(results))
+    lines.extend(server_lines(results))
     if results.get("client_saturated") and (results.get("client_cpu_saturated_s") or 0) > 0:
         lines.append(
             f"WARNING: load generator saturated (CPU > 90% for {results['client_cpu_saturated_s']} s): "

@@ -20,10 +20,12 @@ Common vocabulary (units in the names; ratios 0..1):
 
 Modules: ``names`` (the mapping table and where each name comes from),
 ``snapshot`` (``parse_snapshot``: one scrape), ``run`` (``ServerRun``,
-``summarise``, ``cross_check``).
+``summarise``, ``cross_check``), ``report`` (the results section and
+the summary block).
 """
 
 from llmload.servermetrics.names import GAUGES, HISTOGRAMS, NAMES, ServerKind
+from llmload.servermetrics.report import server_lines, server_section
 from llmload.servermetrics.run import Endpoint, ServerRun, cross_check, summarise
 from llmload.servermetrics.snapshot import BucketCounts, ServerSnapshot, parse_snapshot
 
@@ -38,5 +40,7 @@ __all__ = [
     "ServerSnapshot",
     "cross_check",
     "parse_snapshot",
+    "server_lines",
+    "server_section",
     "summarise",
 ]

@@ -31,7 +31,8 @@ Where each server's names come from (read at the cited place; first listed name 
   exists only in older builds; no histograms.
 - DCGM exporter: ``etc/default-counters.csv`` (GPU util in %, FB memory in MiB, power in W).
 - ``llmload sim``: publishes the vLLM names (``llmload.sim.metrics``) beside its own
-  ``llmload_sim_`` ground truth; it is told apart by the latter.
+  ``llmload_sim_`` ground truth; it is told apart by the latter, which are read
+  when the vLLM names are missing (a simulator older than them).
 """
 
 from __future__ import annotations
@@ -94,9 +95,19 @@ _VLLM: dict[str, tuple[str, ...]] = {
     "queue_s": ("vllm:request_queue_time_seconds",),
 }
 
+_SIM_OWN: dict[str, tuple[str, ...]] = {  # llmload.sim.metrics: the ground truth, summed over endpoints
+    "running_requests": ("llmload_sim_requests_running",),
+    "waiting_requests": ("llmload_sim_requests_waiting",),
+    "prompt_tokens": ("llmload_sim_prompt_tokens_total",),
+    "generation_tokens": ("llmload_sim_completion_tokens_total",),
+    "requests_succeeded": ("llmload_sim_requests_completed_total",),
+    "ttft_s": ("llmload_sim_time_to_first_token_seconds",),
+    "e2e_s": ("llmload_sim_request_duration_seconds",),
+}
+
 NAMES: Mapping[ServerKind, Mapping[str, tuple[str, ...]]] = {
     ServerKind.VLLM: _VLLM,
-    ServerKind.SIM: _VLLM,
+    ServerKind.SIM: {k: _VLLM.get(k, ()) + _SIM_OWN.get(k, ()) for k in {**_VLLM, **_SIM_OWN}},
     ServerKind.SGLANG: {
         "running_requests": ("sglang:num_running_reqs",),
         "waiting_requests": ("sglang:num_queue_reqs",),

@@ -220,3 +220,17 @@ def test_cross_check_llamacpp_prompt_cache_accounting():
 
 def test_summarise_none_when_nothing_answered():
     assert summarise([Endpoint(url="http://127.0.0.1:1/metrics", failed_scrapes=2, error="timed out")]) is None
+
+
+def test_parse_sim_without_vllm_names_reads_its_ground_truth():
+    text = (
+        'llmload_sim_prompt_tokens_total{endpoint="/v1/completions"} 10\n'
+        'llmload_sim_prompt_tokens_total{endpoint="/v1/chat/completions"} 5\n'
+        'llmload_sim_completion_tokens_total{endpoint="/v1/completions"} 7\n'
+        "llmload_sim_requests_running 3\n"
+    )
+    snap = parse_snapshot(text, model="m")
+    assert snap.kind is ServerKind.SIM
+    assert snap.values["prompt_tokens"] == 15
+    assert snap.values["generation_tokens"] == 7
+    assert snap.names["running_requests"] == "llmload_sim_requests_running"
