@@ -154,3 +154,46 @@ def test_real_processes_2_totals_equal_llama_server_counters(server, tmp_path):
     assert results["tokens"]["prompt"] == d["llamacpp:prompt_tokens_total"]
     assert results["errors"] == []
     assert results["requests"]["succeeded"] == NUM_REQUESTS
+
+
+def test_real_server_metrics_llamacpp_deltas_equal_client_totals(server, tmp_path):
+    """--server-metrics auto reads llama-server's /metrics: its token deltas equal the client's totals."""
+    results = run_locust(server, "locustfiles/chat.py", tmp_path / "r.json")
+    s = results["server"]
+    print(f"\nserver section: {json.dumps({k: s[k] for k in ('kind', 'prompt_tokens', 'generation_tokens')})}")
+    assert s["kind"] == "llamacpp"
+    assert s["complete"] is True
+    assert s["names"]["generation_tokens"] == "llamacpp:tokens_predicted_total"
+    assert s["generation_tokens"] == results["tokens"]["completion"] > 0
+    assert s["prompt_tokens"] == results["tokens"]["prompt"] > 0
+    assert s["prompt_cached_tokens"] == 0
+    assert s["cross_check"]["tokens"] == "client = server"
+    assert s["cross_check"]["ttft_client_minus_server_s"] is None  # llama-server has no TTFT histogram
+    assert all(v is None for v in s["latency"].values())
+
+
+def test_real_server_metrics_llamacpp_prompt_cache_is_named_as_the_cause(cached_server, tmp_path):
+    results = run_locust(cached_server, "locustfiles/chat.py", tmp_path / "r.json")
+    s = results["server"]
+    assert s["prompt_cached_tokens"] > 0
+    assert results["tokens"]["prompt"] == s["prompt_tokens"] + s["prompt_cached_tokens"]
+    assert s["cross_check"]["prompt_tokens_diff"] == s["prompt_cached_tokens"]
+    assert "reused from its cache" in s["cross_check"]["tokens"]
+    assert 0 < s["prefix_cache_hit_ratio"] < 1
+
+
+def test_real_server_metrics_llamacpp_processing_gauge_moves_under_load(server, tmp_path):
+    """A run longer than the 10 s scrape interval samples requests_processing while 8 users keep 8 slots busy."""
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        locust_argv([
+            "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", server.url, "-u", "8", "-r", "8",
+            "-t", "13s", "--max-tokens", "32", "--results-json", str(out), "--skip-preflight",
+        ]),
+        capture_output=True, text=True, timeout=LOCUST_TIMEOUT_S, cwd=REPO_ROOT, check=False,
+    )  # fmt: skip
+    assert out.exists(), proc.stderr[-3000:]
+    gauges = json.loads(out.read_text())["server"]["gauges"]
+    print(f"\nrequests_processing {gauges['running_requests']}, deferred {gauges['waiting_requests']}")
+    assert gauges["running_requests"]["samples"] >= 1
+    assert gauges["running_requests"]["max"] > 0
