@@ -17,6 +17,11 @@ Distributed protocol (master M, workers W; all payloads carry the run id):
    workers to quit. Locust alone stops listening 0.5 s after ``quit`` and
    drops late reports; this step is why final totals are complete.
 
+Server metrics (``--server-metrics``): M (or the single process) scrapes the
+inference server's ``/metrics`` after preflight and before the load, every
+10 s during it and after the final reports (``llmload.servermetrics_scrape``);
+workers never do.
+
 Prometheus exporter (``--prometheus-port``, not 0): M (or the single process)
 serves ``/metrics`` from ``init`` until the end of the grace period after
 ``quit``. Each W also sends its delta every 0.5 s as ``llmload_live``

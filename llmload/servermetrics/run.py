@@ -37,7 +37,6 @@ class ServerRun:
 
     kind: ServerKind | None = None
     counters: dict[str, float] = field(default_factory=dict)
-    raw_counters: dict[str, float] = field(default_factory=dict)
     histograms: dict[str, BucketCounts] = field(default_factory=dict)
     gauges: dict[str, _GaugeStats] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
@@ -61,9 +60,6 @@ class ServerRun:
         for name, value in snap.values.items():
             if name not in GAUGES:
                 self.counters[name] = self.counters.get(name, 0.0) + _increase(last.values.get(name), value)
-        for name, value in snap.raw.items():
-            if name.endswith(("_total", "_sum", "_count")):
-                self.raw_counters[name] = self.raw_counters.get(name, 0.0) + _increase(last.raw.get(name), value)
         for name, hist in snap.histograms.items():
             before = last.histograms.get(name)
             step = hist if before is None else (hist.minus(before) or hist)
