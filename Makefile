@@ -7,7 +7,7 @@ STAMP := $(VENV)/.llmload-installed
 PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: install demo test test-all test-real bench lint check clean
+.PHONY: install demo test test-all test-real bench lint check clean image
 
 $(STAMP): pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "llmload needs Python >= 3.11 (python3.11 or newer on PATH); install it, e.g. apt-get install python3 python3-venv" >&2; exit 1; fi
@@ -43,6 +43,19 @@ lint: install
 	$(VENV)/bin/lint-imports
 
 check: lint test
+
+# The container image (k8s/Dockerfile) with docker or podman, whichever has a running engine.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= llmload:$(VERSION)
+image:
+	@tool=""; for t in docker podman; do \
+		if command -v $$t >/dev/null 2>&1 && $$t info >/dev/null 2>&1; then tool=$$t; break; fi; done; \
+	if [ -z "$$tool" ]; then \
+		echo "make image: no container engine here (neither 'docker info' nor 'podman info' answers); nothing built." >&2; \
+		echo "On a machine with one: docker build -f k8s/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) ." >&2; \
+		exit 1; fi; \
+	echo "== building $(IMAGE) with $$tool"; \
+	$$tool build -f k8s/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

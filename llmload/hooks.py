@@ -39,6 +39,7 @@ from locust.exception import RPCError, RPCSendError
 from locust.runners import STATE_INIT, STATE_MISSING, STATE_STOPPED, MasterRunner, WorkerRunner
 
 import functools
+import json
 import logging
 import os
 import sys
@@ -64,20 +65,23 @@ from llmload.exporters.run_results import CPU_SATURATION_S, RunFacts, assemble_r
 from llmload.exporters.run_summary import SendFigures, public_options, summary_lines
 from llmload.exporters.window import SlidingWindow
 from llmload.interrupt import Interrupter
+from llmload.plan import RunPlan, WorkerShare, split_run, users_per_worker
 from llmload.runtime import CpuMonitor, ExportState, RequestBudget, Runtime, SendWindow, WarmupGate
 from llmload.servermetrics_scrape import ServerScraper, fetch_text, metrics_urls
 from llmload.stats import LLMStats
 from llmload.tokens import load_tokenizer
 from llmload.transport import GeventHTTPTransport
 from llmload.version import __version__
-from llmload.wire import from_wire, to_wire
+from llmload.wire import WorkerReport, plan_from_wire, plan_to_wire, report_from_wire, report_run_id, report_to_wire
 from llmload.workload import build_workload
 
-__all__ = ["add_arguments", "install"]
+__all__ = ["RESULTS_LINE_PREFIX", "add_arguments", "install"]
 
 log = logging.getLogger("llmload")
 
 _PLAN = "llmload_plan"
+RESULTS_LINE_PREFIX = "LLMLOAD_RESULTS "
+"""Start of the headless run's last output line; the rest of the line is the results JSON."""
 _FINAL_WAIT_EXTRA_S = 30.0
 _FINAL_POLL_S = 0.25
 _WATCH_INTERVAL_S = 0.5  # README: a lost worker is noticed within about 5 s (Locust: 4 missed 1 s heartbeats)
@@ -106,6 +110,7 @@ def _bind(environment: Environment) -> None:
     ev.quit.add_listener(functools.partial(_on_quit, environment))
     ev.quitting.add_listener(_on_quitting)
     _bind_exporter(environment)
+    ev.quit.add_listener(functools.partial(_print_results_line, environment))  # last: after the exporter's wait
 
 
 def add_arguments(parser: Any) -> None:
@@ -336,33 +341,32 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
     runner = environment.runner
     options = environment.parsed_options
     if isinstance(runner, WorkerRunner):
-        plan = getattr(options, _PLAN, None) or {}
+        raw_plan = getattr(options, _PLAN, None)
+        plan_error = None
+        try:
+            plan = RunPlan() if raw_plan is None else plan_from_wire(raw_plan)
+        except WireFormatError as exc:
+            plan, plan_error = RunPlan(run_id=str(report_run_id(raw_plan) or "")), str(exc)
         runtime.config = RunConfig.from_options(options)
         runtime.stopping = False
-        runtime.run_id = str(plan.get("run_id", ""))
-        runtime.model = plan.get("model")
-        runtime.blocked = plan.get("blocked")
-        runtime.url_authorization = plan.get("url_authorization") or runtime.url_authorization
+        runtime.run_id = plan.run_id
+        runtime.model = plan.model
+        runtime.blocked = plan.blocked or plan_error
+        runtime.url_authorization = plan.url_authorization or runtime.url_authorization
         try:
             _load_local_parts(runtime)
         except LLMLoadError as exc:
             runtime.blocked = runtime.blocked or str(exc)
             log.error("llmload: %s; this worker sends no load", exc)
-        _start_workload(runtime, plan, str(runner.worker_index))
-        open_loop = plan.get("open_loop") or {}
-        index = str(runner.worker_index)
-        _start_open_loop(
-            runtime,
-            rate=open_loop.get("rates", {}).get(index),
-            concurrency=open_loop.get("concurrency", {}).get(index),
-            rank=int(plan.get("ranks", {}).get(index, 0)),
-        )
-        quotas = plan.get("quotas")
-        share = None if quotas is None else int(quotas.get(str(runner.worker_index), 0))
+        share = plan.share_for(str(runner.worker_index))
+        _start_workload(runtime, share, plan.workers)
+        _start_open_loop(runtime, share)
         runtime.stats = LLMStats.empty()
         run_id = runtime.run_id
-        runtime.budget = RequestBudget(share, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id}))
-        users_here = int(plan.get("users_per_worker") or 0)
+        runtime.budget = RequestBudget(
+            share.quota_requests, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id})
+        )
+        users_here = plan.users_per_worker
         try:
             raised = preflight.check_open_files(users_here)
             if raised:
@@ -398,52 +402,29 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
             runner.clients.ready + runner.clients.spawning + runner.clients.running,
             key=lambda c: runner.get_worker_index(c.id),
         )
-        quotas = None
-        if limit is not None:
-            base, extra = divmod(limit, max(len(workers), 1))
-            quotas = {str(runner.get_worker_index(c.id)): base + (1 if i < extra else 0) for i, c in enumerate(workers)}
-        warmup_base, warmup_extra = divmod(runtime.config.warmup_requests, max(len(workers), 1))
         runtime.planned_workers = {c.id for c in workers}
         runtime.done_workers = set()
         users = int(getattr(options, "num_users", 0) or 0)
-        open_loop = None
-        rate, cap = runtime.config.request_rate, runtime.config.max_concurrency
-        if rate is not None or cap is not None:
-            n = max(len(workers), 1)
-            open_loop = {
-                # the total rate is split evenly; each worker follows its own absolute schedule
-                "rates": {str(runner.get_worker_index(c.id)): (None if rate is None else rate / n) for c in workers},
-                "concurrency": {
-                    str(runner.get_worker_index(c.id)): (None if cap is None else max(1, cap // n + (i < cap % n)))
-                    for i, c in enumerate(workers)
-                },
-            }
-        setattr(
-            options,
-            _PLAN,
-            {
-                "run_id": runtime.run_id,
-                "model": runtime.model,
-                # -H's user:password@ as an Authorization value: workers get a host without it
-                "url_authorization": runtime.url_authorization,
-                "quotas": quotas,
-                "blocked": runtime.blocked,
-                "users_per_worker": -(-users // max(len(workers), 1)),
-                "open_loop": open_loop,
-                # workload (issue 3): worker rank for disjoint prompt streams, warm-up shares
-                "workers": len(workers),
-                "ranks": {str(runner.get_worker_index(c.id)): i for i, c in enumerate(workers)},
-                "warmup": {
-                    str(runner.get_worker_index(c.id)): warmup_base + (1 if i < warmup_extra else 0)
-                    for i, c in enumerate(workers)
-                },
+        plan = RunPlan(
+            run_id=runtime.run_id,
+            model=runtime.model,
+            url_authorization=runtime.url_authorization,
+            blocked=runtime.blocked,
+            users_per_worker=users_per_worker(users, len(workers)),
+            workers=len(workers),
+            limited=limit is not None,
+            shares={
+                str(runner.get_worker_index(c.id)): share
+                for c, share in zip(workers, _split(runtime.config, len(workers)), strict=True)
             },
         )
+        setattr(options, _PLAN, plan_to_wire(plan))
         gevent.spawn(_watch_workers, environment, runtime.run_id)
     else:
-        runtime.budget = RequestBudget(limit, on_done=lambda: gevent.spawn(_finish_run, environment))
-        _start_workload(runtime, {"warmup": {"0": runtime.config.warmup_requests}}, "0")
-        _start_open_loop(runtime, rate=runtime.config.request_rate, concurrency=runtime.config.max_concurrency, rank=0)
+        (share,) = _split(runtime.config, 1)
+        runtime.budget = RequestBudget(share.quota_requests, on_done=lambda: gevent.spawn(_finish_run, environment))
+        _start_workload(runtime, share, 1)
+        _start_open_loop(runtime, share)
         _start_process_services(runtime, None)
 
 
@@ -464,9 +445,20 @@ def _start_server_metrics(environment: Environment, runtime: Runtime) -> None:
     runtime.server_scraper = scraper if scraper.active else None
 
 
-def _start_open_loop(runtime: Runtime, *, rate: float | None, concurrency: int | None, rank: int) -> None:
+def _split(config: RunConfig, workers: int) -> tuple[WorkerShare, ...]:
+    return split_run(
+        workers,
+        num_requests=config.num_requests,
+        warmup_requests=config.warmup_requests,
+        request_rate=config.request_rate,
+        max_concurrency=config.max_concurrency,
+    )
+
+
+def _start_open_loop(runtime: Runtime, share: WorkerShare) -> None:
     """Set this process's arrival schedule (its share of --request-rate) and in-flight cap."""
     config = runtime.config
+    rate, concurrency, rank = share.rate_per_s, share.concurrency, share.rank
     runtime.schedule = (
         None
         if rate is None
@@ -480,13 +472,13 @@ def _start_open_loop(runtime: Runtime, *, rate: float | None, concurrency: int |
     runtime.concurrency = None if concurrency is None else gevent.lock.BoundedSemaphore(concurrency)
 
 
-def _start_workload(runtime: Runtime, plan: dict[str, Any], index: str) -> None:
+def _start_workload(runtime: Runtime, share: WorkerShare, workers: int) -> None:
     """Start this process's prompt stream (rank of the workers) and its warm-up share."""
-    stride = int(plan.get("workers") or 1)
-    rank = int((plan.get("ranks") or {}).get(index, 0))
+    stride = workers or 1
+    rank = share.rank
     runtime.prompts = runtime.workload.stream(rank, stride) if runtime.workload and rank < stride else None
-    share = int((plan.get("warmup") or {}).get(index, 0))
-    runtime.warmup = WarmupGate(share) if share > 0 else None
+    warmup = share.warmup_requests
+    runtime.warmup = WarmupGate(warmup) if warmup > 0 else None
 
 
 def _start_process_services(runtime: Runtime, worker_index: int | None) -> None:
@@ -556,16 +548,20 @@ def _on_report_to_master(environment: Environment, client_id: str, data: dict[st
     data["llmload"] = _payload(runtime)
 
 
-def _payload(runtime: Runtime) -> dict[str, Any]:
+def _report(runtime: Runtime) -> WorkerReport:
     """A worker's delta since its last report, with its CPU saturation so far."""
     cpu_s = max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0)
-    return {
-        "run_id": runtime.run_id,
-        "stats": to_wire(runtime.take_delta()),
-        "cpu_saturated_s": cpu_s,
-        "in_flight": runtime.in_flight,
-        "sends": runtime.send_figures().as_wire(),
-    }
+    return WorkerReport(
+        run_id=runtime.run_id,
+        stats=runtime.take_delta(),
+        cpu_saturated_s=cpu_s,
+        in_flight=runtime.in_flight,
+        sends=runtime.send_figures().as_wire(),
+    )
+
+
+def _payload(runtime: Runtime) -> dict[str, Any]:
+    return report_to_wire(_report(runtime))
 
 
 def _on_worker_report(environment: Environment, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
@@ -576,25 +572,25 @@ def _on_worker_report(environment: Environment, client_id: str, data: dict[str, 
     _merge_payload(runtime, client_id, payload)
 
 
-def _merge_payload(runtime: Runtime, client_id: str, payload: dict[str, Any]) -> None:
-    if payload.get("run_id") != runtime.run_id:
+def _merge_payload(runtime: Runtime, client_id: str, payload: object) -> None:
+    if report_run_id(payload) != runtime.run_id:
         return  # a late report from a previous run
-    runtime.cpu_saturated_s = max(runtime.cpu_saturated_s, float(payload.get("cpu_saturated_s") or 0.0))
-    if "sends" in payload:
-        runtime.send_figures_by_process[client_id] = SendFigures.from_wire(payload["sends"])
     try:
-        delta = from_wire(payload["stats"])
-    except (WireFormatError, KeyError, TypeError) as exc:
+        report = report_from_wire(payload)
+    except WireFormatError as exc:
         log.error("llmload: dropped a report from worker %s: %s", client_id, exc)
         return
-    runtime.stats.merge_in(delta)
+    runtime.cpu_saturated_s = max(runtime.cpu_saturated_s, report.cpu_saturated_s)
+    if report.sends:
+        runtime.send_figures_by_process[client_id] = SendFigures.from_wire(report.sends)
+    runtime.stats.merge_in(report.stats)
     if runtime.export is not None:
-        _feed_exporter(runtime.export, client_id, delta, payload.get("in_flight"))
+        _feed_exporter(runtime.export, client_id, report.stats, report.in_flight)
 
 
 def _on_worker_done(environment: Environment, msg: Any, **_kw: Any) -> None:
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
-    if msg.data.get("run_id") != runtime.run_id:
+    if report_run_id(msg.data) != runtime.run_id:
         return
     runtime.done_workers.add(msg.node_id)
     if runtime.planned_workers <= runtime.done_workers:
@@ -604,7 +600,7 @@ def _on_worker_done(environment: Environment, msg: Any, **_kw: Any) -> None:
 def _on_worker_final(environment: Environment, msg: Any, **_kw: Any) -> None:
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     _merge_payload(runtime, msg.node_id, msg.data)
-    if msg.data.get("run_id") == runtime.run_id:
+    if report_run_id(msg.data) == runtime.run_id:
         runtime.finals_from.add(msg.node_id)
     runtime.pending_finals.discard(msg.node_id)
     if not runtime.pending_finals:
@@ -769,6 +765,19 @@ def _on_quit(environment: Environment, **_kw: Any) -> None:
         _print_summary(runtime.results)
 
 
+def _print_results_line(environment: Environment, **_kw: Any) -> None:
+    """Headless master or single process: the results JSON as the last output line, one line, marked.
+
+    ``kubectl logs`` then recovers the results when no volume was mounted (README "Results file").
+    """
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    options = environment.parsed_options
+    if runtime is None or runtime.results is None or not getattr(options, "headless", False):
+        return
+    sys.stdout.write(RESULTS_LINE_PREFIX + json.dumps(runtime.results, separators=(",", ":"), allow_nan=False) + "\n")
+    sys.stdout.flush()
+
+
 def _print_summary(results: dict[str, Any]) -> None:
     sys.stdout.write("\n" + "\n".join(summary_lines(results)) + "\n")
     sys.stdout.flush()
@@ -877,12 +886,12 @@ def _send_live_reports(runner: WorkerRunner, runtime: Runtime) -> None:
     """
     while True:
         gevent.sleep(_LIVE_REPORT_INTERVAL_S - time.time() % _LIVE_REPORT_INTERVAL_S)
-        payload = _payload(runtime)
+        report = _report(runtime)
         try:
             # Non-blocking send: nothing runs between taking the delta and handing it to zmq.
-            runner.send_message("llmload_live", payload)
+            runner.send_message("llmload_live", report_to_wire(report))
         except (RPCError, RPCSendError) as exc:
-            runtime.stats.merge_in(from_wire(payload["stats"]))  # keep it for the next report
+            runtime.stats.merge_in(report.stats)  # keep it for the next report
             log.warning("llmload: live report to the master failed (%s); it will be sent later", exc)
 
 

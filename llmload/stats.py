@@ -29,6 +29,7 @@ from typing import TypeVar
 
 from llmload.histogram import LatencyHistogram
 from llmload.record import ITLKind, Outcome, RequestRecord, TokenSource
+from llmload.stats_schema import Merge, counter, counts, earliest, error_table, histogram, latest, schema_of
 
 __all__ = [
     "CLIENT_HISTOGRAM_NAMES",
@@ -37,6 +38,7 @@ __all__ = [
     "MAX_ERROR_CATEGORIES",
     "MAX_ERROR_SAMPLES",
     "OVERFLOW_CATEGORY",
+    "STATS_SCHEMA",
     "EndpointStats",
     "ErrorGroup",
     "LLMStats",
@@ -51,25 +53,6 @@ StatsKey = tuple[str, str]
 """``(endpoint, model)``."""
 
 _K = TypeVar("_K")
-
-LATENCY_HISTOGRAM_NAMES = (
-    "ttft_s",
-    "ttfc_s",
-    "itl_s",
-    "tpot_s",
-    "e2e_s",
-    # open loop only (BC-20): wait for a free user/slot, and latency measured from the intended send
-    "dispatch_delay_s",
-    "ttft_from_schedule_s",
-    "e2e_from_schedule_s",
-)
-"""Attribute names of the latency histograms of ``EndpointStats`` (the results' ``latency``)."""
-
-CLIENT_HISTOGRAM_NAMES = ("read_lag_s", "connect_s")
-"""Histograms of the client's own delays (the results' ``client``), over every finished request."""
-
-HISTOGRAM_NAMES = LATENCY_HISTOGRAM_NAMES + CLIENT_HISTOGRAM_NAMES
-"""Attribute names of every histogram of ``EndpointStats``."""
 
 
 def _min_status(a: int | None, b: int | None) -> int | None:
@@ -180,37 +163,37 @@ class EndpointStats:
             send span gives the achieved send rate of open-loop runs).
     """
 
-    requests_by_outcome: dict[Outcome, int] = field(default_factory=dict)
-    prompt_tokens_sum: int = 0
-    completion_tokens_sum: int = 0
-    prompt_source_requests: dict[TokenSource, int] = field(default_factory=dict)
-    completion_source_requests: dict[TokenSource, int] = field(default_factory=dict)
-    completion_tokens_by_source: dict[TokenSource, int] = field(default_factory=dict)
-    requested_prompt_tokens_sum: int = 0
-    requested_prompt_tokens_count: int = 0
-    ttft_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
-    ttfc_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
-    itl_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
-    tpot_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
-    e2e_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
-    dispatch_delay_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
-    ttft_from_schedule_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
-    e2e_from_schedule_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
-    read_lag_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
-    connect_s: LatencyHistogram = field(default_factory=LatencyHistogram.empty)
-    unstamped_reads: int = 0
-    itl_kind_requests: dict[ITLKind, int] = field(default_factory=dict)
-    slo_met_requests: int = 0
-    tokenizer_compared_requests: int = 0
-    tokenizer_disagreed_requests: int = 0
-    tokenizer_abs_diff_tokens: int = 0
-    requested_compared_requests: int = 0
-    requested_compared_tokens: int = 0
-    requested_abs_diff_tokens: int = 0
-    errors: dict[str, ErrorGroup] = field(default_factory=dict)
-    first_send_unix: float | None = None
-    last_end_unix: float | None = None
-    last_send_unix: float | None = None
+    requests_by_outcome: dict[Outcome, int] = counts(Outcome, wire="outcomes")
+    prompt_tokens_sum: int = counter(top=True)
+    completion_tokens_sum: int = counter(top=True)
+    prompt_source_requests: dict[TokenSource, int] = counts(TokenSource, wire="prompt_sources")
+    completion_source_requests: dict[TokenSource, int] = counts(TokenSource, wire="completion_sources")
+    completion_tokens_by_source: dict[TokenSource, int] = counts(TokenSource, wire="completion_tokens_by_source")
+    requested_prompt_tokens_sum: int = counter(top=True)
+    requested_prompt_tokens_count: int = counter(top=True)
+    ttft_s: LatencyHistogram = histogram("latency")
+    ttfc_s: LatencyHistogram = histogram("latency")
+    itl_s: LatencyHistogram = histogram("latency")
+    tpot_s: LatencyHistogram = histogram("latency")
+    e2e_s: LatencyHistogram = histogram("latency")
+    dispatch_delay_s: LatencyHistogram = histogram("latency")
+    ttft_from_schedule_s: LatencyHistogram = histogram("latency")
+    e2e_from_schedule_s: LatencyHistogram = histogram("latency")
+    read_lag_s: LatencyHistogram = histogram("client")
+    connect_s: LatencyHistogram = histogram("client")
+    unstamped_reads: int = counter()
+    itl_kind_requests: dict[ITLKind, int] = counts(ITLKind, wire="itl_kinds")
+    slo_met_requests: int = counter()
+    tokenizer_compared_requests: int = counter()
+    tokenizer_disagreed_requests: int = counter()
+    tokenizer_abs_diff_tokens: int = counter()
+    requested_compared_requests: int = counter()
+    requested_compared_tokens: int = counter()
+    requested_abs_diff_tokens: int = counter()
+    errors: dict[str, ErrorGroup] = error_table()
+    first_send_unix: float | None = earliest()
+    last_end_unix: float | None = latest()
+    last_send_unix: float | None = latest()
 
     # ── derived counts ──────────────────────────────────────────────────
     @property
@@ -384,44 +367,35 @@ class EndpointStats:
 
     # ── merging ─────────────────────────────────────────────────────────
     def merge_in(self, other: EndpointStats) -> None:
-        """Add everything counted in ``other`` to this object, in place."""
-        _merge_counts(self.requests_by_outcome, other.requests_by_outcome)
-        self.prompt_tokens_sum += other.prompt_tokens_sum
-        self.completion_tokens_sum += other.completion_tokens_sum
-        _merge_counts(self.prompt_source_requests, other.prompt_source_requests)
-        _merge_counts(self.completion_source_requests, other.completion_source_requests)
-        _merge_counts(self.completion_tokens_by_source, other.completion_tokens_by_source)
-        self.requested_prompt_tokens_sum += other.requested_prompt_tokens_sum
-        self.requested_prompt_tokens_count += other.requested_prompt_tokens_count
-        for name, histogram in self.histograms().items():
-            histogram.merge_in(getattr(other, name))
-        _merge_counts(self.itl_kind_requests, other.itl_kind_requests)
-        self.unstamped_reads += other.unstamped_reads
-        self.slo_met_requests += other.slo_met_requests
-        self.tokenizer_compared_requests += other.tokenizer_compared_requests
-        self.tokenizer_disagreed_requests += other.tokenizer_disagreed_requests
-        self.tokenizer_abs_diff_tokens += other.tokenizer_abs_diff_tokens
-        self.requested_compared_requests += other.requested_compared_requests
-        self.requested_compared_tokens += other.requested_compared_tokens
-        self.requested_abs_diff_tokens += other.requested_abs_diff_tokens
+        """Add everything counted in ``other`` to this object, in place (each field by its ``STATS_SCHEMA`` rule)."""
+        for rule in STATS_SCHEMA:
+            name, merge = rule.name, rule.merge
+            theirs = getattr(other, name)
+            if merge is Merge.SUM:
+                if theirs:
+                    setattr(self, name, getattr(self, name) + theirs)
+            elif merge is Merge.COUNTS:
+                _merge_counts(getattr(self, name), theirs)
+            elif merge is Merge.HISTOGRAM:
+                getattr(self, name).merge_in(theirs)
+            elif merge is Merge.EARLIEST or merge is Merge.LATEST:
+                mine = getattr(self, name)
+                if theirs is not None and (
+                    mine is None or (theirs < mine if merge is Merge.EARLIEST else theirs > mine)
+                ):
+                    setattr(self, name, theirs)
+            else:
+                self._merge_errors(theirs)
+
+    def _merge_errors(self, other: dict[str, ErrorGroup]) -> None:
         errors = self.errors
-        for category, group in other.errors.items():
+        for category, group in other.items():
             mine = errors.get(category)
             if mine is None:
                 errors[category] = group.copy()
             else:
                 mine.merge_in(group)
         self.bound_errors()
-        if other.first_send_unix is not None and (
-            self.first_send_unix is None or other.first_send_unix < self.first_send_unix
-        ):
-            self.first_send_unix = other.first_send_unix
-        if other.last_end_unix is not None and (self.last_end_unix is None or other.last_end_unix > self.last_end_unix):
-            self.last_end_unix = other.last_end_unix
-        if other.last_send_unix is not None and (
-            self.last_send_unix is None or other.last_send_unix > self.last_send_unix
-        ):
-            self.last_send_unix = other.last_send_unix
 
     def merge(self, other: EndpointStats) -> EndpointStats:
         """Return the combination of both; neither input changes."""
@@ -434,6 +408,19 @@ class EndpointStats:
         merged = EndpointStats()
         merged.merge_in(self)
         return merged
+
+
+STATS_SCHEMA = schema_of(EndpointStats)
+"""The merge rule and wire placement of every ``EndpointStats`` field, in declaration order."""
+
+LATENCY_HISTOGRAM_NAMES = tuple(r.name for r in STATS_SCHEMA if r.group == "latency")
+"""Attribute names of the latency histograms of ``EndpointStats`` (the results' ``latency``)."""
+
+CLIENT_HISTOGRAM_NAMES = tuple(r.name for r in STATS_SCHEMA if r.group == "client")
+"""Histograms of the client's own delays (the results' ``client``), over every finished request."""
+
+HISTOGRAM_NAMES = LATENCY_HISTOGRAM_NAMES + CLIENT_HISTOGRAM_NAMES
+"""Attribute names of every histogram of ``EndpointStats``."""
 
 
 class LLMStats:

@@ -14,7 +14,7 @@ payload holds only ``dict`` (string keys), ``list``, ``int``, ``float``,
          "completion_tokens_by_source": {"server": 1800},
          "requested_prompt_tokens_sum": 0, "requested_prompt_tokens_count": 0,
          "itl_kinds": {"token": 9},                        # ITLKind values
-         "counters": {"slo_met_requests": 9, ...},         # optional, see _COUNTERS
+         "counters": {"slo_met_requests": 9, ...},         # optional: counter() fields
          "hist": {"ttft_s": H, ...},                       # empty histograms omitted
          "errors": [{"category": "timeout: read idle", "count": 1,
                      "status": None, "samples": ["..."]}],
@@ -37,15 +37,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
 
 from llmload.errors import WireFormatError
 from llmload.histogram import LatencyHistogram
-from llmload.record import ITLKind, Outcome, TokenSource
-from llmload.stats import HISTOGRAM_NAMES, EndpointStats, ErrorGroup, LLMStats, StatsKey
+from llmload.plan import RunPlan, WorkerShare
+from llmload.stats import STATS_SCHEMA, EndpointStats, ErrorGroup, LLMStats, StatsKey
+from llmload.stats_schema import Merge
 
-__all__ = ["WIRE_VERSION", "from_wire", "to_wire"]
+__all__ = [
+    "ENVELOPE_VERSION",
+    "WIRE_VERSION",
+    "WorkerReport",
+    "from_wire",
+    "plan_from_wire",
+    "plan_to_wire",
+    "report_from_wire",
+    "report_run_id",
+    "report_to_wire",
+    "to_wire",
+]
 
 WIRE_VERSION = 1
 
@@ -83,28 +96,30 @@ def _encode_histogram(hist: LatencyHistogram) -> dict[str, Any]:
 
 
 def _encode_endpoint(key: StatsKey, s: EndpointStats) -> dict[str, Any]:
-    return {
-        "endpoint": key[0],
-        "model": key[1],
-        "outcomes": _encode_counts(s.requests_by_outcome),
-        "prompt_tokens_sum": s.prompt_tokens_sum,
-        "completion_tokens_sum": s.completion_tokens_sum,
-        "prompt_sources": _encode_counts(s.prompt_source_requests),
-        "completion_sources": _encode_counts(s.completion_source_requests),
-        "completion_tokens_by_source": _encode_counts(s.completion_tokens_by_source),
-        "requested_prompt_tokens_sum": s.requested_prompt_tokens_sum,
-        "requested_prompt_tokens_count": s.requested_prompt_tokens_count,
-        "itl_kinds": _encode_counts(s.itl_kind_requests),
-        "counters": {name: getattr(s, name) for name in _COUNTERS if getattr(s, name)},
-        "hist": {name: _encode_histogram(h) for name, h in s.histograms().items() if h.count},
-        "errors": [
-            {"category": c, "count": g.count, "status": g.status, "samples": list(g.samples)}
-            for c, g in sorted(s.errors.items())
-        ],
-        "first_send_unix": s.first_send_unix,
-        "last_end_unix": s.last_end_unix,
-        "last_send_unix": s.last_send_unix,
-    }
+    out: dict[str, Any] = {"endpoint": key[0], "model": key[1]}
+    groups: dict[str, dict[str, Any]] = {"counters": {}, "hist": {}}
+    out.update(groups)
+    for rule in STATS_SCHEMA:
+        value = getattr(s, rule.name)
+        merge = rule.merge
+        if merge is Merge.SUM:
+            if rule.wire_group is None:
+                out[rule.wire_name] = value
+            elif value:
+                groups[rule.wire_group][rule.wire_name] = value
+        elif merge is Merge.COUNTS:
+            out[rule.wire_name] = _encode_counts(value)
+        elif merge is Merge.HISTOGRAM:
+            if value.count:
+                groups["hist"][rule.wire_name] = _encode_histogram(value)
+        elif merge is Merge.ERRORS:
+            out[rule.wire_name] = [
+                {"category": c, "count": g.count, "status": g.status, "samples": list(g.samples)}
+                for c, g in sorted(value.items())
+            ]
+        else:
+            out[rule.wire_name] = value
+    return out
 
 
 # ── decoding ──────────────────────────────────────────────────────────────
@@ -194,8 +209,8 @@ def _optional_float(raw: dict[str, Any], key: str, path: str) -> float | None:
     return float(value)
 
 
-def _enum_counts(raw: dict[str, Any], key: str, path: str, parse: Callable[[str], _T]) -> dict[_T, int]:
-    out: dict[_T, int] = {}
+def _enum_counts(raw: dict[str, Any], key: str, path: str, parse: Callable[[str], Enum]) -> dict[Enum, int]:
+    out: dict[Enum, int] = {}
     for name, n in _dict(raw, key, path).items():
         try:
             member = parse(name)
@@ -207,36 +222,10 @@ def _enum_counts(raw: dict[str, Any], key: str, path: str, parse: Callable[[str]
     return out
 
 
-_ENDPOINT_FIELDS = {
-    "endpoint",
-    "model",
-    "outcomes",
-    "prompt_tokens_sum",
-    "completion_tokens_sum",
-    "prompt_sources",
-    "completion_sources",
-    "completion_tokens_by_source",
-    "requested_prompt_tokens_sum",
-    "requested_prompt_tokens_count",
-    "itl_kinds",
-    "counters",
-    "hist",
-    "errors",
-    "first_send_unix",
-    "last_end_unix",
-    "last_send_unix",
-}
-_COUNTERS = (
-    "unstamped_reads",
-    "slo_met_requests",
-    "tokenizer_compared_requests",
-    "tokenizer_disagreed_requests",
-    "tokenizer_abs_diff_tokens",
-    "requested_compared_requests",
-    "requested_compared_tokens",
-    "requested_abs_diff_tokens",
-)
-"""Integer ``EndpointStats`` fields sent under ``counters`` (zero values omitted)."""
+_TOP_RULES = tuple(r for r in STATS_SCHEMA if r.wire_group is None)
+_COUNTER_RULES = {r.wire_name: r for r in STATS_SCHEMA if r.wire_group == "counters"}
+_HIST_RULES = {r.wire_name: r for r in STATS_SCHEMA if r.wire_group == "hist"}
+_ENDPOINT_FIELDS = {"endpoint", "model", "counters", "hist"} | {r.wire_name for r in _TOP_RULES}
 _HISTOGRAM_FIELDS = {"idx", "cnt", "zero", "sum_ns", "min", "max"}
 _ERROR_FIELDS = {"category", "count", "status", "samples"}
 
@@ -246,39 +235,41 @@ def _decode_endpoint(raw: object, path: str) -> tuple[StatsKey, EndpointStats]:
         raise _fail(path, "a dict", raw)
     _check_keys(raw, _ENDPOINT_FIELDS, path)
     key = (_str_field(raw, "endpoint", path), _str_field(raw, "model", path))
-    s = EndpointStats(
-        requests_by_outcome=_enum_counts(raw, "outcomes", path, Outcome),
-        prompt_tokens_sum=_int_field(raw, "prompt_tokens_sum", path),
-        completion_tokens_sum=_int_field(raw, "completion_tokens_sum", path),
-        prompt_source_requests=_enum_counts(raw, "prompt_sources", path, TokenSource),
-        completion_source_requests=_enum_counts(raw, "completion_sources", path, TokenSource),
-        completion_tokens_by_source=_enum_counts(raw, "completion_tokens_by_source", path, TokenSource),
-        requested_prompt_tokens_sum=_int_field(raw, "requested_prompt_tokens_sum", path),
-        requested_prompt_tokens_count=_int_field(raw, "requested_prompt_tokens_count", path),
-        itl_kind_requests=_enum_counts(raw, "itl_kinds", path, ITLKind),
-        first_send_unix=_optional_float(raw, "first_send_unix", path),
-        last_end_unix=_optional_float(raw, "last_end_unix", path),
-        last_send_unix=_optional_float(raw, "last_send_unix", path),
-    )
+    s = EndpointStats()
+    for rule in _TOP_RULES:
+        name, wire_name = rule.name, rule.wire_name
+        if rule.merge is Merge.SUM:
+            setattr(s, name, _int_field(raw, wire_name, path))
+        elif rule.merge is Merge.COUNTS:
+            assert rule.keys is not None  # counts() always names its enum
+            setattr(s, name, _enum_counts(raw, wire_name, path, rule.keys))
+        elif rule.merge is Merge.ERRORS:
+            _decode_errors(s, _list(raw, wire_name, path), f"{path}.{wire_name}")
+        else:
+            setattr(s, name, _optional_float(raw, wire_name, path))
     counters = raw.get("counters", {})
     if not isinstance(counters, dict):
         raise _fail(f"{path}.counters", "a dict", counters)
-    for name, value in counters.items():
-        if name not in _COUNTERS:
-            raise _fail(f"{path}.counters", f"keyed by {list(_COUNTERS)}", name)
-        setattr(s, name, _count(value, f"{path}.counters.{name}"))
-    hists = _dict(raw, "hist", path)
-    for name, raw_hist in hists.items():
-        if name not in HISTOGRAM_NAMES:
-            raise _fail(f"{path}.hist", f"keyed by {list(HISTOGRAM_NAMES)}", name)
-        setattr(s, name, _decode_histogram(raw_hist, f"{path}.hist.{name}"))
-    for i, raw_group in enumerate(_list(raw, "errors", path)):
-        category, group = _decode_error(raw_group, f"{path}.errors[{i}]")
-        if category in s.errors:
-            raise _fail(f"{path}.errors[{i}].category", "unique", category)
-        s.errors[category] = group
+    for wire_name, value in counters.items():
+        counter_rule = _COUNTER_RULES.get(wire_name)
+        if counter_rule is None:
+            raise _fail(f"{path}.counters", f"keyed by {list(_COUNTER_RULES)}", wire_name)
+        setattr(s, counter_rule.name, _count(value, f"{path}.counters.{wire_name}"))
+    for wire_name, raw_hist in _dict(raw, "hist", path).items():
+        hist_rule = _HIST_RULES.get(wire_name)
+        if hist_rule is None:
+            raise _fail(f"{path}.hist", f"keyed by {list(_HIST_RULES)}", wire_name)
+        setattr(s, hist_rule.name, _decode_histogram(raw_hist, f"{path}.hist.{wire_name}"))
     s.bound_errors()
     return key, s
+
+
+def _decode_errors(s: EndpointStats, raw_groups: list[Any], path: str) -> None:
+    for i, raw_group in enumerate(raw_groups):
+        category, group = _decode_error(raw_group, f"{path}[{i}]")
+        if category in s.errors:
+            raise _fail(f"{path}[{i}].category", "unique", category)
+        s.errors[category] = group
 
 
 def _decode_histogram(raw: object, path: str) -> LatencyHistogram:
@@ -321,3 +312,158 @@ def _decode_error(raw: object, path: str) -> tuple[str, ErrorGroup]:
             raise _fail(f"{path}.samples[{j}]", "a string", message)
         group.add_sample(message)
     return _str_field(raw, "category", path), group
+
+
+# ── master/worker envelopes ───────────────────────────────────────────────
+ENVELOPE_VERSION = 1
+"""Version of the plan and report envelopes (reports without ``"v"`` are read as version 1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReport:
+    """One worker's report: its statistics delta and process figures.
+
+    Attributes:
+        run_id: the run the delta belongs to.
+        stats: requests finished since the worker's previous report.
+        cpu_saturated_s: seconds its CPU has been saturated so far.
+        in_flight: requests in flight when the report was taken.
+        sends: its open-loop send figures as ``SendFigures.as_wire`` made them
+            (read back by ``SendFigures.from_wire``, which treats anything else as unknown).
+    """
+
+    run_id: str
+    stats: LLMStats
+    cpu_saturated_s: float = 0.0
+    in_flight: int = 0
+    sends: dict[str, Any] = field(default_factory=dict)
+
+
+def report_to_wire(report: WorkerReport) -> dict[str, Any]:
+    """Encode a worker report (the value of Locust's ``"llmload"`` report key and of llmload's messages)."""
+    return {
+        "v": ENVELOPE_VERSION,
+        "run_id": report.run_id,
+        "stats": to_wire(report.stats),
+        "cpu_saturated_s": report.cpu_saturated_s,
+        "in_flight": report.in_flight,
+        "sends": dict(report.sends),
+    }
+
+
+def report_run_id(payload: object) -> str | None:
+    """The run id a report claims (None if it has none), read without decoding the rest."""
+    run_id = payload.get("run_id") if isinstance(payload, dict) else None
+    return run_id if isinstance(run_id, str) else None
+
+
+def report_from_wire(payload: object) -> WorkerReport:
+    """Decode ``report_to_wire``'s output.
+
+    Raises:
+        WireFormatError: wrong version or shape (the message names the field).
+    """
+    raw = _envelope(payload, "report")
+    _check_keys(raw, {"v", "run_id", "stats", "cpu_saturated_s", "in_flight", "sends"}, "report")
+    cpu = _optional_float(raw, "cpu_saturated_s", "report") if "cpu_saturated_s" in raw else None
+    in_flight = raw.get("in_flight", 0)
+    sends = raw.get("sends", {})
+    if not isinstance(sends, dict):
+        raise _fail("report.sends", "a dict", sends)
+    return WorkerReport(
+        run_id=_str_field(raw, "run_id", "report"),
+        stats=from_wire(_get(raw, "stats", "report")),
+        cpu_saturated_s=cpu or 0.0,
+        in_flight=_count(in_flight, "report.in_flight"),
+        sends=sends,
+    )
+
+
+_SHARE_FIELDS = ("rank", "quota_requests", "warmup_requests", "rate_per_s", "concurrency")
+
+
+def plan_to_wire(plan: RunPlan) -> dict[str, Any]:
+    """Encode the master's plan (shipped to workers as a parsed option with Locust's spawn message)."""
+    return {
+        "v": ENVELOPE_VERSION,
+        "run_id": plan.run_id,
+        "model": plan.model,
+        "url_authorization": plan.url_authorization,
+        "blocked": plan.blocked,
+        "users_per_worker": plan.users_per_worker,
+        "workers": plan.workers,
+        "limited": plan.limited,
+        "shares": {index: {name: getattr(s, name) for name in _SHARE_FIELDS} for index, s in plan.shares.items()},
+    }
+
+
+def plan_from_wire(payload: object) -> RunPlan:
+    """Decode ``plan_to_wire``'s output.
+
+    Raises:
+        WireFormatError: wrong version or shape (the message names the field).
+    """
+    raw = _envelope(payload, "plan", default_version=None)
+    _check_keys(
+        raw,
+        {"v", "run_id", "model", "url_authorization", "blocked", "users_per_worker", "workers", "limited", "shares"},
+        "plan",
+    )
+    shares = {}
+    for index, raw_share in _dict(raw, "shares", "plan").items():
+        path = f"plan.shares.{index}"
+        if not isinstance(raw_share, dict):
+            raise _fail(path, "a dict", raw_share)
+        _check_keys(raw_share, set(_SHARE_FIELDS), path)
+        quota = _get(raw_share, "quota_requests", path)
+        concurrency = _get(raw_share, "concurrency", path)
+        shares[str(index)] = WorkerShare(
+            rank=_int_field(raw_share, "rank", path),
+            quota_requests=None if quota is None else _count(quota, f"{path}.quota_requests"),
+            warmup_requests=_int_field(raw_share, "warmup_requests", path),
+            rate_per_s=_rate(raw_share, path),
+            concurrency=None if concurrency is None else _count(concurrency, f"{path}.concurrency", positive=True),
+        )
+    limited = _get(raw, "limited", "plan")
+    if not isinstance(limited, bool):
+        raise _fail("plan.limited", "a bool", limited)
+    return RunPlan(
+        run_id=_str_field(raw, "run_id", "plan"),
+        model=_optional_str(raw, "model", "plan"),
+        url_authorization=_optional_str(raw, "url_authorization", "plan"),
+        blocked=_optional_str(raw, "blocked", "plan"),
+        users_per_worker=_int_field(raw, "users_per_worker", "plan"),
+        workers=_int_field(raw, "workers", "plan"),
+        limited=limited,
+        shares=shares,
+    )
+
+
+def _envelope(payload: object, what: str, default_version: int | None = ENVELOPE_VERSION) -> dict[str, Any]:
+    if not isinstance(payload, dict):
+        raise WireFormatError(f"llmload {what} must be a dict, got {type(payload).__name__}; {_MISMATCH_HINT}")
+    version = payload.get("v", default_version)
+    if version != ENVELOPE_VERSION or isinstance(version, bool):
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > ENVELOPE_VERSION
+        side = "this process" if newer else "the process that sent it"
+        raise WireFormatError(
+            f"llmload {what} has version {version!r}, this process speaks v{ENVELOPE_VERSION}; "
+            f"upgrade llmload on {side} ({_MISMATCH_HINT})"
+        )
+    return payload
+
+
+def _rate(raw: dict[str, Any], path: str) -> float | None:
+    value = _get(raw, "rate_per_s", path)
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:  # inf: unlimited rate
+        return float(value)
+    raise _fail(f"{path}.rate_per_s", "a positive number, inf or None", value)
+
+
+def _optional_str(raw: dict[str, Any], key: str, path: str) -> str | None:
+    value = _get(raw, key, path)
+    if value is not None and not isinstance(value, str):
+        raise _fail(f"{path}.{key}", "a string or None", value)
+    return value

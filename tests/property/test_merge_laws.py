@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from llmload.histogram import LatencyHistogram
 from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
-from llmload.stats import MAX_ERROR_CATEGORIES, LLMStats
+from llmload.stats import MAX_ERROR_CATEGORIES, STATS_SCHEMA, EndpointStats, LLMStats
+from llmload.stats_schema import FieldRule, Merge
 from llmload.wire import from_wire, to_wire
 
 _SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -117,6 +118,53 @@ def failure_heavy(draw: st.DrawFn) -> LLMStats:
     return _stats_of(recs)
 
 
+# Every EndpointStats field drawn from its schema rule: a field added later is covered
+# by the laws below without touching this file (a new merge kind fails loudly here).
+stamps = st.one_of(st.none(), st.floats(min_value=1.7e9, max_value=1.7e9 + 1000.0))
+
+
+def _error_table(failures: list[tuple[str, str, int | None, int]]) -> dict[str, object]:
+    holder = EndpointStats()
+    for category, message, status, count in failures:
+        holder.add_failure(category, status, message, count)
+    return dict(holder.errors)
+
+
+_error_tables = st.lists(
+    st.tuples(
+        st.sampled_from(_CATEGORIES),
+        st.sampled_from(["", "a", "b", "c", "d"]),
+        st.sampled_from([None, 404, 500]),
+        st.integers(1, 5),
+    ),
+    max_size=60,
+).map(_error_table)
+
+
+def _field_values(rule: FieldRule) -> st.SearchStrategy[object]:
+    if rule.merge is Merge.SUM:
+        return st.integers(min_value=0, max_value=10**9)
+    if rule.merge is Merge.COUNTS:
+        assert rule.keys is not None
+        return st.dictionaries(st.sampled_from(list(rule.keys)), st.integers(1, 10**6), max_size=len(rule.keys))
+    if rule.merge is Merge.HISTOGRAM:
+        return histograms
+    if rule.merge in (Merge.EARLIEST, Merge.LATEST):
+        return stamps
+    if rule.merge is Merge.ERRORS:
+        return _error_tables
+    raise AssertionError(f"no strategy for merge rule {rule.merge} of field {rule.name}; add one here")
+
+
+any_endpoint_stats = st.fixed_dictionaries({rule.name: _field_values(rule) for rule in STATS_SCHEMA}).map(
+    lambda values: EndpointStats(**values)  # type: ignore[arg-type]
+)
+
+
+def _by_key(s: EndpointStats, key: tuple[str, str]) -> LLMStats:
+    return LLMStats.from_endpoints([(key, s)])
+
+
 # ── histogram ─────────────────────────────────────────────────────────────
 @_SETTINGS
 @given(histograms, histograms)
@@ -204,5 +252,69 @@ def test_master_merging_worker_deltas_equals_single_process(items: list[RequestR
 @_SETTINGS
 @given(st.one_of(stats_values, failure_heavy()))
 def test_wire_round_trip(stats: LLMStats) -> None:
+    assert from_wire(to_wire(stats)) == stats
+    assert from_wire(msgpack.unpackb(msgpack.packb(to_wire(stats)))) == stats
+
+
+# ── every field, by construction from the schema ─────────────────────────
+@_SETTINGS
+@given(any_endpoint_stats, any_endpoint_stats)
+def test_schema_every_field_merges_commutatively(a: EndpointStats, b: EndpointStats) -> None:
+    assert a.merge(b) == b.merge(a)
+
+
+@_SETTINGS
+@given(any_endpoint_stats, any_endpoint_stats, any_endpoint_stats)
+def test_schema_every_field_merges_associatively(a: EndpointStats, b: EndpointStats, c: EndpointStats) -> None:
+    assert a.merge(b).merge(c) == a.merge(b.merge(c))
+
+
+@_SETTINGS
+@given(any_endpoint_stats)
+def test_schema_every_field_has_empty_as_identity(a: EndpointStats) -> None:
+    assert a.merge(EndpointStats()) == a
+    assert EndpointStats().merge(a) == a
+    assert a.copy() == a
+
+
+def _expected(rule: FieldRule, x: object, y: object) -> object:
+    """The merge each rule promises, written independently of EndpointStats.merge_in."""
+    if rule.merge is Merge.SUM:
+        return x + y  # type: ignore[operator]
+    if rule.merge is Merge.COUNTS:
+        assert isinstance(x, dict)
+        assert isinstance(y, dict)
+        return {k: x.get(k, 0) + y.get(k, 0) for k in x.keys() | y.keys()}
+    if rule.merge is Merge.HISTOGRAM:
+        return x.merge(y)  # type: ignore[attr-defined]
+    known = [v for v in (x, y) if v is not None]
+    if rule.merge is Merge.EARLIEST:
+        return min(known) if known else None  # type: ignore[type-var]
+    if rule.merge is Merge.LATEST:
+        return max(known) if known else None  # type: ignore[type-var]
+    assert isinstance(x, dict)
+    assert isinstance(y, dict)
+    return {c: sum(g.count for g in (x.get(c), y.get(c)) if g is not None) for c in x.keys() | y.keys()}
+
+
+@_SETTINGS
+@given(any_endpoint_stats, any_endpoint_stats)
+def test_schema_every_field_merges_by_its_rule(a: EndpointStats, b: EndpointStats) -> None:
+    merged = a.merge(b)
+    for rule in STATS_SCHEMA:
+        got = getattr(merged, rule.name)
+        want = _expected(rule, getattr(a, rule.name), getattr(b, rule.name))
+        if rule.merge is Merge.ERRORS:
+            assert sum(g.count for g in got.values()) == sum(want.values()), rule.name  # type: ignore[attr-defined]
+            if len(want) <= MAX_ERROR_CATEGORIES:  # type: ignore[arg-type]
+                assert {c: g.count for c, g in got.items()} == want, rule.name
+        else:
+            assert got == want, rule.name
+
+
+@_SETTINGS
+@given(any_endpoint_stats)
+def test_schema_every_field_round_trips_the_wire(s: EndpointStats) -> None:
+    stats = _by_key(s, ("chat", "m"))
     assert from_wire(to_wire(stats)) == stats
     assert from_wire(msgpack.unpackb(msgpack.packb(to_wire(stats)))) == stats

@@ -1,0 +1,115 @@
+"""The master's run plan: each worker's share of the run (pure arithmetic, no Locust).
+
+At each test start the master splits ``--num-requests``, ``--warmup-requests``,
+``--request-rate`` and ``--max-concurrency`` over the workers it has, and
+ships the ``RunPlan`` to them (``llmload.wire.plan_to_wire``). A single
+process plans for one worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["RunPlan", "WorkerShare", "split_run", "users_per_worker"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerShare:
+    """One worker's part of the run.
+
+    Attributes:
+        rank: position among the planned workers (0-based); picks the
+            worker's disjoint slice of the prompt stream.
+        quota_requests: its share of ``--num-requests``; None = no limit.
+        warmup_requests: its share of ``--warmup-requests``.
+        rate_per_s: its share of ``--request-rate`` (requests/s; each worker
+            follows its own schedule); None = closed loop.
+        concurrency: its share of ``--max-concurrency`` (at least 1); None = no cap.
+    """
+
+    rank: int = 0
+    quota_requests: int | None = None
+    warmup_requests: int = 0
+    rate_per_s: float | None = None
+    concurrency: int | None = None
+
+
+def _even_split(total: int, parts: int) -> list[int]:
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def split_run(
+    workers: int,
+    *,
+    num_requests: int | None,
+    warmup_requests: int,
+    request_rate: float | None,
+    max_concurrency: int | None,
+) -> tuple[WorkerShare, ...]:
+    """Split the run's totals over ``workers`` workers, in rank order.
+
+    Counts are split as evenly as integers allow, the first workers taking
+    the remainder, so the shares add up to the totals exactly. The rate is
+    split evenly. The concurrency cap is split the same way, but each worker
+    gets at least 1 (more than ``max_concurrency`` in total when there are
+    more workers than slots).
+
+    Raises:
+        ValueError: ``workers`` is negative, or a count is negative.
+    """
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    if (num_requests is not None and num_requests < 0) or warmup_requests < 0:
+        raise ValueError(f"request counts must be >= 0, got {num_requests} and {warmup_requests}")
+    quotas = _even_split(num_requests, workers) if num_requests is not None and workers else []
+    warmups = _even_split(warmup_requests, workers) if workers else []
+    caps = _even_split(max_concurrency, workers) if max_concurrency is not None and workers else []
+    return tuple(
+        WorkerShare(
+            rank=i,
+            quota_requests=quotas[i] if quotas else None,
+            warmup_requests=warmups[i],
+            rate_per_s=None if request_rate is None else request_rate / workers,
+            concurrency=max(1, caps[i]) if caps else None,
+        )
+        for i in range(workers)
+    )
+
+
+def users_per_worker(users: int, workers: int) -> int:
+    """Users each worker runs at most: ``users`` over ``workers``, rounded up."""
+    return -(-users // max(workers, 1))
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    """What every worker needs to know before its users start.
+
+    Attributes:
+        run_id: identifies the run; reports of another run are dropped.
+        model: the served model name (resolved by the master's preflight).
+        url_authorization: ``Authorization`` value for ``user:password@`` in
+            ``-H`` (workers get the host without it); None if none.
+        blocked: why the run must not send load, or None.
+        users_per_worker: most users one worker runs (for its open-files limit).
+        workers: number of planned workers (the prompt stream's stride).
+        limited: ``--num-requests`` was given (a worker left out of the plan gets quota 0).
+        shares: each planned worker's share, by Locust worker index (as str).
+    """
+
+    run_id: str = ""
+    model: str | None = None
+    url_authorization: str | None = None
+    blocked: str | None = None
+    users_per_worker: int = 0
+    workers: int = 0
+    limited: bool = False
+    shares: dict[str, WorkerShare] = field(default_factory=dict)
+
+    def share_for(self, worker_index: str) -> WorkerShare:
+        """This worker's share; a worker not in the plan sends nothing of a limited run."""
+        share = self.shares.get(worker_index)
+        if share is not None:
+            return share
+        return WorkerShare(quota_requests=0 if self.limited else None)

@@ -1,0 +1,33 @@
+"""A headless run's last output line is the results JSON, marked, so `kubectl logs` recovers it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.procs import run_locust
+from tests.integration.test_sim import start_sim, stop_sim
+
+pytestmark = pytest.mark.integration
+RESULTS_LINE_PREFIX = "LLMLOAD_RESULTS "  # llmload.hooks.RESULTS_LINE_PREFIX (importing hooks imports Locust)
+
+
+def test_headless_run_ends_with_one_marked_line_holding_the_results_file(tmp_path):
+    base_url, sim = start_sim()
+    try:
+        results_path = tmp_path / "results.json"
+        out = run_locust(
+            [
+                *("-f", "locustfiles/chat.py", "--headless", "-H", base_url, "-u", "2", "-r", "2"),
+                *("--num-requests", "6", "--max-tokens", "8", "--results-json", str(results_path)),
+            ],
+            timeout_s=90,
+        )
+    finally:
+        stop_sim(sim)
+    assert out.returncode == 0, out.stderr[-2000:]
+    last = out.stdout.rstrip("\n").splitlines()[-1]
+    assert last.startswith(RESULTS_LINE_PREFIX)
+    assert json.loads(last.removeprefix(RESULTS_LINE_PREFIX)) == json.loads(results_path.read_text())
+    assert sum(line.startswith(RESULTS_LINE_PREFIX) for line in out.stdout.splitlines()) == 1

@@ -1,0 +1,64 @@
+"""stats_schema: every EndpointStats field declares its merge rule and wire placement once."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from llmload.histogram import LatencyHistogram
+from llmload.record import Outcome
+from llmload.stats import CLIENT_HISTOGRAM_NAMES, LATENCY_HISTOGRAM_NAMES, STATS_SCHEMA, EndpointStats, LLMStats
+from llmload.stats_schema import Merge, counter, counts, histogram, schema_of
+from llmload.wire import from_wire, to_wire
+
+
+def test_schema_of_refuses_a_field_without_a_merge_rule() -> None:
+    @dataclass
+    class Forgotten:
+        ok_requests: int = counter()
+        throttled_requests: int = 0
+
+    with pytest.raises(TypeError, match=r"Forgotten\.throttled_requests has no merge rule"):
+        schema_of(Forgotten)
+
+
+def test_schema_of_reads_rules_and_wire_names_in_declaration_order() -> None:
+    @dataclass
+    class Small:
+        outcomes_seen: dict[Outcome, int] = counts(Outcome, wire="outcomes")
+        retries: int = counter()
+        wait_s: LatencyHistogram = histogram("client")
+
+    rules = schema_of(Small)
+    assert [(r.name, r.merge, r.wire_name, r.wire_group) for r in rules] == [
+        ("outcomes_seen", Merge.COUNTS, "outcomes", None),
+        ("retries", Merge.SUM, "retries", "counters"),
+        ("wait_s", Merge.HISTOGRAM, "wait_s", "hist"),
+    ]
+    assert rules[0].keys is Outcome
+    assert rules[2].group == "client"
+
+
+def test_schema_histogram_group_must_be_known() -> None:
+    with pytest.raises(ValueError, match="'server'"):
+        histogram("server")
+
+
+def test_schema_covers_every_endpoint_stats_field_once() -> None:
+    names = [r.name for r in STATS_SCHEMA]
+    assert names == list(EndpointStats.__dataclass_fields__)
+    assert len({(r.wire_group, r.wire_name) for r in STATS_SCHEMA}) == len(names)
+
+
+def test_schema_histogram_name_lists_follow_declaration_order() -> None:
+    assert LATENCY_HISTOGRAM_NAMES[:5] == ("ttft_s", "ttfc_s", "itl_s", "tpot_s", "e2e_s")
+    assert CLIENT_HISTOGRAM_NAMES == ("read_lag_s", "connect_s")
+
+
+def test_schema_counter_fields_are_optional_on_the_wire() -> None:
+    """A worker of a release without a counter() field still merges: absent counts 0."""
+    stats = LLMStats.empty()
+    stats.add_cancelled("chat", "m", 2)
+    payload = to_wire(stats)
+    assert payload["endpoints"][0]["counters"] == {}
+    del payload["endpoints"][0]["counters"]
+    assert from_wire(payload) == stats

@@ -1,0 +1,113 @@
+"""wire: the versioned master/worker envelopes (run plan, worker report)."""
+
+import json
+
+import msgpack
+import pytest
+
+from llmload.errors import WireFormatError
+from llmload.plan import RunPlan, split_run
+from llmload.record import Outcome, RequestRecord
+from llmload.stats import LLMStats
+from llmload.wire import (
+    ENVELOPE_VERSION,
+    WorkerReport,
+    plan_from_wire,
+    plan_to_wire,
+    report_from_wire,
+    report_run_id,
+    report_to_wire,
+)
+
+
+def _plan() -> RunPlan:
+    shares = split_run(3, num_requests=10, warmup_requests=4, request_rate=6.0, max_concurrency=5)
+    return RunPlan(
+        run_id="abc123",
+        model="m",
+        url_authorization=None,
+        blocked=None,
+        users_per_worker=4,
+        workers=3,
+        limited=True,
+        shares={str(i + 1): s for i, s in enumerate(shares)},
+    )
+
+
+def _report() -> WorkerReport:
+    stats = LLMStats.empty()
+    stats.add(RequestRecord(endpoint="chat", model="m", started_at_unix=1.7e9, outcome=Outcome.TIMEOUT, end_s=1.0))
+    stats.add_cancelled("chat", "m", 2)
+    return WorkerReport(run_id="abc123", stats=stats, cpu_saturated_s=1.5, in_flight=3, sends={"behind_s": 0.25})
+
+
+def test_plan_envelope_round_trips_through_msgpack_and_json() -> None:
+    plan = _plan()
+    payload = plan_to_wire(plan)
+    assert payload["v"] == ENVELOPE_VERSION
+    assert plan_from_wire(msgpack.unpackb(msgpack.packb(payload))) == plan
+    assert plan_from_wire(json.loads(json.dumps(payload))) == plan
+
+
+def test_plan_envelope_carries_an_unlimited_rate() -> None:
+    shares = split_run(2, num_requests=None, warmup_requests=0, request_rate=float("inf"), max_concurrency=64)
+    plan = RunPlan(run_id="r", workers=2, shares={"0": shares[0], "1": shares[1]})
+    decoded = plan_from_wire(msgpack.unpackb(msgpack.packb(plan_to_wire(plan))))
+    assert decoded.shares["1"].rate_per_s == float("inf")
+    assert decoded.shares["1"].concurrency == 32
+
+
+def test_plan_envelope_without_version_names_the_upgrade() -> None:
+    payload = plan_to_wire(_plan())
+    del payload["v"]
+    with pytest.raises(WireFormatError, match="plan has version None"):
+        plan_from_wire(payload)
+
+
+def test_plan_envelope_bad_share_names_the_field() -> None:
+    payload = plan_to_wire(_plan())
+    payload["shares"]["2"]["concurrency"] = 0
+    with pytest.raises(WireFormatError, match=r"plan\.shares\.2\.concurrency must be a positive integer"):
+        plan_from_wire(payload)
+
+
+def test_report_envelope_round_trips() -> None:
+    report = _report()
+    payload = report_to_wire(report)
+    assert report_from_wire(msgpack.unpackb(msgpack.packb(payload))) == report
+    assert report_run_id(payload) == "abc123"
+
+
+def test_report_envelope_without_version_reads_as_version_1() -> None:
+    """Workers of the release before the envelope sent the same keys without "v"."""
+    payload = report_to_wire(_report())
+    del payload["v"]
+    assert report_from_wire(payload) == _report()
+
+
+def test_report_envelope_newer_version_says_upgrade_this_process() -> None:
+    payload = report_to_wire(_report())
+    payload["v"] = ENVELOPE_VERSION + 1
+    with pytest.raises(WireFormatError, match="upgrade llmload on this process"):
+        report_from_wire(payload)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("in_flight", -1, r"report\.in_flight must be an integer >= 0"),
+        ("cpu_saturated_s", "x", r"report\.cpu_saturated_s must be a finite number"),
+        ("sends", [], r"report\.sends must be a dict"),
+        ("stats", {"v": 9, "endpoints": []}, "version 9"),
+    ],
+)
+def test_report_envelope_bad_field_is_named(key: str, value: object, message: str) -> None:
+    payload = report_to_wire(_report())
+    payload[key] = value
+    with pytest.raises(WireFormatError, match=message):
+        report_from_wire(payload)
+
+
+def test_report_run_id_of_garbage_is_none() -> None:
+    assert report_run_id([1]) is None
+    assert report_run_id({"run_id": 3}) is None
