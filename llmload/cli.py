@@ -1,4 +1,4 @@
-"""The ``llmload`` command: ``sim`` (simulated server), ``demo`` (the main job end to end).
+"""The ``llmload`` command: ``sim`` (simulated server), ``demo`` (the main job end to end), ``options``.
 
 Load itself is run by Locust: ``locust -f locustfiles/chat.py ...`` (see README);
 this module only starts processes and builds their argument lists.
@@ -30,8 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="llmload",
         description="LLM load generator on Locust. Load runs: locust -f locustfiles/chat.py -H URL ...",
+        epilog="Every option of a load run (--max-tokens, --num-requests, --request-rate, ...): llmload options",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("options", help="list every load-run option, grouped, with help, default and env var")
     sub.add_parser("sim", help="start the simulated OpenAI-compatible server (llmload sim --help)")
     demo = sub.add_parser("demo", help="start llmload sim and run the main job against it")
     demo.add_argument("--chat-users", type=int, default=256, help="ChatUser users (default 256)")
@@ -59,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     sweep.add_argument("locust_args", nargs=argparse.REMAINDER, help="-- then the Locust arguments for every step")
     args = parser.parse_args(argv)
+    if args.command == "options":
+        from llmload.options import describe
+
+        sys.stdout.write(describe())
+        return 0
     if args.command == "demo":
         return _demo(args)
     if args.command == "sweep":

@@ -34,7 +34,9 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from llmload.chunks import ReplyAccumulator, parse_chunk, read_server_error
-from llmload.errors import ConnectionClosedError, RequestTimeout, SSEProtocolError, TransportError
+from llmload.config import Timeouts
+from llmload.errors import TransportError
+from llmload.failures import IncompleteReplyError, Phase, TotalTimeout, classify, classify_status
 from llmload.payloads import LLMRequest
 from llmload.record import ErrorInfo, Outcome, RequestRecord
 from llmload.stream import ReplyFailure, ReplyReader, new_scanner
@@ -57,6 +59,7 @@ class Response(Protocol):
     content_type: str  # lower-cased media type without parameters; "" if absent
     read_lag_s: float  # seconds the bytes of the last read had waited when it returned (>= 0)
     read_stamped: bool  # True when read_lag_s came from a kernel receive stamp
+    retry_after: str | None  # the Retry-After header's value; None if absent
 
     def read_some(self) -> bytes:
         """Return the next body bytes as soon as any arrive; b"" at the clean end of the body.
@@ -95,10 +98,6 @@ class Transport(Protocol):
         ...
 
 
-class _DeadlineError(Exception):
-    """The total time limit of the request passed."""
-
-
 class StreamingClient:
     """Runs one request at a time over a transport and measures it."""
 
@@ -109,7 +108,7 @@ class StreamingClient:
         clock: Callable[[], float] = time.perf_counter,
         wall_clock: Callable[[], float] = time.time,
         token_counter: TokenCounter | None = None,
-        total_timeout_s: float = 1800.0,
+        total_timeout_s: float = Timeouts().total_s,
         keep_text: bool = False,
         compare_tokens: bool = False,
     ) -> None:
@@ -143,8 +142,8 @@ class StreamingClient:
         """Send ``request``, read the whole reply and return its record.
 
         Never raises for a per-request failure: those become the record's
-        ``outcome`` and ``error``. ``BaseException``s that are not
-        ``Exception`` (``GreenletExit``, ``KeyboardInterrupt``) propagate
+        ``outcome`` and ``error`` (``classify``). ``BaseException``s that are
+        not ``Exception`` (``GreenletExit``, ``KeyboardInterrupt``) propagate
         after the response is closed; ``request_sent`` then tells whether the
         request had been handed to ``Transport.post`` (the server may have it:
         a stop counts it as cancelled) or not (the server never saw it).
@@ -157,6 +156,7 @@ class StreamingClient:
         )
         clock = self._clock
         self.request_sent = False
+        phase = Phase.SEND
         t0 = clock()
         try:
             self._transport.connect()
@@ -167,29 +167,40 @@ class StreamingClient:
             response = self._transport.post(
                 request.path, request.body, _STREAM_HEADERS if request.stream else _JSON_HEADERS
             )
-        except RequestTimeout as exc:
-            return _fail(record, Outcome.TIMEOUT, "timeout: before headers", str(exc), clock() - t0)
-        except (TransportError, OSError) as exc:
-            return _fail(record, Outcome.TRANSPORT_ERROR, "transport error: connect/send", str(exc), clock() - t0)
-        record.headers_s = clock() - t0
-        try:
-            status, ctype = response.status, response.content_type
-            if not 200 <= status < 300:
-                self._read_http_error(response, record, t0)
-            elif ctype == "text/event-stream" or (request.stream and not _is_json(ctype)):
-                self._read_stream(response, record, request, t0)
-            else:
-                self._read_json(response, record, request, t0)
-        finally:
-            response.close()
+            record.headers_s = clock() - t0
+            try:
+                status, ctype = response.status, response.content_type
+                if not 200 <= status < 300:
+                    self._read_http_error(response, record, t0)
+                elif ctype == "text/event-stream" or (request.stream and not _is_json(ctype)):
+                    phase = Phase.STREAM
+                    self._read_stream(response, record, request, t0)
+                else:
+                    phase = Phase.BODY
+                    self._read_json(response, record, request, t0)
+            finally:
+                response.close()
+        except Exception as exc:
+            failure = classify(phase, exc)
+            if failure is None:
+                raise
+            end_s = record.end_s if failure.at_last_read and record.end_s is not None else clock() - t0
+            return _fail(record, failure.outcome, failure.category, str(exc), end_s, status=failure.status)
+        if record.error is None:
+            _check_empty(record)
         return record
 
     # ── replies ──────────────────────────────────────────────────────────
     def _read_stream(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
-        clock, read = self._clock, response.read_some
+        """Read an SSE reply into ``record``; raises what ``FAILURES`` lists for ``Phase.STREAM``.
+
+        ``record.end_s`` is the arrival of the last read (or the end of the
+        body), failed or not; what arrived is accounted either way.
+        """
+        clock, read, arrived = self._clock, response.read_some, self._arrived
         deadline_s = self._total_timeout_s
         reader = ReplyReader(self._scan_json, keep_text=self._keep_text or self._token_counter is not None)
-        acc = reader.acc
+        acc, feed = reader.acc, reader.feed
         head = b""  # the first bytes of the body, for error messages
         t = 0.0
         try:
@@ -198,73 +209,43 @@ class StreamingClient:
                 if not data:
                     t = clock() - t0
                     break
-                t = self._arrived(response, record, t0, t)
+                t = arrived(response, record, t0, t)
                 if not head:
                     head = data[:120]
-                reader.feed(data, t)
+                feed(data, t)
                 if acc.done:
                     break
                 if t > deadline_s:
-                    raise _DeadlineError
-            if not acc.done and acc.finish_reason is None:
-                detail = f"{acc.events} events, {len(acc.token_times_s)} with tokens"
-                if not acc.events:
-                    detail += f"; body began {head!r}"
-                raise ReplyFailure(
-                    Outcome.STREAM_ERROR,
-                    "stream ended before completion",
-                    f"no finish_reason or [DONE] ({detail})",
-                )
-        except ReplyFailure as failed:
+                    raise TotalTimeout(f"no complete reply within {deadline_s:g} s")
+        finally:
             self._fill(record, acc, request)
-            _fail(record, failed.outcome, failed.category, failed.message, t, status=failed.status)
-            return
-        except SSEProtocolError as exc:
-            self._fill(record, acc, request)
-            _fail(record, Outcome.STREAM_ERROR, "unexpected chunk shape", str(exc), t)
-            return
-        except (_DeadlineError, TransportError, OSError) as exc:
-            self._fill(record, acc, request)
-            _fail_read(record, exc, clock() - t0, "stream ended before completion", self._total_timeout_s)
-            return
-        self._fill(record, acc, request)
-        record.end_s = t
+            record.end_s = t
         if acc.done:
             _drain(read)
-        _check_empty(record)
+        elif acc.finish_reason is None:
+            raise IncompleteReplyError(_incomplete_detail(acc.events, len(acc.token_times_s), head))
 
     def _read_json(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
-        try:
-            body, t = self._read_all(response, t0, _JSON_BODY_BYTES, record)
-        except (_DeadlineError, TransportError, OSError) as exc:
-            _fail_read(record, exc, self._clock() - t0, "body ended before completion", self._total_timeout_s)
-            return
-        acc = ReplyAccumulator()
+        """Read a whole JSON reply into ``record``; raises what ``FAILURES`` lists for ``Phase.BODY``."""
+        body, record.end_s = self._read_all(response, t0, _JSON_BODY_BYTES, record)
         try:
             obj = json.loads(body)
-            error = read_server_error(obj, None)
-            if error is not None:
-                raise ReplyFailure(Outcome.SERVER_ERROR, error.category, error.message, response.status)
-            acc.add(parse_chunk(obj), t)
-        except ReplyFailure as failed:
-            _fail(record, failed.outcome, failed.category, failed.message, t, status=failed.status)
-            return
-        except SSEProtocolError as exc:
-            _fail(record, Outcome.STREAM_ERROR, "unexpected body shape", str(exc), t)
-            return
         except ValueError as exc:
-            _fail(record, Outcome.STREAM_ERROR, "invalid JSON body", f"{exc}: {body[:120]!r}", t)
-            return
+            raise ValueError(f"{exc}: {body[:120]!r}") from exc
+        error = read_server_error(obj, None)
+        if error is not None:
+            raise ReplyFailure(Outcome.SERVER_ERROR, error.category, error.message, response.status)
+        acc = ReplyAccumulator()
+        acc.add(parse_chunk(obj), record.end_s)
         self._fill(record, acc, request, streamed=False)
         record.streamed = False
-        record.end_s = t
-        _check_empty(record)
 
     def _read_http_error(self, response: Response, record: RequestRecord, t0: float) -> None:
+        """Record a non-2xx reply as ``classify_status`` says ."""
         status = response.status
         try:
             body, t = self._read_all(response, t0, _ERROR_BODY_BYTES, record)
-        except (_DeadlineError, TransportError, OSError) as exc:
+        except (TotalTimeout, TransportError, OSError) as exc:  # the status decides; the body is only detail
             body, t = f"(body unreadable: {exc})".encode(), self._clock() - t0
         try:
             obj = json.loads(body)
@@ -273,14 +254,8 @@ class StreamingClient:
         error = read_server_error(obj, None, http_body=True)
         kind = error.kind if error is not None else None
         message = error.message if error is not None else body.decode("utf-8", "replace")
-        _fail(
-            record,
-            Outcome.HTTP_ERROR,
-            f"HTTP {status} {kind}" if kind else f"HTTP {status}",
-            message,
-            t,
-            status=status,
-        )
+        failure = classify_status(status, kind)
+        _fail(record, failure.outcome, failure.category, message, t, status=status)
 
     def _arrived(self, response: Response, record: RequestRecord, t0: float, previous_s: float) -> float:
         """When the bytes of the read that just returned arrived (seconds after send); notes its lag in ``record``.
@@ -313,7 +288,7 @@ class StreamingClient:
             if size > limit:
                 return b"".join(parts)[:limit], t
             if t > self._total_timeout_s:
-                raise _DeadlineError
+                raise TotalTimeout(f"no complete reply within {self._total_timeout_s:g} s")
 
     def _fill(
         self, record: RequestRecord, acc: ReplyAccumulator, request: LLMRequest, *, streamed: bool = True
@@ -338,7 +313,7 @@ class StreamingClient:
             record.client_completion_tokens = self._token_counter.count("".join(acc.pieces))
 
 
-# ── helpers of the classifier ────────────────────────────────────────────
+# ── helpers ──────────────────────────────────────────────────────────────
 def _is_json(content_type: str) -> bool:
     return content_type == "application/json" or content_type.endswith("+json")
 
@@ -358,16 +333,11 @@ def _fail(
     return record
 
 
-def _fail_read(record: RequestRecord, exc: Exception, t: float, closed_category: str, total_s: float) -> None:
-    """Record a failure while reading the body (after the headers)."""
-    if isinstance(exc, _DeadlineError):
-        _fail(record, Outcome.TIMEOUT, "timeout: total", f"no complete reply within {total_s:g} s", t)
-    elif isinstance(exc, RequestTimeout):
-        _fail(record, Outcome.TIMEOUT, "timeout: read idle", str(exc), t)
-    elif isinstance(exc, ConnectionClosedError):
-        _fail(record, Outcome.STREAM_ERROR, closed_category, str(exc), t)
-    else:
-        _fail(record, Outcome.TRANSPORT_ERROR, "transport error: mid-body", str(exc), t)
+def _incomplete_detail(events: int, token_events: int, head: bytes) -> str:
+    detail = f"{events} events, {token_events} with tokens"
+    if not events:
+        detail += f"; body began {head!r}"
+    return f"no finish_reason or [DONE] ({detail})"
 
 
 def _check_empty(record: RequestRecord) -> None:

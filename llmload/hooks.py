@@ -55,7 +55,7 @@ import gevent.lock
 
 from llmload import preflight
 from llmload.arrivals import Arrival, ArrivalSchedule
-from llmload.config import OPTIONS, RunConfig
+from llmload.config import RunConfig
 from llmload.credentials import public_url, split_credentials
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.prometheus import PrometheusExporter, RunView
@@ -65,6 +65,7 @@ from llmload.exporters.run_results import CPU_SATURATION_S, RunFacts, assemble_r
 from llmload.exporters.run_summary import SendFigures, public_options, summary_lines
 from llmload.exporters.window import SlidingWindow
 from llmload.interrupt import Interrupter
+from llmload.options import GROUPS, OPTIONS
 from llmload.plan import RunPlan, WorkerShare, split_run, users_per_worker
 from llmload.runtime import CpuMonitor, ExportState, RequestBudget, Runtime, SendWindow, WarmupGate
 from llmload.servermetrics_scrape import ServerScraper, fetch_text, metrics_urls
@@ -113,23 +114,44 @@ def _bind(environment: Environment) -> None:
     ev.quit.add_listener(functools.partial(_print_results_line, environment))  # last: after the exporter's wait
 
 
+class _Choices(tuple[str, ...]):
+    """Values the web UI offers as a dropdown; every value passes Locust's parser.
+
+    The option's own parser checks it, so a wrong value gets llmload's message with the fix.
+    """
+
+    def __contains__(self, _item: object) -> bool:
+        return True
+
+
 def add_arguments(parser: Any) -> None:
-    """Add llmload's options to Locust's parser (CLI, ``locust.conf``, ``LOCUST_*`` env, web UI)."""
-    group = parser.add_argument_group("llmload", "LLM request options (see README: Options)")
-    for spec in OPTIONS:
-        if spec.is_flag:
-            action = group.add_argument(spec.flag, action="store_true", default=False, env_var=spec.env, help=spec.help)
-        else:
-            default = "" if spec.default is None else str(spec.default)
-            action = group.add_argument(
-                spec.flag, type=str, default=default, env_var=spec.env, help=spec.help, metavar=spec.metavar
-            )
-        # An argument group bypasses LocustArgumentParser.add_argument, which is what marks
-        # options for the web UI's "Custom parameters"; mark them the same way here.
-        action.include_in_web_ui = True
-        action.is_secret = spec.is_secret
-        action.is_required = False
-        action.is_multiple = False
+    """Add llmload's options to Locust's parser (CLI, ``locust.conf``, ``LOCUST_*`` env, web UI).
+
+    One argument group per ``GROUPS`` entry, in table order: that is also the web UI form's order.
+    """
+    for name in GROUPS:
+        group = parser.add_argument_group(f"llmload: {name}", "run `llmload options` for every option")
+        for spec in (s for s in OPTIONS if s.group == name):
+            if spec.is_flag:
+                action = group.add_argument(
+                    spec.flag, action="store_true", default=False, env_var=spec.env, help=spec.help
+                )
+            else:
+                action = group.add_argument(
+                    spec.flag,
+                    type=str,
+                    default=spec.locust_default,
+                    env_var=spec.env,
+                    help=spec.help,
+                    metavar=spec.metavar,
+                    choices=_Choices(spec.choices) if spec.choices else None,
+                )
+            # An argument group bypasses LocustArgumentParser.add_argument, which is what marks
+            # options for the web UI's "Custom parameters"; mark them the same way here.
+            action.include_in_web_ui = True
+            action.is_secret = spec.is_secret
+            action.is_required = False
+            action.is_multiple = False
 
 
 # ── init ────────────────────────────────────────────────────────────────

@@ -1,79 +1,141 @@
-"""llmload's command-line options: names, help, defaults and environment variables.
+"""llmload's options, each declared once: flag, help, default, parser, choices, group, env var.
 
-Registered on Locust's parser by ``llmload.hooks``; validated into a
-``RunConfig`` by ``llmload.config``. Every option has exactly one documented
-meaning (README "Options").
+The table ``OPTIONS`` feeds Locust's parser (``llmload.hooks``: CLI,
+``locust.conf``, ``LOCUST_*`` environment, the web UI form in this order),
+``RunConfig.from_options`` (``llmload.config``) and ``llmload options``
+(``describe``). Adding an option is one ``OptionSpec`` here plus its use.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import textwrap
+from typing import Any
 
-__all__ = ["DEFAULT_PROMPT", "OPTIONS", "OptionSpec"]
+from llmload import option_values as v
+from llmload.option_values import OptionSpec
+
+__all__ = ["DEFAULT_PROMPT", "GROUPS", "OPTIONS", "OptionSpec", "default", "describe"]
+
+_MODEL, _REPLY, _LOAD, _DETAILS = "Model and prompt", "Reply length and sampling", "Load", "Workload details"
+_SERVER, _TOKENS, _RESULTS, _PROM = "Server and connection", "Tokens and goodput", "Results", "Prometheus exporter"
+GROUPS = (_MODEL, _REPLY, _LOAD, _DETAILS, _SERVER, _TOKENS, _RESULTS, _PROM)
+"""Option groups in the order of ``llmload options`` and of the web UI form."""
 
 
-@dataclass(frozen=True, slots=True)
-class OptionSpec:
-    """One llmload command-line option, registered on Locust's parser by ``hooks``.
-
-    Also readable from ``locust.conf`` (key = long flag without dashes) and from
-    the environment variable ``env`` (``LOCUST_`` prefix, like Locust's own).
-    """
-
-    flag: str
-    help: str
-    default: object = None
-    metavar: str | None = None
-    is_flag: bool = False
-    is_secret: bool = False
-
-    @property
-    def dest(self) -> str:
-        """The attribute name on Locust's parsed options."""
-        return self.flag.lstrip("-").replace("-", "_")
-
-    @property
-    def env(self) -> str:
-        """The environment variable that sets this option."""
-        return "LOCUST_" + self.dest.upper()
+def _switch(flag: str, help: str, group: str) -> OptionSpec:
+    return OptionSpec(flag, help, group, False, v.flag, is_flag=True)
 
 
 DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
+_SECONDS = v.number(float, lambda x: 0 < x < math.inf, "a finite number of seconds > 0", "60")
+_NON_NEGATIVE = v.number(float, lambda x: 0 <= x < math.inf, "a finite number >= 0", "0.7")
+_TOKENS_STDDEV = v.number(float, lambda x: 0 <= x < math.inf, "a number of tokens >= 0", "64")
+_UNSET_NO_LIMIT = "Leave it unset for no limit."
+
+
+def _at_least(minimum: int, example: str) -> v.Parse:
+    return v.number(int, lambda x: x >= minimum, f"an integer >= {minimum}", example)
+
+
 OPTIONS: tuple[OptionSpec, ...] = (
+    # ── model and prompt ──
     OptionSpec(
         "--model",
         "Served model name sent in each request. Default: the first model "
         "listed by GET /v1/models. Never used to find a tokenizer.",
+        _MODEL,
         metavar="NAME",
     ),
-    OptionSpec("--prompt", "Prompt text sent in every request.", DEFAULT_PROMPT, metavar="TEXT"),
-    OptionSpec("--max-tokens", "max_tokens per request (positive integer).", 128, metavar="N"),
-    OptionSpec("--temperature", "Sampling temperature (>= 0). Default: the server's default.", metavar="T"),
     OptionSpec(
+        "--prompt",
+        "Prompt text sent in every request.",
+        _MODEL,
+        DEFAULT_PROMPT,
+        metavar="TEXT",
+        if_unset="--prompt must not be empty; pass e.g. --prompt 'Tell me a joke'",
+    ),
+    OptionSpec(
+        "--dataset",
+        'Prompt file: JSONL lines with "prompt" or chat "messages" (optional per-line '
+        '"max_tokens"), or ShareGPT JSON. Replaces --prompt.',
+        _MODEL,
+        metavar="PATH",
+    ),
+    OptionSpec(
+        "--dataset-format",
+        "auto, jsonl or sharegpt.",
+        _MODEL,
+        "auto",
+        v.choice("auto", "jsonl", "sharegpt"),
+        metavar="FORMAT",
+        choices=("auto", "jsonl", "sharegpt"),
+    ),
+    OptionSpec(
+        "--input-tokens",
+        "Synthetic prompts of N tokens (exact with --tokenizer, approximate without), or MIN:MAX "
+        "(uniform). Replaces --prompt.",
+        _MODEL,
+        parse=v.length(),
+        metavar="N",
+        field=None,
+    ),
+    OptionSpec(
+        "--input-tokens-stddev",
+        "Normal spread of --input-tokens N (tokens).",
+        _MODEL,
+        parse=_TOKENS_STDDEV,
+        metavar="S",
+        field=None,
+    ),
+    # ── reply length and sampling ──
+    OptionSpec(
+        "--max-tokens",
+        "max_tokens per request (positive integer).",
+        _REPLY,
+        128,
+        v.positive_int(),
+        metavar="N",
+        if_unset="--max-tokens is required; pass e.g. --max-tokens 128",
+    ),
+    OptionSpec(
+        "--output-tokens",
+        "max_tokens per request: M, MIN:MAX (uniform), or 'dataset' (the dataset's per-line "
+        "max_tokens or ShareGPT reply length). Overrides --max-tokens.",
+        _REPLY,
+        parse=v.length(keyword="dataset"),
+        metavar="M",
+        field=None,
+    ),
+    OptionSpec(
+        "--output-tokens-stddev",
+        "Normal spread of --output-tokens M (tokens).",
+        _REPLY,
+        parse=_TOKENS_STDDEV,
+        metavar="S",
+        field=None,
+    ),
+    OptionSpec(
+        "--temperature",
+        "Sampling temperature (>= 0). Default: the server's default.",
+        _REPLY,
+        parse=_NON_NEGATIVE,
+        metavar="T",
+    ),
+    _switch(
         "--ignore-eos",
         "Send ignore_eos=true so every reply has exactly max_tokens (vLLM/SGLang/llama.cpp extension).",
-        False,
-        is_flag=True,
+        _REPLY,
     ),
-    OptionSpec(
-        "--no-stream",
-        "Send non-streaming requests (TTFT then equals E2E and is not reported).",
-        False,
-        is_flag=True,
-    ),
-    OptionSpec(
-        "--api-key-env",
-        "Name of the environment variable that holds the API key "
-        "(sent as 'Authorization: Bearer'). Unset or empty variable: no key sent.",
-        "OPENAI_API_KEY",
-        metavar="VAR",
-    ),
+    _switch("--no-stream", "Send non-streaming requests (TTFT then equals E2E and is not reported).", _REPLY),
+    # ── load ──
     OptionSpec(
         "--num-requests",
         "Send exactly N requests over all workers together; the run ends "
         "when all N have finished. Empty: no request limit (use -t).",
-        "",
+        _LOAD,
+        parse=v.positive_int(unset_means=_UNSET_NO_LIMIT),
         metavar="N",
     ),
     OptionSpec(
@@ -81,138 +143,221 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Open loop: send R requests per second over all workers together "
         "(a positive number, or inf: every request eligible at once, bounded by --max-concurrency "
         "and users). Unset: closed loop, each user sends its next request when the last ends.",
-        "",
+        _LOAD,
+        parse=v.rate,
         metavar="R",
+        field=None,
     ),
     OptionSpec(
-        "--arrival", "Inter-arrival distribution for --request-rate: poisson, constant or gamma.", "", metavar="KIND"
+        "--arrival",
+        "Inter-arrival distribution for --request-rate: poisson, constant or gamma.",
+        _LOAD,
+        parse=v.choice("poisson", "constant", "gamma"),
+        metavar="KIND",
+        choices=("", "poisson", "constant", "gamma"),
+        field=None,
     ),
-    OptionSpec("--burstiness", "Gamma shape for --arrival gamma (1 = Poisson, < 1 burstier).", "", metavar="B"),
+    OptionSpec(
+        "--burstiness",
+        "Gamma shape for --arrival gamma (1 = Poisson, < 1 burstier).",
+        _LOAD,
+        parse=v.number(float, lambda x: 0 < x < math.inf, "a finite number > 0", "0.5"),
+        metavar="B",
+        field=None,
+    ),
     OptionSpec(
         "--max-concurrency",
         "Cap on requests in flight over all workers together (positive integer). Unset: the number of users.",
-        "",
+        _LOAD,
+        parse=v.positive_int(unset_means=_UNSET_NO_LIMIT, zero="leave it unset for no cap (0 never means unlimited)"),
+        metavar="N",
+        field=None,
+    ),
+    OptionSpec(
+        "--warmup-requests",
+        "Send K requests first (over all workers) and leave them out of every statistic.",
+        _LOAD,
+        0,
+        _at_least(0, "20"),
+        metavar="K",
+    ),
+    # ── workload details ──
+    OptionSpec(
+        "--prefix-tokens",
+        "Common prefix of K tokens at the start of every conversation (prefix caching).",
+        _DETAILS,
+        0,
+        _at_least(0, "256"),
+        metavar="K",
+    ),
+    OptionSpec(
+        "--turns",
+        "Multi-turn chat: each user keeps a conversation of T turns (history and replies grow), then starts a new one.",
+        _DETAILS,
+        1,
+        _at_least(1, "4"),
+        metavar="T",
+    ),
+    OptionSpec(
+        "--seed",
+        "Seed of prompt order, synthetic text and lengths (integer).",
+        _DETAILS,
+        0,
+        v.number(int, lambda _x: True, "an integer", "42"),
         metavar="N",
     ),
-    OptionSpec("--results-json", "Write the end-of-run results to this JSON file.", "", metavar="PATH"),
+    # ── server and connection ──
     OptionSpec(
-        "--tokenizer",
-        "Tokenizer (transformers AutoTokenizer): a local directory, a tokenizer.json file, or a "
-        "hub id already in the local cache (downloaded only with --allow-download). Counts tokens "
-        "when the server sends no usage and makes synthetic prompts exact. Never taken from --model.",
-        "",
-        metavar="PATH_OR_NAME",
-    ),
-    OptionSpec("--connect-timeout", "Seconds to establish a connection.", 30.0, metavar="S"),
-    OptionSpec("--read-timeout", "Longest silence in seconds between two reads of a reply.", 300.0, metavar="S"),
-    OptionSpec("--request-timeout", "Longest total time in seconds for one request.", 1800.0, metavar="S"),
-    OptionSpec(
-        "--api-key-file", "File whose first line is the API key (instead of --api-key-env).", "", metavar="PATH"
-    ),
-    OptionSpec("--insecure", "Do not verify the server's TLS certificate (printed as a warning).", False, is_flag=True),
-    OptionSpec(
-        "--max-failure-ratio",
-        "Exit with status 1 when failed / finished requests exceed this ratio (0..1).",
-        0.01,
-        metavar="R",
+        "--api-key-env",
+        "Name of the environment variable that holds the API key "
+        "(sent as 'Authorization: Bearer'). Unset or empty variable: no key sent.",
+        _SERVER,
+        "OPENAI_API_KEY",
+        metavar="VAR",
     ),
     OptionSpec(
+        "--api-key-file",
+        "File whose first line is the API key (instead of --api-key-env).",
+        _SERVER,
+        metavar="PATH",
+    ),
+    _switch("--insecure", "Do not verify the server's TLS certificate (printed as a warning).", _SERVER),
+    OptionSpec("--connect-timeout", "Seconds to establish a connection.", _SERVER, 30.0, _SECONDS, "S", field=None),
+    OptionSpec(
+        "--read-timeout",
+        "Longest silence in seconds between two reads of a reply.",
+        _SERVER,
+        300.0,
+        _SECONDS,
+        "S",
+        field=None,
+    ),
+    OptionSpec(
+        "--request-timeout",
+        "Longest total time in seconds for one request.",
+        _SERVER,
+        1800.0,
+        _SECONDS,
+        "S",
+        field=None,
+    ),
+    _switch(
         "--skip-preflight",
         "Do not probe the server before load (GET /v1/models is still used "
         "to find the model when --model is not given).",
-        False,
-        is_flag=True,
-    ),
-    OptionSpec(
-        "--requests-log",
-        "Stream one JSON line per finished request to PATH (each worker "
-        "writes PATH with its worker index inserted before the extension).",
-        "",
-        metavar="PATH",
-    ),
-    # ── Prometheus exporter (issue 5) ──
-    OptionSpec(
-        "--prometheus-port",
-        "Serve Prometheus metrics at /metrics on this port on the master (or the single "
-        "process); workers serve nothing. 0 disables the exporter.",
-        9646,
-        metavar="PORT",
-    ),
-    OptionSpec(
-        "--prometheus-host",
-        "Address the Prometheus exporter listens on. Empty: all interfaces.",
-        "",
-        metavar="ADDR",
-    ),
-    OptionSpec(
-        "--prometheus-grace",
-        "After the run, keep /metrics up at most S seconds until one scrape has read the final "
-        "totals. No wait when nothing has scraped /metrics yet.",
-        60.0,
-        metavar="S",
+        _SERVER,
     ),
     OptionSpec(
         "--server-metrics",
         "Scrape the inference server's Prometheus metrics during the run (master only): "
         "auto = the target's /metrics if it answers Prometheus text; off; or URLs, comma-separated "
         "(auto may be one of them, e.g. auto,http://gpu-host:9400/metrics for a DCGM exporter).",
+        _SERVER,
         "auto",
-        metavar="auto|off|URL[,URL...]",
+        v.server_metrics,
+        "auto|off|URL[,URL...]",
     ),
-    # ── workloads (issue 3) ──
+    # ── tokens and goodput ──
     OptionSpec(
-        "--dataset",
-        'Prompt file: JSONL lines with "prompt" or chat "messages" (optional per-line '
-        '"max_tokens"), or ShareGPT JSON. Replaces --prompt.',
-        "",
-        metavar="PATH",
+        "--tokenizer",
+        "Tokenizer (transformers AutoTokenizer): a local directory, a tokenizer.json file, or a "
+        "hub id already in the local cache (downloaded only with --allow-download). Counts tokens "
+        "when the server sends no usage and makes synthetic prompts exact. Never taken from --model.",
+        _TOKENS,
+        metavar="PATH_OR_NAME",
     ),
-    OptionSpec("--dataset-format", "auto, jsonl or sharegpt.", "auto", metavar="FORMAT"),
-    OptionSpec(
-        "--input-tokens",
-        "Synthetic prompts of N tokens (exact with --tokenizer, approximate without), or MIN:MAX "
-        "(uniform). Replaces --prompt.",
-        "",
-        metavar="N",
-    ),
-    OptionSpec("--input-tokens-stddev", "Normal spread of --input-tokens N (tokens).", "", metavar="S"),
-    OptionSpec(
-        "--output-tokens",
-        "max_tokens per request: M, MIN:MAX (uniform), or 'dataset' (the dataset's per-line "
-        "max_tokens or ShareGPT reply length). Overrides --max-tokens.",
-        "",
-        metavar="M",
-    ),
-    OptionSpec("--output-tokens-stddev", "Normal spread of --output-tokens M (tokens).", "", metavar="S"),
-    OptionSpec(
-        "--prefix-tokens",
-        "Common prefix of K tokens at the start of every conversation (prefix caching).",
-        0,
-        metavar="K",
-    ),
-    OptionSpec(
-        "--turns",
-        "Multi-turn chat: each user keeps a conversation of T turns (history and replies grow), then starts a new one.",
-        1,
-        metavar="T",
-    ),
-    OptionSpec("--seed", "Seed of prompt order, synthetic text and lengths (integer).", 0, metavar="N"),
-    OptionSpec(
+    _switch(
         "--allow-download",
         "Let --tokenizer download from the Hugging Face hub (off: local files and cache only).",
-        False,
-        is_flag=True,
+        _TOKENS,
     ),
     OptionSpec(
         "--slo",
         "Service-level objectives in seconds, e.g. ttft=0.5,tpot=0.05,e2e=10; goodput = requests meeting all of them.",
-        "",
+        _TOKENS,
+        parse=v.slo,
         metavar="LIST",
     ),
+    # ── results ──
+    OptionSpec("--results-json", "Write the end-of-run results to this JSON file.", _RESULTS, metavar="PATH"),
     OptionSpec(
-        "--warmup-requests",
-        "Send K requests first (over all workers) and leave them out of every statistic.",
-        0,
-        metavar="K",
+        "--requests-log",
+        "Stream one JSON line per finished request to PATH (each worker "
+        "writes PATH with its worker index inserted before the extension).",
+        _RESULTS,
+        metavar="PATH",
+    ),
+    OptionSpec(
+        "--max-failure-ratio",
+        "Exit with status 1 when failed / finished requests exceed this ratio (0..1).",
+        _RESULTS,
+        0.01,
+        v.number(float, lambda x: 0.0 <= x <= 1.0, "a number from 0 to 1", "0.01"),
+        "R",
+    ),
+    # ── Prometheus exporter ──
+    OptionSpec(
+        "--prometheus-port",
+        "Serve Prometheus metrics at /metrics on this port on the master (or the single "
+        "process); workers serve nothing. 0 disables the exporter.",
+        _PROM,
+        9646,
+        v.number(int, lambda x: 0 <= x <= 65535, "a port number from 0 to 65535 (0: off)", "9646"),
+        "PORT",
+    ),
+    OptionSpec(
+        "--prometheus-host",
+        "Address the Prometheus exporter listens on. Empty: all interfaces.",
+        _PROM,
+        "",
+        lambda _flag, value: value.strip(),
+        "ADDR",
+    ),
+    OptionSpec(
+        "--prometheus-grace",
+        "After the run, keep /metrics up at most S seconds until one scrape has read the final "
+        "totals. No wait when nothing has scraped /metrics yet.",
+        _PROM,
+        60.0,
+        v.number(float, lambda x: 0 <= x < math.inf, "a finite number >= 0", "60"),
+        "S",
+        field="prometheus_grace_s",
     ),
 )
+
+
+def default(flag: str) -> Any:
+    """The declared default of ``flag`` (e.g. ``default("--max-tokens") == 128``).
+
+    Raises:
+        KeyError: no such option.
+    """
+    for spec in OPTIONS:
+        if spec.flag == flag:
+            return spec.default
+    raise KeyError(flag)
+
+
+def describe(width: int = 100) -> str:
+    """Every option, grouped, with help, default and environment variable (``llmload options``)."""
+    lines = [
+        "llmload options, given after the locustfile: locust -f locustfiles/chat.py -H URL --max-tokens 256 ...",
+        "Each also works in locust.conf (max-tokens = 256) and as an environment variable (LOCUST_MAX_TOKENS=256).",
+    ]
+    indent = " " * 6
+    for group in GROUPS:
+        lines += ["", f"{group}:"]
+        for spec in (s for s in OPTIONS if s.group == group):
+            name = spec.flag if spec.is_flag else f"{spec.flag} {spec.metavar}"
+            if spec.is_flag:
+                shown = "off"
+            elif spec.default is None or spec.default == "":
+                shown = "unset"
+            else:
+                shown = repr(spec.default) if " " in str(spec.default) else str(spec.default)
+            lines.append(f"  {name}")
+            lines += textwrap.wrap(spec.help, width, initial_indent=indent, subsequent_indent=indent)
+            if spec.choices:
+                lines.append(f"{indent}one of: {', '.join(c for c in spec.choices if c)}")
+            lines.append(f"{indent}default: {shown}; env: {spec.env}")
+    return "\n".join(lines) + "\n"

@@ -223,6 +223,7 @@ class GeventResponse:
         "on_close",
         "read_lag_s",
         "read_stamped",
+        "retry_after",
         "status",
     )
 
@@ -242,6 +243,8 @@ class GeventResponse:
         self.on_close: Any = None  # called with True when the connection went back to the pool
         self.status: int = resp.status_code
         self.content_type = _media_type(resp.get("content-type"))
+        retry_after = resp.get("retry-after")
+        self.retry_after: str | None = retry_after[-1] if isinstance(retry_after, list) else retry_after
         # Plain TCP reads through _recv; TLS through gevent's recv (_recv_gevent).
         sock: Any = resp._sock  # None if the whole message came with the headers
         self._raw: _socket.socket | None = None

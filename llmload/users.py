@@ -28,6 +28,7 @@ from gevent import GreenletExit
 
 from llmload.client import StreamingClient
 from llmload.datasets import Message
+from llmload.failures import error_of
 from llmload.payloads import LLMRequest, build_chat_request, build_completion_request
 from llmload.record import RequestRecord
 from llmload.runtime import Runtime, WarmupGate
@@ -35,10 +36,6 @@ from llmload.transport import GeventHTTPTransport
 from llmload.workload import Conversation, Prompt
 
 __all__ = ["ChatUser", "CompletionUser", "LLMUser"]
-
-
-class LLMRequestFailed(Exception):  # noqa: N818 - shown to Locust users as the failure type
-    """Carries a failed request's error category and message into Locust's failure table."""
 
 
 class LLMUser(User):
@@ -225,17 +222,12 @@ class LLMUser(User):
 
     def _fire(self, request: LLMRequest, record: RequestRecord, elapsed_s: float) -> None:
         e2e_s = record.e2e_s if record.ok and record.e2e_s is not None else elapsed_s
-        exception = None
-        if not record.ok:
-            error = record.error
-            detail = f"{error.category}: {error.message}" if error else record.outcome.value
-            exception = LLMRequestFailed(detail)
         self.environment.events.request.fire(
             request_type="POST",
             name=request.path,
             response_time=e2e_s * 1000.0,
             response_length=record.completion_tokens.value or 0,
-            exception=exception,
+            exception=error_of(record),
             context={"model": request.model},
             response=None,
             url=request.path,

@@ -25,6 +25,7 @@ class FakeResponse:
 
     read_lag_s = 0.0
     read_stamped = False
+    retry_after = None
 
     def __init__(self, reads: Sequence[bytes | BaseException], status: int, content_type: str) -> None:
         self.status = status

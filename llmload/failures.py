@@ -1,0 +1,171 @@
+"""The failure classifier of ``llmload.client``: what each way a request can fail makes of it.
+
+One table, ``FAILURES``, maps (phase, exception) to the record's outcome and
+error category; ``classify_status`` does the same for a non-2xx response.
+``error_of`` gives the exception of the ``llmload.errors`` tree that
+stands for a failed record in Locust's ``request`` event.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from llmload.errors import (
+    ConnectionClosedError,
+    HTTPStatusError,
+    RequestError,
+    RequestTimeout,
+    ServerStreamError,
+    SSEProtocolError,
+    StreamError,
+    TransportError,
+)
+from llmload.record import Outcome, RequestRecord
+from llmload.stream import ReplyFailure
+
+__all__ = [
+    "FAILURES",
+    "THROTTLING_STATUSES",
+    "Failure",
+    "IncompleteReplyError",
+    "Phase",
+    "TotalTimeout",
+    "classify",
+    "classify_status",
+    "error_of",
+    "parse_retry_after",
+]
+
+
+class TotalTimeout(RequestTimeout):
+    """The total time limit of the request passed (``StreamingClient``'s ``total_timeout_s``)."""
+
+
+class IncompleteReplyError(StreamError):
+    """A body that ended cleanly before ``[DONE]`` or a ``finish_reason``."""
+
+
+class Phase(Enum):
+    """Where in a request a failure happened."""
+
+    SEND = "send"  # connecting and posting, until the status and headers are in
+    STREAM = "stream"  # reading an SSE reply
+    BODY = "body"  # reading a whole (JSON) reply
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What a failure makes of a request.
+
+    Attributes:
+        outcome: the record's outcome.
+        category: the record's bounded error label.
+        at_last_read: the reply's bytes decided it: the request ended when the
+            last read arrived (``RequestRecord.end_s`` as read), not when the
+            failure was noticed.
+        status: the HTTP status to record; None if none.
+    """
+
+    outcome: Outcome
+    category: str
+    at_last_read: bool = False
+    status: int | None = None
+
+
+_SEND = Failure(Outcome.TRANSPORT_ERROR, "transport error: connect/send")
+_MID_BODY = Failure(Outcome.TRANSPORT_ERROR, "transport error: mid-body")
+_TOTAL = Failure(Outcome.TIMEOUT, "timeout: total")
+_IDLE = Failure(Outcome.TIMEOUT, "timeout: read idle")
+
+FAILURES: Mapping[tuple[Phase, type[Exception]], Failure] = {
+    (Phase.SEND, RequestTimeout): Failure(Outcome.TIMEOUT, "timeout: before headers"),
+    (Phase.SEND, TransportError): _SEND,
+    (Phase.SEND, OSError): _SEND,
+    (Phase.STREAM, TotalTimeout): _TOTAL,
+    (Phase.STREAM, RequestTimeout): _IDLE,
+    (Phase.STREAM, ConnectionClosedError): Failure(Outcome.STREAM_ERROR, "stream ended before completion"),
+    (Phase.STREAM, IncompleteReplyError): Failure(Outcome.STREAM_ERROR, "stream ended before completion", True),
+    (Phase.STREAM, TransportError): _MID_BODY,
+    (Phase.STREAM, OSError): _MID_BODY,
+    (Phase.STREAM, SSEProtocolError): Failure(Outcome.STREAM_ERROR, "unexpected chunk shape", True),
+    (Phase.BODY, TotalTimeout): _TOTAL,
+    (Phase.BODY, RequestTimeout): _IDLE,
+    (Phase.BODY, ConnectionClosedError): Failure(Outcome.STREAM_ERROR, "body ended before completion"),
+    (Phase.BODY, TransportError): _MID_BODY,
+    (Phase.BODY, OSError): _MID_BODY,
+    (Phase.BODY, SSEProtocolError): Failure(Outcome.STREAM_ERROR, "unexpected body shape", True),
+    (Phase.BODY, ValueError): Failure(Outcome.STREAM_ERROR, "invalid JSON body", True),
+}
+"""Every exception a request can end with → its failure, by phase; the first class of the exception's MRO found wins.
+
+A ``ReplyFailure`` (an error object or invalid JSON in the reply) names
+its own outcome and category. An exception found nowhere is a bug and
+propagates.
+"""
+
+THROTTLING_STATUSES: frozenset[int] = frozenset()
+"""Statuses by which a server asks clients to slow down; none yet, every non-2xx is ``HTTP_ERROR``."""
+
+_OUTCOME_ERRORS: Mapping[Outcome, type[RequestError]] = {
+    Outcome.HTTP_ERROR: HTTPStatusError,
+    Outcome.TRANSPORT_ERROR: TransportError,
+    Outcome.TIMEOUT: RequestTimeout,
+    Outcome.STREAM_ERROR: StreamError,
+    Outcome.SERVER_ERROR: ServerStreamError,
+    Outcome.EMPTY: StreamError,
+}
+
+
+def classify(phase: Phase, exc: Exception) -> Failure | None:
+    """The failure ``exc`` makes of a request in ``phase``; None if it is not a per-request failure (a bug)."""
+    if isinstance(exc, ReplyFailure):
+        return Failure(exc.outcome, exc.category, at_last_read=True, status=exc.status)
+    for cls in type(exc).__mro__:
+        failure = FAILURES.get((phase, cls))
+        if failure is not None:
+            return failure
+    return None
+
+
+def classify_status(status: int, kind: str | None) -> Failure:
+    """The failure a non-2xx ``status`` makes of a request; ``kind``: the error type/code the body named, if any."""
+    outcome = Outcome.HTTP_ERROR
+    return Failure(outcome, f"HTTP {status} {kind}" if kind else f"HTTP {status}", status=status)
+
+
+def error_of(record: RequestRecord) -> RequestError | None:
+    """The exception that stands for a failed ``record`` (Locust's ``request`` event); None if it did not fail.
+
+    The message is ``"category: message"``; the class follows the outcome
+    (``HTTPStatusError``, ``TransportError``,
+    ``RequestTimeout``, ``StreamError``, ``ServerStreamError``).
+    """
+    if not record.outcome.is_failure:
+        return None
+    error = record.error
+    detail = f"{error.category}: {error.message}" if error else record.outcome.value
+    return _OUTCOME_ERRORS.get(record.outcome, RequestError)(detail)
+
+
+def parse_retry_after(value: str | None, now_unix: float) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value; None if absent or unreadable.
+
+    RFC 9110: delay-seconds or an HTTP date (``now_unix`` is the wall clock
+    it is compared with); a date in the past gives 0.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(0.0, when.timestamp() - now_unix)
