@@ -36,8 +36,8 @@ from benchlib import private_master_port, start_sim
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from llmload.exporters.prometheus import PrometheusExporter, RunView  # noqa: E402
-from llmload.exporters.window import SlidingWindow  # noqa: E402
+from llmload.exporters.prometheus_server import PrometheusExporter  # noqa: E402
+from llmload.exporters.window import RunView, SlidingWindow  # noqa: E402
 from llmload.record import RequestRecord, TokenCount, TokenSource  # noqa: E402
 from llmload.stats import LLMStats  # noqa: E402
 

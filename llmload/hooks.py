@@ -39,7 +39,6 @@ from locust.exception import RPCError, RPCSendError
 from locust.runners import STATE_INIT, STATE_MISSING, STATE_STOPPED, MasterRunner, WorkerRunner
 
 import functools
-import json
 import logging
 import os
 import sys
@@ -58,12 +57,13 @@ from llmload.arrivals import Arrival, ArrivalSchedule
 from llmload.config import RunConfig
 from llmload.credentials import public_url, split_credentials
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
-from llmload.exporters.prometheus import PrometheusExporter, RunView
-from llmload.exporters.report import RunInfo, read_lag_saturated, write_results_json
+from llmload.exporters.console import results_line, summary_lines
+from llmload.exporters.load import SendFigures
+from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog, worker_path
-from llmload.exporters.run_results import CPU_SATURATION_S, RunFacts, assemble_results
-from llmload.exporters.run_summary import SendFigures, public_options, summary_lines
-from llmload.exporters.window import SlidingWindow
+from llmload.exporters.results import RunOutcome, build_results, write_results_json
+from llmload.exporters.sections import client_saturated
+from llmload.exporters.window import RunView, SlidingWindow
 from llmload.interrupt import Interrupter
 from llmload.options import GROUPS, OPTIONS
 from llmload.plan import RunPlan, WorkerShare, split_run, users_per_worker
@@ -76,13 +76,11 @@ from llmload.version import __version__
 from llmload.wire import WorkerReport, plan_from_wire, plan_to_wire, report_from_wire, report_run_id, report_to_wire
 from llmload.workload import build_workload
 
-__all__ = ["RESULTS_LINE_PREFIX", "add_arguments", "install"]
+__all__ = ["add_arguments", "install"]
 
 log = logging.getLogger("llmload")
 
 _PLAN = "llmload_plan"
-RESULTS_LINE_PREFIX = "LLMLOAD_RESULTS "
-"""Start of the headless run's last output line; the rest of the line is the results JSON."""
 _FINAL_WAIT_EXTRA_S = 30.0
 _FINAL_POLL_S = 0.25
 _WATCH_INTERVAL_S = 0.5  # README: a lost worker is noticed within about 5 s (Locust: 4 missed 1 s heartbeats)
@@ -719,29 +717,26 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     if not isinstance(runner, MasterRunner):
         _stop_process_services(runtime)
     options = environment.parsed_options
-    workers = len(runtime.planned_workers) if isinstance(runner, MasterRunner) else 0
-    run = RunInfo(
+    if not isinstance(runner, MasterRunner):
+        runtime.send_figures_by_process["local"] = runtime.send_figures()
+    scraper, runtime.server_scraper = runtime.server_scraper, None
+    outcome = RunOutcome(
+        stats=runtime.stats,
+        config=runtime.config,
         run_id=runtime.run_id,
         host=public_url(environment.host or ""),
         user_classes=tuple(sorted(u.__name__ for u in environment.user_classes)),
         model=runtime.model or "",
         users=int(getattr(options, "num_users", 0) or 0),
-        workers=workers,
-        num_requests=runtime.config.num_requests,
+        workers=len(runtime.planned_workers) if isinstance(runner, MasterRunner) else 0,
         started_at_unix=runtime.started_at_unix,
-        options=public_options(runtime.config),
-    )
-    if not isinstance(runner, MasterRunner):
-        runtime.send_figures_by_process["local"] = runtime.send_figures()
-    scraper, runtime.server_scraper = runtime.server_scraper, None
-    facts = RunFacts(
         blocked=runtime.blocked,
         lost_workers=tuple(runtime.lost_workers),
         cpu_saturated_s=runtime.cpu_saturated_s,
         sends=SendFigures.combine(runtime.send_figures_by_process.values()),
         server=None if scraper is None else scraper.finish(),
     )
-    results = assemble_results(runtime.stats, run=run, config=runtime.config, facts=facts)
+    results = build_results(outcome)
     runtime.results = results
     if runtime.config.results_json:
         write_results_json(runtime.config.results_json, results)
@@ -796,7 +791,7 @@ def _print_results_line(environment: Environment, **_kw: Any) -> None:
     options = environment.parsed_options
     if runtime is None or runtime.results is None or not getattr(options, "headless", False):
         return
-    sys.stdout.write(RESULTS_LINE_PREFIX + json.dumps(runtime.results, separators=(",", ":"), allow_nan=False) + "\n")
+    sys.stdout.write(results_line(runtime.results) + "\n")
     sys.stdout.flush()
 
 
@@ -861,9 +856,9 @@ def _run_view(environment: Environment) -> RunView:
         model=runtime.model or "",
         version=__version__,
         started_at_unix=runtime.started_at_unix or None,
-        client_saturated=max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0)
-        >= CPU_SATURATION_S
-        or read_lag_saturated(stats.total().read_lag_s),
+        client_saturated=client_saturated(
+            max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0), stats.total().read_lag_s
+        ),
         lost_workers=len(runtime.lost_workers),
     )
 

@@ -19,9 +19,9 @@ import gevent.lock
 
 from llmload.arrivals import ArrivalSchedule
 from llmload.config import RunConfig
-from llmload.exporters.prometheus import PrometheusExporter
+from llmload.exporters.load import SendFigures
+from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
-from llmload.exporters.run_summary import SendFigures
 from llmload.exporters.window import SlidingWindow
 from llmload.payloads import LLMRequest
 from llmload.servermetrics_scrape import ServerScraper
@@ -307,19 +307,18 @@ class Runtime:
 
 
 class CpuMonitor:
-    """Samples this process's CPU every ``interval_s``; flags sustained saturation (BC-25).
+    """Samples this process's CPU every ``interval_s`` and keeps its longest saturation streak.
 
     Latencies measured by a saturated client are the client's, not the server's.
     ``saturated_s`` is the longest run of consecutive samples above
-    ``threshold_percent`` (in seconds); the run counts as saturated from
-    ``sustain_s`` seconds. ``sample`` returns CPU percent since its last call
-    (default: psutil for this process).
+    ``threshold_percent`` (in seconds); whether that makes the run saturated
+    is ``llmload.exporters.sections.client_saturated``'s rule. ``sample``
+    returns CPU percent since its last call (default: psutil for this process).
     """
 
     def __init__(
         self,
         threshold_percent: float = 90.0,
-        sustain_s: float = 5.0,
         interval_s: float = 1.0,
         sample: Callable[[], float] | None = None,
     ) -> None:
@@ -330,7 +329,6 @@ class CpuMonitor:
             process.cpu_percent(None)
             sample = functools.partial(process.cpu_percent, None)
         self.threshold_percent = threshold_percent
-        self.sustain_s = sustain_s
         self.interval_s = interval_s
         self.saturated_s = 0.0
         self.max_percent = 0.0
@@ -352,11 +350,6 @@ class CpuMonitor:
         if self._greenlet is not None:
             self._greenlet.kill(block=False)
             self._greenlet = None
-
-    @property
-    def saturated(self) -> bool:
-        """True when CPU stayed above the threshold for ``sustain_s`` seconds or more."""
-        return self.saturated_s >= self.sustain_s
 
     def _run(self) -> None:
         while True:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from llmload.histogram import LatencyHistogram
 from llmload.record import ITLKind, Outcome, RequestRecord, TokenSource
@@ -101,6 +101,10 @@ class ErrorGroup:
     def copy(self) -> ErrorGroup:
         """Return an independent copy."""
         return ErrorGroup(self.count, self.status, list(self.samples))
+
+    def as_dict(self, category: str) -> dict[str, Any]:
+        """The group as plain values (results ``errors[]`` and the wire form): category, status, count, samples."""
+        return {"category": category, "status": self.status, "count": self.count, "samples": list(self.samples)}
 
 
 def _add_count(counts: dict[_K, int], key: _K, n: int) -> None:

@@ -113,10 +113,7 @@ def _encode_endpoint(key: StatsKey, s: EndpointStats) -> dict[str, Any]:
             if value.count:
                 groups["hist"][rule.wire_name] = _encode_histogram(value)
         elif merge is Merge.ERRORS:
-            out[rule.wire_name] = [
-                {"category": c, "count": g.count, "status": g.status, "samples": list(g.samples)}
-                for c, g in sorted(value.items())
-            ]
+            out[rule.wire_name] = [g.as_dict(c) for c, g in sorted(value.items())]
         else:
             out[rule.wire_name] = value
     return out

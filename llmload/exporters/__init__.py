@@ -1,0 +1,14 @@
+"""Outputs, one module each; every output reads one of two plain values, never the statistics directly.
+
+End of run: ``results.build_results`` turns one ``RunOutcome`` into the
+results document (``sections`` and ``load`` compute its parts, ``results``
+decides the run-level keys and the verdict). Outputs of a finished run read
+that document only: ``console`` (the summary text), ``results.write_results_json``
+(the file).
+
+Live: ``window.RunView`` is what the master knows at one instant (merged
+statistics, the live window, runner gauges). Live outputs read it only:
+``prometheus`` (the collector), served by ``prometheus_server``.
+
+Per request: ``requests_log`` (JSONL of request records).
+"""

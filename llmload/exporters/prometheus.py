@@ -1,8 +1,9 @@
-"""Prometheus exporter for the master (or the single process): a Collector over the merged statistics.
+"""Prometheus metrics of the master (or the single process): a Collector over the live view.
 
-``LLMLoadCollector`` reads a ``RunView`` (the master's merged ``LLMStats``, the
-live window and a few runner gauges) at scrape time; nothing is copied or
-precomputed between scrapes. ``PrometheusExporter`` registers it in its own
+``LLMLoadCollector`` reads a ``RunView`` (``llmload.exporters.window``: the
+master's merged ``LLMStats``, the live window and a few runner gauges) at
+scrape time; nothing is copied or precomputed between scrapes.
+``llmload.exporters.prometheus_server`` registers it in its own
 ``CollectorRegistry`` (never the global one) and serves ``GET /metrics``.
 Workers run no exporter: their statistics reach the master as deltas.
 
@@ -58,15 +59,8 @@ remains. The residual float rounding at an edge is ~1e-15 relative.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from socketserver import ThreadingMixIn
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from collections.abc import Callable, Iterator
 
-from prometheus_client import make_wsgi_app
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -74,11 +68,10 @@ from prometheus_client.core import (
     InfoMetricFamily,
     Metric,
 )
-from prometheus_client.registry import CollectorRegistry
 
 from llmload.credentials import public_url
-from llmload.errors import ConfigError
-from llmload.exporters.window import WindowView
+from llmload.exporters.sections import PERCENTILES
+from llmload.exporters.window import RunView, WindowView
 from llmload.histogram import GAMMA, LatencyHistogram
 from llmload.record import Outcome, TokenSource
 from llmload.stats import LLMStats
@@ -89,8 +82,6 @@ __all__ = [
     "MAX_LABEL_CHARS",
     "WINDOW_QUANTILES",
     "LLMLoadCollector",
-    "PrometheusExporter",
-    "RunView",
     "histogram_buckets",
 ]
 
@@ -108,8 +99,8 @@ _LAG_EDGE_LABELS: tuple[str, ...] = tuple(repr(edge) for edge in LAG_BUCKET_EDGE
 _LATENCY_EDGES = (_EDGE_LABELS, _EDGE_INDEXES)
 _LAG_EDGES = (_LAG_EDGE_LABELS, _LAG_EDGE_INDEXES)
 
-WINDOW_QUANTILES = (0.5, 0.9, 0.99)
-"""Quantiles exported by the window gauges."""
+WINDOW_QUANTILES = tuple(q for _, q in PERCENTILES)
+"""Quantiles exported by the window gauges (the reported percentiles)."""
 _QUANTILE_LABELS = tuple(str(q) for q in WINDOW_QUANTILES)
 
 MAX_LABEL_CHARS = 100
@@ -128,9 +119,6 @@ _READ_LAG = (
 )
 _KEY_LABELS = ("endpoint", "model")
 _TOKEN_SOURCES = (TokenSource.SERVER, TokenSource.TOKENIZER, TokenSource.CHUNKS)
-_METRICS_PATH = "/metrics"
-_REQUEST_TIMEOUT_S = 10.0  # a scraper that stalls mid-request cannot pin a handler forever
-_POLL_INTERVAL_S = 0.1  # how fast stop() is noticed by the serving loop
 
 
 def histogram_buckets(
@@ -155,40 +143,6 @@ def histogram_buckets(
         append((label, cumulative))
     append(("+Inf", hist.count))
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class RunView:
-    """Everything one scrape reports, read from the master's state at scrape time.
-
-    Attributes:
-        stats: merged statistics of the current (or last) run; read, never modified.
-        window: the live window, or None when there is none (no window gauges).
-        users: simulated users running now, over all workers.
-        in_flight_requests: requests sent and not finished, over all workers
-            (workers' counts are as of their latest report).
-        workers: connected workers (0 for a single process).
-        run_id: identifier of the current run ("" before the first run).
-        host: target base URL.
-        model: served model name ("" before it is known).
-        version: llmload version.
-        started_at_unix: wall-clock start of the run; None before the first run.
-        client_saturated: a load-generating process ran above 90% CPU for 5 s or more (BC-25).
-        lost_workers: workers lost mid-run.
-    """
-
-    stats: LLMStats
-    window: WindowView | None
-    users: int
-    in_flight_requests: int
-    workers: int
-    run_id: str
-    host: str
-    model: str
-    version: str
-    client_saturated: bool = False
-    lost_workers: int = 0
-    started_at_unix: float | None = None
 
 
 class LLMLoadCollector:
@@ -290,22 +244,16 @@ class LLMLoadCollector:
             "Length of the live window of llmload_window_*",
             value=window.length_s,
         )
-        tokens = GaugeMetricFamily(
-            "llmload_window_output_tokens_per_second",
-            "Completion tokens of successes per second over the live window",
-            labels=_KEY_LABELS,
-        )
-        for key, rate in sorted(window.output_tokens_per_s.items()):
-            tokens.add_metric(key, rate)
-        requests = GaugeMetricFamily(
-            "llmload_window_requests_per_second",
-            "Successful requests per second over the live window",
-            labels=_KEY_LABELS,
-        )
-        for key, rate in sorted(window.requests_per_s.items()):
-            requests.add_metric(key, rate)
-        yield tokens
-        yield requests
+        for name, doc, rates in (
+            ("output_tokens", "Completion tokens of successes", window.output_tokens_per_s),
+            ("requests", "Successful requests", window.requests_per_s),
+        ):
+            family = GaugeMetricFamily(
+                f"llmload_window_{name}_per_second", f"{doc} per second over the live window", labels=_KEY_LABELS
+            )
+            for key, rate in sorted(rates.items()):
+                family.add_metric(key, rate)
+            yield family
         items = list(window.stats.items())
         for attribute, suffix, doc in (*_HISTOGRAMS, _READ_LAG):
             family = GaugeMetricFamily(
@@ -319,168 +267,3 @@ class LLMLoadCollector:
                     if value is not None:
                         family.add_metric((endpoint, model, label), value)
             yield family
-
-
-class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    """One thread (a greenlet under Locust's monkey-patching) per request."""
-
-    daemon_threads = True
-    allow_reuse_address = True  # rebinding right after a previous run; a live listener still conflicts
-
-
-class _QuietHandler(WSGIRequestHandler):
-    """Request handler that does not log every scrape to stderr."""
-
-    timeout = _REQUEST_TIMEOUT_S
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Log nothing."""
-
-
-class _ScrapeBody:
-    """WSGI response body that reports when the server has written all of it."""
-
-    def __init__(self, chunks: Iterable[bytes], on_close: Callable[[], None]) -> None:
-        self._chunks = chunks
-        self._on_close = on_close
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self._chunks)
-
-    def close(self) -> None:
-        self._on_close()
-
-
-class PrometheusExporter:
-    """Serves ``GET /metrics`` from an ``LLMLoadCollector`` in its own registry.
-
-    Also tracks scrapes, so the run can wait for one scrape of its final
-    totals (``mark_final`` / ``wait_for_final_scrape``) before the process exits.
-    """
-
-    def __init__(
-        self,
-        snapshot: Callable[[], RunView],
-        *,
-        registry: CollectorRegistry | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        """Register a collector over ``snapshot`` in ``registry``.
-
-        Args:
-            snapshot: called once per scrape; returns the current ``RunView``.
-            registry: where the collector is registered; None = a new private
-                registry (never prometheus_client's global one).
-            clock: monotonic clock in seconds (injected by tests).
-        """
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
-        self.registry.register(LLMLoadCollector(snapshot))
-        self._metrics_app = make_wsgi_app(self.registry)
-        self._clock = clock
-        self._cond = threading.Condition()
-        self._scrapes = 0
-        self._final_at_s: float | None = None
-        self._last_scrape_start_s = float("-inf")  # start of the latest scrape fully written
-        self._server: _ThreadingWSGIServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # ── serving ─────────────────────────────────────────────────────────
-    def start(self, port: int, host: str = "") -> int:
-        """Listen on ``host:port`` (``""``: all interfaces; port 0: any free port) and serve in a thread.
-
-        Returns:
-            The port actually bound.
-
-        Raises:
-            ConfigError: the address cannot be bound (port in use, no permission,
-                unknown host), with the fix in the message.
-        """
-        if self._server is not None:
-            raise RuntimeError("the Prometheus exporter is already serving; call stop() first")
-        try:
-            server = make_server(
-                host, port, self.wsgi_app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler
-            )
-        except OSError as exc:
-            where = f"{host or '0.0.0.0'}:{port}"
-            raise ConfigError(
-                f"cannot serve Prometheus metrics on {where}: {exc.strerror or exc}. "
-                "Another llmload run or exporter may hold the port: pass --prometheus-port with a free "
-                "port, or --prometheus-port 0 to disable the exporter."
-            ) from exc
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, args=(_POLL_INTERVAL_S,), name="llmload-prometheus", daemon=True
-        )
-        self._thread.start()
-        return int(server.server_address[1])
-
-    def stop(self) -> None:
-        """Stop serving and close the socket (idempotent)."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=_REQUEST_TIMEOUT_S)
-            self._thread = None
-
-    def wsgi_app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        """WSGI application: metrics at ``/metrics`` (text format 0.0.4, gzip if asked), 404 elsewhere."""
-        if environ.get("PATH_INFO") != _METRICS_PATH:
-            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-            return [b"llmload serves Prometheus metrics at /metrics\n"]
-        started_s = self._clock()
-        # Always the text format 0.0.4 (Prometheus accepts it): prometheus_client's OpenMetrics
-        # writer escapes label values character by character and doubles the scrape's CPU time.
-        environ.pop("HTTP_ACCEPT", None)
-        body = self._metrics_app(environ, start_response)
-        return _ScrapeBody(body, lambda: self._scrape_done(started_s))
-
-    # ── final flush ─────────────────────────────────────────────────────
-    @property
-    def scrapes(self) -> int:
-        """Number of ``/metrics`` responses written in full since creation."""
-        return self._scrapes
-
-    def mark_running(self) -> None:
-        """A run started: the statistics are live again."""
-        with self._cond:
-            self._final_at_s = None
-
-    def mark_final(self) -> None:
-        """The run ended: from now on scrapes report its final totals."""
-        with self._cond:
-            self._final_at_s = self._clock()
-
-    def wait_for_final_scrape(self, timeout_s: float) -> bool:
-        """Wait until a scrape that began after ``mark_final`` has been written in full.
-
-        Calls ``mark_final`` first if it was not called. Returns at once when
-        nothing has scraped this exporter yet: no scraper is configured, so
-        there is no one to wait for.
-
-        Returns:
-            True when such a scrape was served; False when none has ever
-            scraped or ``timeout_s`` seconds passed first.
-        """
-        with self._cond:
-            if self._final_at_s is None:
-                self._final_at_s = self._clock()
-            final_at_s = self._final_at_s
-            if self._scrapes == 0:
-                return False
-            deadline_s = self._clock() + timeout_s
-            while self._last_scrape_start_s < final_at_s:
-                remaining_s = deadline_s - self._clock()
-                if remaining_s <= 0:
-                    return False
-                self._cond.wait(remaining_s)
-            return True
-
-    def _scrape_done(self, started_s: float) -> None:
-        with self._cond:
-            self._scrapes += 1
-            self._last_scrape_start_s = max(self._last_scrape_start_s, started_s)
-            self._cond.notify_all()

@@ -1,4 +1,8 @@
-"""Sliding window over the statistics deltas the master receives, for live gauges.
+"""The live view every live output reads (``RunView``), and its sliding window over recent deltas.
+
+``RunView`` is what the master (or the single process) knows at one instant:
+merged statistics, the live window and the runner's gauges. Live outputs
+(today the Prometheus collector) read it and nothing else.
 
 The master (or the single process) gets its statistics as deltas: each
 worker ships what it measured since its previous shipment (``llmload.wire``),
@@ -17,7 +21,7 @@ whatever the shipping cadence (Locust's own 3 s reports or llmload's 0.5 s
 live reports), instead of jumping by a third whenever a report enters or
 leaves a fixed 10 s window.
 
-Definitions follow the report (``llmload.exporters.report``): output tokens
+Definitions follow the results (``llmload.exporters.results``): output tokens
 are completion tokens of successful requests with a known count; requests are
 successful requests.
 """
@@ -31,7 +35,7 @@ from dataclasses import dataclass
 
 from llmload.stats import LLMStats, StatsKey
 
-__all__ = ["DEFAULT_WINDOW_S", "SlidingWindow", "WindowView"]
+__all__ = ["DEFAULT_WINDOW_S", "RunView", "SlidingWindow", "WindowView"]
 
 DEFAULT_WINDOW_S = 10.0
 """Length of the live window in seconds (documented in the README)."""
@@ -142,3 +146,37 @@ class SlidingWindow:
     def _drop_old(self, source: str, entries: deque[tuple[float, LLMStats]], cutoff_s: float) -> None:
         while entries and entries[0][0] <= cutoff_s:
             self._covered_from_s[source] = entries.popleft()[0]
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """Everything one scrape reports, read from the master's state at scrape time.
+
+    Attributes:
+        stats: merged statistics of the current (or last) run; read, never modified.
+        window: the live window, or None when there is none (no window gauges).
+        users: simulated users running now, over all workers.
+        in_flight_requests: requests sent and not finished, over all workers
+            (workers' counts are as of their latest report).
+        workers: connected workers (0 for a single process).
+        run_id: identifier of the current run ("" before the first run).
+        host: target base URL.
+        model: served model name ("" before it is known).
+        version: llmload version.
+        started_at_unix: wall-clock start of the run; None before the first run.
+        client_saturated: ``llmload.exporters.sections.client_saturated`` over the run so far.
+        lost_workers: workers lost mid-run.
+    """
+
+    stats: LLMStats
+    window: WindowView | None
+    users: int
+    in_flight_requests: int
+    workers: int
+    run_id: str
+    host: str
+    model: str
+    version: str
+    client_saturated: bool = False
+    lost_workers: int = 0
+    started_at_unix: float | None = None

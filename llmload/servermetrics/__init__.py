@@ -20,12 +20,11 @@ Common vocabulary (units in the names; ratios 0..1):
 
 Modules: ``names`` (the mapping table and where each name comes from),
 ``snapshot`` (``parse_snapshot``: one scrape), ``run`` (``ServerRun``,
-``summarise``, ``cross_check``), ``report`` (the results section and
-the summary block).
+``summarise``, ``cross_check``); the results section and the summary block are
+built by ``llmload.exporters.results`` and ``.console``).
 """
 
 from llmload.servermetrics.names import GAUGES, HISTOGRAMS, NAMES, ServerKind
-from llmload.servermetrics.report import server_lines, server_section
 from llmload.servermetrics.run import Endpoint, ServerRun, cross_check, summarise
 from llmload.servermetrics.snapshot import BucketCounts, ServerSnapshot, parse_snapshot
 
@@ -40,7 +39,5 @@ __all__ = [
     "ServerSnapshot",
     "cross_check",
     "parse_snapshot",
-    "server_lines",
-    "server_section",
     "summarise",
 ]

@@ -12,7 +12,7 @@ import pytest
 
 from llmload.client import StreamingClient
 from llmload.config import Timeouts
-from llmload.exporters.report import RunInfo, build_results
+from llmload.exporters.results import RunOutcome, build_results
 from llmload.payloads import LLMRequest, build_completion_request
 from llmload.record import Outcome, RequestRecord
 from llmload.stats import LLMStats
@@ -26,7 +26,6 @@ pytestmark = [
 
 REQUEST = build_completion_request(model="m", prompt="count", max_tokens=4)
 FAST = Timeouts(connect_s=2, idle_s=5, total_s=30)
-RUN = RunInfo("r", "http://h", ("CompletionUser",), "m", 1, 0, None, 0.0)
 # the real time.sleep even where gevent patched the time module: it blocks the whole loop
 _block_loop = gevent.monkey.get_original("time", "sleep")
 
@@ -74,7 +73,7 @@ def test_kernel_stamps_time_every_body_read(gevent_ready):
     assert record.unstamped_reads == 0
     assert len(record.read_lags_s) >= 3  # one per write: the client kept up
     assert all(0.0 <= lag < 0.02 for lag in record.read_lags_s)
-    results = build_results(_stats(record), run=RUN)
+    results = build_results(RunOutcome(_stats(record)))
     assert results["client"]["clock"] == "kernel"
     assert results["client"]["stamped_reads"] == len(record.read_lags_s)
     assert results["client"]["read_lag_s"]["count"] == len(record.read_lags_s)
@@ -102,7 +101,7 @@ def test_a_blocked_client_still_times_the_reply_when_it_arrived(gevent_ready):
     # the user-space read came ~300 ms late; the stamp says when the token arrived
     assert ttft_s == pytest.approx(arrived_s, abs=0.03)
     assert max(record.read_lags_s) > run.held_until_s - arrived_s - 0.05
-    results = build_results(_stats(record), run=RUN)
+    results = build_results(RunOutcome(_stats(record)))
     assert results["client"]["read_lag_saturated"] is True
     assert results["client"]["read_lag_s"]["max"] > 0.2
 

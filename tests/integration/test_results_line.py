@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from llmload.exporters.console import RESULTS_LINE_PREFIX
 from tests.integration.procs import run_locust
 from tests.integration.test_sim import start_sim, stop_sim
 
 pytestmark = pytest.mark.integration
-RESULTS_LINE_PREFIX = "LLMLOAD_RESULTS "  # llmload.hooks.RESULTS_LINE_PREFIX (importing hooks imports Locust)
 
 
 def test_headless_run_ends_with_one_marked_line_holding_the_results_file(tmp_path):

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from typing import Any
 
 import pytest
 
 from llmload.config import RunConfig
 from llmload.errors import ConfigError, WireFormatError
-from llmload.exporters.report import RunInfo, build_results, format_summary
+from llmload.exporters.console import format_summary
+from llmload.exporters.results import RunOutcome, build_results
 from llmload.goodput import SLO, parse_slo
 from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
 from llmload.stats import LLMStats
 from llmload.wire import from_wire, to_wire
 
-RUN = RunInfo(run_id="r", host="h", user_classes=("ChatUser",), model="m", users=1, workers=0,
-              num_requests=None, started_at_unix=1000.0)  # fmt: skip
+
+def _results(stats: LLMStats, slo: SLO | None = None) -> dict[str, Any]:
+    return build_results(RunOutcome(stats, config=dataclasses.replace(RunConfig(), slo=slo)))
 
 
 def _ok(ttft_s: float = 0.1, step_s: float = 0.01, tokens: int = 5, **kw: object) -> RequestRecord:
@@ -146,7 +150,7 @@ def test_wire_accepts_payload_without_counters():
 def test_results_goodput_rate_and_share_count_failures_as_missed():
     slo = SLO(ttft_s=0.15, e2e_s=5.0)
     stats = _stats([_ok(ttft_s=0.1), _ok(ttft_s=0.1), _ok(ttft_s=0.5), _failed()], slo)
-    results = build_results(stats, run=RUN, slo=slo)
+    results = _results(stats, slo)
     duration_s = results["duration_s"]
     assert duration_s == pytest.approx(0.5 + 0.05)  # failed request sent at +0.5 s, ended 0.05 s later
     assert results["goodput"] == {
@@ -161,7 +165,7 @@ def test_results_goodput_rate_and_share_count_failures_as_missed():
 
 
 def test_results_goodput_null_without_slo():
-    assert build_results(_stats([_ok()], SLO(ttft_s=1.0)), run=RUN)["goodput"] is None
+    assert _results(_stats([_ok()], SLO(ttft_s=1.0)))["goodput"] is None
 
 
 # Case BC-16 (../shared/cases/CASES.md)
@@ -169,7 +173,7 @@ def test_bc16_server_prompt_tokens_used_requested_reported_apart_with_warning():
     stats = LLMStats.empty()
     for _ in range(3):  # "hello world": requested 2, the server's template makes it 14
         stats.add(_ok(requested_prompt_tokens=2))
-    results = build_results(stats, run=RUN)
+    results = _results(stats)
     tokens = results["tokens"]
     assert tokens["prompt"] == 42
     assert tokens["prompt_source"] == "server"
@@ -182,7 +186,7 @@ def test_bc16_no_warning_within_five_percent():
     stats = LLMStats.empty()
     stats.add(_ok(requested_prompt_tokens=14))
     stats.add(_ok(requested_prompt_tokens=15))  # |14 - 15| / 29 = 3.4%
-    results = build_results(stats, run=RUN)
+    results = _results(stats)
     assert results["tokens"]["prompt_vs_requested"]["relative_diff"] == pytest.approx(1 / 29)
     assert "WARNING: server prompt tokens" not in format_summary(results)
 
@@ -194,7 +198,7 @@ def test_bc15_tokenizer_disagreement_counted_but_server_count_used():
     stats.add(_ok(tokens=5, client_completion_tokens=8))
     stats.add(_ok(tokens=5))
     assert from_wire(to_wire(stats)) == stats
-    tokens = build_results(stats, run=RUN)["tokens"]
+    tokens = _results(stats)["tokens"]
     assert tokens["completion"] == 15
     assert tokens["completion_source"] == "server"
     assert tokens["completion_client_vs_server"] == {"compared": 2, "disagreed": 1, "mean_abs_diff": 1.5}

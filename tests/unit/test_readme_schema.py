@@ -1,7 +1,7 @@
 """The README's results schema matches the code (issue 14, P6).
 
 Results are built in every mode (closed and open loop, a sweep file, blocked,
-failed) through ``run_results.assemble_results``, the function the master
+failed) through ``results.build_results``, the function the master
 writes with. Every key found must be in the README's schema block, and every
 key the block calls unconditional must be present.
 
@@ -26,9 +26,8 @@ from typing import Any
 import pytest
 
 from llmload.config import LengthSpec, RunConfig
-from llmload.exporters.report import RunInfo
-from llmload.exporters.run_results import RunFacts, assemble_results
-from llmload.exporters.run_summary import SendFigures, public_options
+from llmload.exporters.load import SendFigures
+from llmload.exporters.results import RunOutcome, build_results
 from llmload.goodput import SLO
 from llmload.record import ErrorInfo, ITLKind, Outcome, RequestRecord, TokenCount, TokenSource
 from llmload.servermetrics import summarise
@@ -174,11 +173,9 @@ def _failed(start: float) -> RequestRecord:
     )
 
 
-def _results(stats: LLMStats, config: RunConfig, facts: RunFacts | None = None) -> dict[str, Any]:
-    run = RunInfo(
-        "r1", "http://127.0.0.1:8000", ("ChatUser",), "m", 4, 2, config.num_requests, T0, public_options(config)
-    )
-    return assemble_results(stats, run=run, config=config, facts=facts or RunFacts())
+def _results(stats: LLMStats, config: RunConfig, **facts: Any) -> dict[str, Any]:
+    run = {"run_id": "r1", "host": "http://127.0.0.1:8000", "user_classes": ("ChatUser",), "model": "m"}
+    return build_results(RunOutcome(stats, config, **run, users=4, workers=2, started_at_unix=T0, **facts))
 
 
 def closed_loop() -> dict[str, Any]:
@@ -201,7 +198,7 @@ def closed_loop() -> dict[str, Any]:
             run_of(fixture("tgi.txt"), fixture("tgi.txt")),
         ]
     )
-    return _results(stats, config, RunFacts(lost_workers=("w1",), cpu_saturated_s=6.0, server=server))
+    return _results(stats, config, lost_workers=("w1",), cpu_saturated_s=6.0, server=server)
 
 
 def open_loop(*, kept_up: bool = False) -> dict[str, Any]:
@@ -210,11 +207,11 @@ def open_loop(*, kept_up: bool = False) -> dict[str, Any]:
     for i in range(20):
         stats.add(_ok(T0 + i * 0.5, delay_s=0.001 if kept_up else 0.02 * i))
     sends = SendFigures(10.0, 10.0, 0.0) if kept_up else SendFigures(10.0, 2.0, 1.5)  # else: rate_shortfall
-    return _results(stats, config, RunFacts(sends=sends))
+    return _results(stats, config, sends=sends)
 
 
 def blocked() -> dict[str, Any]:
-    return _results(LLMStats.empty(), RunConfig(), RunFacts(blocked='model "other" not served; available: m'))
+    return _results(LLMStats.empty(), RunConfig(), blocked='model "other" not served; available: m')
 
 
 def failed() -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The run-level results sections and summary notes (open-loop rates, failures, lost workers)."""
+"""exporters.load: the results' load section (open-loop target vs achieved rate, schedule lag) and send figures."""
 
 import dataclasses
 
@@ -6,7 +6,7 @@ import pytest
 
 from llmload.arrivals import Arrival, ArrivalSchedule
 from llmload.config import RunConfig
-from llmload.exporters.run_summary import SendFigures, judge, load_section, public_options
+from llmload.exporters.load import SendFigures, load_section
 from llmload.runtime import RequestBudget, Runtime, SendWindow
 
 
@@ -56,13 +56,6 @@ def test_load_section_inf_rate_has_no_target_and_no_shortfall():
     assert section["unlimited_rate"] is True
     assert section["target_rate_per_s"] is None
     assert section["rate_shortfall"] is False
-
-
-def test_public_options_never_carry_the_key_material():
-    options = public_options(RunConfig(api_key_file="/secret/key"))
-    flat = repr(options)
-    assert "api_key" not in flat
-    assert "/secret/key" not in flat
 
 
 # Issue 14, P3: "achieved 8.40 req/s (too few users)" on a -t run that kept its schedule.
@@ -126,51 +119,3 @@ def test_p3_runtime_reads_the_lag_of_the_next_unsent_arrival_at_the_stop():
     for _ in range(3):
         runtime.budget.try_acquire()
     assert runtime.send_figures().behind_s is None  # --num-requests used up: nothing more was due
-
-
-def _verdict_of(*, succeeded=0, failed=0, cancelled=0, limit=0.01, blocked=None):
-    results = {
-        "requests": {"total": succeeded + failed, "succeeded": succeeded, "failed": failed, "cancelled": cancelled},
-        "max_failure_ratio": limit,
-    }
-    if blocked:
-        results["blocked"] = blocked
-    return judge(results)
-
-
-# Issue 14, P5: "failure ratio 0.0% > 1.0%" for a blocked run, "100.0% > 100.0%" when all failed.
-def test_p5_blocked_run_exits_2_and_says_it_was_blocked_before_load():
-    verdict = _verdict_of(blocked='model "other" not served; available: m')
-    assert verdict.exit_status == 2
-    assert verdict.text == (
-        'BLOCKED before load: model "other" not served; available: m; no request was sent; exit status 2'
-    )
-
-
-def test_p5_all_requests_failed_is_said_plainly_even_with_a_ratio_limit_of_one():
-    verdict = _verdict_of(failed=12, limit=1.0)
-    assert (verdict.exit_status, verdict.text) == (1, "FAILED: all 12 requests failed; exit status 1")
-    assert _verdict_of(failed=1).text == "FAILED: the only request failed; exit status 1"
-
-
-def test_p5_failure_ratio_comparison_is_printed_with_enough_decimals_to_be_true():
-    verdict = _verdict_of(succeeded=9899, failed=101, limit=0.01)
-    assert verdict.text == (
-        "FAILED: 101/10000 requests failed (failure ratio 1.01% > --max-failure-ratio 1.00%); exit status 1"
-    )
-
-
-def test_p5_nothing_finished_fails_and_counts_the_cancelled():
-    verdict = _verdict_of(cancelled=50)
-    assert (verdict.exit_status, verdict.text) == (
-        1,
-        "FAILED: no request finished (50 cancelled at the stop); exit status 1",
-    )
-
-
-def test_p5_passing_run_states_its_ratio_within_the_limit():
-    verdict = _verdict_of(succeeded=99, failed=1, limit=0.01)
-    assert verdict.passed
-    assert verdict.text == (
-        "PASSED: 99/100 requests succeeded (failure ratio 1.0% <= --max-failure-ratio 1.0%); exit status 0"
-    )

@@ -1,33 +1,45 @@
-"""exporters.report: results document key paths and values, console summary, atomic JSON write."""
+"""exporters.results and exporters.sections: results document key paths and values, verdict, atomic JSON write."""
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from llmload.exporters.report import (
+from llmload.config import RunConfig
+from llmload.exporters.console import format_summary
+from llmload.exporters.results import (
     SCHEMA_VERSION,
-    RunInfo,
+    RunOutcome,
     build_results,
-    format_summary,
+    judge,
+    public_options,
     write_results_json,
 )
+from llmload.exporters.sections import CPU_SATURATION_S, client_saturated
+from llmload.histogram import LatencyHistogram
 from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
 from llmload.stats import LLMStats
 
 T0 = 1_700_000_000.0
 
-RUN = RunInfo(
-    run_id="r1",
-    host="http://127.0.0.1:8000",
-    user_classes=("ChatUser",),
-    model="m",
-    users=4,
-    workers=2,
-    num_requests=None,
-    started_at_unix=T0 - 1.0,
-    options={"max_tokens": 3},
-)
+CONFIG = dataclasses.replace(RunConfig(), max_tokens=3)
+
+
+def _results(stats: LLMStats) -> dict[str, Any]:
+    outcome = RunOutcome(
+        stats,
+        config=CONFIG,
+        run_id="r1",
+        host="http://127.0.0.1:8000",
+        user_classes=("ChatUser",),
+        model="m",
+        users=4,
+        workers=2,
+        started_at_unix=T0 - 1.0,
+    )
+    return build_results(outcome)
 
 
 def _ok(
@@ -77,7 +89,7 @@ def _scenario() -> LLMStats:
 
 
 def test_report_requests_section() -> None:
-    requests = build_results(_scenario(), run=RUN)["requests"]
+    requests = _results(_scenario())["requests"]
     assert requests["total"] == 3
     assert requests["succeeded"] == 2
     assert requests["failed"] == 1
@@ -91,7 +103,7 @@ def test_report_requests_section() -> None:
 
 
 def test_report_errors_section() -> None:
-    errors = build_results(_scenario(), run=RUN)["errors"]
+    errors = _results(_scenario())["errors"]
     assert errors == [
         {
             "category": "NotFoundError/404",
@@ -108,11 +120,11 @@ def test_report_errors_sorted_by_count_then_category() -> None:
     stats.add(_fail(T0, "c", "x", 500))
     stats.add(_fail(T0, "c", "y", 500))
     stats.add(_fail(T0, "a", "x", 500))
-    assert [e["category"] for e in build_results(stats, run=RUN)["errors"]] == ["c", "a", "b"]
+    assert [e["category"] for e in _results(stats)["errors"]] == ["c", "a", "b"]
 
 
 def test_report_tokens_section() -> None:
-    tokens = build_results(_scenario(), run=RUN)["tokens"]
+    tokens = _results(_scenario())["tokens"]
     assert tokens["prompt"] == 40
     assert tokens["completion"] == 6
     assert tokens["completion_source"] == "server"
@@ -124,7 +136,7 @@ def test_report_tokens_section() -> None:
 
 
 def test_report_duration_and_throughput() -> None:
-    results = build_results(_scenario(), run=RUN)
+    results = _results(_scenario())
     assert results["duration_s"] == pytest.approx(2.0)
     throughput = results["throughput"]
     assert throughput["requests_per_s"] == pytest.approx(1.0)  # 2 successes / 2 s
@@ -133,7 +145,7 @@ def test_report_duration_and_throughput() -> None:
 
 
 def test_report_latency_section_in_seconds() -> None:
-    latency = build_results(_scenario(), run=RUN)["latency"]
+    latency = _results(_scenario())["latency"]
     ttft = latency["ttft_s"]
     assert ttft["count"] == 2
     assert ttft["mean"] == pytest.approx(0.2)
@@ -151,7 +163,7 @@ def test_report_latency_section_in_seconds() -> None:
 
 
 def test_report_run_and_schema() -> None:
-    results = build_results(_scenario(), run=RUN)
+    results = _results(_scenario())
     assert results["schema_version"] == SCHEMA_VERSION == 1
     assert results["run"] == {
         "run_id": "r1",
@@ -162,13 +174,14 @@ def test_report_run_and_schema() -> None:
         "workers": 2,
         "num_requests": None,
         "started_at_unix": T0 - 1.0,
-        "options": {"max_tokens": 3},
+        "options": public_options(CONFIG),
     }
+    assert results["run"]["options"]["max_tokens"] == 3
     assert results["by_endpoint"] == []
 
 
 def test_report_empty_run_is_all_unknown_not_zero() -> None:
-    results = build_results(LLMStats.empty(), run=RUN)
+    results = _results(LLMStats.empty())
     assert results["requests"]["total"] == 0
     assert results["requests"]["failure_ratio"] is None
     assert results["duration_s"] is None
@@ -197,7 +210,7 @@ def test_report_unknown_counts_are_null_and_sources_mixed() -> None:
     stats = LLMStats.empty()
     stats.add(_ok(T0, (0.1, 0.2), 1.0, prompt=TokenCount.unknown(), completion=TokenCount.unknown()))
     stats.add(_ok(T0, (0.1, 0.2), 1.0, prompt=TokenCount.unknown(), completion=TokenCount(5, TokenSource.CHUNKS)))
-    results = build_results(stats, run=RUN)
+    results = _results(stats)
     tokens = results["tokens"]
     assert tokens["prompt"] is None
     assert tokens["prompt_source"] == "unknown"
@@ -212,15 +225,15 @@ def test_report_unknown_counts_are_null_and_sources_mixed() -> None:
 def test_report_itl_kind_chunk_and_mixed() -> None:
     chunk_only = LLMStats.empty()
     chunk_only.add(_ok(T0, (0.1, 0.2), 1.0, completion=TokenCount(9, TokenSource.SERVER)))  # 2 events, 9 tokens
-    assert build_results(chunk_only, run=RUN)["latency"]["itl_kind"] == "chunk"
+    assert _results(chunk_only)["latency"]["itl_kind"] == "chunk"
     chunk_only.add(_ok(T0, (0.1, 0.2), 1.0))  # 2 events, 2 server tokens: per token
-    assert build_results(chunk_only, run=RUN)["latency"]["itl_kind"] == "mixed"
+    assert _results(chunk_only)["latency"]["itl_kind"] == "mixed"
 
 
 def test_report_by_endpoint_when_several_keys() -> None:
     stats = _scenario()
     stats.add(_ok(T0, (0.2, 0.3), 0.4, endpoint="completions"))
-    results = build_results(stats, run=RUN)
+    results = _results(stats)
     assert results["requests"]["succeeded"] == 3
     by_endpoint = results["by_endpoint"]
     assert [(b["endpoint"], b["model"]) for b in by_endpoint] == [("chat", "m"), ("completions", "m")]
@@ -237,60 +250,11 @@ def test_report_bc10_failed_stream_excluded_from_tokens_and_latency() -> None:
     partial.token_times_s = [0.12, 0.14]
     partial.completion_tokens = TokenCount(2, TokenSource.CHUNKS)
     stats.add(partial)
-    results = build_results(stats, run=RUN)
+    results = _results(stats)
     assert results["tokens"]["completion"] == 2
     assert results["latency"]["e2e_s"]["count"] == 1
     assert results["errors"][0]["samples"] == ["simulated engine failure"]
     assert "simulated engine failure" in format_summary(results)
-
-
-def test_summary_shows_counts_rates_and_latencies_in_ms() -> None:
-    text = format_summary(build_results(_scenario(), run=RUN))
-    lines = text.splitlines()
-    assert any(line.startswith("Successful requests:") and line.endswith("2/3 (33.3% failed)") for line in lines)
-    assert any(line.startswith("Cancelled at stop:") and line.endswith(" 2") for line in lines)
-    assert any(line.startswith("Wall time (s):") and line.endswith("2.00") for line in lines)
-    assert any(line.startswith("Request throughput (req/s):") and line.endswith("1.00") for line in lines)
-    assert any(line.startswith("Output token throughput (tok/s):") and line.endswith("3.00") for line in lines)
-    assert any(line.startswith("Total token throughput (tok/s):") and line.endswith("23.00") for line in lines)
-    assert any(line.startswith("Mean TTFT (ms):") and line.endswith("200.00") for line in lines)
-    assert any(line.startswith("Mean E2E (ms):") and line.endswith("750.00") for line in lines)
-    assert any(line.startswith("P99 TTFT (ms):") for line in lines)
-    assert any(line.startswith("Mean TPOT (ms):") and line.endswith("60.00") for line in lines)
-    assert any(line.startswith("Mean ITL (ms):") and line.endswith("60.00") for line in lines)
-    assert any(line.startswith("Total generated tokens:") and line.endswith(" 6") for line in lines)
-    assert any(line.startswith("Avg generated tokens per request:") and line.endswith("3.0") for line in lines)
-    assert any(line.startswith("Output token count source:") and line.endswith("server") for line in lines)
-    assert "1 x NotFoundError/404 [404]" in text
-    assert "model 'nope' is not served here" in text
-
-
-def test_summary_aligns_values_in_one_column() -> None:
-    lines = format_summary(build_results(_scenario(), run=RUN)).splitlines()
-    widths = {len(line) for line in lines if line.startswith(("Mean ", "P50 ", "P90 ", "P99 "))}
-    assert widths == {52}
-
-
-def test_summary_prints_na_for_unknowns() -> None:
-    text = format_summary(build_results(LLMStats.empty(), run=RUN))
-    assert "Successful requests:" in text
-    assert any(line.startswith("Mean TTFT (ms):") and line.endswith("n/a") for line in text.splitlines())
-    assert any(line.startswith("Total input tokens:") and line.endswith("n/a") for line in text.splitlines())
-
-
-def test_summary_names_mixed_sources_with_breakdown() -> None:
-    stats = LLMStats.empty()
-    stats.add(_ok(T0, (0.1, 0.2), 1.0, completion=TokenCount(2, TokenSource.SERVER)))
-    stats.add(_ok(T0, (0.1, 0.2), 1.0, completion=TokenCount(2, TokenSource.TOKENIZER)))
-    text = format_summary(build_results(stats, run=RUN))
-    assert "mixed: client-tokenized=1, server=1" in text
-
-
-def test_summary_works_on_results_read_back_from_json(tmp_path: Path) -> None:
-    results = build_results(_scenario(), run=RUN)
-    path = tmp_path / "r.json"
-    write_results_json(path, results)
-    assert format_summary(json.loads(path.read_text())) == format_summary(results)
 
 
 def test_write_results_json_creates_parents_and_replaces_atomically(tmp_path: Path) -> None:
@@ -321,7 +285,7 @@ def _client_section(*records: RequestRecord) -> dict:
     stats = LLMStats.empty()
     for record in records:
         stats.add(record)
-    return build_results(stats, run=RUN)["client"]
+    return _results(stats)["client"]
 
 
 def test_client_section_names_the_clock_that_timed_the_reads():
@@ -341,15 +305,70 @@ def test_client_section_flags_a_p99_read_lag_above_two_ms():
     assert late["read_lag_s"]["p99"] == pytest.approx(0.004, rel=0.02)
 
 
-def test_summary_warns_about_read_lag_with_the_measured_figures():
-    from llmload.exporters.run_summary import summary_lines
+def test_public_options_never_carry_the_key_material():
+    options = public_options(RunConfig(api_key_file="/secret/key"))
+    flat = repr(options)
+    assert "api_key" not in flat
+    assert "/secret/key" not in flat
 
-    stats = LLMStats.empty()
-    stats.add(_with_reads([0.0005] * 90 + [0.004] * 10, 0))
-    results = build_results(stats, run=RUN)
-    results["client_saturated"] = True
-    results["client_cpu_saturated_s"] = 0.0
-    text = "\n".join(summary_lines(results))
-    assert "Clock for arrival times:                kernel" in text
-    assert "WARNING: latencies may include up to 4.0 ms (P99; max 4.0 ms) of client delay" in text
-    assert "CPU > 90%" not in text  # the CPU was not the cause
+
+def _verdict_of(*, succeeded=0, failed=0, cancelled=0, limit=0.01, blocked=None):
+    results = {
+        "requests": {"total": succeeded + failed, "succeeded": succeeded, "failed": failed, "cancelled": cancelled},
+        "max_failure_ratio": limit,
+    }
+    if blocked:
+        results["blocked"] = blocked
+    return judge(results)
+
+
+# Issue 14, P5: "failure ratio 0.0% > 1.0%" for a blocked run, "100.0% > 100.0%" when all failed.
+def test_p5_blocked_run_exits_2_and_says_it_was_blocked_before_load():
+    verdict = _verdict_of(blocked='model "other" not served; available: m')
+    assert verdict.exit_status == 2
+    assert verdict.text == (
+        'BLOCKED before load: model "other" not served; available: m; no request was sent; exit status 2'
+    )
+
+
+def test_p5_all_requests_failed_is_said_plainly_even_with_a_ratio_limit_of_one():
+    verdict = _verdict_of(failed=12, limit=1.0)
+    assert (verdict.exit_status, verdict.text) == (1, "FAILED: all 12 requests failed; exit status 1")
+    assert _verdict_of(failed=1).text == "FAILED: the only request failed; exit status 1"
+
+
+def test_p5_failure_ratio_comparison_is_printed_with_enough_decimals_to_be_true():
+    verdict = _verdict_of(succeeded=9899, failed=101, limit=0.01)
+    assert verdict.text == (
+        "FAILED: 101/10000 requests failed (failure ratio 1.01% > --max-failure-ratio 1.00%); exit status 1"
+    )
+
+
+def test_p5_nothing_finished_fails_and_counts_the_cancelled():
+    verdict = _verdict_of(cancelled=50)
+    assert (verdict.exit_status, verdict.text) == (
+        1,
+        "FAILED: no request finished (50 cancelled at the stop); exit status 1",
+    )
+
+
+def test_p5_passing_run_states_its_ratio_within_the_limit():
+    verdict = _verdict_of(succeeded=99, failed=1, limit=0.01)
+    assert verdict.passed
+    assert verdict.text == (
+        "PASSED: 99/100 requests succeeded (failure ratio 1.0% <= --max-failure-ratio 1.0%); exit status 0"
+    )
+
+
+def test_client_saturation_is_one_rule_of_cpu_streak_or_read_lag() -> None:
+    calm = LatencyHistogram.empty()
+    for _ in range(100):
+        calm.add(0.0005)
+    late = calm.copy()
+    for _ in range(5):
+        late.add(0.004)  # 5 of 105 reads above 2 ms: the p99 is late
+    assert not client_saturated(CPU_SATURATION_S - 0.1, calm)
+    assert client_saturated(CPU_SATURATION_S, calm)
+    assert client_saturated(0.0, late)
+    outcome = RunOutcome(LLMStats.empty(), cpu_saturated_s=CPU_SATURATION_S)
+    assert build_results(outcome)["client_saturated"] is True

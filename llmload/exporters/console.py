@@ -1,0 +1,251 @@
+"""All console text of a run: the result table, the run-level notes, the server block and the verdict line.
+
+Renders a results document (``llmload.exporters.results.build_results``, or
+a results JSON file read back) and nothing else, so a file prints the same
+summary as the run did. Milliseconds on the console, seconds in the document;
+unknown values print as ``n/a``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from llmload.exporters.results import judge
+from llmload.exporters.sections import MIXED, PERCENTILES
+
+__all__ = ["PROMPT_MISMATCH_WARN_RATIO", "RESULTS_LINE_PREFIX", "format_summary", "results_line", "summary_lines"]
+
+PROMPT_MISMATCH_WARN_RATIO = 0.05
+"""Warn when mean |server prompt tokens - requested| exceeds this share of the mean requested length."""
+RESULTS_LINE_PREFIX = "LLMLOAD_RESULTS "
+"""Start of the headless run's last output line; the rest of the line is the results JSON."""
+
+_WIDTH = 52
+_LABEL = 40
+_GAUGE_LINES = (
+    ("running_requests", "Running requests", 1.0, ""),
+    ("waiting_requests", "Waiting requests", 1.0, ""),
+    ("kv_cache_usage", "KV-cache usage", 100.0, "%"),
+    ("gpu_utilization", "GPU utilisation", 100.0, "%"),
+    ("gpu_memory_used_bytes", "GPU memory used (GiB)", 2.0**-30, ""),
+    ("gpu_power_w", "GPU power (W)", 1.0, ""),
+)
+_LATENCY_LINES = (("ttft_s", "TTFT"), ("itl_s", "ITL"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"), ("queue_s", "Queue"))
+
+
+def _line(label: str, value: str) -> str:
+    return f"{label:<{_LABEL}}{value:>{_WIDTH - _LABEL}}"
+
+
+def _num(value: float | None, digits: int = 2, scale: float = 1.0) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, int) and scale == 1.0:
+        return str(value)
+    return f"{value * scale:.{digits}f}"
+
+
+def _row(label: str, text: str) -> str:
+    """A note row: the label padded as in the table, the text left-aligned after it."""
+    return f"{label:<{_LABEL}}{text}"
+
+
+def _section(title: str) -> str:
+    return f"{'-' * 3} {title} ".ljust(_WIDTH, "-")
+
+
+def format_summary(results: Mapping[str, Any]) -> str:
+    """Render the result table of a results document (from ``build_results`` or a results JSON file).
+
+    The layout follows vLLM ``benchmark_serving``'s result block: counts,
+    throughput, then mean/P50/P90/P99 of E2E, TTFT, ITL and TPOT in
+    milliseconds. Unknown values print as ``n/a``.
+    """
+    req = results["requests"]
+    tok = results["tokens"]
+    thr = results["throughput"]
+    lat = results["latency"]
+    ratio = req["failure_ratio"]
+    ratio_text = f" ({ratio * 100:.1f}% failed)" if ratio is not None else ""
+    lines = [" llmload result ".center(_WIDTH, "=")]
+    lines.append(_line("Successful requests:", f"{req['succeeded']}/{req['total']}{ratio_text}"))
+    for error in results["errors"]:
+        status = f" [{error['status']}]" if error["status"] is not None else ""
+        lines.append(f"  {error['count']} x {error['category']}{status}")
+        lines.extend(f"      {sample[:200]}" for sample in error["samples"])
+    lines.append(_line("Cancelled at stop:", str(req["cancelled"])))
+    lines.append(_line("Wall time (s):", _num(results["duration_s"])))
+    lines.append(_line("Request throughput (req/s):", _num(thr["requests_per_s"])))
+    lines.append(_line("Output token throughput (tok/s):", _num(thr["output_tokens_per_s"])))
+    lines.append(_line("Total token throughput (tok/s):", _num(thr["total_tokens_per_s"])))
+    lines.append(_line("Total input tokens:", _num(tok["prompt"])))
+    lines.append(_line("Total generated tokens:", _num(tok["completion"])))
+    lines.append(_line("Avg generated tokens per request:", _num(tok["avg_completion_per_request"], 1)))
+    lines.extend(_goodput_lines(results.get("goodput")))
+    lines.append(_line("Input token count source:", _sources_text(tok["prompt_source"], tok["prompt_sources"])))
+    lines.append(
+        _line("Output token count source:", _sources_text(tok["completion_source"], tok["completion_sources"]))
+    )
+    itl_title = "Inter-token Latency" if lat["itl_kind"] != "chunk" else "Inter-chunk Latency (ITL)"
+    for key, title in (
+        ("e2e_s", "End-to-end Latency"),
+        ("ttft_s", "Time to First Token"),
+        ("ttfc_s", "Time to First Content Token"),
+        ("itl_s", itl_title),
+        ("tpot_s", "Time per Output Token (excl. 1st token)"),
+    ):
+        metric = lat[key]
+        abbrev = key.removesuffix("_s").upper()
+        lines.append(_section(title))
+        lines.append(_line(f"Mean {abbrev} (ms):", _num(metric["mean"], scale=1000.0)))
+        for name, _ in PERCENTILES:
+            lines.append(_line(f"{name.upper()} {abbrev} (ms):", _num(metric[name], scale=1000.0)))
+    lines.append("=" * _WIDTH)
+    lines.extend(_token_warnings(tok))
+    return "\n".join(lines)
+
+
+def _goodput_lines(goodput: Mapping[str, Any] | None) -> list[str]:
+    if not goodput:
+        return []
+    slo = ",".join(f"{name.removesuffix('_s')}={limit:g}" for name, limit in goodput["slo"].items())
+    share = goodput["share"]
+    return [
+        _line(f"Goodput (req/s, SLO {slo}):", _num(goodput["requests_per_s"])),
+        _line("Requests meeting every SLO:", f"{goodput['requests']} ({_num(share, 1, 100.0)}%)"),
+    ]
+
+
+def _token_warnings(tok: Mapping[str, Any]) -> list[str]:
+    lines = []
+    mismatch = tok.get("prompt_vs_requested") or {}
+    relative = mismatch.get("relative_diff")
+    if relative is not None and relative > PROMPT_MISMATCH_WARN_RATIO:
+        lines.append(
+            f"WARNING: server prompt tokens differ from the requested lengths by {relative:.1%} on average "
+            f"(mean |diff| {mismatch['mean_abs_diff']:.1f} tokens over {mismatch['compared']} requests; "
+            "chat template/BOS, or approximate lengths without --tokenizer). Input metrics use server counts."
+        )
+    client = tok.get("completion_client_vs_server") or {}
+    if client.get("disagreed"):
+        lines.append(
+            f"NOTE: local tokenizer and server disagreed on output tokens in {client['disagreed']}/"
+            f"{client['compared']} requests (mean |diff| {client['mean_abs_diff']:.1f}); server counts used."
+        )
+    return lines
+
+
+def _sources_text(source: str | None, breakdown: Mapping[str, int]) -> str:
+    if source != MIXED:
+        return source or "n/a"
+    return "mixed: " + ", ".join(f"{name}={n}" for name, n in breakdown.items())
+
+
+def summary_lines(results: dict[str, Any]) -> list[str]:
+    """The console summary: ``format_summary`` plus the run-level notes (lost workers, open-loop
+    rates, client saturation) and the verdict line (blocked, passed or why not, with the exit status)."""
+    lines = [format_summary(results)]
+    if results.get("lost_workers"):
+        lost = results["lost_workers"]
+        lines.append(f"WARNING: {len(lost)} worker(s) lost mid-run; their unreported requests are missing")
+    load = results.get("load") or {}
+    if load.get("mode") == "open":
+        target = "inf" if load.get("unlimited_rate") else f"{load['target_rate_per_s']:g}"
+        achieved = load.get("achieved_rate_per_s")
+        delay = results["latency"].get("dispatch_delay_s") or {}
+        e2e_sched = results["latency"].get("e2e_from_schedule_s") or {}
+        lines.append(_section("Open loop"))
+        lines.append(_row("Target / achieved rate (req/s):", f"{target} / {achieved or 0:.2f}"))
+        if delay.get("count"):
+            lines.append(
+                _row("Dispatch delay mean / max (ms):", f"{delay['mean'] * 1e3:.2f} / {delay['max'] * 1e3:.2f}")
+            )
+        if e2e_sched.get("count"):
+            lines.append(_row("Mean E2E from intended send (ms):", f"{e2e_sched['mean'] * 1e3:.2f}"))
+        if load.get("warning"):
+            lines.append(f"WARNING: {load['warning']}")
+    lines.extend(_client_lines(results))
+    lines.extend(_server_lines(results))
+    if results.get("client_saturated") and (results.get("client_cpu_saturated_s") or 0) > 0:
+        lines.append(
+            f"WARNING: load generator saturated (CPU > 90% for {results['client_cpu_saturated_s']} s): "
+            "latencies unreliable; add workers (--processes N)"
+        )
+    lines.append(results.get("verdict") or judge(results).text)
+    return lines
+
+
+def _client_lines(results: dict[str, Any]) -> list[str]:
+    """The client's clock and read lag, and a warning when the lag may have moved the latencies."""
+    client = results.get("client") or {}
+    lag = client.get("read_lag_s") or {}
+    if not client.get("clock"):
+        return []
+    lines = [_section("Client")]
+    lines.append(_row("Clock for arrival times:", str(client["clock"])))
+    if lag.get("count"):
+        lines.append(
+            _row(
+                "Read lag mean / P99 / max (ms):",
+                f"{lag['mean'] * 1e3:.2f} / {lag['p99'] * 1e3:.2f} / {lag['max'] * 1e3:.2f}",
+            )
+        )
+    if client.get("read_lag_saturated"):
+        lines.append(
+            f"WARNING: latencies may include up to {lag['p99'] * 1e3:.1f} ms (P99; max {lag['max'] * 1e3:.1f} ms) "
+            f"of client delay: replies waited that long before the client read them (limit "
+            f"{client['read_lag_limit_s'] * 1e3:g} ms). Kernel stamps time each read when it arrived, but events "
+            "that piled up behind a late read share the newest stamp. Give the client more CPU: more worker "
+            "processes (--processes N) or machines, or fewer users per process"
+        )
+    return lines
+
+
+def _server_lines(results: Mapping[str, Any]) -> list[str]:
+    """The summary's server block: gauges, server latencies, the token check and the TTFT split; [] without one."""
+    server = results.get("server")
+    if not server:
+        return []
+    urls = ", ".join(e["url"] for e in server["endpoints"] if e["scrapes"])
+    lines = [_section(f"Server ({server['kind']}: {urls})")]
+    gauges = server["gauges"]
+    for key, label, scale, unit in _GAUGE_LINES:
+        g = gauges[key]
+        if g["samples"]:
+            lines.append(_row(f"{label} mean / max:", f"{g['mean'] * scale:.1f}{unit} / {g['max'] * scale:.1f}{unit}"))
+    for key, label in _LATENCY_LINES:
+        h = server["latency"][key]
+        if h and h["count"]:
+            p50 = "n/a" if h["p50"] is None else f"{h['p50'] * 1e3:.2f}"
+            lines.append(_row(f"Server {label} mean / p50 (ms):", f"{h['mean'] * 1e3:.2f} / {p50}"))
+    counters = server["counters"]
+    if counters.get("preemptions") is not None:
+        lines.append(_row("Preemptions:", f"{counters['preemptions']:,}"))
+    if server.get("prefix_cache_hit_ratio") is not None:
+        lines.append(_row("Prefix-cache hit ratio:", f"{server['prefix_cache_hit_ratio'] * 100:.1f}%"))
+    check = server["cross_check"]
+    figures = ", ".join(
+        f"{k} {server[k]:,}" for k in ("prompt_tokens", "generation_tokens", "prompt_cached_tokens") if server[k]
+    )
+    lines.append(f"Tokens: {check['tokens']}" + (f" (server: {figures})" if figures else ""))
+    split = check["ttft_client_minus_server_s"]
+    if split:
+        parts = ["n/a" if v is None else f"{v * 1e3:+.2f}" for v in (split["mean"], split["p50"])]
+        lines.append(
+            _row("TTFT client − server mean / p50 (ms):", f"{' / '.join(parts)} (network + HTTP + client time)")
+        )
+    if not server["complete"]:
+        failed = [f"{e['url']} ({e['error']})" for e in server["endpoints"] if e["failed_scrapes"]]
+        lines.append(f"WARNING: server metrics incomplete; failed scrapes: {'; '.join(failed) or 'start or end'}")
+    return lines
+
+
+def results_line(results: Mapping[str, Any]) -> str:
+    """The results document as one marked line (``RESULTS_LINE_PREFIX`` + compact JSON), without newline.
+
+    Raises:
+        ValueError: ``results`` holds NaN or infinity (not valid JSON).
+    """
+    return RESULTS_LINE_PREFIX + json.dumps(results, separators=(",", ":"), allow_nan=False)

@@ -1,0 +1,205 @@
+"""The statistics sections of the results document, from one ``EndpointStats``.
+
+``stats_sections`` gives the keys the run total and each ``by_endpoint`` entry
+share (``requests``, ``errors``, ``tokens``, ``duration_s``, ``throughput``,
+``latency``, ``client``, ``goodput``); ``llmload.exporters.results`` adds the
+run-level keys. This module also holds the rules every output applies alike:
+the reported percentiles (``PERCENTILES``), the histogram summary and the
+client-saturation rule. Metric definitions: ``llmload.exporters.results``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any, TypeVar
+
+from llmload.goodput import SLO
+from llmload.histogram import LatencyHistogram
+from llmload.record import Outcome, TokenSource
+from llmload.stats import LATENCY_HISTOGRAM_NAMES, EndpointStats
+
+__all__ = [
+    "CPU_SATURATION_S",
+    "MIXED",
+    "PERCENTILES",
+    "READ_LAG_LIMIT_S",
+    "client_saturated",
+    "read_lag_saturated",
+    "stats_sections",
+    "summarize",
+]
+
+PERCENTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+"""The reported percentiles, (name, quantile): results keys, console rows and live quantile gauges."""
+
+READ_LAG_LIMIT_S = 0.002
+"""p99 read lag above which the client's delay is flagged (``client.read_lag_saturated``)."""
+
+CPU_SATURATION_S = 5.0
+"""Seconds of CPU above 90% in a row after which a load-generating process counts as saturated."""
+
+MIXED = "mixed"
+"""The value of a source or kind field when requests differed."""
+
+_E = TypeVar("_E", bound=Enum)
+
+
+def read_lag_saturated(read_lag: LatencyHistogram) -> bool:
+    """True when the P99 read lag exceeds ``READ_LAG_LIMIT_S`` (the client was too late to trust its latencies)."""
+    p99 = read_lag.quantile(0.99)
+    return p99 is not None and p99 > READ_LAG_LIMIT_S
+
+
+def client_saturated(cpu_saturated_s: float, read_lag: LatencyHistogram) -> bool:
+    """The one saturation rule: CPU above 90% for ``CPU_SATURATION_S`` or more, or a late client (read lag).
+
+    Decides the results' ``client_saturated`` and the live ``llmload_client_saturated`` gauge.
+
+    Args:
+        cpu_saturated_s: longest CPU saturation streak of any load-generating process (s).
+        read_lag: the client's read lag over the run so far.
+    """
+    return cpu_saturated_s >= CPU_SATURATION_S or read_lag_saturated(read_lag)
+
+
+def summarize(hist: LatencyHistogram) -> dict[str, Any]:
+    """``mean``, one key per ``PERCENTILES`` entry, ``max`` and ``count`` of ``hist`` (None when unknown)."""
+    summary: dict[str, Any] = {"mean": hist.mean}
+    summary.update(zip((name for name, _ in PERCENTILES), hist.quantiles([q for _, q in PERCENTILES]), strict=True))
+    summary["max"] = hist.max
+    summary["count"] = hist.count
+    return summary
+
+
+def stats_sections(s: EndpointStats, slo: SLO | None) -> dict[str, Any]:
+    """The sections of one statistics key (or the total), in the document's key order."""
+    duration_s = _duration_s(s)
+    tokens = _tokens(s)
+    return {
+        "goodput": _goodput(s, slo, duration_s),
+        "requests": _requests(s),
+        "errors": [g.as_dict(c) for c, g in sorted(s.errors.items(), key=lambda item: (-item[1].count, item[0]))],
+        "tokens": tokens,
+        "duration_s": duration_s,
+        "send_span_s": None
+        if s.first_send_unix is None or s.last_send_unix is None
+        else s.last_send_unix - s.first_send_unix,
+        "throughput": _throughput(s, tokens, duration_s),
+        "latency": _latency(s),
+        "client": _client(s),
+    }
+
+
+def _client(s: EndpointStats) -> dict[str, Any]:
+    stamped, unstamped = s.read_lag_s.count, s.unstamped_reads
+    clock = None if not stamped + unstamped else "monotonic" if not stamped else MIXED if unstamped else "kernel"
+    return {
+        "clock": clock,
+        "stamped_reads": stamped,
+        "unstamped_reads": unstamped,
+        "read_lag_s": summarize(s.read_lag_s),
+        "read_lag_limit_s": READ_LAG_LIMIT_S,
+        "read_lag_saturated": read_lag_saturated(s.read_lag_s),
+        "connect_s": summarize(s.connect_s),
+    }
+
+
+def _requests(s: EndpointStats) -> dict[str, Any]:
+    total = s.finished
+    return {
+        "total": total,
+        "succeeded": s.succeeded,
+        "failed": s.failed,
+        "cancelled": s.cancelled,
+        "failure_ratio": s.failed / total if total else None,
+        "by_outcome": {o.value: s.requests_by_outcome.get(o, 0) for o in Outcome},
+    }
+
+
+def _one_or_mixed(values: Mapping[_E, int]) -> str | None:
+    """The one value every request had, ``"mixed"``, or None without requests."""
+    if not values:
+        return None
+    return str(next(iter(values)).value) if len(values) == 1 else MIXED
+
+
+def _by_name(counts: Mapping[TokenSource, int]) -> dict[str, int]:
+    return {k.value: n for k, n in sorted(counts.items(), key=lambda item: item[0].value)}
+
+
+def _tokens(s: EndpointStats) -> dict[str, Any]:
+    prompt_known = s.prompt_tokens_known_requests
+    completion_known = s.completion_tokens_known_requests
+    requested_n = s.requested_prompt_tokens_count
+    return {
+        "prompt": s.prompt_tokens_sum if prompt_known else None,
+        "completion": s.completion_tokens_sum if completion_known else None,
+        "prompt_source": _one_or_mixed(s.prompt_source_requests),
+        "prompt_sources": _by_name(s.prompt_source_requests),
+        "completion_source": _one_or_mixed(s.completion_source_requests),
+        "completion_sources": _by_name(s.completion_source_requests),
+        "completion_tokens_by_source": _by_name(s.completion_tokens_by_source),
+        "avg_prompt_per_request": s.prompt_tokens_sum / prompt_known if prompt_known else None,
+        "avg_completion_per_request": s.completion_tokens_sum / completion_known if completion_known else None,
+        "requested_prompt_avg": s.requested_prompt_tokens_sum / requested_n if requested_n else None,
+        "prompt_vs_requested": _prompt_vs_requested(s),
+        "completion_client_vs_server": _client_vs_server(s),
+    }
+
+
+def _prompt_vs_requested(s: EndpointStats) -> dict[str, Any]:
+    n = s.requested_compared_requests
+    return {
+        "compared": n,
+        "mean_abs_diff": s.requested_abs_diff_tokens / n if n else None,
+        "relative_diff": s.requested_abs_diff_tokens / s.requested_compared_tokens
+        if s.requested_compared_tokens
+        else None,
+    }
+
+
+def _client_vs_server(s: EndpointStats) -> dict[str, Any]:
+    n = s.tokenizer_compared_requests
+    return {
+        "compared": n,
+        "disagreed": s.tokenizer_disagreed_requests,
+        "mean_abs_diff": s.tokenizer_abs_diff_tokens / n if n else None,
+    }
+
+
+def _goodput(s: EndpointStats, slo: SLO | None, duration_s: float | None) -> dict[str, Any] | None:
+    if slo is None:
+        return None
+    met, finished = s.slo_met_requests, s.finished
+    return {
+        "requests_per_s": met / duration_s if duration_s and duration_s > 0 else None,
+        "share": met / finished if finished else None,
+        "requests": met,
+        "slo": slo.as_dict(),
+    }
+
+
+def _duration_s(s: EndpointStats) -> float | None:
+    if s.first_send_unix is None or s.last_end_unix is None:
+        return None
+    return s.last_end_unix - s.first_send_unix
+
+
+def _throughput(s: EndpointStats, tokens: Mapping[str, Any], duration_s: float | None) -> dict[str, Any]:
+    if not duration_s or duration_s <= 0:
+        return {"requests_per_s": None, "output_tokens_per_s": None, "total_tokens_per_s": None}
+    prompt, completion = tokens["prompt"], tokens["completion"]
+    return {
+        "requests_per_s": s.succeeded / duration_s,
+        "output_tokens_per_s": completion / duration_s if completion is not None else None,
+        "total_tokens_per_s": (
+            (prompt + completion) / duration_s if prompt is not None and completion is not None else None
+        ),
+    }
+
+
+def _latency(s: EndpointStats) -> dict[str, Any]:
+    latency: dict[str, Any] = {name: summarize(getattr(s, name)) for name in LATENCY_HISTOGRAM_NAMES}
+    latency["itl_kind"] = _one_or_mixed(s.itl_kind_requests)
+    return latency

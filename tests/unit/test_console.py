@@ -1,0 +1,105 @@
+"""exporters.console: the summary table and notes, rendered from a results document only."""
+
+import json
+from pathlib import Path
+
+from llmload.exporters.console import RESULTS_LINE_PREFIX, format_summary, results_line, summary_lines
+from llmload.exporters.results import write_results_json
+from llmload.record import TokenCount, TokenSource
+from llmload.stats import LLMStats
+from tests.unit.test_results import T0, _ok, _results, _scenario, _with_reads
+
+
+def test_summary_shows_counts_rates_and_latencies_in_ms() -> None:
+    text = format_summary(_results(_scenario()))
+    lines = text.splitlines()
+    assert any(line.startswith("Successful requests:") and line.endswith("2/3 (33.3% failed)") for line in lines)
+    assert any(line.startswith("Cancelled at stop:") and line.endswith(" 2") for line in lines)
+    assert any(line.startswith("Wall time (s):") and line.endswith("2.00") for line in lines)
+    assert any(line.startswith("Request throughput (req/s):") and line.endswith("1.00") for line in lines)
+    assert any(line.startswith("Output token throughput (tok/s):") and line.endswith("3.00") for line in lines)
+    assert any(line.startswith("Total token throughput (tok/s):") and line.endswith("23.00") for line in lines)
+    assert any(line.startswith("Mean TTFT (ms):") and line.endswith("200.00") for line in lines)
+    assert any(line.startswith("Mean E2E (ms):") and line.endswith("750.00") for line in lines)
+    assert any(line.startswith("P99 TTFT (ms):") for line in lines)
+    assert any(line.startswith("Mean TPOT (ms):") and line.endswith("60.00") for line in lines)
+    assert any(line.startswith("Mean ITL (ms):") and line.endswith("60.00") for line in lines)
+    assert any(line.startswith("Total generated tokens:") and line.endswith(" 6") for line in lines)
+    assert any(line.startswith("Avg generated tokens per request:") and line.endswith("3.0") for line in lines)
+    assert any(line.startswith("Output token count source:") and line.endswith("server") for line in lines)
+    assert "1 x NotFoundError/404 [404]" in text
+    assert "model 'nope' is not served here" in text
+
+
+def test_summary_aligns_values_in_one_column() -> None:
+    lines = format_summary(_results(_scenario())).splitlines()
+    widths = {len(line) for line in lines if line.startswith(("Mean ", "P50 ", "P90 ", "P99 "))}
+    assert widths == {52}
+
+
+def test_summary_prints_na_for_unknowns() -> None:
+    text = format_summary(_results(LLMStats.empty()))
+    assert "Successful requests:" in text
+    assert any(line.startswith("Mean TTFT (ms):") and line.endswith("n/a") for line in text.splitlines())
+    assert any(line.startswith("Total input tokens:") and line.endswith("n/a") for line in text.splitlines())
+
+
+def test_summary_names_mixed_sources_with_breakdown() -> None:
+    stats = LLMStats.empty()
+    stats.add(_ok(T0, (0.1, 0.2), 1.0, completion=TokenCount(2, TokenSource.SERVER)))
+    stats.add(_ok(T0, (0.1, 0.2), 1.0, completion=TokenCount(2, TokenSource.TOKENIZER)))
+    text = format_summary(_results(stats))
+    assert "mixed: client-tokenized=1, server=1" in text
+
+
+def test_summary_works_on_results_read_back_from_json(tmp_path: Path) -> None:
+    results = _results(_scenario())
+    path = tmp_path / "r.json"
+    write_results_json(path, results)
+    assert format_summary(json.loads(path.read_text())) == format_summary(results)
+
+
+def test_summary_warns_about_read_lag_with_the_measured_figures():
+    stats = LLMStats.empty()
+    stats.add(_with_reads([0.0005] * 90 + [0.004] * 10, 0))
+    results = _results(stats)
+    results["client_saturated"] = True
+    results["client_cpu_saturated_s"] = 0.0
+    text = "\n".join(summary_lines(results))
+    assert "Clock for arrival times:                kernel" in text
+    assert "WARNING: latencies may include up to 4.0 ms (P99; max 4.0 ms) of client delay" in text
+    assert "CPU > 90%" not in text  # the CPU was not the cause
+
+
+def test_results_line_is_one_marked_line_that_reads_back_as_the_document() -> None:
+    results = _results(_scenario())
+    line = results_line(results)
+    assert "\n" not in line
+    assert line.startswith(RESULTS_LINE_PREFIX)
+    assert json.loads(line.removeprefix(RESULTS_LINE_PREFIX)) == results
+
+
+def test_summary_server_block_prints_the_cross_check_and_ttft_split() -> None:
+    from llmload.exporters.results import RunOutcome, build_results
+    from llmload.servermetrics import Endpoint, parse_snapshot, summarise
+    from tests.unit.test_results import CONFIG
+    from tests.unit.test_servermetrics import run_of, vllm_text
+
+    client = build_results(RunOutcome(_scenario(), config=CONFIG))["tokens"]
+    prompt, completion = client["prompt"], client["completion"]
+    at_end = vllm_text(prompt, completion, (1, 2, 2), 0.19, running=3)
+    target = run_of(vllm_text(0, 0, (0, 0, 0), 0), at_end)
+    target.run.add(parse_snapshot(at_end, model="m"), sample_gauges=True)  # one gauge sample under load
+    hanging = Endpoint(url="http://127.0.0.1:9/metrics", failed_scrapes=2, error="no answer within 2 s")
+    results = build_results(RunOutcome(_scenario(), config=CONFIG, server=summarise([target, hanging])))
+    lines = summary_lines(results)
+    text = "\n".join(lines)
+    assert "--- Server (vllm: http://127.0.0.1:1/metrics) " in text
+    assert any(line.startswith("Running requests mean / max:") and line.endswith("3.0 / 3.0") for line in lines)
+    assert "Tokens: client = server" in text
+    ttft_split = next(line for line in lines if line.startswith("TTFT client − server mean / p50 (ms):"))
+    assert ttft_split.endswith("+105.00 / n/a (network + HTTP + client time)") or "+105.00" in ttft_split
+    assert (
+        "WARNING: server metrics incomplete; failed scrapes: http://127.0.0.1:9/metrics (no answer within 2 s)" in text
+    )
+    assert lines[-1] == results["verdict"]  # the verdict stays last
