@@ -118,7 +118,7 @@ def parse_snapshot(text: str, model: str | None = None) -> ServerSnapshot:
             per_le = buckets.setdefault(s.name[: -len("_bucket")], {})
             le = float(s.labels["le"])
             per_le[le] = per_le.get(le, 0.0) + s.value
-        elif "quantile" not in s.labels:
+        elif "quantile" not in s.labels and math.isfinite(s.value):  # a NaN gauge is "no value", not a number
             raw.setdefault(s.name, []).append(s.value)
     values: dict[str, float] = {}
     histograms: dict[str, BucketCounts] = {}

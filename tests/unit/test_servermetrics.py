@@ -234,3 +234,9 @@ def test_parse_sim_without_vllm_names_reads_its_ground_truth():
     assert snap.values["prompt_tokens"] == 15
     assert snap.values["generation_tokens"] == 7
     assert snap.names["running_requests"] == "llmload_sim_requests_running"
+
+
+def test_parse_skips_nan_values_so_results_stay_valid_json():
+    snap = parse_snapshot('vllm:kv_cache_usage_perc{model_name="m"} NaN\nvllm:num_requests_running{model_name="m"} 2\n')
+    assert "kv_cache_usage" not in snap.values
+    assert snap.values["running_requests"] == 2
