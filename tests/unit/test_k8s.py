@@ -11,6 +11,7 @@ import functools
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -285,11 +286,12 @@ def test_k8s_pods_meet_the_restricted_pod_security_standard(overlay):
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         assert not {"hostNetwork", "hostPID", "hostIPC"} & set(spec)
         assert all("hostPath" not in v for v in spec.get("volumes", []))
-        for c in spec["containers"]:
+        for c in spec["containers"] + spec.get("initContainers", []):
             ctx = c["securityContext"]
             assert ctx["allowPrivilegeEscalation"] is False, name
             assert ctx["capabilities"] == {"drop": ["ALL"]}, name
             assert ctx["readOnlyRootFilesystem"] is True, name
+        for c in spec["containers"]:
             mounts = {m["mountPath"] for m in c["volumeMounts"]}
             assert "/tmp" in mounts, f"{name}: HOME=/tmp needs a writable volume"
 
@@ -308,7 +310,8 @@ def test_k8s_deadlines_and_grace_cover_the_run(overlay):
         assert job["spec"]["backoffLimit" if job is master_job else "backoffLimitPerIndex"] == 0
         assert pod_spec(job)["restartPolicy"] == "Never"
     longest_s = (
-        float(flag_value(master["args"], "--expect-workers-max-wait"))
+        sum(float(c["args"][-1]) for c in pod_spec(master_job).get("initContainers", []))  # waits, seconds
+        + float(flag_value(master["args"], "--expect-workers-max-wait"))
         + parse_timespan(conf["run-time"])
         + pod_spec(master_job)["terminationGracePeriodSeconds"]
     )
@@ -355,6 +358,37 @@ def test_k8s_smoke_targets_the_in_cluster_sim_with_one_worker():
     assert flag_value([f"{a}={b}" for a, b in zip(sim["args"][::2], sim["args"][1::2], strict=True)], "--port") == str(
         sim["ports"][0]["containerPort"]
     )
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_k8s_every_container_runs_the_image_set_in_the_base(overlay):
+    base = yaml.safe_load((K8S / "base" / "kustomization.yaml").read_text())["images"][0]
+    image = f"{base['newName']}:{base['newTag']}"
+    for workload in workloads(render(overlay)):
+        spec = pod_spec(workload)
+        for c in spec["containers"] + spec.get("initContainers", []):
+            assert c["image"] == image, f"{overlay}: {workload['metadata']['name']}/{c['name']} runs {c['image']}"
+
+
+def test_k8s_smoke_master_waits_for_the_sim_before_checking_it():
+    docs = render("smoke")
+    sim_port = one(docs, "Service", "llmload-sim")["spec"]["ports"][0]["port"]
+    probe = container(one(docs, "Deployment", "llmload-sim"), "sim")["readinessProbe"]["httpGet"]["path"]
+    (wait,) = pod_spec(one(docs, "Job", "llmload-master"))["initContainers"]
+    assert wait["args"][0] == f"http://llmload-sim:{sim_port}{probe}"
+
+
+def test_k8s_smoke_wait_for_the_sim_gives_up_with_a_clear_line(tmp_path):
+    """Run the init container's command against a port nothing listens on, with a 1 s limit."""
+    (wait,) = pod_spec(one(render("smoke"), "Job", "llmload-master"))["initContainers"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/health"  # bound, not listening: refused
+        argv = [sys.executable, *wait["command"][1:], url, "1"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    assert out.returncode == 1
+    assert f"llmload: {url} not ready after 1 s" in out.stderr
+    assert wait["command"][0] == "python"
 
 
 def test_k8s_container_command_raises_open_files_and_runs_locust():

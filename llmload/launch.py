@@ -1,0 +1,278 @@
+"""What a process does before its users send: options, credentials, API key, tokenizer, workload, preflight.
+
+``prepare`` runs on the master (or the single process) at ``init`` for
+headless runs and again at each test start; ``load_local_parts`` runs on each
+worker at test start. ``start_workload``, ``start_open_loop`` and
+``start_process_services`` apply one ``WorkerShare`` of the run plan
+(``llmload.plan``) to this process.
+"""
+
+from __future__ import annotations
+
+from locust.env import Environment
+from locust.runners import MasterRunner
+
+import functools
+import logging
+import os
+import tempfile
+
+import gevent
+import gevent.event
+import gevent.lock
+
+from llmload import preflight
+from llmload.arrivals import Arrival, ArrivalSchedule
+from llmload.config import RunConfig
+from llmload.credentials import public_url, split_credentials
+from llmload.errors import ConfigError
+from llmload.exporters.requests_log import RequestsLog, worker_path
+from llmload.plan import WorkerShare, split_run
+from llmload.runtime import CpuMonitor, Runtime, SendWindow, WarmupGate
+from llmload.servermetrics_scrape import ServerScraper, fetch_text, metrics_urls
+from llmload.tokens import load_tokenizer
+from llmload.transport import GeventHTTPTransport
+from llmload.workload import build_workload
+
+__all__ = [
+    "load_local_parts",
+    "prepare",
+    "split",
+    "start_open_loop",
+    "start_process_services",
+    "start_server_metrics",
+    "start_workload",
+    "stop_process_services",
+]
+
+log = logging.getLogger("llmload")
+
+
+_PROBLEMS_LOGGED = 10
+
+
+def prepare(environment: Environment, runtime: Runtime) -> None:
+    """Validate options, load the tokenizer, preflight the target (master/standalone).
+
+    Runs at ``init`` for headless runs (before any load) and again at each test
+    start when the options or host changed (web UI).
+
+    Raises:
+        LLMLoadError: with a message that names the problem and the fix.
+    """
+    config = RunConfig.from_options(environment.parsed_options)
+    host = _strip_credentials(environment, runtime)
+    if runtime.prepared_for == (host, config):
+        return
+    runtime.config = config
+    if config.results_json:
+        _check_writable(config.results_json)
+    load_local_parts(runtime)
+    if not host:
+        raise ConfigError("no target host; pass -H http://HOST:PORT (e.g. -H http://127.0.0.1:8000)")
+    if config.insecure:
+        log.warning("llmload: --insecure: TLS certificates of %s are NOT verified", host)
+    transport = GeventHTTPTransport(host, headers=runtime.headers, timeouts=config.timeouts, insecure=config.insecure)
+    try:
+        models = preflight.fetch_models(host, transport.get, config.api_key_env)
+        runtime.model = preflight.choose_model(models, config.model, host)
+        if not config.skip_preflight:
+            probes = [
+                (cls.__name__, cls.build_request(runtime, max_tokens=2))  # type: ignore[attr-defined]
+                for cls in environment.user_classes
+                if callable(getattr(cls, "build_request", None))
+            ]
+            report = preflight.probe(transport, probes, config, models, runtime.model)
+            for note in report.notes:
+                log.info("llmload preflight: %s", note)
+            for warning in report.warnings:
+                log.warning("llmload preflight: %s", warning)
+    finally:
+        transport.close()
+    users = int(getattr(environment.parsed_options, "num_users", 0) or 0)
+    workers = int(getattr(environment.parsed_options, "expect_workers", 1) or 1)
+    per_process = users if not isinstance(environment.runner, MasterRunner) else -(-users // max(workers, 1))
+    raised = preflight.check_open_files(per_process)
+    if raised:
+        log.info("llmload: %s", raised)
+    runtime.prepared_for = (host, config)
+
+
+def _strip_credentials(environment: Environment, runtime: Runtime) -> str:
+    """Move ``user:password@`` out of the target host into ``runtime.url_authorization``; return the host.
+
+    Every later use of the host (Locust's HTML report and web UI, logs, error
+    messages, results, Prometheus, the spawn messages to workers) then sees it
+    without credentials; they are sent only as the ``Authorization`` header.
+    A host typed again without them (web UI) keeps the credentials it had.
+    """
+    host = environment.host or ""
+    target = split_credentials(host)
+    if target.authorization is not None:
+        runtime.url_authorization = target.authorization
+        environment.host = target.public
+        options = environment.parsed_options
+        if options is not None and getattr(options, "host", None):
+            options.host = public_url(options.host)
+    elif runtime.prepared_for is None or runtime.prepared_for[0] != host:
+        runtime.url_authorization = None
+    return target.public
+
+
+def _check_writable(path: str) -> None:
+    """Refuse before load a results path that could not be written after it (results would be lost).
+
+    Raises:
+        ConfigError: naming the path and why.
+    """
+    target = os.path.abspath(path)
+    if os.path.isdir(target):
+        raise ConfigError(f"--results-json {path!r} is a directory; pass a file path such as {path}/results.json")
+    parent = os.path.dirname(target)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".llmload-write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"--results-json {path!r} cannot be written ({exc.strerror}); pass a path in a writable directory"
+        ) from None
+
+
+def load_local_parts(runtime: Runtime) -> None:
+    """Build request headers (API key from the variable or file) and load the tokenizer.
+
+    Raises:
+        ConfigError: the key file cannot be read.
+        TokenizerError: the tokenizer cannot be loaded locally.
+    """
+    config = runtime.config
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
+    key = os.environ.get(config.api_key_env, "")
+    if config.api_key_file:
+        try:
+            with open(config.api_key_file, encoding="utf-8") as handle:
+                key = handle.readline().strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read --api-key-file {config.api_key_file!r}: {exc.strerror}; "
+                "pass a readable file whose first line is the key"
+            ) from None
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+        if runtime.url_authorization:
+            log.warning(
+                "llmload: -H carries user:password@ and an API key is set; sending the API key only "
+                "(Authorization: Bearer). Remove one of them"
+            )
+    elif runtime.url_authorization:
+        headers["Authorization"] = runtime.url_authorization
+    elif config.api_key_env != "OPENAI_API_KEY" and not config.api_key_file:
+        log.warning(
+            "llmload: --api-key-env %s: that variable is unset or empty; sending no API key", config.api_key_env
+        )
+    runtime.headers = headers
+    if config.tokenizer and runtime.token_counter is None:
+        runtime.token_counter = load_tokenizer(config.tokenizer, allow_download=config.allow_download)
+    _load_workload(runtime)
+
+
+def _load_workload(runtime: Runtime) -> None:
+    """Build the prompt source once per options (issue 3); report skipped dataset lines.
+
+    Raises:
+        DatasetError: no usable dataset line, or an exact length is unreachable.
+    """
+    config = runtime.config
+    if runtime.workload is not None and runtime.workload.config == config:
+        return
+    runtime.workload = None
+    workload = build_workload(config, runtime.token_counter)
+    dataset = workload.dataset
+    if dataset is not None:
+        for problem in dataset.problems[:_PROBLEMS_LOGGED]:
+            log.warning("llmload: skipped dataset line %s", problem)
+        if dataset.skipped > _PROBLEMS_LOGGED:
+            log.warning("llmload: ... and %d more bad lines in %s", dataset.skipped - _PROBLEMS_LOGGED, dataset.path)
+    log.info("llmload: prompts: %s", workload.describe())
+    if runtime.token_counter is None:
+        log.info("llmload: no --tokenizer: token counts come from server usage (stream_options.include_usage)")
+    runtime.workload = workload
+
+
+def split(config: RunConfig, workers: int) -> tuple[WorkerShare, ...]:
+    return split_run(
+        workers,
+        num_requests=config.num_requests,
+        warmup_requests=config.warmup_requests,
+        request_rate=config.request_rate,
+        max_concurrency=config.max_concurrency,
+    )
+
+
+def start_open_loop(runtime: Runtime, share: WorkerShare) -> None:
+    """Set this process's arrival schedule (its share of --request-rate) and in-flight cap."""
+    config = runtime.config
+    rate, concurrency, rank = share.rate_per_s, share.concurrency, share.rank
+    runtime.schedule = (
+        None
+        if rate is None
+        else ArrivalSchedule(
+            rate=rate, arrival=Arrival(config.arrival), burstiness=config.burstiness, seed=config.seed * 1009 + rank
+        )
+    )
+    runtime.schedule_start_s = 0.0  # set by the first request that takes an arrival
+    runtime.sends = SendWindow()
+    runtime.stopped_at_s = None
+    runtime.concurrency = None if concurrency is None else gevent.lock.BoundedSemaphore(concurrency)
+
+
+def start_workload(runtime: Runtime, share: WorkerShare, workers: int) -> None:
+    """Start this process's prompt stream (rank of the workers) and its warm-up share."""
+    stride = workers or 1
+    rank = share.rank
+    runtime.prompts = runtime.workload.stream(rank, stride) if runtime.workload and rank < stride else None
+    warmup = share.warmup_requests
+    runtime.warmup = WarmupGate(warmup) if warmup > 0 else None
+
+
+def start_process_services(runtime: Runtime, worker_index: int | None) -> None:
+    """Open the requests log and start the CPU monitor in a process that runs users."""
+    if runtime.requests_log is not None:
+        runtime.requests_log.close()
+        runtime.requests_log = None
+    if runtime.config.requests_log:
+        runtime.requests_log = RequestsLog(worker_path(runtime.config.requests_log, worker_index))
+    if runtime.cpu is None:
+        runtime.cpu = CpuMonitor()
+    runtime.cpu.start()
+
+
+def stop_process_services(runtime: Runtime) -> None:
+    if runtime.requests_log is not None:
+        runtime.requests_log.close()
+        runtime.requests_log = None
+    if runtime.cpu is not None:
+        runtime.cpu.stop()
+        runtime.cpu_saturated_s = max(runtime.cpu_saturated_s, runtime.cpu.saturated_s)
+
+
+def start_server_metrics(environment: Environment, runtime: Runtime) -> None:
+    """Start scraping the server's metrics (``--server-metrics``; master or single process), after preflight.
+
+    The first scrape is taken here, before any load; ``runtime.server_scraper``
+    stays None when nothing is to be scraped (off, or the target has no ``/metrics``).
+    """
+    config = runtime.config
+    auto_url, extra_urls = metrics_urls(environment.host or "", config.server_metrics)
+    if auto_url is None and not extra_urls:
+        return
+    scraper = ServerScraper(
+        auto_url,
+        extra_urls,
+        model=runtime.model,
+        headers=runtime.headers,
+        fetch=functools.partial(fetch_text, insecure=config.insecure),
+    )
+    scraper.start()
+    runtime.server_scraper = scraper if scraper.active else None
