@@ -44,6 +44,7 @@ from llmload.config import RunConfig
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.load import SendFigures
 from llmload.launch import (
+    choose_route,
     load_local_parts,
     prepare,
     split,
@@ -108,6 +109,8 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     except WireFormatError as exc:
         plan, plan_error = RunPlan(run_id=str(report_run_id(raw_plan) or "")), str(exc)
         log.error("llmload: %s; this worker sends no load", exc)
+    if plan.run_id and plan.run_id == runtime.ended_run_id:
+        return  # a spawn message after this run ended here: its users stop without sending
     runtime.config = RunConfig.from_options(options)
     runtime.stopping = False
     runtime.run_id = plan.run_id
@@ -116,6 +119,7 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     runtime.url_authorization = plan.url_authorization or runtime.url_authorization
     try:
         load_local_parts(runtime)
+        choose_route(runtime, environment.host or "", master_note=plan.proxy_note)
     except LLMLoadError as exc:
         runtime.blocked = runtime.blocked or str(exc)
         log.error("llmload: %s; this worker sends no load", exc)
@@ -175,6 +179,7 @@ def _start_master_or_local(environment: Environment) -> None:
             run_id=runtime.run_id,
             model=runtime.model,
             url_authorization=runtime.url_authorization,
+            proxy_note=runtime.proxy_note,
             blocked=runtime.blocked,
             users_per_worker=users_per_worker(users, len(workers)),
             workers=len(workers),
@@ -312,6 +317,7 @@ def _on_flush(environment: Environment, msg: Any, **_kw: Any) -> None:
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     runner = environment.runner
     if runner is not None:
+        runtime.end_run()
         runner.stop()
         runner.send_message("llmload_final", _payload(runtime))
 
@@ -328,6 +334,7 @@ def _finish_worker(runtime: Runtime, runner: WorkerRunner) -> None:
     """
     if not runtime.run_id:
         return
+    runtime.end_run()
     running = runner.state not in (STATE_INIT, STATE_STOPPED)
     if running:
         runner.stop()
@@ -345,6 +352,8 @@ def on_test_stopping(environment: Environment, **_kw: Any) -> None:
     runtime: Runtime | None = getattr(environment, "llmload", None)
     if runtime is not None:
         runtime.stopping = True
+        if not isinstance(runner, MasterRunner):
+            runtime.end_run()
         if runtime.stopped_at_s is None:
             runtime.stopped_at_s = time.perf_counter()  # the open-loop schedule's lag is read as of now
     if not isinstance(runner, MasterRunner) or runtime is None or not runtime.run_id:

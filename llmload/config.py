@@ -102,7 +102,9 @@ class RunConfig:
         timeouts: per-request time limits.
         api_key_file: file holding the API key (first line), or None.
         insecure: skip TLS certificate verification.
+        ignore_proxy_env: connect directly whatever the proxy variables say.
         max_failure_ratio: failed/finished above this → exit status 1.
+        max_retry_after_s: closed loop: longest pause of a user after a throttled reply.
         skip_preflight: skip the probe requests before load.
         requests_log: per-request JSON lines path, or None.
         prometheus_port: exporter port on the master, 0 = no exporter.
@@ -121,6 +123,12 @@ class RunConfig:
         allow_download: permit hub downloads of ``tokenizer``.
         slo: goodput objectives, or None.
         warmup_requests: requests sent first and excluded from statistics (all workers together).
+        headers: extra ``(name, value)`` headers on every request.
+        api_key_header: header that carries the API key as is, None = ``Authorization: Bearer``.
+        endpoint_path: path posted to instead of the endpoint's ``/v1/...`` path, or None.
+        max_tokens_field: body field of the reply length (``max_tokens`` or ``max_completion_tokens``).
+        extra_body: fields merged into every request body, or None.
+        stream_usage: ``auto``, ``on`` or ``off`` (ask for ``stream_options.include_usage``).
     """
 
     model: str | None = None
@@ -136,7 +144,9 @@ class RunConfig:
     timeouts: Timeouts = Timeouts()
     api_key_file: str | None = None
     insecure: bool = False
+    ignore_proxy_env: bool = False
     max_failure_ratio: float = default("--max-failure-ratio")
+    max_retry_after_s: float = default("--max-retry-after")
     skip_preflight: bool = False
     requests_log: str | None = None
     prometheus_port: int = default("--prometheus-port")
@@ -154,6 +164,12 @@ class RunConfig:
     allow_download: bool = False
     slo: SLO | None = None
     warmup_requests: int = default("--warmup-requests")
+    headers: tuple[tuple[str, str], ...] = default("--header")
+    api_key_header: str | None = None
+    endpoint_path: str | None = None
+    max_tokens_field: str = default("--max-tokens-field")
+    extra_body: dict[str, Any] | None = None
+    stream_usage: str = default("--stream-usage")
     # open loop (None: closed loop)
     request_rate: float | None = None
     arrival: str = ARRIVALS[0]

@@ -12,7 +12,7 @@ import base64
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-__all__ = ["TargetURL", "public_url", "split_credentials"]
+__all__ = ["TargetURL", "public_header", "public_url", "split_credentials"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,23 @@ def split_credentials(url: str) -> TargetURL:
     public = urlunsplit(parts._replace(netloc=netloc))
     pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
     return TargetURL(public, "Basic " + base64.b64encode(pair.encode("latin-1", "replace")).decode("ascii"))
+
+
+# Header names whose values are credentials (matched as parts of the lower-cased name).
+_SECRET_NAME_PARTS = ("auth", "key", "token", "secret", "cookie", "password", "session", "signature", "credential")
+REDACTED = "***"
+
+
+def public_header(name: str, value: str, secret_names: tuple[str, ...] = ()) -> str:
+    """``Name: value`` safe to print: the value of a credential header becomes ``***``.
+
+    Credential headers: ``Authorization``, ``api-key``, ``x-api-key``, cookies,
+    anything whose name holds ``auth``, ``key``, ``token``, ``secret``,
+    ``password`` …, and every name in ``secret_names`` (``--api-key-header``).
+    """
+    lowered = name.lower()
+    secret = lowered in {n.lower() for n in secret_names} or any(p in lowered for p in _SECRET_NAME_PARTS)
+    return f"{name}: {REDACTED if secret and value else value}"
 
 
 def public_url(url: str) -> str:

@@ -94,6 +94,7 @@ def add_arguments(parser: Any) -> None:
             else:
                 action = group.add_argument(
                     spec.flag,
+                    action="append" if spec.repeatable else "store",
                     type=str,
                     default=spec.locust_default,
                     env_var=spec.env,

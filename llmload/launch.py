@@ -16,18 +16,21 @@ import functools
 import logging
 import os
 import tempfile
+import urllib.request
 
 import gevent
 import gevent.event
 import gevent.lock
 
-from llmload import preflight
+from llmload import preflight, proxies
 from llmload.arrivals import Arrival, ArrivalSchedule
 from llmload.config import RunConfig
 from llmload.credentials import public_url, split_credentials
 from llmload.errors import ConfigError
 from llmload.exporters.requests_log import RequestsLog, worker_path
+from llmload.payloads import LLMRequest
 from llmload.plan import WorkerShare, split_run
+from llmload.record import RequestRecord
 from llmload.runtime import CpuMonitor, Runtime, SendWindow, WarmupGate
 from llmload.servermetrics_scrape import ServerScraper, fetch_text, metrics_urls
 from llmload.tokens import load_tokenizer
@@ -35,6 +38,7 @@ from llmload.transport import GeventHTTPTransport
 from llmload.workload import build_workload
 
 __all__ = [
+    "choose_route",
     "load_local_parts",
     "prepare",
     "split",
@@ -72,9 +76,16 @@ def prepare(environment: Environment, runtime: Runtime) -> None:
         raise ConfigError("no target host; pass -H http://HOST:PORT (e.g. -H http://127.0.0.1:8000)")
     if config.insecure:
         log.warning("llmload: --insecure: TLS certificates of %s are NOT verified", host)
-    transport = GeventHTTPTransport(host, headers=runtime.headers, timeouts=config.timeouts, insecure=config.insecure)
+    runtime.proxy_note = choose_route(runtime, host)
+    transport = GeventHTTPTransport(
+        host, headers=runtime.headers, timeouts=config.timeouts, insecure=config.insecure, proxy=runtime.proxy
+    )
     try:
-        models = preflight.fetch_models(host, transport.get, config.api_key_env)
+        models = preflight.fetch_models(
+            host, transport.get, config.api_key_env, model=config.model, key_sent_as=runtime.key_sent_as
+        )
+        if models.missing is not None:
+            log.warning("llmload preflight: %s; using --model %s as given", models.missing, config.model)
         runtime.model = preflight.choose_model(models, config.model, host)
         if not config.skip_preflight:
             probes = [
@@ -82,7 +93,14 @@ def prepare(environment: Environment, runtime: Runtime) -> None:
                 for cls in environment.user_classes
                 if callable(getattr(cls, "build_request", None))
             ]
-            report = preflight.probe(transport, probes, config, models, runtime.model)
+            classes = {getattr(cls, "endpoint", ""): cls for cls in environment.user_classes}
+
+            def without_usage(request: LLMRequest, record: RequestRecord) -> LLMRequest | None:
+                if not runtime.learn_usage_refused(request.endpoint, record):
+                    return None
+                return classes[request.endpoint].build_request(runtime, max_tokens=2)  # type: ignore[attr-defined,no-any-return]
+
+            report = preflight.probe(transport, probes, config, models, runtime.model, retry=without_usage)
             for note in report.notes:
                 log.info("llmload preflight: %s", note)
             for warning in report.warnings:
@@ -96,6 +114,22 @@ def prepare(environment: Environment, runtime: Runtime) -> None:
     if raised:
         log.info("llmload: %s", raised)
     runtime.prepared_for = (host, config)
+
+
+def choose_route(runtime: Runtime, host: str, master_note: str | None = None) -> str | None:
+    """Set ``runtime.proxy`` for ``host`` from this process's environment; return the one-line note.
+
+    The note is logged unless it is ``master_note`` (a worker whose
+    environment chose as its master did stays silent).
+
+    Raises:
+        ConfigError: the proxy variable that applies is not a usable http:// proxy URL.
+    """
+    decision = proxies.route(host, urllib.request.getproxies_environment(), ignore=runtime.config.ignore_proxy_env)
+    runtime.proxy = decision.proxy
+    if decision.note and decision.note != master_note:
+        log.info("llmload: %s", decision.note)
+    return decision.note
 
 
 def _strip_credentials(environment: Environment, runtime: Runtime) -> str:
@@ -158,8 +192,14 @@ def load_local_parts(runtime: Runtime) -> None:
                 f"cannot read --api-key-file {config.api_key_file!r}: {exc.strerror}; "
                 "pass a readable file whose first line is the key"
             ) from None
-    if key:
+    headers.update(config.headers)
+    runtime.key_sent_as = None
+    if key and config.api_key_header:
+        headers[config.api_key_header] = key
+        runtime.key_sent_as = config.api_key_header
+    elif key:
         headers["Authorization"] = f"Bearer {key}"
+        runtime.key_sent_as = "Authorization: Bearer"
         if runtime.url_authorization:
             log.warning(
                 "llmload: -H carries user:password@ and an API key is set; sending the API key only "
@@ -196,7 +236,12 @@ def _load_workload(runtime: Runtime) -> None:
             log.warning("llmload: ... and %d more bad lines in %s", dataset.skipped - _PROBLEMS_LOGGED, dataset.path)
     log.info("llmload: prompts: %s", workload.describe())
     if runtime.token_counter is None:
-        log.info("llmload: no --tokenizer: token counts come from server usage (stream_options.include_usage)")
+        if not config.stream:
+            log.info("llmload: no --tokenizer: token counts come from the server's usage in each reply")
+        elif config.stream_usage == "off":
+            log.info("llmload: no --tokenizer and --stream-usage off: completion tokens are streamed chunks")
+        else:
+            log.info("llmload: no --tokenizer: token counts come from server usage (stream_options.include_usage)")
     runtime.workload = workload
 
 

@@ -9,6 +9,7 @@ the flag, the value and an accepted example.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections.abc import Callable
@@ -24,7 +25,11 @@ __all__ = [
     "OptionSpec",
     "Parse",
     "choice",
+    "endpoint_path",
+    "extra_body",
     "flag",
+    "header_name",
+    "headers",
     "length",
     "number",
     "parse_rate",
@@ -195,6 +200,7 @@ class OptionSpec:
         choices: offered as a dropdown in the web UI (``""`` = unset); the parser checks the value.
         is_flag: a switch without a value.
         is_secret: masked in the web UI.
+        repeatable: may be given several times (Locust collects a list; the parser gets one per line).
         if_unset: when set, a blank value is refused with this message instead of taking the default.
         field: the ``RunConfig`` attribute it sets; "" = ``dest``; None = read by a cross-field rule.
     """
@@ -208,6 +214,7 @@ class OptionSpec:
     choices: tuple[str, ...] = ()
     is_flag: bool = False
     is_secret: bool = False
+    repeatable: bool = False
     if_unset: str | None = None
     field: str | None = ""
 
@@ -227,10 +234,12 @@ class OptionSpec:
         return self.dest if self.field == "" else self.field
 
     @property
-    def locust_default(self) -> str | bool:
-        """The default as Locust's parser and the web UI show it (text; switches: False)."""
+    def locust_default(self) -> str | bool | None:
+        """The default as Locust's parser and the web UI show it (text; switches: False; repeatable: None)."""
         if self.is_flag:
             return False
+        if self.repeatable:
+            return None
         return "" if self.default is None else str(self.default)
 
     def value(self, raw: object) -> Any:
@@ -239,6 +248,8 @@ class OptionSpec:
         Raises:
             ConfigError: naming the flag, the value and an accepted example.
         """
+        if isinstance(raw, (list, tuple)):
+            raw = "\n".join(str(item) for item in raw)
         raw_text = None if raw is None else str(raw)
         if raw_text is None or not raw_text.strip():
             if self.if_unset is not None:
@@ -260,3 +271,93 @@ def server_metrics(flag_name: str, value: str) -> str:
                 f"pass e.g. {flag_name} auto,http://gpu-host:9400/metrics"
             )
     return ",".join(parts)
+
+
+def headers(flag_name: str, value: str) -> tuple[tuple[str, str], ...]:
+    """One ``Name: value`` header per line (the option repeated gives several lines)."""
+    pairs: list[tuple[str, str]] = []
+    for line in value.splitlines():
+        if not line.strip():
+            continue
+        name, sep, field_value = line.partition(":")
+        name = name.strip()
+        if not sep or not name or any(c in name for c in ' \t()<>@,;\\"/[]?={}'):
+            raise ConfigError(
+                f"{flag_name} must be 'Name: value', got {_redacted_header(line)!r}; "
+                f"pass e.g. {flag_name} 'api-key: KEY'"
+            )
+        pairs.append((name, field_value.strip()))
+    return tuple(pairs)
+
+
+def _redacted_header(line: str) -> str:
+    """A header as given, with its value hidden (it may be a credential)."""
+    name, sep, rest = line.partition(":")
+    return f"{name}: ***" if sep and rest.strip() else line[:40]
+
+
+def header_name(flag_name: str, value: str) -> str:
+    """An HTTP header name (no spaces or separators)."""
+    name = value.strip()
+    if not name or any(c in name for c in ' \t:()<>@,;\\"/[]?={}'):
+        raise ConfigError(f"{flag_name} must be a header name, got {value!r}; pass e.g. {flag_name} api-key")
+    return name
+
+
+def endpoint_path(flag_name: str, value: str) -> str:
+    """A URL path starting with ``/`` (a query string is allowed)."""
+    path = value.strip()
+    if not path.startswith("/") or "://" in path or " " in path:
+        raise ConfigError(
+            f"{flag_name} must be a URL path starting with /, got {value!r}; "
+            f"pass e.g. {flag_name} /openai/deployments/m/chat/completions"
+        )
+    return path
+
+
+_OWNED_BODY_KEYS = {
+    "model": "--model",
+    "prompt": "--prompt or --dataset",
+    "messages": "--prompt or --dataset",
+    "stream": "--no-stream",
+    "max_tokens": "--max-tokens and --max-tokens-field",
+    "max_completion_tokens": "--max-tokens and --max-tokens-field",
+    "temperature": "--temperature",
+    "ignore_eos": "--ignore-eos",
+}
+_ONE_CHOICE_KEYS = ("n", "best_of")  # several choices per request: each would count as one reply
+
+
+def extra_body(flag_name: str, value: str) -> dict[str, Any]:
+    """A JSON object merged into every request body, without keys that break llmload's accounting.
+
+    Refused: keys set by other options (``model``, ``stream``, ``max_tokens`` …),
+    ``n`` or ``best_of`` other than 1, ``echo`` true (the prompt would count as output), and
+    ``stream_options`` (see ``--stream-usage``).
+    """
+    try:
+        obj = json.loads(value)
+    except ValueError as exc:
+        raise ConfigError(
+            f"{flag_name} must be a JSON object, got {value!r} ({exc}); pass e.g. {flag_name} '{{\"top_p\": 0.9}}'"
+        ) from None
+    if not isinstance(obj, dict):
+        raise ConfigError(
+            f"{flag_name} must be a JSON object, got {value!r}; pass e.g. {flag_name} '{{\"top_p\": 0.9}}'"
+        )
+    for key in obj:
+        if key in _OWNED_BODY_KEYS:
+            raise ConfigError(f"{flag_name} may not set {key!r}: llmload sets it; use {_OWNED_BODY_KEYS[key]} instead")
+        if key == "stream_options":
+            raise ConfigError(f"{flag_name} may not set 'stream_options'; use --stream-usage auto|on|off instead")
+    for key in _ONE_CHOICE_KEYS:
+        if key in obj and obj[key] != 1:
+            raise ConfigError(
+                f"{flag_name} sets {key}={obj[key]!r}: several choices per request break the token and latency "
+                f"accounting (one reply per request); drop {key!r}"
+            )
+    if obj.get("echo") not in (None, False):
+        raise ConfigError(
+            f"{flag_name} sets echo={obj['echo']!r}: the prompt would count as output tokens; drop 'echo'"
+        )
+    return obj

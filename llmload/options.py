@@ -129,6 +129,34 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _REPLY,
     ),
     _switch("--no-stream", "Send non-streaming requests (TTFT then equals E2E and is not reported).", _REPLY),
+    OptionSpec(
+        "--stream-usage",
+        "Ask for stream_options.include_usage (token counts from the server). auto: ask, and when the "
+        "server refuses the field (HTTP 400/422 naming stream_options) send that request once more without "
+        "it and stop asking on that endpoint; on: always ask; off: never ask (counts from --tokenizer or chunks).",
+        _REPLY,
+        "auto",
+        v.choice("auto", "on", "off"),
+        "MODE",
+        choices=("auto", "on", "off"),
+    ),
+    OptionSpec(
+        "--max-tokens-field",
+        "Body field that carries the reply length: max_tokens or max_completion_tokens.",
+        _REPLY,
+        "max_tokens",
+        v.choice("max_tokens", "max_completion_tokens"),
+        "FIELD",
+        choices=("max_tokens", "max_completion_tokens"),
+    ),
+    OptionSpec(
+        "--extra-body",
+        "JSON object merged into every request body (sampling parameters, chat_template_kwargs, vendor "
+        "fields). Keys set by other options, n or best_of above 1 and echo are refused.",
+        _REPLY,
+        parse=v.extra_body,
+        metavar="JSON",
+    ),
     # ── load ──
     OptionSpec(
         "--num-requests",
@@ -181,6 +209,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _at_least(0, "20"),
         metavar="K",
     ),
+    OptionSpec(
+        "--max-retry-after",
+        "Closed loop: longest pause in seconds a user makes after a throttled reply (429/503), "
+        "whether the server's Retry-After asked for more or it sent none (exponential back-off from 1 s).",
+        _LOAD,
+        60.0,
+        _SECONDS,
+        "S",
+        field="max_retry_after_s",
+    ),
     # ── workload details ──
     OptionSpec(
         "--prefix-tokens",
@@ -222,6 +260,39 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="PATH",
     ),
     _switch("--insecure", "Do not verify the server's TLS certificate (printed as a warning).", _SERVER),
+    OptionSpec(
+        "--header",
+        "Extra HTTP header 'Name: value' on every request; repeat the option for several. locust.conf: "
+        "header = [api-key: KEY, x-trace: on]; LOCUST_HEADER: one header per line. Values of credential "
+        "headers are never printed.",
+        _SERVER,
+        (),
+        v.headers,
+        "'NAME: VALUE'",
+        is_secret=True,
+        repeatable=True,
+        field="headers",
+    ),
+    OptionSpec(
+        "--api-key-header",
+        "Send the API key as 'NAME: KEY' instead of 'Authorization: Bearer KEY' (gateways: api-key, x-api-key).",
+        _SERVER,
+        parse=v.header_name,
+        metavar="NAME",
+    ),
+    OptionSpec(
+        "--endpoint-path",
+        "POST to this path (after -H's own path) instead of /v1/chat/completions or /v1/completions, "
+        "for servers without the /v1/... layout; a query string in -H is kept.",
+        _SERVER,
+        parse=v.endpoint_path,
+        metavar="PATH",
+    ),
+    _switch(
+        "--ignore-proxy-env",
+        "Connect to the target directly even when HTTP_PROXY / HTTPS_PROXY / ALL_PROXY are set.",
+        _SERVER,
+    ),
     OptionSpec("--connect-timeout", "Seconds to establish a connection.", _SERVER, 30.0, _SECONDS, "S", field=None),
     OptionSpec(
         "--read-timeout",
@@ -351,7 +422,7 @@ def describe(width: int = 100) -> str:
             name = spec.flag if spec.is_flag else f"{spec.flag} {spec.metavar}"
             if spec.is_flag:
                 shown = "off"
-            elif spec.default is None or spec.default == "":
+            elif spec.default is None or spec.default in ("", ()):
                 shown = "unset"
             else:
                 shown = repr(spec.default) if " " in str(spec.default) else str(spec.default)

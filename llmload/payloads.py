@@ -1,9 +1,10 @@
 """Request bodies for ``/v1/completions`` and ``/v1/chat/completions`` (pure functions).
 
 Bodies follow the OpenAI API as served by vLLM, SGLang and llama.cpp. When
-streaming, ``stream_options.include_usage`` is always requested so that the
-server's token counts (the preferred source, see ``tokens.py``) arrive in
-the final chunk; servers that ignore it simply send no usage.
+streaming, ``stream_options.include_usage`` is requested (unless the caller
+says the endpoint refuses it) so that the server's token counts (the
+preferred source, see ``tokens.py``) arrive in the final chunk; servers that
+ignore it simply send no usage.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ COMPLETIONS_PATH = "/v1/completions"
 CHAT_PATH = "/v1/chat/completions"
 
 # Keys the builders own; `extra` may not override them.
-_RESERVED = frozenset({"model", "prompt", "messages", "stream", "max_tokens"})
+_RESERVED = frozenset({"model", "prompt", "messages", "stream", "max_tokens", "max_completion_tokens"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,9 @@ def build_completion_request(
     stream: bool = True,
     extra: Mapping[str, Any] | None = None,
     requested_prompt_tokens: int | None = None,
+    max_tokens_field: str = "max_tokens",
+    include_usage: bool = True,
+    path: str | None = None,
 ) -> LLMRequest:
     """Build a ``/v1/completions`` request.
 
@@ -83,6 +87,9 @@ def build_completion_request(
         extra: additional body fields (e.g. ``top_p``, ``logit_bias``); a
             ``stream_options`` mapping is merged with ``include_usage``.
         requested_prompt_tokens: the workload's prompt length estimate.
+        max_tokens_field: the body field of ``max_tokens`` (``max_completion_tokens`` for some endpoints).
+        include_usage: when streaming, ask for ``stream_options.include_usage``.
+        path: URL path instead of the endpoint's ``/v1/...`` path.
 
     Raises:
         ConfigError: an argument is invalid; the message names it.
@@ -97,10 +104,12 @@ def build_completion_request(
         ignore_eos=ignore_eos,
         stream=stream,
         extra=extra,
+        max_tokens_field=max_tokens_field,
+        include_usage=include_usage,
     )
     return LLMRequest(
         endpoint="completions",
-        path=COMPLETIONS_PATH,
+        path=path or COMPLETIONS_PATH,
         body=_encode(body),
         model=model,
         stream=stream,
@@ -119,6 +128,9 @@ def build_chat_request(
     stream: bool = True,
     extra: Mapping[str, Any] | None = None,
     requested_prompt_tokens: int | None = None,
+    max_tokens_field: str = "max_tokens",
+    include_usage: bool = True,
+    path: str | None = None,
 ) -> LLMRequest:
     """Build a ``/v1/chat/completions`` request.
 
@@ -127,7 +139,8 @@ def build_chat_request(
         messages: ``{"role": ..., "content": ...}`` mappings with string
             values, in conversation order; at least one.
         max_tokens, temperature, ignore_eos, stream, extra,
-            requested_prompt_tokens: as for ``build_completion_request``.
+            requested_prompt_tokens, max_tokens_field, include_usage, path: as for
+            ``build_completion_request``.
 
     Raises:
         ConfigError: an argument is invalid; the message names it.
@@ -152,10 +165,12 @@ def build_chat_request(
         ignore_eos=ignore_eos,
         stream=stream,
         extra=extra,
+        max_tokens_field=max_tokens_field,
+        include_usage=include_usage,
     )
     return LLMRequest(
         endpoint="chat",
-        path=CHAT_PATH,
+        path=path or CHAT_PATH,
         body=_encode(body),
         model=model,
         stream=stream,
@@ -178,10 +193,12 @@ def _add_common(
     ignore_eos: bool,
     stream: bool,
     extra: Mapping[str, Any] | None,
+    max_tokens_field: str,
+    include_usage: bool,
 ) -> None:
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ConfigError(f"max_tokens must be a positive integer, got {max_tokens!r}; pass e.g. 256")
-    body["max_tokens"] = max_tokens
+    body[max_tokens_field] = max_tokens
     if temperature is not None:
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
             raise ConfigError(f"temperature must be a number >= 0 or None, got {temperature!r}")
@@ -199,8 +216,9 @@ def _add_common(
             options.update(value)
         else:
             body[key] = value
-    if stream:
+    if stream and include_usage:
         options["include_usage"] = True
+    if stream and options:
         body["stream_options"] = options
     elif options:
         raise ConfigError(

@@ -91,6 +91,8 @@ class RunPlan:
         model: the served model name (resolved by the master's preflight).
         url_authorization: ``Authorization`` value for ``user:password@`` in
             ``-H`` (workers get the host without it); None if none.
+        proxy_note: the master's start-up line about its proxy choice (a
+            worker whose own environment chose the same stays silent); None if none.
         blocked: why the run must not send load, or None.
         users_per_worker: most users one worker runs (for its open-files limit).
         workers: number of planned workers (the prompt stream's stride).
@@ -101,6 +103,7 @@ class RunPlan:
     run_id: str = ""
     model: str | None = None
     url_authorization: str | None = None
+    proxy_note: str | None = None
     blocked: str | None = None
     users_per_worker: int = 0
     workers: int = 0

@@ -5,6 +5,8 @@ benchmark slot (BC-29); these checks stop it first, with one clear line.
 
 1. ``GET /v1/models`` (with the API key): the requested model is served (else
    stop, listing the served models); without ``--model`` the first one is used.
+   A server without a model list (404/405) is a warning when ``--model`` is
+   given (the probe decides) and a stop asking for ``--model`` otherwise.
 2. One small probe request per user class (``max_tokens`` 2, streaming as
    configured): it must succeed; whether streamed replies carry ``usage`` says
    where token counts will come from.
@@ -26,9 +28,9 @@ from llmload.client import StreamingClient, Transport
 from llmload.config import RunConfig
 from llmload.errors import ConfigError, RequestError
 from llmload.payloads import LLMRequest
-from llmload.record import TokenSource
+from llmload.record import RequestRecord, TokenSource
 
-__all__ = ["ModelList", "PreflightReport", "check_open_files", "fetch_models", "probe"]
+__all__ = ["ModelList", "PreflightReport", "check_open_files", "fetch_models", "join_url", "probe"]
 
 # Sockets per user (1) plus Locust's own (zmq, web UI, logs) and a margin.
 _FDS_PER_PROCESS_MARGIN = 256
@@ -40,6 +42,8 @@ class ModelList:
 
     ids: tuple[str, ...]
     context_tokens: dict[str, int]
+    missing: str | None = None
+    """Why there is no list (``GET /v1/models`` answered 404/405 and ``--model`` was given), or None."""
 
 
 @dataclass
@@ -51,30 +55,55 @@ class PreflightReport:
     warnings: list[str] = field(default_factory=list)
 
 
-def fetch_models(host: str, get: Callable[[str], Any], api_key_env: str) -> ModelList:
+def fetch_models(
+    host: str, get: Callable[[str], Any], api_key_env: str, *, model: str | None = None, key_sent_as: str | None = None
+) -> ModelList:
     """Read ``GET /v1/models``.
 
+    Args:
+        host: the target's public base URL (for messages).
+        get: ``GET path`` on the target.
+        api_key_env: the variable named by ``--api-key-env`` (for messages).
+        model: ``--model``; when given, a server without a model list (404/405)
+            is not an error: the result has ``missing`` set and the probe decides.
+        key_sent_as: the header that carried an API key, or None when no key was sent.
+
     Raises:
-        ConfigError: unreachable host, non-200 answer, or not an OpenAI model list.
+        ConfigError: unreachable host, refused key, non-200 answer (404/405
+            without ``model``), or not an OpenAI model list.
     """
+    url = join_url(host, "/v1/models")
     try:
         reply = get("/v1/models")
     except RequestError as exc:
-        raise ConfigError(f"cannot reach {host}/v1/models: {exc}. Is the server up and -H right?") from exc
+        raise ConfigError(f"cannot reach {url}: {str(exc).rstrip('.')}. Is the server up and -H right?") from exc
     status, body = reply.status, reply.body
     if status in (401, 403):
+        if key_sent_as is not None:
+            raise ConfigError(
+                f"GET {url} answered HTTP {status} (not authorised) to the API key sent as {key_sent_as}; "
+                "check the key, and --api-key-header if the server expects it in another header"
+            )
         raise ConfigError(
-            f"GET {host}/v1/models answered HTTP {status} (not authorised); "
+            f"GET {url} answered HTTP {status} (not authorised); "
             f"set the API key in ${api_key_env} or pass --api-key-file PATH"
+        )
+    if status in (404, 405) and model is not None:
+        return ModelList((), {}, missing=f"GET {url} answered HTTP {status}: the server has no model list")
+    if status == 407:
+        raise ConfigError(
+            f"GET {url}: the proxy answered HTTP 407 (proxy authentication required); put its "
+            "credentials in the proxy variable (http://USER:PASSWORD@HOST:PORT) or pass --ignore-proxy-env"
         )
     if status != 200:
         excerpt = body[:200].decode("utf-8", "replace")
-        hint = (
-            f"drop the /v1: pass -H {host.rstrip('/')[: -len('/v1')]}"
-            if host.rstrip("/").endswith("/v1")
-            else "check -H: it must be the server's base URL (e.g. http://HOST:8000), without a path"
-        )
-        raise ConfigError(f"GET {host}/v1/models answered HTTP {status} ({excerpt}); {hint}")
+        if host.rstrip("/").endswith("/v1"):
+            hint = f"drop the /v1: pass -H {host.rstrip('/')[: -len('/v1')]}"
+        else:
+            hint = "check -H: it must be the server's base URL (e.g. http://HOST:8000), without a path"
+        if status in (404, 405):
+            hint += "; a server without a model list needs --model NAME (the probe request then checks it)"
+        raise ConfigError(f"GET {url} answered HTTP {status} ({excerpt}); {hint}")
     try:
         data = json.loads(body)["data"]
         ids = tuple(str(m["id"]) for m in data)
@@ -85,10 +114,16 @@ def fetch_models(host: str, get: Callable[[str], Any], api_key_env: str) -> Mode
         }
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(
-            f"GET {host}/v1/models did not return an OpenAI model list ({body[:200]!r}); "
-            "is -H an OpenAI-compatible server?"
+            f"GET {url} did not return an OpenAI model list ({body[:200]!r}); is -H an OpenAI-compatible server?"
         ) from exc
     return ModelList(ids=ids, context_tokens=context)
+
+
+def join_url(base: str, path: str) -> str:
+    """``base`` and ``path`` with one ``/`` between them; a query string in ``base`` goes last."""
+    base, _, query = base.partition("?")
+    joined = base.rstrip("/") + "/" + path.lstrip("/")
+    return f"{joined}{'&' if '?' in joined else '?'}{query}" if query else joined
 
 
 def choose_model(models: ModelList, wanted: str | None, host: str) -> str:
@@ -99,9 +134,9 @@ def choose_model(models: ModelList, wanted: str | None, host: str) -> str:
     """
     if wanted is None:
         if not models.ids:
-            raise ConfigError(f"{host}/v1/models lists no model; pass --model NAME")
+            raise ConfigError(f"{join_url(host, '/v1/models')} lists no model; pass --model NAME")
         return models.ids[0]
-    if wanted not in models.ids:
+    if models.missing is None and wanted not in models.ids:
         raise ConfigError(f'model "{wanted}" not served; available: {", ".join(models.ids) or "none"}')
     return wanted
 
@@ -112,6 +147,8 @@ def probe(
     config: RunConfig,
     models: ModelList,
     model: str,
+    *,
+    retry: Callable[[LLMRequest, RequestRecord], LLMRequest | None] | None = None,
 ) -> PreflightReport:
     """Send one small request per user class and report where token counts will come from.
 
@@ -121,22 +158,29 @@ def probe(
         config: run options (for max_tokens in the context check).
         models: the model list (context length).
         model: the model being tested.
+        retry: given a failed probe, the request to send once more instead (e.g.
+            without ``stream_options``), or None to stop.
 
     Raises:
         ConfigError: a probe request failed (the message carries the server's reason).
     """
     report = PreflightReport(model=model)
     client = StreamingClient(transport)
-    for name, request in requests:
-        record = client.run(request)
+    for name, first in requests:
+        request, record = first, client.run(first)
+        again = retry(first, record) if retry is not None and not record.ok else None
+        if again is not None:
+            request, record = again, client.run(again)
         if not record.ok:
             error = record.error
             reason = f"{error.category}: {error.message}" if error else record.outcome.value
             raise ConfigError(
-                f"probe request for {name} ({request.path}) failed: {reason}. "
+                f"probe request for {name} ({request.path}) failed: {reason.strip().rstrip('.')}. "
                 "Fix the server or the options (use --skip-preflight to bypass)"
             )
         source = record.completion_tokens.source
+        if models.missing is not None:
+            report.notes.append(f"{name}: the probe request to {model} succeeded")
         if not request.stream:
             report.notes.append(f"{name}: non-streaming; token counts from the server's usage")
         elif source is TokenSource.SERVER:

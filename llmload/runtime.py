@@ -8,6 +8,7 @@ import time.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -24,11 +25,15 @@ from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
 from llmload.exporters.window import SlidingWindow
 from llmload.payloads import LLMRequest
+from llmload.proxies import ProxyChoice
+from llmload.record import RequestRecord
 from llmload.servermetrics_scrape import ServerScraper
 from llmload.stats import LLMStats
 from llmload.tokens import TokenCounter
 from llmload.transport import AddressCache
 from llmload.workload import Prompt, PromptStream, Workload
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CpuMonitor", "ExportState", "RequestBudget", "RequestCache", "Runtime", "SendWindow", "WarmupGate"]
 
@@ -38,18 +43,26 @@ class RequestBudget:
 
     ``limit`` None means unlimited. ``on_done`` is called once, when every
     permitted request has finished (succeeded or failed); requests cancelled at
-    stop never call it.
+    stop never call it. Once ``close``d (the run is over in this process) no
+    permit is given any more.
     """
 
     def __init__(self, limit: int | None, on_done: Callable[[], None] | None = None) -> None:
         self.limit = limit
         self.issued = 0
         self.finished = 0
+        self.closed = False
         self._on_done = on_done
         self._notified = False
 
+    def close(self) -> None:
+        """Give no permit from now on: this process's run is over (its final figures are being taken)."""
+        self.closed = True
+
     def try_acquire(self) -> bool:
-        """Take one permit; False when the share is used up."""
+        """Take one permit; False when the share is used up or the budget is closed."""
+        if self.closed:
+            return False
         if self.limit is None or self.issued < self.limit:
             self.issued += 1
             return True
@@ -225,6 +238,7 @@ class Runtime:
         run_id: identifies the current run; worker payloads of another run are dropped.
         model: the served model name requests use (resolved by preflight).
         headers: request headers (the API key lives only here).
+        key_sent_as: the header that carries the API key (for messages), None = no key sent.
         url_authorization: ``Authorization: Basic`` value for ``user:password@`` in ``-H``
             (``llmload.credentials``); the host itself is kept without them.
         token_counter: local tokenizer, used only when the server sends no usage.
@@ -235,10 +249,15 @@ class Runtime:
         prompts: this process's share of the workload's prompt sequence; None until test start.
         warmup: this process's share of ``--warmup-requests``; None = no warm-up.
         addresses: name resolutions shared by every user's transport in this process.
+        proxy: the forward proxy every transport of this process uses for the
+            current target (``llmload.proxies.route``), or None for direct connections.
+        proxy_note: master/standalone: the start-up line about the proxy choice, or None.
         request_cache: requests built in this process, reused for repeated prompts.
         interrupt_main: hands a Ctrl-C to Locust's main greenlet (``llmload.interrupt``);
             None outside a Locust process.
         stopping: a stop is under way (a further Ctrl-C is ignored).
+        ended_run_id: the run this process has ended (``end_run``); Locust may still
+            start users for it (late spawn messages), and they send nothing.
         finals_from: master: workers whose final report of this run has arrived
             (sent when the master flushed, or by a worker shutting down on its own).
     """
@@ -250,6 +269,7 @@ class Runtime:
     model: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     url_authorization: str | None = None
+    key_sent_as: str | None = None
     token_counter: TokenCounter | None = None
     started_at_unix: float = 0.0
     blocked: str | None = None
@@ -258,10 +278,14 @@ class Runtime:
     prompts: PromptStream | None = None
     warmup: WarmupGate | None = None
     addresses: AddressCache = field(default_factory=AddressCache)
+    proxy: ProxyChoice | None = None
+    proxy_note: str | None = None
     request_cache: RequestCache = field(default_factory=RequestCache)
     # stopping (issue 14): SIGINT goes to interrupt_main; stopping is True while a stop is under way
     interrupt_main: Callable[[], None] | None = None
     stopping: bool = False
+    faults_reported: set[str] = field(default_factory=set)  # causes of skipped requests already logged
+    ended_run_id: str = ""
     # master only
     planned_workers: set[str] = field(default_factory=set)
     done_workers: set[str] = field(default_factory=set)
@@ -288,6 +312,46 @@ class Runtime:
     window_delta: LLMStats | None = None  # single process with exporter: records since the last window tick
     live_task: gevent.Greenlet[[], None] | None = None  # worker live reports / single-process window ticks
     export: ExportState | None = None  # master or single process, when --prometheus-port is not 0
+    usage_refused: set[str] = field(default_factory=set)  # endpoints that refused stream_options
+
+    def include_usage(self, endpoint: str) -> bool:
+        """Whether requests to ``endpoint`` ask for ``stream_options.include_usage`` (``--stream-usage``)."""
+        mode = self.config.stream_usage
+        return mode == "on" or (mode == "auto" and endpoint not in self.usage_refused)
+
+    def learn_usage_refused(self, endpoint: str, record: RequestRecord) -> bool:
+        """True when ``record`` is a 400/422 naming ``stream_options`` under ``auto``: send it again without.
+
+        The first time per endpoint, requests to ``endpoint`` are built without
+        the field from then on (the request cache is emptied) and a warning says
+        so; requests already in flight then are refused too and are retried alike.
+        """
+        error = record.error
+        if (
+            self.config.stream_usage != "auto"
+            or error is None
+            or error.status not in (400, 422)
+            or "stream_options" not in error.message
+        ):
+            return False
+        if endpoint in self.usage_refused:
+            return True
+        self.usage_refused.add(endpoint)
+        self.request_cache.reset(self.config, self.model)
+        counts = (
+            "with --tokenizer"
+            if self.config.tokenizer
+            else "as the number of streamed chunks (a lower bound; pass --tokenizer PATH)"
+        )
+        log.warning(
+            "llmload: the %s endpoint refused stream_options (HTTP %s: %s); sending its requests without it "
+            "from now on, so completion tokens are counted %s",
+            endpoint,
+            error.status,
+            error.message[:120].strip(),
+            counts,
+        )
+        return True
 
     def send_figures(self) -> SendFigures:
         """This process's open-loop figures: schedule rate, send rate, and how far behind it was at the stop."""
@@ -299,6 +363,17 @@ class Runtime:
             now_s = self.stopped_at_s if self.stopped_at_s is not None else time.perf_counter()
             behind_s = max(0.0, now_s - (self.schedule_start_s + schedule.next_due_offset_s))
         return SendFigures(self.sends.scheduled_rate_per_s, self.sends.rate_per_s, behind_s)
+
+    def end_run(self) -> None:
+        """This process's run is over: no user may start a request any more, until the next run's budget.
+
+        Called before the users are stopped and the final figures taken, so every
+        request sent is in them; users that Locust starts later (its master keeps
+        sending spawn messages for a while after a stop) stop without sending.
+        """
+        self.budget.close()
+        if self.run_id:
+            self.ended_run_id = self.run_id
 
     def take_delta(self) -> LLMStats:
         """Return the statistics gathered since the last call and start a new delta (workers)."""

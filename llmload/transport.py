@@ -33,10 +33,15 @@ bytes reached user space (monotonic clock).
 ``connect`` opens the connection before the client takes its send time, so
 connection set-up (and the loop turns it waits for) is timed apart from TTFT.
 
+Through a forward proxy (``proxy``), geventhttpclient connects to the proxy:
+plain http keeps the stamping socket (stamps are when the proxy's bytes
+arrived here), https is a ``CONNECT`` tunnel with TLS inside (monotonic clock).
+
 Three methods of geventhttpclient's ``ConnectionPool`` are replaced on each
 transport's own pool (``HTTPClient._connection_pool``): ``_create_tcp_socket``
 (the stamping socket), ``_is_socket_alive`` (a check that does not yield to
-the loop between the send time and the send) and ``_resolve`` (the shared
+the loop between the send time and the send, and that does not take a TLS 1.3
+session ticket for a sign of a dead connection) and ``_resolve`` (the shared
 ``AddressCache``). ``tests/integration/test_transport.py`` fails if a new
 geventhttpclient no longer calls them.
 
@@ -53,6 +58,7 @@ import _socket
 import contextlib
 import errno
 import functools
+import ssl
 import struct
 import sys
 import time
@@ -72,6 +78,7 @@ from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 from llmload.config import Timeouts
 from llmload.credentials import public_url
 from llmload.errors import ConfigError, ConnectionClosedError, RequestTimeout, TransportError
+from llmload.proxies import ProxyChoice
 
 __all__ = ["AddressCache", "GeventHTTPTransport", "GeventResponse", "HTTPResult"]
 
@@ -415,12 +422,13 @@ class GeventHTTPTransport:
         timeouts: Timeouts,
         insecure: bool = False,
         addresses: AddressCache | None = None,
+        proxy: ProxyChoice | None = None,
     ) -> None:
         """Create the transport; no connection is opened until ``connect`` or the first request.
 
         Args:
-            base_url: ``http://host[:port][/prefix]`` or ``https://...``; request
-                paths are appended to the prefix.
+            base_url: ``http://host[:port][/prefix][?query]`` or ``https://...``; request
+                paths are appended to the prefix, and the query to every request.
             headers: sent with every request (e.g. ``Authorization``).
             timeouts: ``connect_s`` for TCP+TLS setup, ``idle_s`` for every
                 send and read (headers included). ``total_s`` is enforced by
@@ -428,14 +436,19 @@ class GeventHTTPTransport:
             insecure: skip TLS certificate and host name verification.
             addresses: name resolutions shared with the process's other
                 transports; None resolves for every new connection.
+            proxy: forward proxy to connect to instead of the target
+                (``llmload.proxies.route``); None connects directly.
+                geventhttpclient's own proxy support sends plain-http
+                requests in absolute form with ``Proxy-Authorization``, and
+                opens a ``CONNECT`` tunnel (with it) for https.
 
         Raises:
             ConfigError: ``base_url`` is not an http(s) URL with a host.
         """
         parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment:
             raise ConfigError(
-                f"base URL {base_url!r} must look like http://HOST[:PORT][/PREFIX] or https://...; "
+                f"base URL {base_url!r} must look like http://HOST[:PORT][/PREFIX][?QUERY] or https://...; "
                 "e.g. --host http://127.0.0.1:8000"
             )
         try:
@@ -443,12 +456,18 @@ class GeventHTTPTransport:
         except ValueError as exc:
             raise ConfigError(f"base URL {base_url!r} has an invalid port: {exc}") from exc
         self._prefix = parts.path.rstrip("/")
+        self._query = parts.query  # kept on every request (e.g. ?api-version=...)
         self._origin = public_url(f"{parts.scheme}://{parts.netloc}")  # error messages never carry user:password
+        self._via = "" if proxy is None else f" via proxy {proxy.public}"
         self._timeouts = timeouts
         https = parts.scheme == "https"
         extra: dict[str, Any] = {}
         if https and insecure:
             extra["ssl_context_factory"] = _unverified_context
+        if proxy is not None:
+            extra.update(
+                proxy_host=proxy.host, proxy_port=proxy.port, proxy_user=proxy.user, proxy_password=proxy.password
+            )
         self._reusable = False  # the pooled connection is kept alive from a complete reply
         self._stamps = _Stamps()
         self._client = HTTPClient(
@@ -498,10 +517,12 @@ class GeventHTTPTransport:
             sock = pool.get_socket()
         except TimeoutError as exc:
             raise RequestTimeout(
-                f"connect to {self._origin}: no connection within {self._timeouts.connect_s:g} s (connect timeout)"
+                f"connect to {self._origin}{self._via}: no connection within "
+                f"{self._timeouts.connect_s:g} s (connect timeout)"
             ) from exc
         except (OSError, RuntimeError) as exc:
-            raise TransportError(f"connect to {self._origin} failed: {_describe(exc)}") from exc
+            # RuntimeError also carries a refused CONNECT ("Proxy CONNECT failed: HTTP/1.1 407 ...")
+            raise TransportError(f"connect to {self._origin}{self._via} failed: {_describe(exc)}") from exc
         pool.return_socket(sock)
 
     def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> GeventResponse:
@@ -538,12 +559,15 @@ class GeventHTTPTransport:
         self._client.close()
 
     def _request(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]) -> GeventResponse:
-        where = f"{method} {self._origin}{self._prefix}{path}"
+        target = self._prefix + path
+        if self._query:
+            target += ("&" if "?" in target else "?") + self._query
+        where = f"{method} {self._origin}{target}{self._via}"
         reused, self._reusable = self._reusable, False
         self._stamps.ns = 0
         try:
             try:
-                resp = self._client.request(method, self._prefix + path, body=body, headers=headers)
+                resp = self._client.request(method, target, body=body, headers=headers)
             except (HTTPParseError, ConnectionResetError, BrokenPipeError):
                 # A kept-alive connection the server closed while idle (llama-server closes after
                 # every streamed reply despite announcing keep-alive) fails before any response
@@ -551,7 +575,7 @@ class GeventHTTPTransport:
                 # connection (the pool dropped the dead one). A fresh connection is never retried.
                 if not reused:
                     raise
-                resp = self._client.request(method, self._prefix + path, body=body, headers=headers)
+                resp = self._client.request(method, target, body=body, headers=headers)
         except TimeoutError as exc:
             raise RequestTimeout(
                 f"{where}: no connection or response headers in time "
@@ -571,8 +595,10 @@ class GeventHTTPTransport:
 def _idle_and_open(fallback: Callable[[Any], bool], sock: Any) -> bool:
     """True when a pooled connection is open and has nothing to read (a FIN or stray bytes: not reusable).
 
-    TLS connections keep geventhttpclient's own check (``fallback``).
+    Other sockets than these two kinds keep geventhttpclient's own check (``fallback``).
     """
+    if isinstance(sock, gevent.ssl.SSLSocket | ssl.SSLSocket):  # gevent's, or the stdlib's when unpatched
+        return _tls_idle_and_open(sock)
     if type(sock) is not _StampedSocket:
         return fallback(sock)
     raw = sock._sock
@@ -583,6 +609,40 @@ def _idle_and_open(fallback: Callable[[Any], bool], sock: Any) -> bool:
     except OSError:
         return False
     return False
+
+
+def _tls_idle_and_open(sock: Any) -> bool:
+    """True when a pooled TLS connection is open and holds no application data.
+
+    TLS 1.3 servers send session tickets just after the handshake: a fresh
+    connection is then readable, and a readability check (geventhttpclient's)
+    discards the connection ``connect`` opened, so the request opens another
+    one inside its timed region. A non-blocking TLS read consumes such records:
+    "want read" means nothing else was there.
+    """
+    if sock.fileno() < 0:
+        return False
+    try:
+        raw = getattr(sock, "_sock", sock)  # gevent's SSL socket wraps the OS socket; the stdlib's is one
+        peeked = _socket.socket.recv(raw, 1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)  # raw bytes, not decrypted
+    except BlockingIOError:
+        buffered: int = sock.pending()  # decrypted bytes already read from the socket
+        return buffered == 0
+    except OSError:
+        return False
+    if not peeked:
+        return False  # FIN
+    timeout = sock.gettimeout()
+    sock.settimeout(0.0)
+    try:
+        sock.recv(1)
+    except ssl.SSLWantReadError:
+        return True  # only TLS records without application data (session tickets)
+    except (OSError, ValueError):
+        return False
+    finally:
+        sock.settimeout(timeout)
+    return False  # application data or a clean TLS close
 
 
 def _closed(_sock: Any) -> bool:

@@ -377,6 +377,10 @@ def report_from_wire(payload: object) -> WorkerReport:
 
 
 _SHARE_FIELDS = ("rank", "quota_requests", "warmup_requests", "rate_per_s", "concurrency")
+_PLAN_KEYS = {
+    "v", "run_id", "model", "url_authorization", "proxy_note", "blocked", "users_per_worker", "workers", "limited",
+    "shares",
+}  # fmt: skip
 
 
 def plan_to_wire(plan: RunPlan) -> dict[str, Any]:
@@ -386,6 +390,7 @@ def plan_to_wire(plan: RunPlan) -> dict[str, Any]:
         "run_id": plan.run_id,
         "model": plan.model,
         "url_authorization": plan.url_authorization,
+        "proxy_note": plan.proxy_note,
         "blocked": plan.blocked,
         "users_per_worker": plan.users_per_worker,
         "workers": plan.workers,
@@ -401,11 +406,7 @@ def plan_from_wire(payload: object) -> RunPlan:
         WireFormatError: wrong version or shape (the message names the field).
     """
     raw = _envelope(payload, "plan", default_version=None)
-    _check_keys(
-        raw,
-        {"v", "run_id", "model", "url_authorization", "blocked", "users_per_worker", "workers", "limited", "shares"},
-        "plan",
-    )
+    _check_keys(raw, _PLAN_KEYS, "plan")
     shares = {}
     for index, raw_share in _dict(raw, "shares", "plan").items():
         path = f"plan.shares.{index}"
@@ -428,6 +429,7 @@ def plan_from_wire(payload: object) -> RunPlan:
         run_id=_str_field(raw, "run_id", "plan"),
         model=_optional_str(raw, "model", "plan"),
         url_authorization=_optional_str(raw, "url_authorization", "plan"),
+        proxy_note=_optional_str(raw, "proxy_note", "plan"),
         blocked=_optional_str(raw, "blocked", "plan"),
         users_per_worker=_int_field(raw, "users_per_worker", "plan"),
         workers=_int_field(raw, "workers", "plan"),

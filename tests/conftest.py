@@ -16,6 +16,10 @@ from llmload.testing import ReceivedRequest, Reply, ScriptedServer, SendLog
 # No hub access from any test, even if something tries to load a tokenizer by name.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
+# Loopback only, whatever proxy this machine's environment names (llmload honours HTTP_PROXY & co.);
+# the proxy tests set their own.
+for _name in [n for n in os.environ if n.lower().endswith("_proxy")]:
+    del os.environ[_name]
 
 _SENTENCES = [
     "Hello world",

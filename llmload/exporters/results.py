@@ -13,6 +13,10 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
 - ``requests.total``: finished requests = succeeded + failed. Cancelled
   requests (in flight at stop) are reported apart and excluded from
   everything else. ``EMPTY`` replies are failures (as vLLM does).
+  ``requests.skipped``: requests the client could not build, send or measure;
+  not in the total, their causes in ``errors``; with ``--num-requests N``,
+  total + cancelled + skipped = N. 429 and 503 replies are ``throttled``
+  failures.
 - ``duration_s``: last end - first send over finished requests (wall clock,
   across all workers). This is vLLM ``benchmark_serving``'s ``duration``
   measured on the requests themselves, so ramp-up idle time is excluded.
@@ -61,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from llmload.config import LengthSpec, RunConfig
+from llmload.credentials import public_header
 from llmload.exporters.load import SendFigures, load_section
 from llmload.exporters.sections import client_saturated, stats_sections
 from llmload.servermetrics import cross_check
@@ -216,6 +221,13 @@ def judge(results: dict[str, Any]) -> Verdict:
     requests = results["requests"]
     finished, failed, succeeded = requests["total"], requests["failed"], requests["succeeded"]
     limit = float(results.get("max_failure_ratio") or 0.0)
+    skipped = requests.get("skipped", 0)
+    if skipped:
+        return Verdict(
+            1,
+            f"FAILED: {skipped} of {finished + skipped} requests were skipped by a fault in the client "
+            "(not sent, or not measured; the errors list each cause); exit status 1",
+        )
     if finished == 0:
         return Verdict(1, f"FAILED: no request finished ({requests['cancelled']} cancelled at the stop); exit status 1")
     if succeeded == 0:
@@ -263,6 +275,20 @@ def public_options(config: RunConfig) -> dict[str, Any]:
             "read_idle": config.timeouts.idle_s,
             "total": config.timeouts.total_s,
         },
+        "request": request_options(config),
+    }
+
+
+def request_options(config: RunConfig) -> dict[str, Any]:
+    """How requests were shaped; header values that look like credentials are ``***``."""
+    secret = (config.api_key_header,) if config.api_key_header else ()
+    return {
+        "endpoint_path": config.endpoint_path,
+        "max_tokens_field": config.max_tokens_field,
+        "stream_usage": config.stream_usage,
+        "key_header": config.api_key_header,  # the header name only; never the key
+        "headers": [public_header(name, value, secret) for name, value in config.headers],
+        "extra_body": json.dumps(config.extra_body, separators=(",", ":")) if config.extra_body else None,
     }
 
 

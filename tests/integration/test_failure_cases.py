@@ -293,7 +293,9 @@ def test_bc25_cpu_monitor_samples_the_real_process():
 
 
 # ── Security: no credential in any output (issue 14, P2) ────────────────
-def _run_collecting_every_output(tmp_path: Path, host: str, env: dict[str, str]) -> tuple[int, list[str]]:
+def _run_collecting_every_output(
+    tmp_path: Path, host: str, env: dict[str, str], extra: tuple[str, ...] = ()
+) -> tuple[int, list[str]]:
     """One 2-worker run with every output on; returns the exit status and the text of every output.
 
     Outputs: stdout and stderr (DEBUG logs), the results file, the requests
@@ -306,7 +308,7 @@ def _run_collecting_every_output(tmp_path: Path, host: str, env: dict[str, str])
         "-f", "locustfiles/chat.py", "--headless", "-H", host, "--processes", "2",
         "-u", "4", "-r", "4", "--num-requests", "12", "-t", "60s", "--results-json", str(out),
         "--requests-log", str(log), "--loglevel", "DEBUG", "--html", str(html), "--csv", str(tmp_path / "csv"),
-        "--prometheus-port", str(port), "--prometheus-host", "127.0.0.1", "--prometheus-grace", "10",
+        "--prometheus-port", str(port), "--prometheus-host", "127.0.0.1", "--prometheus-grace", "10", *extra,
     ]  # fmt: skip
     proc = subprocess.Popen(
         locust_argv(args), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -348,6 +350,42 @@ def test_api_key_is_sent_to_the_target_and_never_printed_or_written(tmp_path):
         auth = _served(srv)
     assert code == 0, outputs[1][-2000:]
     assert auth == {f"Bearer {key}"}
+    for text in outputs:
+        assert key not in text
+        assert key[-12:] not in text
+
+
+@pytest.mark.parametrize(
+    ("form", "sent_as"),
+    [
+        ("api-key-header", "api-key"),
+        ("header", "x-api-key"),
+        ("header", "authorization"),
+        ("header", "cookie"),
+        ("env", "x-gateway-token"),
+    ],
+)
+def test_nc08_api_key_in_any_header_form_is_sent_and_never_printed_or_written(tmp_path, form, sent_as):
+    key = "sk-llmload-test-" + uuid.uuid4().hex
+    value = {"authorization": f"Bearer {key}", "cookie": f"session={key}"}.get(sent_as, key)
+    env, extra = {"OPENAI_API_KEY": ""}, ("--header", "x-trace: visible")
+    if form == "api-key-header":
+        env["OPENAI_API_KEY"] = key
+        extra += ("--api-key-header", sent_as)
+    elif form == "header":
+        extra += ("--header", f"{sent_as}: {value}")
+    else:  # several headers, one per line; a --header on the command line would replace them all
+        env["LOCUST_HEADER"] = f"{sent_as}: {value}\nx-trace: visible"
+        extra = ()
+    reply = Reply(writes=[W(5, sse(ROLE, C({"content": "hi"}), CF("stop"), U(3, 1), "[DONE]"))])
+    with ScriptedServer(_route(reply)) as srv:
+        code, outputs = _run_collecting_every_output(tmp_path, srv.base_url, env, extra)
+        sent = {r.headers.get(sent_as) for r in srv.requests if r.method == "POST"}
+    assert code == 0, outputs[1][-2000:]
+    assert sent == {value}
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert f"{sent_as}: ***" in results["run"]["options"]["request"]["headers"] or form == "api-key-header"
+    assert "x-trace: visible" in results["run"]["options"]["request"]["headers"]
     for text in outputs:
         assert key not in text
         assert key[-12:] not in text

@@ -80,3 +80,10 @@ def test_config_server_metrics_values(value, expected):
 def test_config_server_metrics_off_stands_alone():
     with pytest.raises(ConfigError, match="'off' cannot be combined"):
         RunConfig.from_options(options(server_metrics="off,http://gpu:9400/metrics"))
+
+
+def test_config_max_retry_after_default_value_and_refusal():
+    assert RunConfig.from_options(options()).max_retry_after_s == 60.0
+    assert RunConfig.from_options(options(max_retry_after="2.5")).max_retry_after_s == 2.5
+    with pytest.raises(ConfigError, match=r"--max-retry-after must be a finite number of seconds > 0, got '0'"):
+        RunConfig.from_options(options(max_retry_after="0"))

@@ -1,12 +1,18 @@
 """The option table: one declaration per option feeds the parser, the config, and ``llmload options``."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from llmload.config import RunConfig, Timeouts
+from llmload.credentials import public_header
+from llmload.errors import ConfigError
 from llmload.options import GROUPS, OPTIONS, default, describe
+from llmload.preflight import join_url
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -58,3 +64,64 @@ def test_options_declare_each_flag_once_in_a_known_group():
     assert {spec.group for spec in OPTIONS} == set(GROUPS)
     order = [GROUPS.index(spec.group) for spec in OPTIONS]
     assert order == sorted(order)  # table order is the web UI form's order
+
+
+def test_web_ui_form_follows_the_table_order_with_dropdowns_and_llmload_messages():
+    code = (
+        "import json\n"
+        "from locust import argument_parser as ap\n"
+        "from llmload import hooks\n"
+        "hooks.install()\n"
+        "ui = ap.ui_extra_args_dict(['locust', '-f', 'locustfiles/chat.py', '--arrival', 'GAMMA'])\n"
+        "print(json.dumps({'order': list(ui), 'arrival': ui['arrival'], 'usage': ui['stream_usage']['choices']}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=README.parent, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["order"] == [spec.dest for spec in OPTIONS]
+    assert seen["order"][:3] == ["model", "prompt", "dataset"]
+    assert seen["order"].index("max_tokens") < seen["order"].index("num_requests") < seen["order"].index("seed")
+    # a value outside the dropdown passes Locust's parser; RunConfig names the fix
+    assert seen["arrival"]["default_value"] == "GAMMA"
+    assert seen["arrival"]["choices"] == ["", "poisson", "constant", "gamma"]
+    assert seen["usage"] == ["auto", "on", "off"]
+    values = {spec.dest: spec.locust_default for spec in OPTIONS}
+    with pytest.raises(ConfigError, match="--arrival must be one of poisson, constant, gamma, got 'foo'"):
+        RunConfig.from_options(SimpleNamespace(**{**values, "request_rate": "5", "arrival": "foo"}))
+    assert RunConfig.from_options(SimpleNamespace(**{**values, "request_rate": "5", "arrival": "GAMMA"})).arrival == (
+        "gamma"
+    )
+
+
+def test_header_option_reads_repeats_and_lines_and_hides_values_in_its_error():
+    spec = next(s for s in OPTIONS if s.flag == "--header")
+    assert spec.value(["api-key: k1", "x-a: b: c"]) == (("api-key", "k1"), ("x-a", "b: c"))
+    assert spec.value("x-a: 1\nx-b: 2") == (("x-a", "1"), ("x-b", "2"))
+    assert spec.value(None) == ()
+    with pytest.raises(ConfigError) as info:
+        spec.value("api key: secret-value")
+    assert "secret-value" not in str(info.value)
+    assert "pass e.g. --header 'api-key: KEY'" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "shown"),
+    [
+        ("Authorization", "Bearer s3", "Authorization: ***"),
+        ("api-key", "s3", "api-key: ***"),
+        ("X-API-Key", "s3", "X-API-Key: ***"),
+        ("Cookie", "session=s3", "Cookie: ***"),
+        ("x-gateway-token", "s3", "x-gateway-token: ***"),
+        ("Ocp-Apim-Subscription", "s3", "Ocp-Apim-Subscription: ***"),  # named by --api-key-header
+        ("x-trace", "on", "x-trace: on"),
+    ],
+)
+def test_public_header_hides_credential_values(name, value, shown):
+    assert public_header(name, value, ("ocp-apim-subscription",)) == shown
+
+
+def test_join_url_never_doubles_the_slash_and_keeps_the_query_last():
+    assert join_url("http://h/api/v1/", "/v1/models") == "http://h/api/v1/v1/models"
+    assert join_url("http://h/openai?api-version=1", "/v1/models") == "http://h/openai/v1/models?api-version=1"

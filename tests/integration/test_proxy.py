@@ -1,0 +1,212 @@
+"""Forward proxies from the environment (CASES.md NC-06): through the proxy unless NO_PROXY matches.
+
+An origin server and a small forward proxy (``forward_proxy.ForwardProxy``, which logs
+absolute-form targets and CONNECTs) on loopback; every locust run is bounded by
+``--num-requests``, ``-t`` and a subprocess timeout.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from llmload.client import StreamingClient
+from llmload.config import Timeouts
+from llmload.errors import TransportError
+from llmload.payloads import build_chat_request
+from llmload.proxies import route
+from llmload.record import Outcome
+from llmload.testing import CF, ROLE, C, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
+from llmload.transport import _KERNEL_STAMPS, GeventHTTPTransport
+from tests.integration.forward_proxy import ForwardProxy
+from tests.integration.procs import locust_argv
+from tests.integration.test_sim import REPO_ROOT
+from tests.integration.test_tls import tls_server  # noqa: F401 - the https origin fixture
+
+pytestmark = [pytest.mark.integration]
+
+MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
+STREAM = Reply(
+    writes=[
+        W(5, sse(ROLE)),
+        W(10, sse(C({"content": "Hi"}))),
+        W(15, sse(C({"content": " there"}))),
+        W(20, sse(CF("stop"), U(3, 2), "[DONE]")),
+    ]
+)
+USER, PASSWORD = "alice", "pr0xy-s3cret"
+TOKEN = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+SECRETS = (PASSWORD, TOKEN.split()[1], f"{USER}:")
+
+
+def _reply(request: ReceivedRequest) -> Reply:
+    return json_reply(200, MODELS) if request.method == "GET" else STREAM
+
+
+def _run(args: list[str], proxy_env: dict[str, str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run locust with exactly ``proxy_env`` as its proxy variables (the test machine's own are removed)."""
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy") and k != "REQUEST_METHOD"}
+    return subprocess.run(
+        locust_argv(args),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=REPO_ROOT,
+        env={**env, **proxy_env},
+        check=False,
+    )
+
+
+def _outputs(proc: subprocess.CompletedProcess[str], *files: Path) -> str:
+    return proc.stdout + proc.stderr + "".join(f.read_text() for f in files if f.exists())
+
+
+def _load_args(host: str, tmp_path: Path, *more: str) -> list[str]:
+    return [
+        "-f", "locustfiles/chat.py", "--headless", "-H", host, "-u", "2", "-r", "2",
+        "--num-requests", "6", "-t", "60s", "--results-json", str(tmp_path / "r.json"),
+        "--requests-log", str(tmp_path / "requests.jsonl"), *more,
+    ]  # fmt: skip
+
+
+def test_nc06_http_proxy_carries_preflight_and_load_in_absolute_form(tmp_path):
+    with ScriptedServer(_reply) as origin, ForwardProxy(require=TOKEN) as proxy:
+        proc = _run(
+            _load_args(origin.base_url, tmp_path),
+            {"HTTP_PROXY": f"http://{USER}:{PASSWORD}@127.0.0.1:{proxy.port}"},
+        )
+        seen, received, base_url, proxy_port = proxy.log, origin.requests, origin.base_url, proxy.port
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["requests"]["succeeded"] == 6
+    # every request the origin answered came through the proxy, in absolute form, with the proxy's credentials
+    assert [(r.method, r.target) for r in seen] == [(r.method, f"{base_url}{r.path}") for r in received]
+    assert [r.method for r in seen] == ["GET"] + ["POST"] * 7  # model list, probe, 6 requests
+    assert {r.proxy_authorization for r in seen} == {TOKEN}
+    assert all("proxy-authorization" not in r.headers for r in received)  # not forwarded to the origin
+    assert f"go through the proxy http://127.0.0.1:{proxy_port} (from HTTP_PROXY" in proc.stderr
+    shown = _outputs(proc, tmp_path / "r.json", tmp_path / "requests.jsonl")
+    assert not [s for s in SECRETS if s in shown]
+
+
+@pytest.mark.parametrize(
+    ("extra_env", "extra_args", "note"),
+    [
+        ({"NO_PROXY": "127.0.0.1"}, [], "HTTP_PROXY is set but NO_PROXY matches"),
+        ({"no_proxy": "localhost, 127.0.0.1"}, [], "HTTP_PROXY is set but NO_PROXY matches"),
+        ({}, ["--ignore-proxy-env"], "--ignore-proxy-env: HTTP_PROXY ignored"),
+    ],
+    ids=["NO_PROXY", "no_proxy-list", "ignore-proxy-env"],
+)
+def test_nc06_no_proxy_or_ignore_proxy_env_connects_directly(tmp_path, extra_env, extra_args, note):
+    with ScriptedServer(_reply) as origin, ForwardProxy() as proxy:
+        proc = _run(
+            _load_args(origin.base_url, tmp_path, *extra_args),
+            {"HTTP_PROXY": f"http://{USER}:{PASSWORD}@127.0.0.1:{proxy.port}", **extra_env},
+        )
+        seen, received = proxy.log, origin.requests
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert seen == []
+    assert [r.method for r in received] == ["GET"] + ["POST"] * 7
+    assert note in proc.stderr
+    assert not [s for s in SECRETS if s in _outputs(proc, tmp_path / "r.json")]
+
+
+def test_nc06_https_target_goes_through_a_connect_tunnel(tmp_path, tls_server):  # noqa: F811
+    port = tls_server.rsplit(":", 1)[1]
+    args = [
+        "-f", "locustfiles/chat.py", "--headless", "-H", tls_server, "--insecure", "-u", "1", "-r", "1",
+        "--num-requests", "3", "-t", "60s", "--results-json", str(tmp_path / "r.json"),
+    ]  # fmt: skip
+    with ForwardProxy(require=TOKEN) as proxy:
+        # HTTP_PROXY points nowhere: an https target must use HTTPS_PROXY
+        env = {"HTTPS_PROXY": f"http://{USER}:{PASSWORD}@127.0.0.1:{proxy.port}", "HTTP_PROXY": "http://127.0.0.1:9"}
+        proc = _run(args, env)
+        seen, proxy_port = proxy.log, proxy.port
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "r.json").read_text())["requests"]["succeeded"] == 3
+    # the TLS origin closes every connection: model list, probe and 3 requests = 5 tunnels
+    assert [(r.method, r.target, r.proxy_authorization) for r in seen] == [("CONNECT", f"127.0.0.1:{port}", TOKEN)] * 5
+    assert f"through the proxy http://127.0.0.1:{proxy_port} (from HTTPS_PROXY, CONNECT tunnel)" in proc.stderr
+    assert not [s for s in SECRETS if s in _outputs(proc, tmp_path / "r.json")]
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_nc06_proxy_refusing_credentials_stops_before_load_without_showing_them(tmp_path, scheme, tls_server):  # noqa: F811
+    target = tls_server if scheme == "https" else None
+    with ScriptedServer(_reply) as origin, ForwardProxy(require="Basic bm90LXRoaXM=") as proxy:
+        args = [
+            "-f", "locustfiles/chat.py", "--headless", "-H", target or origin.base_url, "--insecure",
+            "-u", "1", "--num-requests", "2", "-t", "30s",
+        ]  # fmt: skip
+        proc = _run(args, {f"{scheme}_proxy": f"http://{USER}:{PASSWORD}@127.0.0.1:{proxy.port}"}, timeout_s=60)
+        received, proxy_port = origin.requests, proxy.port
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "407" in proc.stderr
+    assert received == []
+    assert f"proxy http://127.0.0.1:{proxy_port}" in proc.stderr
+    assert not [s for s in SECRETS if s in _outputs(proc)]
+
+
+def test_nc06_plain_http_through_a_proxy_keeps_kernel_receive_stamps():
+    with ScriptedServer(_reply) as origin, ForwardProxy() as proxy:
+        decision = route(origin.base_url, {"http": f"http://127.0.0.1:{proxy.port}"}, ignore=False)
+        transport = GeventHTTPTransport(
+            origin.base_url, headers={}, timeouts=Timeouts(connect_s=5, idle_s=5, total_s=10), proxy=decision.proxy
+        )
+        request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+        client = StreamingClient(transport)
+        records = [client.run(request) for _ in range(3)]
+        transport.close()
+        seen, accepted, base_url = proxy.log, origin.connections_accepted, origin.base_url
+    assert [r.outcome for r in records] == [Outcome.OK] * 3
+    assert [r.target for r in seen] == [f"{base_url}/v1/chat/completions"] * 3
+    assert accepted == 1  # one kept-alive connection to the proxy, hence one to the origin
+    for record in records:
+        assert record.completion_tokens.value == 2
+        # the socket to the proxy is an ordinary TCP socket: reads carry the kernel's receive stamps
+        if _KERNEL_STAMPS:
+            assert record.unstamped_reads == 0
+            assert len(record.read_lags_s) >= 2
+
+
+def test_nc06_https_through_a_connect_tunnel_still_checks_the_certificate(tls_server):  # noqa: F811
+    with ForwardProxy() as proxy:
+        decision = route(tls_server, {"https": f"http://127.0.0.1:{proxy.port}"}, ignore=False)
+        transport = GeventHTTPTransport(
+            tls_server, headers={}, timeouts=Timeouts(connect_s=5, idle_s=5, total_s=10), proxy=decision.proxy
+        )
+        with pytest.raises(TransportError, match=r"(?i)certificate") as info:
+            transport.get("/v1/models")
+        transport.close()
+        seen = proxy.log
+    assert [r.method for r in seen] == ["CONNECT"]  # the tunnel was made; the self-signed certificate was refused
+    assert f"via proxy http://127.0.0.1:{proxy.port}" in str(info.value)
+
+
+def test_nc06_tls_connection_opened_before_the_send_is_the_one_the_request_uses(tls_server):  # noqa: F811
+    # TLS 1.3 session tickets make a fresh connection readable; it must not be mistaken for a dead one,
+    # or the request would open (and time) a second connection, here a second CONNECT tunnel
+    with ForwardProxy() as proxy:
+        decision = route(tls_server, {"https": f"http://127.0.0.1:{proxy.port}"}, ignore=False)
+        transport = GeventHTTPTransport(
+            tls_server,
+            headers={},
+            timeouts=Timeouts(connect_s=5, idle_s=5, total_s=10),
+            insecure=True,
+            proxy=decision.proxy,
+        )
+        tunnels = []
+        for _ in range(3):
+            transport.connect()
+            time.sleep(0.05)  # the server's session tickets arrive meanwhile
+            assert transport.get("/v1/models").status == 200
+            tunnels.append(len(proxy.log))
+        transport.close()
+    assert tunnels == [1, 2, 3]  # the origin closes after each reply: one tunnel per request, none wasted
