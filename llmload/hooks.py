@@ -16,8 +16,10 @@ from locust.env import Environment
 from locust.event import Events
 from locust.runners import MasterRunner, WorkerRunner
 
+import contextlib
 import functools
 import logging
+import signal
 import sys
 import threading
 from typing import Any
@@ -164,7 +166,26 @@ def _fatal(environment: Environment, message: str) -> None:
     sys.stderr.write(f"llmload: error: {message}\n")
     sys.stderr.flush()
     environment.process_exit_code = 2
+    if getattr(environment.parsed_options, "processes", None):
+        _stop_forked_workers()
     sys.exit(2)
+
+
+def _stop_forked_workers() -> None:
+    """Send SIGTERM to the workers ``--processes`` forked from this process.
+
+    Locust's exit handler forgets children that are still running, so a run
+    refused before load would otherwise leave them waiting 60 s for a master
+    (holding the terminal or pipe open all that time). Forked workers share
+    this process's command line, which is how they are told apart.
+    """
+    import psutil
+
+    me = psutil.Process()
+    for child in me.children():
+        with contextlib.suppress(psutil.Error):
+            if child.cmdline() == me.cmdline():
+                child.send_signal(signal.SIGTERM)
 
 
 # ── stop ────────────────────────────────────────────────────────────────
@@ -227,10 +248,13 @@ def _print_results_line(environment: Environment, **_kw: Any) -> None:
     """Headless master or single process: the results JSON as the last output line, one line, marked.
 
     ``kubectl logs`` then recovers the results when no volume was mounted (README "Results file").
+    Not printed to a terminal, where the summary is what a user reads.
     """
     runtime: Runtime | None = getattr(environment, "llmload", None)
     options = environment.parsed_options
     if runtime is None or runtime.results is None or not getattr(options, "headless", False):
+        return
+    if sys.stdout.isatty():
         return
     sys.stdout.write(results_line(runtime.results) + "\n")
     sys.stdout.flush()
