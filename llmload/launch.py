@@ -12,7 +12,6 @@ from __future__ import annotations
 from locust.env import Environment
 from locust.runners import MasterRunner
 
-import functools
 import logging
 import os
 import tempfile
@@ -33,7 +32,7 @@ from llmload.payloads import LLMRequest
 from llmload.plan import WorkerShare, split_run
 from llmload.record import RequestRecord
 from llmload.runtime import CpuMonitor, Runtime, SendWindow, WarmupGate
-from llmload.servermetrics_scrape import ServerScraper, fetch_text, metrics_urls
+from llmload.servermetrics_scrape import ServerScraper, metrics_urls, routed_fetch
 from llmload.tokens import load_tokenizer
 from llmload.transport import GeventHTTPTransport
 from llmload.workload import build_workload
@@ -313,8 +312,9 @@ def stop_process_services(runtime: Runtime) -> None:
 def start_server_metrics(environment: Environment, runtime: Runtime) -> None:
     """Start scraping the server's metrics (``--server-metrics``; master or single process), after preflight.
 
-    The first scrape is taken here, before any load; ``runtime.server_scraper``
-    stays None when nothing is to be scraped (off, or the target has no ``/metrics``).
+    The first scrape is taken here, before any load; each URL goes the way
+    ``llmload.proxies.route`` decides for it, as the load does for the target.
+    ``runtime.server_scraper`` stays None when nothing is to be scraped (off, or the target has no ``/metrics``).
     """
     config = runtime.config
     auto_url, extra_urls = metrics_urls(environment.host or "", config.server_metrics)
@@ -325,7 +325,12 @@ def start_server_metrics(environment: Environment, runtime: Runtime) -> None:
         extra_urls,
         model=runtime.model,
         headers=runtime.headers,
-        fetch=functools.partial(fetch_text, insecure=config.insecure),
+        fetch=routed_fetch(
+            ((auto_url,) if auto_url else ()) + extra_urls,
+            urllib.request.getproxies_environment(),
+            ignore=config.ignore_proxy_env,
+            insecure=config.insecure,
+        ),
     )
     scraper.start()
     runtime.server_scraper = scraper if scraper.active else None

@@ -4,12 +4,15 @@ Each endpoint is read before the load starts, every ``SCRAPE_INTERVAL_S`` while
 it runs (a gevent greenlet) and once after it ends. Every read is bounded by
 ``SCRAPE_TIMEOUT_S``; a slow or failing endpoint costs at most that at the start
 and at the end, never fails the run, and is reported (``server.endpoints[]``).
-Parsing and mapping are ``llmload.servermetrics`` (pure); this module only does
-the I/O and the timing.
+Each URL goes the way the load would go to it (``llmload.proxies.route``: the
+proxy variables, ``NO_PROXY`` and ``--ignore-proxy-env``), never by urllib's
+own reading of the environment. Parsing and mapping are
+``llmload.servermetrics`` (pure); this module only does the I/O and the timing.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import ssl
 import urllib.error
@@ -20,7 +23,8 @@ from urllib.parse import urlsplit, urlunsplit
 import gevent
 
 from llmload.credentials import public_url
-from llmload.errors import ServerMetricsError
+from llmload.errors import ConfigError, ServerMetricsError
+from llmload.proxies import ProxyChoice, route
 from llmload.servermetrics import Endpoint, ServerSnapshot, parse_snapshot, summarise
 
 __all__ = [
@@ -30,6 +34,7 @@ __all__ = [
     "ServerScraper",
     "fetch_text",
     "metrics_urls",
+    "routed_fetch",
 ]
 
 log = logging.getLogger(__name__)
@@ -65,21 +70,77 @@ def metrics_urls(host: str, setting: str) -> tuple[str | None, tuple[str, ...]]:
     return auto, tuple(p for p in parts if p not in ("auto", "off"))
 
 
-def fetch_text(url: str, headers: Mapping[str, str], timeout_s: float, *, insecure: bool = False) -> str:
+def fetch_text(
+    url: str, headers: Mapping[str, str], timeout_s: float, *, insecure: bool = False, proxy: ProxyChoice | None = None
+) -> str:
     """GET ``url`` and return its body, the whole exchange bounded by ``timeout_s``.
+
+    Args:
+        url: the ``/metrics`` URL.
+        headers: extra request headers.
+        timeout_s: bound of the whole exchange (s).
+        insecure: do not verify an https certificate.
+        proxy: the forward proxy to go through (absolute form for http, ``CONNECT``
+            for https, ``Proxy-Authorization`` from its credentials), or None to
+            connect directly; the environment's proxy variables are not read here.
 
     Raises:
         OSError: connection failure or a non-2xx status (``urllib.error.HTTPError``).
         gevent.Timeout: the answer took longer than ``timeout_s``.
         ServerMetricsError: the body is larger than 32 MiB.
     """
-    context = ssl._create_unverified_context() if insecure else None
     request = urllib.request.Request(url, headers={"Accept": "text/plain", **headers})
-    with gevent.Timeout(timeout_s), urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
+    proxies: dict[str, str] = {}
+    if proxy is not None:
+        host = f"[{proxy.host}]" if ":" in proxy.host else proxy.host
+        proxies[request.type] = f"http://{host}:{proxy.port}"
+        if proxy.user is not None or proxy.password is not None:
+            # urllib moves it into the CONNECT of an https tunnel; not kept on a redirect to elsewhere
+            token = base64.b64encode(f"{proxy.user or ''}:{proxy.password or ''}".encode()).decode("ascii")
+            request.add_unredirected_header("Proxy-Authorization", f"Basic {token}")
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler(proxies)]
+    if insecure:
+        handlers.append(urllib.request.HTTPSHandler(context=ssl._create_unverified_context()))
+    opener = urllib.request.build_opener(*handlers)
+    with gevent.Timeout(timeout_s), opener.open(request, timeout=timeout_s) as response:
         body = response.read(_MAX_BODY_BYTES + 1)
     if len(body) > _MAX_BODY_BYTES:
         raise ServerMetricsError(f"{url} answered more than {_MAX_BODY_BYTES >> 20} MiB; not a /metrics page")
     return str(body.decode("utf-8", errors="replace"))
+
+
+def routed_fetch(urls: tuple[str, ...], proxies: Mapping[str, str], *, ignore: bool, insecure: bool) -> Fetch:
+    """A ``Fetch`` that reads each of ``urls`` the way ``llmload.proxies.route`` decides for it.
+
+    Args:
+        urls: every URL the scraper will read (decided once, here).
+        proxies: the environment's proxy settings (``urllib.request.getproxies_environment()``).
+        ignore: ``--ignore-proxy-env``: connect directly whatever the variables say.
+        insecure: do not verify https certificates.
+
+    A proxy variable that cannot be used for a URL (``ConfigError``) makes that
+    URL's every scrape fail with the message (reported, never fatal); a URL
+    sent through a proxy is logged once, without the proxy's credentials.
+    """
+    choices: dict[str, ProxyChoice | None] = {}
+    refused: dict[str, str] = {}
+    for url in urls:
+        try:
+            choices[url] = route(url, proxies, ignore=ignore).proxy
+        except ConfigError as exc:
+            refused[url] = str(exc)
+            continue
+        proxy = choices[url]
+        if proxy is not None:
+            note = f"server metrics from {public_url(url)} go through the proxy {proxy.public} (from {proxy.variable})"
+            log.info("llmload: %s", note)
+
+    def fetch(url: str, headers: Mapping[str, str], timeout_s: float) -> str:
+        if url in refused:
+            raise ServerMetricsError(refused[url])
+        return fetch_text(url, headers, timeout_s, insecure=insecure, proxy=choices.get(url))
+
+    return fetch
 
 
 class ServerScraper:

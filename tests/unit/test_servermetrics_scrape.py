@@ -8,7 +8,7 @@ import gevent
 import pytest
 
 from llmload.errors import ServerMetricsError
-from llmload.servermetrics_scrape import ServerScraper, metrics_urls
+from llmload.servermetrics_scrape import ServerScraper, metrics_urls, routed_fetch
 
 
 def vllm(prompt: int, gen: int, running: int = 0) -> str:
@@ -115,3 +115,18 @@ def test_scraper_extra_endpoint_failing_mid_run_keeps_the_target_and_marks_incom
     dcgm = section["endpoints"][1]
     assert dcgm == {"url": DCGM, "kind": "dcgm", "scrapes": 1, "failed_scrapes": 1, "error": "boom"}
     assert fetch.calls[1] == (DCGM, {})  # the target's credentials never go to another URL
+
+
+def test_routed_fetch_makes_an_unusable_proxy_variable_that_urls_reported_failure(caplog):
+    # HTTPS_PROXY is unusable (an https:// proxy) but applies only to the https extra URL
+    proxies = {"https": "https://u:s3cret@proxy.example:3128", "http": "http://127.0.0.1:9", "no": "127.0.0.1"}
+    fetch = routed_fetch((AUTO, "https://gpu.example/metrics"), proxies, ignore=False, insecure=False)
+    with pytest.raises(
+        ServerMetricsError, match=r"HTTPS_PROXY=https://proxy\.example:3128: only http:// proxies"
+    ) as info:
+        fetch("https://gpu.example/metrics", {}, 0.5)
+    assert "s3cret" not in str(info.value)
+    scraper = ServerScraper(None, ("https://gpu.example/metrics",), model="m", fetch=fetch, timeout_s=0.5)
+    scraper.start()
+    assert scraper.finish() is None  # the endpoint never answered: no server section, and not fatal
+    assert "2 of 2 scrapes of https://gpu.example/metrics failed (last: HTTPS_PROXY=" in caplog.text
