@@ -50,6 +50,7 @@ from llmload.launch import (
     split,
     start_open_loop,
     start_process_services,
+    start_server_metrics,
     start_workload,
 )
 from llmload.live import feed
@@ -163,6 +164,8 @@ def _start_master_or_local(environment: Environment) -> None:
         runtime.blocked = str(exc)
         log.error("llmload: %s; not sending load", exc)
         gevent.spawn(finish_run, environment)
+    else:
+        start_server_metrics(environment, runtime)
     limit = runtime.config.num_requests
     if isinstance(runner, MasterRunner):
         workers = sorted(

@@ -111,6 +111,7 @@ class RunConfig:
         prometheus_port: exporter port on the master, 0 = no exporter.
         prometheus_host: exporter listen address, "" = all interfaces.
         prometheus_grace_s: longest wait after the run for a scrape of the final totals.
+        server_metrics: ``--server-metrics``: "auto", "off", or comma-separated URLs ("auto" among them allowed).
         dataset: prompt file, or None.
         dataset_format: ``auto``, ``jsonl`` or ``sharegpt``.
         input_tokens: synthetic prompt length, or None (no synthetic prompts).
@@ -153,6 +154,7 @@ class RunConfig:
     prometheus_port: int = default("--prometheus-port")
     prometheus_host: str = default("--prometheus-host")
     prometheus_grace_s: float = default("--prometheus-grace")
+    server_metrics: str = default("--server-metrics")
     dataset: str | None = None
     dataset_format: str = default("--dataset-format")
     input_tokens: LengthSpec | None = None

@@ -3,9 +3,10 @@
 This module only binds Locust's events to llmload's modules:
 ``llmload.cluster`` (the master/worker protocol: plan, reports, flush, final
 reports, lost workers), ``llmload.live`` (the live view behind ``/metrics``)
-and ``llmload.launch`` (options, tokenizer, workload, preflight). What it
-keeps itself is the process's ``init`` and the end of a run (results,
-summary, exit status).
+and ``llmload.launch`` (options, tokenizer, workload, preflight, the
+server-metrics scraper). What it keeps itself is the process's ``init`` and
+the end of a run (the last server-metrics scrape, results, summary, exit
+status).
 """
 
 from __future__ import annotations
@@ -201,6 +202,7 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     options = environment.parsed_options
     if not isinstance(runner, MasterRunner):
         runtime.send_figures_by_process["local"] = runtime.send_figures()
+    scraper, runtime.server_scraper = runtime.server_scraper, None
     outcome = RunOutcome(
         stats=runtime.stats,
         config=runtime.config,
@@ -215,6 +217,7 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         lost_workers=tuple(runtime.lost_workers),
         cpu_saturated_s=runtime.cpu_saturated_s,
         sends=SendFigures.combine(runtime.send_figures_by_process.values()),
+        server=None if scraper is None else scraper.finish(),  # the last scrape, after the final reports
     )
     results = build_results(outcome)
     runtime.results = results

@@ -32,6 +32,7 @@ from llmload.payloads import LLMRequest
 from llmload.plan import WorkerShare, split_run
 from llmload.record import RequestRecord
 from llmload.runtime import CpuMonitor, Runtime, SendWindow, WarmupGate
+from llmload.servermetrics_scrape import ServerScraper, metrics_urls, routed_fetch
 from llmload.tokens import load_tokenizer
 from llmload.transport import GeventHTTPTransport
 from llmload.workload import build_workload
@@ -43,6 +44,7 @@ __all__ = [
     "split",
     "start_open_loop",
     "start_process_services",
+    "start_server_metrics",
     "start_workload",
     "stop_process_services",
 ]
@@ -307,3 +309,30 @@ def stop_process_services(runtime: Runtime) -> None:
     if runtime.cpu is not None:
         runtime.cpu.stop()
         runtime.cpu_saturated_s = max(runtime.cpu_saturated_s, runtime.cpu.saturated_s)
+
+
+def start_server_metrics(environment: Environment, runtime: Runtime) -> None:
+    """Start scraping the server's metrics (``--server-metrics``; master or single process), after preflight.
+
+    The first scrape is taken here, before any load; each URL goes the way
+    ``llmload.proxies.route`` decides for it, as the load does for the target.
+    ``runtime.server_scraper`` stays None when nothing is to be scraped (off, or the target has no ``/metrics``).
+    """
+    config = runtime.config
+    auto_url, extra_urls = metrics_urls(environment.host or "", config.server_metrics)
+    if auto_url is None and not extra_urls:
+        return
+    scraper = ServerScraper(
+        auto_url,
+        extra_urls,
+        model=runtime.model,
+        headers=runtime.headers,
+        fetch=routed_fetch(
+            ((auto_url,) if auto_url else ()) + extra_urls,
+            urllib.request.getproxies_environment(),
+            ignore=config.ignore_proxy_env,
+            insecure=config.insecure,
+        ),
+    )
+    scraper.start()
+    runtime.server_scraper = scraper if scraper.active else None

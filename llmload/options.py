@@ -318,6 +318,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "to find the model when --model is not given).",
         _SERVER,
     ),
+    OptionSpec(
+        "--server-metrics",
+        "Scrape the inference server's Prometheus metrics during the run (master only): "
+        "auto = the target's /metrics if it answers Prometheus text; off; or URLs, comma-separated "
+        "(auto may be one of them, e.g. auto,http://gpu-host:9400/metrics for a DCGM exporter).",
+        _SERVER,
+        "auto",
+        v.server_metrics,
+        "auto|off|URL[,URL...]",
+    ),
     # ── tokens and goodput ──
     OptionSpec(
         "--tokenizer",

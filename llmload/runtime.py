@@ -27,6 +27,7 @@ from llmload.exporters.window import SlidingWindow
 from llmload.payloads import LLMRequest
 from llmload.proxies import ProxyChoice
 from llmload.record import RequestRecord
+from llmload.servermetrics_scrape import ServerScraper
 from llmload.stats import LLMStats
 from llmload.tokens import TokenCounter
 from llmload.transport import AddressCache
@@ -297,6 +298,7 @@ class Runtime:
     requests_log: RequestsLog | None = None
     cpu: CpuMonitor | None = None
     cpu_saturated_s: float = 0.0  # longest CPU saturation streak (s), max over workers on the master
+    server_scraper: ServerScraper | None = None  # --server-metrics, master or single process only
     flushed: bool = False
     # open loop: this process's arrival schedule, its monotonic start, and the in-flight cap
     schedule: ArrivalSchedule | None = None

@@ -30,9 +30,11 @@ from llmload.exporters.load import SendFigures
 from llmload.exporters.results import RunOutcome, build_results
 from llmload.goodput import SLO
 from llmload.record import ITLKind, RequestRecord, TokenCount, TokenSource
+from llmload.servermetrics import summarise
 from llmload.stats import LLMStats
 from llmload.sweep import parse_sweep, step_section, sweep_document
 from llmload.testing import failed_record
+from tests.unit.test_servermetrics import fixture, run_of, vllm_text
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 T0 = 1_700_000_000.0
@@ -179,7 +181,14 @@ def closed_loop() -> dict[str, Any]:
         stats.add(_ok(T0 + i, endpoint), met_slo=True)
     stats.add(failed_record(start_unix=T0 + 0.5, end_s=0.01))
     stats.add_cancelled("chat", "m", 2)
-    return _results(stats, config, lost_workers=("w1",), cpu_saturated_s=6.0)
+    server = summarise(
+        [
+            run_of(vllm_text(0, 0, (0, 0, 0), 0), vllm_text(60, 600, (1, 3, 3), 0.3)),
+            run_of(fixture("vllm_v1.txt"), fixture("vllm_v1.txt")),  # every other histogram
+            run_of(fixture("tgi.txt"), fixture("tgi.txt")),
+        ]
+    )
+    return _results(stats, config, lost_workers=("w1",), cpu_saturated_s=6.0, server=server)
 
 
 def open_loop(*, kept_up: bool = False) -> dict[str, Any]:
