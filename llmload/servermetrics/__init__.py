@@ -7,16 +7,7 @@ one endpoint over a run into counter deltas (reset-safe), gauge mean/max and
 histogram deltas; ``summarise`` and ``cross_check`` make the results' ``server``
 section. Raw names stay available (``ServerSnapshot.raw``, ``.names``).
 
-Common vocabulary (units in the names; ratios 0..1):
-
-- gauges: ``running_requests``, ``waiting_requests``, ``kv_cache_usage``,
-  ``prefix_cache_hit_ratio``, ``gpu_utilization``, ``gpu_memory_used_bytes``, ``gpu_power_w``
-- counters: ``prompt_tokens``, ``generation_tokens``, ``prompt_cached_tokens``,
-  ``preemptions``, ``prefix_cache_queries_tokens``, ``prefix_cache_hits_tokens``,
-  ``requests_succeeded``
-- histograms (seconds): ``ttft_s``, ``itl_s`` (per token gap), ``tpot_s`` (per
-  request mean), ``e2e_s``, ``queue_s``
-
+The common vocabulary (gauges, counters, histograms) is listed in ``names``.
 
 Modules: ``names`` (the mapping table and where each name comes from),
 ``snapshot`` (``parse_snapshot``: one scrape), ``run`` (``ServerRun``,

@@ -14,13 +14,12 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.integration.procs import free_port, locust_argv
+from tests.integration.procs import free_port, locust_argv, web_ui_stop
 from tests.integration.test_sim import REPO_ROOT, metric_sum, metrics, start_sim, stop_sim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -209,13 +208,7 @@ def test_p1_web_ui_stop_counts_every_request(tmp_path):
         while metric_sum(metrics(url), "llmload_sim_requests_completed_total") < 10:
             assert time.monotonic() < deadline, "no load within 30 s"
             time.sleep(0.2)
-        stop = urllib.request.Request(f"http://127.0.0.1:{port}/stop", data=b"", method="POST")
-        with urllib.request.urlopen(stop, timeout=30) as answer:
-            assert answer.status == 200
-        deadline = time.monotonic() + 30
-        while not out.exists():
-            assert time.monotonic() < deadline, "no results file within 30 s of STOP"
-            time.sleep(0.2)
+        web_ui_stop(port, out)
         received = _settled(url)["/v1/chat/completions"]
         proc.send_signal(signal.SIGTERM)
         _, stderr = _finish(proc)
