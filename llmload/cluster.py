@@ -108,7 +108,11 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     except WireFormatError as exc:
         plan, plan_error = RunPlan(run_id=str(report_run_id(raw_plan) or "")), str(exc)
         log.error("llmload: %s; this worker sends no load", exc)
-    runtime.config = RunConfig.from_options(options)
+    try:
+        runtime.config = RunConfig.from_options(options)
+    except ConfigError as exc:  # the master checks options first; a worker never raises out of test_start
+        plan_error = plan_error or str(exc)
+        log.error("llmload: %s; this worker sends no load", exc)
     runtime.stopping = False
     runtime.run_id = plan.run_id
     runtime.model = plan.model

@@ -355,6 +355,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         9646,
         v.number(int, lambda x: 0 <= x <= 65535, "a port number from 0 to 65535 (0: off)", "9646"),
         "PORT",
+        launch_only=True,
     ),
     OptionSpec(
         "--prometheus-host",
@@ -363,6 +364,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "",
         lambda _flag, value: value.strip(),
         "ADDR",
+        launch_only=True,
     ),
     OptionSpec(
         "--prometheus-grace",
@@ -373,6 +375,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         v.number(float, lambda x: 0 <= x < math.inf, "a finite number >= 0", "60"),
         "S",
         field="prometheus_grace_s",
+        launch_only=True,
     ),
 )
 

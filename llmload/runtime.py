@@ -293,6 +293,7 @@ class Runtime:
     sends: SendWindow = field(default_factory=SendWindow)
     stopped_at_s: float | None = None  # time.perf_counter() when this process's stop began
     send_figures_by_process: dict[str, SendFigures] = field(default_factory=dict)  # master: latest per worker
+    failure_samples: dict[str, str] = field(default_factory=dict)  # error category -> first message (Failures tab)
     # Prometheus exporter (issue 5)
     in_flight: int = 0  # requests sent by this process's users and not finished yet
     window_delta: LLMStats | None = None  # single process with exporter: records since the last window tick

@@ -231,7 +231,7 @@ class LLMUser(User):
             name=request.path,
             response_time=e2e_s * 1000.0,
             response_length=record.completion_tokens.value or 0,
-            exception=error_of(record),
+            exception=_grouped_error(record, _runtime(self).failure_samples),
             context={"model": request.model},
             response=None,
             url=request.path,
@@ -315,3 +315,17 @@ def _runtime(user: User) -> Runtime:
             "llmload's locustfiles/ or call llmload.hooks.install(environment.events) in yours"
         )
     return runtime
+
+
+def _grouped_error(record: RequestRecord, samples: dict[str, str]) -> Exception | None:
+    """The failure as Locust's Failures tab groups it: one row per error category, with a sample message.
+
+    Locust groups failures by the exception's text; a request id or a
+    timestamp in a server's message would make one row per request. The
+    message shown is the category's first one in this process.
+    """
+    error = error_of(record)
+    if error is None or record.error is None:
+        return error
+    sample = samples.setdefault(record.error.category, record.error.message)
+    return type(error)(f"{record.error.category} (e.g. {sample})")
