@@ -37,6 +37,7 @@ __all__ = [
     "classify",
     "classify_status",
     "error_of",
+    "grouped_error",
     "parse_retry_after",
 ]
 
@@ -169,3 +170,18 @@ def parse_retry_after(value: str | None, now_unix: float) -> float | None:
     if when.tzinfo is None:  # RFC 9110 dates are GMT
         when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - now_unix)
+
+
+def grouped_error(record: RequestRecord, samples: dict[str, str]) -> RequestError | None:
+    """``error_of(record)`` as Locust's Failures tab should group it: one row per error category.
+
+    Locust groups failures by the exception's text, so a request id or a
+    timestamp in a server's message would make one row per request. The text
+    is ``"category (e.g. first message)"``; ``samples`` keeps the first
+    message of each category (this process's, updated here).
+    """
+    error = error_of(record)
+    if error is None or record.error is None:
+        return error
+    sample = samples.setdefault(record.error.category, record.error.message)
+    return type(error)(f"{record.error.category} (e.g. {sample})")

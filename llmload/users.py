@@ -28,7 +28,7 @@ from gevent import GreenletExit
 
 from llmload.client import StreamingClient
 from llmload.datasets import Message
-from llmload.failures import error_of
+from llmload.failures import grouped_error
 from llmload.payloads import LLMRequest, build_chat_request, build_completion_request
 from llmload.record import RequestRecord
 from llmload.runtime import Runtime, WarmupGate
@@ -231,7 +231,7 @@ class LLMUser(User):
             name=request.path,
             response_time=e2e_s * 1000.0,
             response_length=record.completion_tokens.value or 0,
-            exception=_grouped_error(record, _runtime(self).failure_samples),
+            exception=grouped_error(record, _runtime(self).failure_samples),
             context={"model": request.model},
             response=None,
             url=request.path,
@@ -315,17 +315,3 @@ def _runtime(user: User) -> Runtime:
             "llmload's locustfiles/ or call llmload.hooks.install(environment.events) in yours"
         )
     return runtime
-
-
-def _grouped_error(record: RequestRecord, samples: dict[str, str]) -> Exception | None:
-    """The failure as Locust's Failures tab groups it: one row per error category, with a sample message.
-
-    Locust groups failures by the exception's text; a request id or a
-    timestamp in a server's message would make one row per request. The
-    message shown is the category's first one in this process.
-    """
-    error = error_of(record)
-    if error is None or record.error is None:
-        return error
-    sample = samples.setdefault(record.error.category, record.error.message)
-    return type(error)(f"{record.error.category} (e.g. {sample})")

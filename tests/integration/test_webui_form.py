@@ -54,7 +54,9 @@ def test_b1_processes_2_invalid_value_is_refused_in_the_ui_then_a_valid_run_work
     with web_ui("--num-requests", "10", "--results-json", str(results), workers=2) as ui:
         _refused(ui.swarm(max_tokens="abc"), "--max-tokens", "'abc'")
         stats = ui.stats()
-        assert stats["state"] == "ready" and stats["worker_count"] == 2 and stats["user_count"] == 0
+        assert stats["state"] == "ready"
+        assert stats["worker_count"] == 2
+        assert stats["user_count"] == 0
         assert _sim_posts(ui) == 0
         assert not results.exists()
         document = _run_to_the_end(ui, results, 10)
@@ -62,7 +64,8 @@ def test_b1_processes_2_invalid_value_is_refused_in_the_ui_then_a_valid_run_work
         assert "PASSED" in str(document["verdict"])
         _refused(ui.swarm(max_tokens="abc"), "--max-tokens")  # after a valid run: refused again, nothing sent
         sent = _sim_posts(ui)
-        assert ui.stats()["state"] == "stopped" and ui.aggregated()["num_requests"] == 10
+        assert ui.stats()["state"] == "stopped"
+        assert ui.aggregated()["num_requests"] == 10
         assert _sim_posts(ui) == sent
         _clean(ui)
 
@@ -113,7 +116,8 @@ def test_b4_reset_resets_llmload_statistics_with_locusts(tmp_path: Path) -> None
 def test_b5_launch_only_prometheus_options_are_not_in_the_form() -> None:
     with web_ui() as ui:
         page = ui.get("/").decode()
-        assert "max_tokens" in page and "num_requests" in page
+        assert "max_tokens" in page
+        assert "num_requests" in page
         for name in ("prometheus_port", "prometheus_host", "prometheus_grace"):
             assert name not in page
 

@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, IO
+from typing import IO, Any
 
 from tests.integration.procs import free_port, locust_argv
 from tests.integration.test_sim import REPO_ROOT, start_sim, stop_sim
