@@ -178,7 +178,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--arrival",
-        "Inter-arrival distribution for --request-rate: poisson, constant or gamma.",
+        "Inter-arrival distribution for --request-rate: poisson, constant or gamma. Unset: poisson.",
         _LOAD,
         parse=v.choice("poisson", "constant", "gamma"),
         metavar="KIND",
@@ -187,7 +187,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--burstiness",
-        "Gamma shape for --arrival gamma (1 = Poisson, < 1 burstier).",
+        "Gamma shape for --arrival gamma (1 = Poisson, < 1 burstier). Unset: 1.",
         _LOAD,
         parse=v.number(float, lambda x: 0 < x < math.inf, "a finite number > 0", "0.5"),
         metavar="B",
