@@ -36,7 +36,14 @@ from typing import Protocol
 from llmload.chunks import ReplyAccumulator, parse_chunk, read_server_error
 from llmload.config import Timeouts
 from llmload.errors import TransportError
-from llmload.failures import IncompleteReplyError, Phase, TotalTimeout, classify, classify_status
+from llmload.failures import (
+    IncompleteReplyError,
+    Phase,
+    TotalTimeout,
+    classify,
+    classify_status,
+    parse_retry_after,
+)
 from llmload.payloads import LLMRequest
 from llmload.record import ErrorInfo, Outcome, RequestRecord
 from llmload.stream import ReplyFailure, ReplyReader, new_scanner
@@ -241,7 +248,7 @@ class StreamingClient:
         record.streamed = False
 
     def _read_http_error(self, response: Response, record: RequestRecord, t0: float) -> None:
-        """Record a non-2xx reply as ``classify_status`` says ."""
+        """Record a non-2xx reply as ``classify_status`` says (``THROTTLED`` ones with their ``Retry-After``)."""
         status = response.status
         try:
             body, t = self._read_all(response, t0, _ERROR_BODY_BYTES, record)
@@ -255,6 +262,8 @@ class StreamingClient:
         kind = error.kind if error is not None else None
         message = error.message if error is not None else body.decode("utf-8", "replace")
         failure = classify_status(status, kind)
+        if failure.outcome is Outcome.THROTTLED:
+            record.retry_after_s = parse_retry_after(response.retry_after, self._wall_clock())
         _fail(record, failure.outcome, failure.category, message, t, status=status)
 
     def _arrived(self, response: Response, record: RequestRecord, t0: float, previous_s: float) -> float:

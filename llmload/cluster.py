@@ -108,6 +108,8 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     except WireFormatError as exc:
         plan, plan_error = RunPlan(run_id=str(report_run_id(raw_plan) or "")), str(exc)
         log.error("llmload: %s; this worker sends no load", exc)
+    if plan.run_id and plan.run_id == runtime.ended_run_id:
+        return  # a spawn message after this run ended here: its users stop without sending
     try:
         runtime.config = RunConfig.from_options(options)
     except ConfigError as exc:  # the master checks options first; a worker never raises out of test_start
@@ -316,6 +318,7 @@ def _on_flush(environment: Environment, msg: Any, **_kw: Any) -> None:
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     runner = environment.runner
     if runner is not None:
+        runtime.end_run()
         runner.stop()
         runner.send_message("llmload_final", _payload(runtime))
 
@@ -332,6 +335,7 @@ def _finish_worker(runtime: Runtime, runner: WorkerRunner) -> None:
     """
     if not runtime.run_id:
         return
+    runtime.end_run()
     running = runner.state not in (STATE_INIT, STATE_STOPPED)
     if running:
         runner.stop()
@@ -349,6 +353,8 @@ def on_test_stopping(environment: Environment, **_kw: Any) -> None:
     runtime: Runtime | None = getattr(environment, "llmload", None)
     if runtime is not None:
         runtime.stopping = True
+        if not isinstance(runner, MasterRunner):
+            runtime.end_run()
         if runtime.stopped_at_s is None:
             runtime.stopped_at_s = time.perf_counter()  # the open-loop schedule's lag is read as of now
     if not isinstance(runner, MasterRunner) or runtime is None or not runtime.run_id:

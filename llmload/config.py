@@ -104,6 +104,7 @@ class RunConfig:
         insecure: skip TLS certificate verification.
         ignore_proxy_env: connect directly whatever the proxy variables say.
         max_failure_ratio: failed/finished above this → exit status 1.
+        max_retry_after_s: closed loop: longest pause of a user after a throttled reply.
         skip_preflight: skip the probe requests before load.
         requests_log: per-request JSON lines path, or None.
         prometheus_port: exporter port on the master, 0 = no exporter.
@@ -144,6 +145,7 @@ class RunConfig:
     insecure: bool = False
     ignore_proxy_env: bool = False
     max_failure_ratio: float = default("--max-failure-ratio")
+    max_retry_after_s: float = default("--max-retry-after")
     skip_preflight: bool = False
     requests_log: str | None = None
     prometheus_port: int = default("--prometheus-port")

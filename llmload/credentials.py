@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
-__all__ = ["TargetURL", "public_header", "public_url", "split_credentials"]
+__all__ = ["TargetURL", "public_header", "public_query", "public_url", "secret_query_names", "split_credentials"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +69,42 @@ def public_header(name: str, value: str, secret_names: tuple[str, ...] = ()) -> 
     return f"{name}: {REDACTED if secret and value else value}"
 
 
+def _is_secret_name(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in _SECRET_QUERY_NAMES or any(p in lowered for p in _SECRET_NAME_PARTS)
+
+
+# Query parameters that carry credentials without a telling name (Azure SAS ``sig``, Google ``key``).
+_SECRET_QUERY_NAMES = frozenset({"sig", "code", "jwt"})
+
+
+def secret_query_names(query: str) -> tuple[str, ...]:
+    """Names of the parameters in ``query`` (``a=1&api_key=…``) whose values are credentials."""
+    return tuple(name for name, _ in parse_qsl(query, keep_blank_values=True) if _is_secret_name(name))
+
+
+def public_query(query: str) -> str:
+    """``query`` with the values of credential parameters (``key``, ``api_key``, ``token``, ``sig`` …) as ``***``.
+
+    Other parameters (``api-version=2024-06-01``) are kept as given; a query
+    without credential parameters is returned unchanged.
+    """
+    if not secret_query_names(query):
+        return query
+    pairs = parse_qsl(query, keep_blank_values=True)
+    return urlencode([(n, REDACTED if _is_secret_name(n) and v else v) for n, v in pairs], safe="*", quote_via=quote)
+
+
 def public_url(url: str) -> str:
-    """``url`` without ``user:password@`` (never print or export credentials)."""
-    return split_credentials(url).public
+    """``url`` without ``user:password@`` and with credential query values as ``***`` (safe to print or export)."""
+    public = split_credentials(url).public
+    try:
+        parts = urlsplit(public)
+    except ValueError:
+        return public
+    if not parts.query or not secret_query_names(parts.query):
+        return public
+    return urlunsplit(parts._replace(query=public_query(parts.query)))
 
 
 def _without_userinfo(url: str) -> str:

@@ -11,6 +11,9 @@ Formats:
   prompt; the turn after it (the reply) is kept so its length can serve as the
   output length (``--output-tokens dataset``).
 
+Text that cannot be sent as UTF-8 (a lone UTF-16 surrogate such as
+``"\\ud83d"`` without its pair) makes its line bad.
+
 A bad line or entry is skipped and reported as ``FILE:LINE: reason`` (the
 line where a ShareGPT entry starts); a file with no usable item raises
 ``DatasetError``.
@@ -102,6 +105,7 @@ def load_dataset(path: str, fmt: DatasetFormat = "auto") -> Dataset:
     for line_no, parsed in _sharegpt_entries(path, text) if fmt == "sharegpt" else _jsonl_lines(text):
         try:
             item = _read_sharegpt(parsed) if fmt == "sharegpt" else _read_jsonl(parsed)
+            _check_encodable(item)
         except _Bad as bad:
             skipped += 1
             if len(problems) < _MAX_PROBLEMS_KEPT:
@@ -115,6 +119,21 @@ def load_dataset(path: str, fmt: DatasetFormat = "auto") -> Dataset:
             'Each JSONL line needs "prompt" or "messages"; each ShareGPT entry a human turn'
         )
     return Dataset(path=path, items=tuple(items), skipped=skipped, problems=tuple(problems))
+
+
+def _check_encodable(item: DatasetItem) -> None:
+    """Refuse text that cannot be sent as UTF-8: a lone UTF-16 surrogate (``\\ud83d`` without its pair)."""
+    texts = [(f"messages[{i}].content", m.content) for i, m in enumerate(item.messages)]
+    texts += [(f"messages[{i}].role", m.role) for i, m in enumerate(item.messages)]
+    for where, text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = text[exc.start : exc.end]
+            raise _Bad(
+                f"lone surrogate {bad!r} at character {exc.start} of {where}: it cannot be sent as UTF-8 "
+                "(a \\uXXXX escape of half a surrogate pair); write the character itself or its full pair"
+            ) from None
 
 
 # ── JSONL ───────────────────────────────────────────────────────────────────

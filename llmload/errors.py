@@ -11,6 +11,7 @@
     │   │   ├── RequestTimeout         connect or read-idle timeout
     │   │   └── ConnectionClosedError  peer closed the connection before the end of the HTTP message
     │   ├── HTTPStatusError  non-2xx status
+    │   │   └── ThrottledError   429 or 503: the server asks the client to slow down
     │   └── StreamError      the body could not be read as a valid reply
     │       ├── SSEProtocolError   malformed SSE or JSON
     │       └── ServerStreamError  the server sent an error object in a 2xx body
@@ -32,6 +33,7 @@ __all__ = [
     "SSEProtocolError",
     "ServerStreamError",
     "StreamError",
+    "ThrottledError",
     "TokenizerError",
     "TransportError",
     "WireFormatError",
@@ -76,6 +78,10 @@ class ConnectionClosedError(TransportError):
 
 class HTTPStatusError(RequestError):
     """The server answered with a non-2xx status."""
+
+
+class ThrottledError(HTTPStatusError):
+    """The server answered 429 or 503: it asks the client to slow down."""
 
 
 class StreamError(RequestError):

@@ -1,7 +1,8 @@
 """The failure classifier of ``llmload.client``: what each way a request can fail makes of it.
 
 One table, ``FAILURES``, maps (phase, exception) to the record's outcome and
-error category; ``classify_status`` does the same for a non-2xx response.
+error category; ``classify_status`` does the same for a non-2xx response
+(``429`` and ``503`` are ``THROTTLED``: the server asks clients to slow down).
 ``error_of`` gives the exception of the ``llmload.errors`` tree that
 stands for a failed record in Locust's ``request`` event.
 """
@@ -22,6 +23,7 @@ from llmload.errors import (
     ServerStreamError,
     SSEProtocolError,
     StreamError,
+    ThrottledError,
     TransportError,
 )
 from llmload.record import Outcome, RequestRecord
@@ -39,7 +41,12 @@ __all__ = [
     "error_of",
     "grouped_error",
     "parse_retry_after",
+    "skip_pause_s",
+    "throttle_pause_s",
 ]
+
+BACKOFF_FIRST_S = 1.0
+"""Closed loop, throttled without ``Retry-After``: the first pause; each further throttled reply in a row doubles it."""
 
 
 class TotalTimeout(RequestTimeout):
@@ -108,11 +115,12 @@ its own outcome and category. An exception found nowhere is a bug and
 propagates.
 """
 
-THROTTLING_STATUSES: frozenset[int] = frozenset()
-"""Statuses by which a server asks clients to slow down; none yet, every non-2xx is ``HTTP_ERROR``."""
+THROTTLING_STATUSES = frozenset({429, 503})
+"""Statuses by which a server asks clients to slow down (``Outcome.THROTTLED``); other non-2xx: ``HTTP_ERROR``."""
 
 _OUTCOME_ERRORS: Mapping[Outcome, type[RequestError]] = {
     Outcome.HTTP_ERROR: HTTPStatusError,
+    Outcome.THROTTLED: ThrottledError,
     Outcome.TRANSPORT_ERROR: TransportError,
     Outcome.TIMEOUT: RequestTimeout,
     Outcome.STREAM_ERROR: StreamError,
@@ -134,7 +142,7 @@ def classify(phase: Phase, exc: Exception) -> Failure | None:
 
 def classify_status(status: int, kind: str | None) -> Failure:
     """The failure a non-2xx ``status`` makes of a request; ``kind``: the error type/code the body named, if any."""
-    outcome = Outcome.HTTP_ERROR
+    outcome = Outcome.THROTTLED if status in THROTTLING_STATUSES else Outcome.HTTP_ERROR
     return Failure(outcome, f"HTTP {status} {kind}" if kind else f"HTTP {status}", status=status)
 
 
@@ -142,7 +150,7 @@ def error_of(record: RequestRecord) -> RequestError | None:
     """The exception that stands for a failed ``record`` (Locust's ``request`` event); None if it did not fail.
 
     The message is ``"category: message"``; the class follows the outcome
-    (``HTTPStatusError``, ``TransportError``,
+    (``HTTPStatusError``, ``ThrottledError``, ``TransportError``,
     ``RequestTimeout``, ``StreamError``, ``ServerStreamError``).
     """
     if not record.outcome.is_failure:
@@ -170,6 +178,34 @@ def parse_retry_after(value: str | None, now_unix: float) -> float | None:
     if when.tzinfo is None:  # RFC 9110 dates are GMT
         when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - now_unix)
+
+
+SKIP_PAUSE_FIRST_S = 0.05
+SKIP_PAUSE_MAX_S = 1.0
+
+
+def skip_pause_s(streak: int) -> float:
+    """Seconds a closed-loop user without a request limit pauses after its ``streak``-th skipped request in a row.
+
+    ``SKIP_PAUSE_FIRST_S`` × 2^(streak − 1), at most ``SKIP_PAUSE_MAX_S``: a
+    client fault that repeats on every request (a bad option, a broken
+    tokenizer) costs at most one skipped request per user per second instead
+    of a busy loop. ``streak`` >= 1.
+    """
+    return min(SKIP_PAUSE_MAX_S, SKIP_PAUSE_FIRST_S * 2.0 ** min(streak - 1, 30))
+
+
+def throttle_pause_s(retry_after_s: float | None, streak: int, cap_s: float, jitter: float) -> float:
+    """Seconds a closed-loop user pauses after the ``streak``-th throttled reply in a row (``streak`` >= 1).
+
+    The server's ``Retry-After`` when it sent one; else exponential back-off
+    with jitter: ``BACKOFF_FIRST_S`` × 2^(streak − 1) × (0.5 + jitter / 2),
+    i.e. 0.5-1 s, 1-2 s, 2-4 s, …; never more than ``cap_s``
+    (``--max-retry-after``). ``jitter`` is uniform in [0, 1).
+    """
+    if retry_after_s is not None:
+        return min(retry_after_s, cap_s)
+    return min(cap_s, BACKOFF_FIRST_S * 2.0 ** min(streak - 1, 30)) * (0.5 + jitter / 2)
 
 
 def grouped_error(record: RequestRecord, samples: dict[str, str]) -> RequestError | None:

@@ -227,10 +227,13 @@ def _print_results_line(environment: Environment, **_kw: Any) -> None:
     """Headless master or single process: the results JSON as the last output line, one line, marked.
 
     ``kubectl logs`` then recovers the results when no volume was mounted (README "Results file").
+    Not printed to a terminal, where the summary is what a user reads.
     """
     runtime: Runtime | None = getattr(environment, "llmload", None)
     options = environment.parsed_options
     if runtime is None or runtime.results is None or not getattr(options, "headless", False):
+        return
+    if sys.stdout.isatty():
         return
     sys.stdout.write(results_line(runtime.results) + "\n")
     sys.stdout.flush()

@@ -17,6 +17,7 @@ import logging
 import os
 import tempfile
 import urllib.request
+from urllib.parse import urlsplit
 
 import gevent
 import gevent.event
@@ -25,7 +26,7 @@ import gevent.lock
 from llmload import preflight, proxies
 from llmload.arrivals import Arrival, ArrivalSchedule
 from llmload.config import RunConfig
-from llmload.credentials import public_url, split_credentials
+from llmload.credentials import public_url, secret_query_names, split_credentials
 from llmload.errors import ConfigError
 from llmload.exporters.requests_log import RequestsLog, worker_path
 from llmload.payloads import LLMRequest
@@ -144,6 +145,13 @@ def _strip_credentials(environment: Environment, runtime: Runtime, host: str) ->
     A host typed again without them (web UI) keeps the credentials it had.
     """
     target = split_credentials(host)
+    secrets = secret_query_names(urlsplit(host).query) if "?" in host else ()
+    if secrets and runtime.prepared_for is None:
+        log.warning(
+            "llmload: -H carries %s in its query string; llmload shows it as *** but Locust's own web UI "
+            "and HTML report show -H as given: prefer --api-key-header NAME or --header",
+            ", ".join(secrets),
+        )
     if target.authorization is not None:
         runtime.url_authorization = target.authorization
         environment.host = target.public

@@ -209,6 +209,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _at_least(0, "20"),
         metavar="K",
     ),
+    OptionSpec(
+        "--max-retry-after",
+        "Closed loop: longest pause in seconds a user makes after a throttled reply (429/503), "
+        "whether the server's Retry-After asked for more or it sent none (exponential back-off from 1 s).",
+        _LOAD,
+        60.0,
+        _SECONDS,
+        "S",
+        field="max_retry_after_s",
+    ),
     # ── workload details ──
     OptionSpec(
         "--prefix-tokens",

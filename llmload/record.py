@@ -43,17 +43,21 @@ class Outcome(Enum):
 
     OK = "ok"
     EMPTY = "empty"  # 2xx and well-formed, but no generated token at all (BC-09)
-    HTTP_ERROR = "http_error"  # non-2xx status
+    HTTP_ERROR = "http_error"  # non-2xx status other than 429 and 503
+    THROTTLED = "throttled"  # 429 or 503: the server asks the client to slow down
     TRANSPORT_ERROR = "transport_error"  # refused, reset, DNS
     TIMEOUT = "timeout"  # connect, idle-between-bytes or total timeout
     STREAM_ERROR = "stream_error"  # malformed SSE/JSON, stream ended before completion
     SERVER_ERROR = "server_error"  # error object in a 2xx body or mid-stream (BC-10, BC-11)
     CANCELLED = "cancelled"  # still in flight when the run stopped; neither success nor failure
+    # the client could not build, send or measure it (its error says why); not finished, yet its
+    # --num-requests slot is used
+    SKIPPED = "skipped"
 
     @property
     def is_failure(self) -> bool:
-        """True for every outcome except ``OK`` and ``CANCELLED``."""
-        return self not in (Outcome.OK, Outcome.CANCELLED)
+        """True for every outcome except ``OK``, ``CANCELLED`` and ``SKIPPED``."""
+        return self not in (Outcome.OK, Outcome.CANCELLED, Outcome.SKIPPED)
 
 
 class TokenSource(Enum):
@@ -137,6 +141,8 @@ class RequestRecord:
             its bytes had waited before the client read them (seconds).
         unstamped_reads: body reads timed by the monotonic clock alone (no
             kernel stamp: TLS, non-Linux, bytes that came with the headers).
+        retry_after_s: throttled replies only: the server's ``Retry-After``
+            in seconds; None if it sent none (or an unreadable one).
     """
 
     endpoint: str
@@ -160,6 +166,7 @@ class RequestRecord:
     connect_s: float | None = None
     read_lags_s: list[float] = field(default_factory=list)
     unstamped_reads: int = 0
+    retry_after_s: float | None = None
 
     # ── derived metrics ──────────────────────────────────────────────────
     @property

@@ -42,18 +42,26 @@ class RequestBudget:
 
     ``limit`` None means unlimited. ``on_done`` is called once, when every
     permitted request has finished (succeeded or failed); requests cancelled at
-    stop never call it.
+    stop never call it. Once ``close``d (the run is over in this process) no
+    permit is given any more.
     """
 
     def __init__(self, limit: int | None, on_done: Callable[[], None] | None = None) -> None:
         self.limit = limit
         self.issued = 0
         self.finished = 0
+        self.closed = False
         self._on_done = on_done
         self._notified = False
 
+    def close(self) -> None:
+        """Give no permit from now on: this process's run is over (its final figures are being taken)."""
+        self.closed = True
+
     def try_acquire(self) -> bool:
-        """Take one permit; False when the share is used up."""
+        """Take one permit; False when the share is used up or the budget is closed."""
+        if self.closed:
+            return False
         if self.limit is None or self.issued < self.limit:
             self.issued += 1
             return True
@@ -247,6 +255,8 @@ class Runtime:
         interrupt_main: hands a Ctrl-C to Locust's main greenlet (``llmload.interrupt``);
             None outside a Locust process.
         stopping: a stop is under way (a further Ctrl-C is ignored).
+        ended_run_id: the run this process has ended (``end_run``); Locust may still
+            start users for it (late spawn messages), and they send nothing.
         finals_from: master: workers whose final report of this run has arrived
             (sent when the master flushed, or by a worker shutting down on its own).
     """
@@ -273,6 +283,8 @@ class Runtime:
     # stopping (issue 14): SIGINT goes to interrupt_main; stopping is True while a stop is under way
     interrupt_main: Callable[[], None] | None = None
     stopping: bool = False
+    faults_reported: set[str] = field(default_factory=set)  # causes of skipped requests already logged
+    ended_run_id: str = ""
     # master only
     planned_workers: set[str] = field(default_factory=set)
     done_workers: set[str] = field(default_factory=set)
@@ -350,6 +362,17 @@ class Runtime:
             now_s = self.stopped_at_s if self.stopped_at_s is not None else time.perf_counter()
             behind_s = max(0.0, now_s - (self.schedule_start_s + schedule.next_due_offset_s))
         return SendFigures(self.sends.scheduled_rate_per_s, self.sends.rate_per_s, behind_s)
+
+    def end_run(self) -> None:
+        """This process's run is over: no user may start a request any more, until the next run's budget.
+
+        Called before the users are stopped and the final figures taken, so every
+        request sent is in them; users that Locust starts later (its master keeps
+        sending spawn messages for a while after a stop) stop without sending.
+        """
+        self.budget.close()
+        if self.run_id:
+            self.ended_run_id = self.run_id
 
     def take_delta(self) -> LLMStats:
         """Return the statistics gathered since the last call and start a new delta (workers)."""

@@ -13,6 +13,8 @@ Counting rules (definitions follow vLLM ``benchmark_serving`` and guidellm):
   are counted per outcome and grouped by ``ErrorInfo.category``; their partial
   tokens and timings are excluded (BC-10);
 - cancelled requests (in flight at stop, BC-27) are only counted;
+- skipped requests (the client could not build, send or measure them) are
+  counted and grouped by category with the failures, nothing else;
 - a token count of ``None`` is counted as "unknown", never as 0 (R5).
 
 Memory stays bounded in long failing runs (BC-28): at most
@@ -160,7 +162,8 @@ class EndpointStats:
             and a requested prompt length (BC-16).
         requested_compared_tokens: sum of the requested lengths over them.
         requested_abs_diff_tokens: sum of |server - requested| over them.
-        errors: failures grouped by category (at most ``MAX_ERROR_CATEGORIES``).
+        errors: failures and skipped requests grouped by category (at most
+            ``MAX_ERROR_CATEGORIES``).
         first_send_unix: earliest send of a finished request; None if none.
         last_end_unix: latest end of a finished request; None if none.
         last_send_unix: latest send of a finished request; None if none (the
@@ -216,6 +219,11 @@ class EndpointStats:
         return self.requests_by_outcome.get(Outcome.CANCELLED, 0)
 
     @property
+    def skipped(self) -> int:
+        """Requests the client could not build, send or measure (neither success nor failure)."""
+        return self.requests_by_outcome.get(Outcome.SKIPPED, 0)
+
+    @property
     def finished(self) -> int:
         """Successes plus failures; cancelled requests are not finished."""
         return self.succeeded + self.failed
@@ -245,6 +253,10 @@ class EndpointStats:
         counts = self.requests_by_outcome
         counts[outcome] = counts.get(outcome, 0) + 1
         if outcome is Outcome.CANCELLED:
+            return
+        if outcome is Outcome.SKIPPED:
+            error = record.error
+            self.add_failure(error.category if error else outcome.value, None, error.message if error else "", 1)
             return
         self._extend_span(record, finished_at_unix)
         if record.read_lags_s:

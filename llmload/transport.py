@@ -76,7 +76,7 @@ from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 
 from llmload.config import Timeouts
-from llmload.credentials import public_url
+from llmload.credentials import public_query, public_url
 from llmload.errors import ConfigError, ConnectionClosedError, RequestTimeout, TransportError
 from llmload.proxies import ProxyChoice
 
@@ -457,6 +457,7 @@ class GeventHTTPTransport:
             raise ConfigError(f"base URL {base_url!r} has an invalid port: {exc}") from exc
         self._prefix = parts.path.rstrip("/")
         self._query = parts.query  # kept on every request (e.g. ?api-version=...)
+        self._shown_query = public_query(parts.query)  # in messages: credential values as ***
         self._origin = public_url(f"{parts.scheme}://{parts.netloc}")  # error messages never carry user:password
         self._via = "" if proxy is None else f" via proxy {proxy.public}"
         self._timeouts = timeouts
@@ -562,7 +563,8 @@ class GeventHTTPTransport:
         target = self._prefix + path
         if self._query:
             target += ("&" if "?" in target else "?") + self._query
-        where = f"{method} {self._origin}{target}{self._via}"
+        shown = target if self._query == self._shown_query else target.replace(self._query, self._shown_query)
+        where = f"{method} {self._origin}{shown}{self._via}"
         reused, self._reusable = self._reusable, False
         self._stamps.ns = 0
         try:

@@ -19,8 +19,12 @@ log or Locust's request event.
 from __future__ import annotations
 
 from locust import User, constant, task
+from locust.exception import StopUser
 
+import logging
+import random
 import time
+import traceback
 from typing import ClassVar
 
 import gevent
@@ -28,14 +32,16 @@ from gevent import GreenletExit
 
 from llmload.client import StreamingClient
 from llmload.datasets import Message
-from llmload.failures import grouped_error
+from llmload.failures import grouped_error, skip_pause_s, throttle_pause_s
 from llmload.payloads import LLMRequest, build_chat_request, build_completion_request
-from llmload.record import RequestRecord
+from llmload.record import ErrorInfo, Outcome, RequestRecord
 from llmload.runtime import Runtime, WarmupGate
 from llmload.transport import GeventHTTPTransport
 from llmload.workload import Conversation, Prompt
 
 __all__ = ["ChatUser", "CompletionUser", "LLMUser"]
+
+log = logging.getLogger(__name__)
 
 
 class LLMUser(User):
@@ -58,6 +64,9 @@ class LLMUser(User):
         runtime = _runtime(self)
         turns = runtime.config.turns
         self._conversation = Conversation(turns, runtime.token_counter) if turns > 1 else None
+        self._throttled_streak = 0  # throttled replies in a row
+        self._skipped_streak = 0  # requests skipped by a client fault in a row
+        self._rng = random.Random()  # jitter of the back-off after throttled replies
 
     def on_stop(self) -> None:
         """Close the connection."""
@@ -122,6 +131,8 @@ class LLMUser(User):
 
     def _generate(self) -> None:
         runtime = _runtime(self)
+        if runtime.budget.closed:
+            raise StopUser  # started after this process's run ended (a late spawn message): send nothing
         if runtime.blocked is not None or runtime.model is None:
             runtime.idle.wait()  # nothing to send in this run: park until the runner stops this user
             return
@@ -134,12 +145,41 @@ class LLMUser(User):
         if not runtime.budget.try_acquire():
             runtime.idle.wait()
             return
+        self._counted = False
+        pause_s = 0.0
+        try:
+            pause_s = self._send(runtime)
+            self._skipped_streak = 0
+        except StopUser:
+            runtime.budget.release()
+            raise
+        except Exception as exc:  # building, sending or accounting the request failed: skip it, go on
+            self._skip(runtime, exc)
+            self._skipped_streak += 1
+            if runtime.schedule is None and runtime.config.num_requests is None:
+                # A fault that repeats would otherwise spin the user at full CPU until -t ends.
+                pause_s = skip_pause_s(self._skipped_streak)
+        runtime.budget.release()
+        if pause_s > 0:
+            gevent.sleep(pause_s)
+
+    def _send(self, runtime: Runtime) -> float:
+        """Send one request of the budget and account for it (``self._counted`` once it is in the stats).
+
+        Returns how long to pause before the next request: closed loop, after
+        a throttled reply (``throttle_pause_s``); 0 otherwise (the open-loop
+        schedule is never changed).
+        """
         intended_s = self._wait_for_arrival(runtime)
         prompt = self._next_prompt(runtime)
         request = self._request_for(runtime, prompt)
         slot = runtime.concurrency
         if slot is not None:
             slot.acquire()
+        if runtime.budget.closed:  # the run ended while this user waited for its arrival or a slot
+            if slot is not None:
+                slot.release()
+            raise StopUser
         client = self._client
         started = time.perf_counter()
         runtime.in_flight += 1
@@ -167,14 +207,51 @@ class LLMUser(User):
         slo = runtime.config.slo
         met_slo = slo is not None and slo.met_by(record)
         runtime.stats.add(record, met_slo=met_slo)
+        self._counted = True
         if runtime.window_delta is not None:  # single process with the Prometheus exporter
             runtime.window_delta.add(record, met_slo=met_slo)
         if runtime.requests_log is not None:
             runtime.requests_log.write(record)
-        runtime.budget.release()
         if self._conversation is not None:
             self._conversation.record_reply(prompt, record.output_text if record.ok else None)
         self._fire(request, record, elapsed_s)
+        if record.outcome is not Outcome.THROTTLED:
+            self._throttled_streak = 0
+            return 0.0
+        self._throttled_streak += 1
+        if runtime.schedule is not None:
+            return 0.0
+        return throttle_pause_s(
+            record.retry_after_s, self._throttled_streak, runtime.config.max_retry_after_s, self._rng.random()
+        )
+
+    def _skip(self, runtime: Runtime, exc: Exception) -> None:
+        """Count a request the client could not build, send or measure; log each cause once, with its traceback.
+
+        A request already counted (the fault came after its record reached
+        the statistics) is not counted again.
+        """
+        cause = f"{type(exc).__name__}: {exc}"
+        if not self._counted:
+            record = RequestRecord(
+                endpoint=self.endpoint,
+                model=runtime.model or "",
+                started_at_unix=time.time(),
+                outcome=Outcome.SKIPPED,
+                error=ErrorInfo(f"skipped: {type(exc).__name__}", cause[:500]),
+            )
+            runtime.stats.add(record)
+            if runtime.window_delta is not None:
+                runtime.window_delta.add(record)
+        key = f"{type(exc).__name__}:{_where(exc)}"
+        if key not in runtime.faults_reported:
+            runtime.faults_reported.add(key)
+            log.error(
+                "llmload: %s: %s (logged once per cause)",
+                "accounting a counted request failed" if self._counted else "a request was skipped",
+                cause,
+                exc_info=exc,
+            )
 
     def _request_for(self, runtime: Runtime, prompt: Prompt) -> LLMRequest:
         """The request for ``prompt``, built once per process and prompt (bodies of a fixed prompt repeat)."""
@@ -305,6 +382,12 @@ def _draw(runtime: Runtime, *, with_prefix: bool = True) -> Prompt:
     if runtime.workload is not None:
         return runtime.workload.prompt_at(0, with_prefix=with_prefix)
     return Prompt(messages=(Message("user", runtime.config.prompt),))
+
+
+def _where(exc: BaseException) -> str:
+    """``file:line`` where ``exc`` was raised (the innermost frame); "" if unknown."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
 def _runtime(user: User) -> Runtime:

@@ -66,7 +66,13 @@ def format_summary(results: Mapping[str, Any]) -> str:
         status = f" [{error['status']}]" if error["status"] is not None else ""
         lines.append(f"  {error['count']} x {error['category']}{status}")
         lines.extend(f"      {sample[:200]}" for sample in error["samples"])
+    throttled = req["by_outcome"].get("throttled", 0)
+    if throttled:
+        share = f" ({throttled / req['total'] * 100:.1f}% of finished)" if req["total"] else ""
+        lines.append(_line("Throttled (429/503):", f"{throttled}{share}"))
     lines.append(_line("Cancelled at stop:", str(req["cancelled"])))
+    if req.get("skipped"):
+        lines.append(_line("Skipped (client fault, not sent):", str(req["skipped"])))
     lines.append(_line("Wall time (s):", _num(results["duration_s"])))
     lines.append(_line("Request throughput (req/s):", _num(thr["requests_per_s"])))
     lines.append(_line("Output token throughput (tok/s):", _num(thr["output_tokens_per_s"])))

@@ -13,6 +13,10 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
 - ``requests.total``: finished requests = succeeded + failed. Cancelled
   requests (in flight at stop) are reported apart and excluded from
   everything else. ``EMPTY`` replies are failures (as vLLM does).
+  ``requests.skipped``: requests the client could not build, send or measure;
+  not in the total, their causes in ``errors``; with ``--num-requests N``,
+  total + cancelled + skipped = N. 429 and 503 replies are ``throttled``
+  failures.
 - ``duration_s``: last end - first send over finished requests (wall clock,
   across all workers). This is vLLM ``benchmark_serving``'s ``duration``
   measured on the requests themselves, so ramp-up idle time is excluded.
@@ -191,6 +195,13 @@ def judge(results: dict[str, Any]) -> Verdict:
     requests = results["requests"]
     finished, failed, succeeded = requests["total"], requests["failed"], requests["succeeded"]
     limit = float(results.get("max_failure_ratio") or 0.0)
+    skipped = requests.get("skipped", 0)
+    if skipped:
+        return Verdict(
+            1,
+            f"FAILED: {skipped} of {finished + skipped} requests were skipped by a fault in the client "
+            "(not sent, or not measured; the errors list each cause); exit status 1",
+        )
     if finished == 0:
         return Verdict(1, f"FAILED: no request finished ({requests['cancelled']} cancelled at the stop); exit status 1")
     if succeeded == 0:

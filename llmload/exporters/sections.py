@@ -112,6 +112,7 @@ def _requests(s: EndpointStats) -> dict[str, Any]:
         "succeeded": s.succeeded,
         "failed": s.failed,
         "cancelled": s.cancelled,
+        "skipped": s.skipped,
         "failure_ratio": s.failed / total if total else None,
         "by_outcome": {o.value: s.requests_by_outcome.get(o, 0) for o in Outcome},
     }

@@ -391,6 +391,26 @@ def test_nc08_api_key_in_any_header_form_is_sent_and_never_printed_or_written(tm
         assert key[-12:] not in text
 
 
+def test_nc08_api_key_in_the_query_string_is_sent_and_shown_only_as_stars_by_llmload(tmp_path):
+    key = "qk-" + uuid.uuid4().hex
+    reply = Reply(writes=[W(5, sse(ROLE, C({"content": "hi"}), CF("stop"), U(3, 1), "[DONE]"))])
+    with ScriptedServer(_route(reply)) as srv:
+        host = f"{srv.base_url}?api-version=2024-06-01&key={key}"
+        code, outputs = _run_collecting_every_output(tmp_path, host, {"OPENAI_API_KEY": ""})
+        queries = {r.path.partition("?")[2] for r in srv.requests if r.method == "POST"}
+    assert code == 0, outputs[1][-2000:]
+    assert queries == {f"api-version=2024-06-01&key={key}"}  # sent as given on every request
+    stderr = outputs[1]
+    assert "-H carries key in its query string" in stderr  # the warning names the parameter, not its value
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["run"]["host"].endswith("?api-version=2024-06-01&key=***")
+    # Locust's own HTML report shows -H as given (the warning says so); every other output hides the key.
+    html = (tmp_path / "report.html").read_text()
+    for text in outputs:
+        if text != html:
+            assert key not in text
+
+
 def test_p2_password_in_the_host_url_is_sent_as_basic_auth_and_never_printed_or_written(tmp_path):
     user, password = "u-" + uuid.uuid4().hex[:8], "pw-" + uuid.uuid4().hex
     reply = Reply(writes=[W(5, sse(ROLE, C({"content": "hi"}), CF("stop"), U(3, 1), "[DONE]"))])

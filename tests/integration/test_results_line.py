@@ -31,3 +31,38 @@ def test_headless_run_ends_with_one_marked_line_holding_the_results_file(tmp_pat
     assert last.startswith(RESULTS_LINE_PREFIX)
     assert json.loads(last.removeprefix(RESULTS_LINE_PREFIX)) == json.loads(results_path.read_text())
     assert sum(line.startswith(RESULTS_LINE_PREFIX) for line in out.stdout.splitlines()) == 1
+
+
+def test_a_terminal_gets_the_summary_without_the_results_line(tmp_path):
+    import os
+    import pty
+    import subprocess
+
+    from tests.integration.procs import locust_argv
+    from tests.integration.test_sim import REPO_ROOT
+
+    base_url, sim = start_sim()
+    primary, secondary = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            locust_argv(["-f", "locustfiles/chat.py", "--headless", "-H", base_url, "-u", "2", "-r", "2",
+                         "--num-requests", "4", "--max-tokens", "8"]),
+            cwd=REPO_ROOT, stdout=secondary, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        os.close(secondary)
+        chunks = []
+        while True:  # read the terminal until the process closes it (EIO on Linux)
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert proc.wait(timeout=90) == 0
+    finally:
+        os.close(primary)
+        stop_sim(sim)
+    shown = b"".join(chunks).decode("utf-8", "replace")
+    assert "PASSED: 4/4 requests succeeded" in shown
+    assert RESULTS_LINE_PREFIX not in shown

@@ -238,10 +238,10 @@ def test_fault_stall_shorter_than_idle_timeout_delays_ttft_and_succeeds(gevent_r
 
 
 @pytest.mark.parametrize(("status", "kind"), [("429", "RateLimitError"), ("503", "ServiceUnavailableError")])
-def test_fault_overload_is_http_error_with_its_status(gevent_ready, sim, status, kind):
+def test_fault_overload_is_throttled_with_its_status(gevent_ready, sim, status, kind):
     url = sim("--overload-rate", "1", "--overload-status", status)
     records = run_requests(url, [completion_request()] * 2)
-    assert categories(records) == {(Outcome.HTTP_ERROR, f"HTTP {status} {kind}", int(status))}
+    assert categories(records) == {(Outcome.THROTTLED, f"HTTP {status} {kind}", int(status))}
     samples = metrics(url)
     assert injected(samples, "overload") == 2
     assert metric_sum(samples, "llmload_sim_requests_rejected_total") == 0
@@ -264,7 +264,7 @@ def test_fault_overload_sends_retry_after(sim):
 
 _KIND_OF_CATEGORY = {
     (Outcome.HTTP_ERROR, "HTTP 500 InternalServerError"): "fail",
-    (Outcome.HTTP_ERROR, "HTTP 429 RateLimitError"): "overload",
+    (Outcome.THROTTLED, "HTTP 429 RateLimitError"): "overload",
     (Outcome.SERVER_ERROR, "InternalServerError/500"): "error_200 or midstream_error",
     (Outcome.STREAM_ERROR, "stream ended before completion"): "drop",
 }

@@ -58,7 +58,7 @@ def records(draw: st.DrawFn) -> RequestRecord:
         times.append(t)
         t += gap
     end = draw(st.one_of(st.none(), st.just(t + 0.001)))
-    outcome = draw(st.sampled_from([Outcome.OK, Outcome.OK, Outcome.CANCELLED, *_FAILURES]))
+    outcome = draw(st.sampled_from([Outcome.OK, Outcome.OK, Outcome.CANCELLED, Outcome.SKIPPED, *_FAILURES]))
     error = None
     if outcome.is_failure and draw(st.booleans()):
         error = ErrorInfo(
@@ -224,7 +224,7 @@ def test_stats_error_table_stays_bounded(a: LLMStats, b: LLMStats) -> None:
     merged = a.merge(b)
     for _, s in merged.items():
         assert len(s.errors) <= MAX_ERROR_CATEGORIES
-        assert sum(g.count for g in s.errors.values()) == s.failed
+        assert sum(g.count for g in s.errors.values()) == s.failed + s.skipped
         assert all(len(g.samples) <= 3 for g in s.errors.values())
 
 

@@ -187,6 +187,19 @@ def test_client_http_error_without_json_keeps_body_as_message():
     assert record.error.message == "<html>Bad Gateway</html>"
 
 
+@pytest.mark.parametrize(
+    ("status", "retry_after", "expected_s"), [(429, "2", 2.0), (503, None, None), (429, "x", None)]
+)
+def test_client_throttled_reply_keeps_its_retry_after(status, retry_after, expected_s):
+    response = FakeResponse([b'{"error": {"message": "slow down"}}'], status, "application/json")
+    response.retry_after = retry_after
+    record = StreamingClient(FakeTransport(response), clock=StepClock()).run(CHAT)
+    assert record.outcome is Outcome.THROTTLED
+    assert record.retry_after_s == expected_s
+    assert record.error is not None
+    assert (record.error.category, record.error.status) == (f"HTTP {status}", status)
+
+
 def test_client_error_category_stays_bounded():
     body = (
         b'{"error":{"message":"internal error, request id 9b2f' + b"x" * 600 + b'",'

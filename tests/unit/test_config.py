@@ -59,3 +59,10 @@ def test_option_env_names_follow_locust_prefix():
     names = {spec.flag: spec.env for spec in OPTIONS}
     assert names["--max-tokens"] == "LOCUST_MAX_TOKENS"
     assert names["--num-requests"] == "LOCUST_NUM_REQUESTS"
+
+
+def test_config_max_retry_after_default_value_and_refusal():
+    assert RunConfig.from_options(options()).max_retry_after_s == 60.0
+    assert RunConfig.from_options(options(max_retry_after="2.5")).max_retry_after_s == 2.5
+    with pytest.raises(ConfigError, match=r"--max-retry-after must be a finite number of seconds > 0, got '0'"):
+        RunConfig.from_options(options(max_retry_after="0"))

@@ -35,3 +35,13 @@ def test_p2_url_without_credentials_is_unchanged():
 
 def test_p2_unparsable_url_still_loses_its_credentials():
     assert public_url("http://u:secret@host:notaport/x") == "http://host:notaport/x"
+
+
+def test_nc08_credential_query_values_are_shown_as_stars_other_parameters_as_given():
+    from llmload.credentials import public_query, public_url, secret_query_names
+
+    url = "https://u:p@gw.example/openai?api-version=2024-06-01&api_key=s1&sig=s2&token=s3"
+    assert public_url(url) == "https://gw.example/openai?api-version=2024-06-01&api_key=***&sig=***&token=***"
+    assert secret_query_names("api-version=1&key=k&x=y") == ("key",)
+    assert public_query("api-version=2024-06-01") == "api-version=2024-06-01"
+    assert public_url("http://h:8000/v1?code=abc") == "http://h:8000/v1?code=***"

@@ -13,6 +13,7 @@ from llmload.errors import (
     ServerStreamError,
     SSEProtocolError,
     StreamError,
+    ThrottledError,
     TransportError,
 )
 from llmload.failures import (
@@ -24,6 +25,8 @@ from llmload.failures import (
     classify_status,
     error_of,
     parse_retry_after,
+    skip_pause_s,
+    throttle_pause_s,
 )
 from llmload.payloads import build_chat_request
 from llmload.record import ErrorInfo, Outcome, RequestRecord
@@ -98,6 +101,7 @@ def test_classify_status_http_error_with_kind():
     ("outcome", "cls"),
     [
         (Outcome.HTTP_ERROR, HTTPStatusError),
+        (Outcome.THROTTLED, ThrottledError),
         (Outcome.TRANSPORT_ERROR, TransportError),
         (Outcome.TIMEOUT, RequestTimeout),
         (Outcome.STREAM_ERROR, StreamError),
@@ -131,3 +135,27 @@ def test_parse_retry_after_seconds_and_http_date():
     assert parse_retry_after(None, now) is None
     assert parse_retry_after("soon", now) is None
     assert parse_retry_after("-3", now) is None
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_classify_status_throttling_statuses_are_their_own_outcome(status):
+    failure = classify_status(status, None)
+    assert (failure.outcome, failure.category, failure.status) == (Outcome.THROTTLED, f"HTTP {status}", status)
+
+
+def test_throttle_pause_honours_retry_after_up_to_the_cap():
+    assert throttle_pause_s(1.0, 1, 60.0, 0.99) == 1.0
+    assert throttle_pause_s(3600.0, 1, 60.0, 0.0) == 60.0
+    assert throttle_pause_s(0.0, 5, 60.0, 0.5) == 0.0
+
+
+def test_throttle_pause_without_retry_after_doubles_with_jitter_and_stays_under_the_cap():
+    assert [throttle_pause_s(None, k, 60.0, 0.0) for k in (1, 2, 3, 4)] == [0.5, 1.0, 2.0, 4.0]
+    assert [throttle_pause_s(None, k, 60.0, 1.0) for k in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
+    assert throttle_pause_s(None, 10, 60.0, 0.999) <= 60.0
+    assert throttle_pause_s(None, 10_000, 60.0, 0.5) == 45.0  # no overflow on a long streak
+
+
+def test_skip_pause_doubles_from_50_ms_and_stays_at_one_second():
+    assert [skip_pause_s(n) for n in range(1, 8)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    assert skip_pause_s(10_000) == 1.0

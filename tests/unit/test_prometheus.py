@@ -200,6 +200,17 @@ def test_collector_counters_equal_the_results_document():
         )
 
 
+def test_nc09_collector_counts_throttled_and_skipped_requests_as_their_own_outcomes():
+    stats = LLMStats.empty()
+    for _ in range(2):
+        stats.add(_failed("HTTP 429", "slow down", Outcome.THROTTLED))
+    stats.add(_failed("skipped: UnicodeEncodeError", "surrogates not allowed", Outcome.SKIPPED))
+    registry = _registry(_view(stats))
+    assert registry.get_sample_value("llmload_requests_total", {**CHAT, "outcome": "throttled"}) == 2
+    assert registry.get_sample_value("llmload_requests_total", {**CHAT, "outcome": "skipped"}) == 1
+    assert registry.get_sample_value("llmload_requests_total", {**CHAT, "outcome": "http_error"}) == 0
+
+
 def test_collector_chat_counts():
     registry = _registry(_view(_mixed_stats()))
     assert registry.get_sample_value("llmload_requests_total", {**CHAT, "outcome": "ok"}) == 3

@@ -372,3 +372,25 @@ def test_client_saturation_is_one_rule_of_cpu_streak_or_read_lag() -> None:
     assert client_saturated(0.0, late)
     outcome = RunOutcome(LLMStats.empty(), cpu_saturated_s=CPU_SATURATION_S)
     assert build_results(outcome)["client_saturated"] is True
+
+
+def test_summary_nc09_throttled_share_and_nc10_skipped_count() -> None:
+    stats = _scenario()
+    before = _results(stats)
+    assert "Throttled" not in format_summary(before)
+    assert "Skipped" not in format_summary(before)
+    stats.add(_fail(T0 + 3, "HTTP 429", "slow down", 429, Outcome.THROTTLED))
+    stats.add(_fail(T0 + 3, "skipped: UnicodeEncodeError", "surrogates not allowed", None, Outcome.SKIPPED))
+    results = _results(stats)
+    total = results["requests"]["total"]
+    assert total == before["requests"]["total"] + 1  # skipped requests are not finished
+    assert (results["requests"]["skipped"], results["requests"]["by_outcome"]["throttled"]) == (1, 1)
+    text = format_summary(results)
+    values = {line.split(":")[0]: line.split(":", 1)[1].strip() for line in text.splitlines() if ":" in line}
+    assert values["Throttled (429/503)"] == f"1 ({100 / total:.1f}% of finished)"
+    assert values["Skipped (client fault, not sent)"] == "1"
+    assert "  1 x skipped: UnicodeEncodeError" in text.splitlines()
+    verdict = judge(results)
+    assert verdict.exit_status == 1
+    assert verdict.text.startswith("FAILED: 1 of ")
+    assert "skipped by a fault in the client" in verdict.text
