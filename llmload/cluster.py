@@ -161,6 +161,7 @@ def _start_master_or_local(environment: Environment) -> None:
     runtime.finals_from = set()
     runtime.cpu_saturated_s = 0.0
     runtime.send_figures_by_process = {}
+    runtime.reset_at_unix = None  # Locust clears its statistics at a new run too
     try:
         prepare(environment, runtime)
     except LLMLoadError as exc:

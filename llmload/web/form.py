@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import functools
 import logging
+import time
 from typing import Any
 
 from flask import Response, jsonify, request
@@ -132,6 +133,7 @@ def on_reset_stats(environment: Environment, **_kw: Any) -> None:
     if runtime is None or isinstance(environment.runner, WorkerRunner):
         return
     runtime.stats = LLMStats.empty()
+    runtime.reset_at_unix = time.time()
     runtime.failure_samples.clear()
     if runtime.window_delta is not None:
         runtime.window_delta = LLMStats.empty()

@@ -134,3 +134,34 @@ def test_b8_failures_tab_has_one_row_per_error_category(tmp_path: Path) -> None:
         assert rows[0]["occurrences"] == failed
         assert rows[0]["error"].startswith("HTTPStatusError('HTTP 500"), rows[0]
         assert "(e.g. " in rows[0]["error"]
+
+
+def _tab(stats: dict[str, object], key: str) -> list[dict[str, str]]:
+    tabs = {entry["key"]: entry["data"] for entry in stats["extended_stats"]}  # type: ignore[attr-defined]
+    rows: list[dict[str, str]] = tabs[key]
+    return rows
+
+
+def test_llm_tab_shows_the_summary_figures_verdict_and_downloads(tmp_path: Path) -> None:
+    results = tmp_path / "r.json"
+    with web_ui("--num-requests", "12", "--results-json", str(results), sim_args=("--fail-rate", "0.25")) as ui:
+        page = ui.get("/").decode()
+        assert "extended_tabs" in page
+        assert "llmload/results.json" in page
+        assert ui.swarm(max_tokens="6", max_failure_ratio="1")["success"] is True
+        ui.wait(lambda s: s["state"] == "stopped" and results.exists(), "the run to end")
+        stats = ui.wait(lambda s: any(r["item"] == "Verdict" for r in _tab(s, "llmload-run")), "the verdict row", 10)
+        document = json.loads(results.read_text())
+        (row,) = _tab(stats, "llmload")
+        assert (row["endpoint"], row["model"]) == ("chat", "llmload-sim")
+        assert int(row["succeeded"]) == document["requests"]["succeeded"]
+        assert int(row["failed"]) == document["requests"]["failed"]
+        assert int(row["completion_tokens"]) == document["tokens"]["completion"]
+        assert float(row["ttft_p99_ms"]) == round(document["latency"]["ttft_s"]["p99"] * 1000, 1)
+        run = {r["item"]: r["value"] for r in _tab(stats, "llmload-run")}
+        assert run["Verdict"] == document["verdict"]
+        failures = [r for r in _tab(stats, "llmload-run") if r["item"].startswith("Failures: ")]
+        assert [r["item"] for r in failures] == [f"Failures: {e['category']}" for e in document["errors"]]
+        assert json.loads(ui.get("/llmload/results.json")) == document
+        assert ui.get("/llmload/summary.txt").decode().rstrip().endswith(document["verdict"])
+        _clean(ui)
