@@ -56,6 +56,7 @@ class RunFacts:
         reset_at: when RESET last cleared the statistics (text), or None.
         results: the run's results document once it ended, else None.
         metrics_url: the Prometheus exporter's URL, or None when it is off.
+        ending: the run is stopping or stopped and its results are not built yet.
     """
 
     state: str
@@ -64,6 +65,7 @@ class RunFacts:
     reset_at: str | None = None
     results: dict[str, Any] | None = None
     metrics_url: str | None = None
+    ending: bool = False
 
 
 def _ms(value_s: float | None) -> str:
@@ -120,6 +122,9 @@ def run_rows(stats: LLMStats, facts: RunFacts) -> list[dict[str, str]]:
     if facts.results is not None:
         rows.append(("Verdict", str(facts.results.get("verdict", ""))))
         rows.append(("Exit status", str(facts.results.get("exit_status", ""))))
+    elif facts.ending:
+        # Locust's page stops polling once the state is "stopped", which can come just before the results.
+        rows.append(("Verdict", "pending: the final reports are being collected; reload the page to see it"))
     total = stats.total()
     for category, group in sorted(total.errors.items(), key=lambda item: (-item[1].count, item[0])):
         sample = group.samples[0] if group.samples else ""

@@ -17,7 +17,7 @@ the summary, the results file and ``/metrics`` are built from.
 from __future__ import annotations
 
 from locust.env import Environment
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import STATE_STOPPED, STATE_STOPPING, MasterRunner, WorkerRunner
 
 import json
 import time
@@ -110,6 +110,7 @@ def extended_stats(environment: Environment) -> list[dict[str, Any]]:
         else time.strftime("%H:%M:%S", time.localtime(runtime.reset_at_unix)),
         results=runtime.results,
         metrics_url=runtime.export.url if runtime.export is not None else None,
+        ending=bool(runtime.run_id) and runtime.results is None and runner.state in (STATE_STOPPING, STATE_STOPPED),
     )
     stats = runtime.stats
     slo = runtime.config.slo

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from llmload.options import OPTIONS
 from tests.integration.test_sim import metric_sum, metrics
 from tests.integration.webui import WebUI, web_ui
 
@@ -120,6 +121,19 @@ def test_b5_launch_only_prometheus_options_are_not_in_the_form() -> None:
         assert "num_requests" in page
         for name in ("prometheus_port", "prometheus_host", "prometheus_grace"):
             assert name not in page
+
+
+def test_b6_form_lists_llmload_fields_in_the_option_tables_order_with_dropdowns() -> None:
+    with web_ui() as ui:
+        page = ui.get("/").decode()
+    embedded = page.split("window.templateArgs = ", 1)[1].split("\n", 1)[0].strip().rstrip(";")
+    extra = json.loads(embedded)["extra_options"]
+    llmload_fields = [name for name in extra if name in {spec.dest for spec in OPTIONS}]
+    assert llmload_fields == [spec.dest for spec in OPTIONS if not spec.launch_only]  # not alphabetical
+    assert llmload_fields[:3] == ["model", "prompt", "dataset"]
+    assert extra["dataset_format"]["choices"] == ["auto", "jsonl", "sharegpt"]
+    assert extra["max_tokens"]["default_value"] == "128"
+    assert "Unset: poisson" in extra["arrival"]["help_text"]
 
 
 def test_b8_failures_tab_has_one_row_per_error_category(tmp_path: Path) -> None:

@@ -61,3 +61,8 @@ def test_run_rows_say_coverage_verdict_failures_and_metrics() -> None:
     live = {r["item"]: r["value"] for r in run_rows(LLMStats.empty(), RunFacts(state="running"))}
     assert "Verdict" not in live
     assert live["Statistics cover"] == "the whole run"
+
+
+def test_run_rows_say_the_verdict_is_pending_while_the_results_are_built() -> None:
+    rows = {r["item"]: r["value"] for r in run_rows(LLMStats.empty(), RunFacts(state="stopped", ending=True))}
+    assert rows["Verdict"].startswith("pending")
