@@ -19,7 +19,7 @@ instead of being ignored.
 from __future__ import annotations
 
 from locust.env import Environment
-from locust.runners import STATE_RUNNING, STATE_SPAWNING, WorkerRunner
+from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
 import argparse
 import contextlib
@@ -30,6 +30,7 @@ from typing import Any
 
 from flask import Response, jsonify, request
 
+from llmload.config import RunConfig
 from llmload.errors import ConfigError, LLMLoadError
 from llmload.launch import prepare
 from llmload.options import OPTIONS, OptionSpec
@@ -87,12 +88,29 @@ def _check_swarm(environment: Environment) -> Response | None:
         if runner.state in (STATE_RUNNING, STATE_SPAWNING):
             _refuse_changes(options, posted)
             return None
+        _check_users_cover_workers(runner, posted)
         host = str(request.form.get("host", environment.host or "")).replace("<", "").replace(">", "")
         prepare(environment, runtime, options=posted, host=host)
     except LLMLoadError as exc:
         log.error("llmload: not starting: %s", exc)
         return jsonify({"success": False, "message": f"llmload: {exc}", "host": environment.host})
     return None
+
+
+def _check_users_cover_workers(runner: Any, posted: argparse.Namespace) -> None:
+    """Refuse a --num-requests run with fewer users than workers: a worker without users never sends its share.
+
+    Raises:
+        ConfigError: naming the numbers and the fix.
+    """
+    if not isinstance(runner, MasterRunner) or RunConfig.from_options(posted).num_requests is None:
+        return
+    users, workers = int(getattr(posted, "num_users", 0) or 0), runner.worker_count
+    if users < workers:
+        raise ConfigError(
+            f"--num-requests is shared by the {workers} workers, and each needs at least one user to send its "
+            f"share; got {users} user(s). Set the number of users to {workers} or more"
+        )
 
 
 def _refuse_changes(running: argparse.Namespace, posted: argparse.Namespace) -> None:

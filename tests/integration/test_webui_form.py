@@ -54,6 +54,7 @@ def test_b1_processes_2_invalid_value_is_refused_in_the_ui_then_a_valid_run_work
     results = tmp_path / "r.json"
     with web_ui("--num-requests", "10", "--results-json", str(results), workers=2) as ui:
         _refused(ui.swarm(max_tokens="abc"), "--max-tokens", "'abc'")
+        _refused(ui.swarm(max_tokens="8", user_count="1"), "2 workers", "1 user")  # one worker would never finish
         stats = ui.stats()
         assert stats["state"] == "ready"
         assert stats["worker_count"] == 2
