@@ -15,8 +15,10 @@ from locust.env import Environment
 from locust.event import Events
 from locust.runners import MasterRunner, WorkerRunner
 
+import contextlib
 import functools
 import logging
+import signal
 import sys
 import threading
 from typing import Any
@@ -166,7 +168,26 @@ def _fatal(environment: Environment, message: str) -> None:
     sys.stderr.write(f"llmload: error: {message}\n")
     sys.stderr.flush()
     environment.process_exit_code = 2
+    if getattr(environment.parsed_options, "processes", None):
+        _stop_forked_workers()
     sys.exit(2)
+
+
+def _stop_forked_workers() -> None:
+    """Send SIGTERM to the workers ``--processes`` forked from this process.
+
+    Locust's exit handler forgets children that are still running, so a run
+    refused before load would otherwise leave them waiting 60 s for a master
+    (holding the terminal or pipe open all that time). Forked workers share
+    this process's command line, which is how they are told apart.
+    """
+    import psutil
+
+    me = psutil.Process()
+    for child in me.children():
+        with contextlib.suppress(psutil.Error):
+            if child.cmdline() == me.cmdline():
+                child.send_signal(signal.SIGTERM)
 
 
 # ── stop ────────────────────────────────────────────────────────────────

@@ -394,7 +394,13 @@ def test_nc08_api_key_in_any_header_form_is_sent_and_never_printed_or_written(tm
 def test_nc08_api_key_in_the_query_string_is_sent_and_shown_only_as_stars_by_llmload(tmp_path):
     key = "qk-" + uuid.uuid4().hex
     reply = Reply(writes=[W(5, sse(ROLE, C({"content": "hi"}), CF("stop"), U(3, 1), "[DONE]"))])
-    with ScriptedServer(_route(reply)) as srv:
+
+    def route(request: ReceivedRequest) -> Reply:
+        if request.method == "GET" and request.path.partition("?")[0] == "/v1/models":
+            return json_reply(200, MODELS)
+        return reply
+
+    with ScriptedServer(route) as srv:
         host = f"{srv.base_url}?api-version=2024-06-01&key={key}"
         code, outputs = _run_collecting_every_output(tmp_path, host, {"OPENAI_API_KEY": ""})
         queries = {r.path.partition("?")[2] for r in srv.requests if r.method == "POST"}

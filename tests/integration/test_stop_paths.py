@@ -298,3 +298,21 @@ def test_p1_stop_before_the_request_was_posted_counts_nothing():
     assert _user_stopped("before-post") == {
         "cancelled": 0, "finished": 0, "in_flight": 0, "handed_to_main": 0, "ended_quietly": True, "posts": 0,
     }  # fmt: skip
+
+
+def test_refused_before_load_with_processes_ends_at_once_with_its_workers():
+    """A run refused before load (dead server) with --processes: the forked workers end with the master.
+
+    Locust's exit handler forgets workers that are still running, so they used to wait 60 s for a
+    heartbeat, holding the terminal or pipe open (a piped command took 61 s).
+    """
+    started = time.monotonic()
+    proc = subprocess.run(
+        locust_argv(["-f", "locustfiles/chat.py", "--headless", "-H", f"http://127.0.0.1:{free_port()}",
+                     "--processes", "2", "-u", "4", "-r", "4", "--num-requests", "4"]),
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=90, check=False,
+    )  # fmt: skip
+    took_s = time.monotonic() - started
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "cannot reach" in proc.stderr
+    assert took_s < 30, f"the command held its output open for {took_s:.0f} s"
