@@ -1,4 +1,4 @@
-"""Memory over a long run (issue 4 benchmark; figures, not a test).
+"""Memory over a long run with unique error messages (a benchmark; figures, not a test).
 
 Master + 2 workers (`--processes 2`), 500 users, against `llmload sim` with 5%
 injected HTTP 500 failures whose messages carry unique request ids. The RSS of

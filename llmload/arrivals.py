@@ -2,7 +2,7 @@
 
 Each process follows its own schedule of *absolute* offsets from one
 monotonic start, so sleeping late for one request never shifts the next ones
-(relative sleeps drift below the target: vLLM #21104, BC-23). Offsets are
+(relative sleeps drift below the target rate, as reported in vLLM #21104). Offsets are
 cumulative sums of seeded inter-arrival gaps:
 
 - ``constant``: every gap is 1/rate.

@@ -1,6 +1,6 @@
 """OpenAI reply objects → typed values: completion chunks, error objects, per-reply totals (pure).
 
-The JSON boundary of the data path (style rule R6): ``client.py`` hands every
+The JSON boundary of the data path (parsed here, typed inward): ``client.py`` hands every
 decoded event (or non-streamed body) to ``parse_chunk``/``read_server_error``
 and only typed values travel on. Shapes follow the OpenAI API as served by
 vLLM, SGLang and llama.cpp:

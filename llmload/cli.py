@@ -1,4 +1,5 @@
-"""The ``llmload`` command: ``sim`` (simulated server), ``demo`` (the main job end to end), ``options``.
+"""The ``llmload`` command: ``sim`` (simulated server), ``demo`` (the main job end to end), ``options``,
+``sweep``, ``report`` (the HTML report of results files).
 
 Load itself is run by Locust: ``locust -f locustfiles/chat.py ...`` (see README);
 this module only starts processes and builds their argument lists.
@@ -60,6 +61,21 @@ def main(argv: list[str] | None = None) -> int:
         "without -u the sweep sets -u ceil(rate x S) (at least 64), with -u it refuses fewer (default 10)",
     )
     sweep.add_argument("locust_args", nargs=argparse.REMAINDER, help="-- then the Locust arguments for every step")
+    report = sub.add_parser(
+        "report",
+        help="write the self-contained HTML report of a results file, or compare two side by side",
+        description="Examples: llmload report results.json -o report.html; "
+        "llmload report before.json after.json -o compare.html (deltas are after - before)",
+    )
+    report.add_argument("results", nargs="+", metavar="RESULTS_JSON", help="one results file, or two to compare")
+    report.add_argument("-o", "--output", required=True, metavar="PATH", help="the HTML file to write")
+    report.add_argument(
+        "--name",
+        action="append",
+        default=None,
+        metavar="LABEL",
+        help="label of each run in the report, once per file (default: A/B and the run id)",
+    )
     args = parser.parse_args(argv)
     if args.command == "options":
         from llmload.options import describe
@@ -70,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         return _demo(args)
     if args.command == "sweep":
         return _sweep(args)
+    if args.command == "report":
+        return _report(args)
     parser.error(f"unknown command {args.command!r}")
     return 2
 
@@ -145,6 +163,39 @@ def _sweep(args: argparse.Namespace) -> int:
         f"== sweep results written to {out} (each step's own results in {step_file(out, spec.kind, 0).name[:-6]}*.json)"
     )
     return code
+
+
+def _report(args: argparse.Namespace) -> int:
+    from llmload.exporters.html import ReportError, load_results, write_html_report
+
+    if len(args.results) > 2:
+        print(
+            f"llmload report: error: got {len(args.results)} results files; pass one, or two to compare",
+            file=sys.stderr,
+        )
+        return 2
+    if args.name is not None and len(args.name) != len(args.results):
+        print(
+            f"llmload report: error: {len(args.name)} --name for {len(args.results)} results files; "
+            "pass --name once per file, or not at all",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        documents = [load_results(path) for path in args.results]
+        size = write_html_report(args.output, documents, args.name)
+    except ReportError as exc:
+        print(f"llmload report: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(
+            f"llmload report: error: cannot write {args.output!r} ({exc.strerror}); pass a writable path",
+            file=sys.stderr,
+        )
+        return 2
+    what = "comparison" if len(documents) == 2 else "report"
+    print(f"llmload report: {what} written to {args.output} ({size / 1024:.0f} KiB)")
+    return 0
 
 
 def _locustfile(name: str) -> str:

@@ -22,7 +22,7 @@
   generated token is ``EMPTY`` (vllm PR #5895).
 
 Events are decoded and accounted by ``llmload.stream`` (each event's JSON
-read into a typed ``ChunkDelta`` by ``chunks.py`` at once, style rule R6;
+read into a typed ``ChunkDelta`` by ``chunks.py`` at once, at the boundary;
 plain token deltas skip the JSON decoder, see ``DeltaTemplate``).
 """
 
@@ -133,7 +133,7 @@ class StreamingClient:
                 (multi-turn chat needs the reply).
             compare_tokens: when the server sends usage, also count the output
                 with ``token_counter`` into ``RequestRecord.client_completion_tokens``
-                (a diagnostic, BC-15; one tokenizer call per request).
+                (a diagnostic of how the two disagree; one tokenizer call per request).
         """
         self._transport = transport
         self._clock = clock
@@ -318,7 +318,7 @@ class StreamingClient:
         if self._keep_text:
             record.output_text = "".join(acc.pieces)
         if self._compare_tokens and self._token_counter is not None and acc.completion_tokens is not None:
-            # Both counts exist: keep the tokenizer's as a diagnostic only (BC-15).
+            # Both counts exist: the server's usage wins; the tokenizer's is a diagnostic only.
             record.client_completion_tokens = self._token_counter.count("".join(acc.pieces))
 
 
@@ -355,7 +355,7 @@ def _incomplete_detail(events: int, token_events: int, head: bytes) -> str:
 
 
 def _check_empty(record: RequestRecord) -> None:
-    """Mark a well-formed reply without any generated token as EMPTY (BC-09)."""
+    """Mark a well-formed reply without any generated token as EMPTY (not a success with TTFT 0)."""
     if record.token_times_s:
         return
     _fail(

@@ -98,6 +98,7 @@ class RunConfig:
         api_key_env: environment variable holding the key.
         num_requests: total requests over all workers, None = unlimited.
         results_json: output path or None.
+        html_report: HTML report path or None.
         tokenizer: local tokenizer path or None.
         timeouts: per-request time limits.
         api_key_file: file holding the API key (first line), or None.
@@ -139,6 +140,7 @@ class RunConfig:
     api_key_env: str = default("--api-key-env")
     num_requests: int | None = None
     results_json: str | None = None
+    html_report: str | None = None
     tokenizer: str | None = None
     timeouts: Timeouts = Timeouts()
     api_key_file: str | None = None

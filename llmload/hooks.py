@@ -30,6 +30,7 @@ from llmload.config import RunConfig
 from llmload.credentials import public_url
 from llmload.errors import ConfigError, LLMLoadError
 from llmload.exporters.console import results_line, summary_lines
+from llmload.exporters.html import ReportError, write_html_report
 from llmload.exporters.load import SendFigures
 from llmload.exporters.results import RunOutcome, build_results, write_results_json
 from llmload.interrupt import Interrupter
@@ -222,9 +223,26 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     runtime.results = results
     if runtime.config.results_json:
         write_results_json(runtime.config.results_json, results)
+    if runtime.config.html_report:
+        _write_html_report(runtime.config.html_report, results)
     environment.process_exit_code = results["exit_status"]  # README "Exit status": 0, 1, or 2 when blocked
     if not (options is not None and getattr(options, "headless", False)):
         _print_summary(results)
+
+
+def _write_html_report(path: str, results: dict[str, Any]) -> None:
+    """Write the HTML report; a failure is logged (the results JSON and summary are already out)."""
+    try:
+        size = write_html_report(path, [results])
+    except (OSError, ReportError) as exc:
+        log.error(
+            "llmload: --html-report %r was not written (%s); rebuild it with: llmload report RESULTS.json -o %s",
+            path,
+            exc,
+            path,
+        )
+        return
+    log.info("llmload: HTML report written to %s (%d bytes)", path, size)
 
 
 def _on_test_stopped(environment: Environment, **_kw: Any) -> None:

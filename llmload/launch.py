@@ -73,8 +73,9 @@ def prepare(
     if runtime.prepared_for == (host, config):
         return
     runtime.config = config
-    if config.results_json:
-        _check_writable(config.results_json)
+    for flag, path in (("--results-json", config.results_json), ("--html-report", config.html_report)):
+        if path:
+            _check_writable(flag, path)
     load_local_parts(runtime)
     if not host:
         raise ConfigError("no target host; pass -H http://HOST:PORT (e.g. -H http://127.0.0.1:8000)")
@@ -163,15 +164,16 @@ def _strip_credentials(environment: Environment, runtime: Runtime, host: str) ->
     return target.public
 
 
-def _check_writable(path: str) -> None:
-    """Refuse before load a results path that could not be written after it (results would be lost).
+def _check_writable(flag: str, path: str) -> None:
+    """Refuse before load an output path (``flag``'s) that could not be written after it (results would be lost).
 
     Raises:
         ConfigError: naming the path and why.
     """
     target = os.path.abspath(path)
     if os.path.isdir(target):
-        raise ConfigError(f"--results-json {path!r} is a directory; pass a file path such as {path}/results.json")
+        name = "report.html" if flag == "--html-report" else "results.json"
+        raise ConfigError(f"{flag} {path!r} is a directory; pass a file path such as {path}/{name}")
     parent = os.path.dirname(target)
     try:
         os.makedirs(parent, exist_ok=True)
@@ -179,7 +181,7 @@ def _check_writable(path: str) -> None:
             pass
     except OSError as exc:
         raise ConfigError(
-            f"--results-json {path!r} cannot be written ({exc.strerror}); pass a path in a writable directory"
+            f"{flag} {path!r} cannot be written ({exc.strerror}); pass a path in a writable directory"
         ) from None
 
 
@@ -228,7 +230,7 @@ def load_local_parts(runtime: Runtime) -> None:
 
 
 def _load_workload(runtime: Runtime) -> None:
-    """Build the prompt source once per options (issue 3); report skipped dataset lines.
+    """Build the prompt source once per options; report skipped dataset lines.
 
     Raises:
         DatasetError: no usable dataset line, or an exact length is unreachable.

@@ -342,6 +342,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
     # ── results ──
     OptionSpec("--results-json", "Write the end-of-run results to this JSON file.", _RESULTS, metavar="PATH"),
     OptionSpec(
+        "--html-report",
+        "Write a self-contained HTML report of the run (summary, latency distributions, time series, "
+        "failures, server metrics, configuration; opens offline) to PATH. Rebuild or compare later "
+        "with: llmload report results.json [other.json] -o PATH.",
+        _RESULTS,
+        metavar="PATH",
+    ),
+    OptionSpec(
         "--requests-log",
         "Stream one JSON line per finished request to PATH (each worker "
         "writes PATH with its worker index inserted before the extension).",

@@ -1,7 +1,7 @@
 """Checks run once before any load: the server is up, serves the model, and answers correctly.
 
 A run that "succeeds" against a dead server or a wrong model name wastes a
-benchmark slot (BC-29); these checks stop it first, with one clear line.
+benchmark slot (every request 404, yet the run completes); these checks stop it first, with one clear line.
 
 1. ``GET /v1/models`` (with the API key): the requested model is served (else
    stop, listing the served models); without ``--model`` the first one is used.
@@ -13,7 +13,7 @@ benchmark slot (BC-29); these checks stop it first, with one clear line.
 3. When the server reports a context length (vLLM's ``max_model_len``), warn
    if prompt + ``max_tokens`` exceed it.
 4. The open-file limit covers the users of this process: raise the soft limit
-   up to the hard limit, or refuse with the numbers (BC-24).
+   up to the hard limit, or refuse with the numbers (else connections cap concurrency).
 """
 
 from __future__ import annotations

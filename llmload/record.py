@@ -42,13 +42,13 @@ class Outcome(Enum):
     """How one request ended. Only ``OK`` is a success."""
 
     OK = "ok"
-    EMPTY = "empty"  # 2xx and well-formed, but no generated token at all (BC-09)
+    EMPTY = "empty"  # 2xx and well-formed, but no generated token at all (not a success with TTFT 0)
     HTTP_ERROR = "http_error"  # non-2xx status other than 429 and 503
     THROTTLED = "throttled"  # 429 or 503: the server asks the client to slow down
     TRANSPORT_ERROR = "transport_error"  # refused, reset, DNS
     TIMEOUT = "timeout"  # connect, idle-between-bytes or total timeout
     STREAM_ERROR = "stream_error"  # malformed SSE/JSON, stream ended before completion
-    SERVER_ERROR = "server_error"  # error object in a 2xx body or mid-stream (BC-10, BC-11)
+    SERVER_ERROR = "server_error"  # error object in a 2xx body or mid-stream (HTTP 200 is no success)
     CANCELLED = "cancelled"  # still in flight when the run stopped; neither success nor failure
     # the client could not build, send or measure it (its error says why); not finished, yet its
     # --num-requests slot is used
@@ -128,11 +128,11 @@ class RequestRecord:
         streamed: False for a whole (non-streamed) reply: its one arrival time is the
             E2E, and TTFT, time to first content, ITL and TPOT are unknown (None).
         dispatch_delay_s: open loop only: actual send − intended (scheduled) send, ≥ 0;
-            the time the request waited for a free user or concurrency slot (BC-20).
+            the time the request waited for a free user or concurrency slot (else hidden from latency).
             None in closed-loop runs.
         client_completion_tokens: the local tokenizer's count of the output
             when the server also sent usage (a diagnostic of how the two
-            disagree, BC-15); None otherwise.
+            disagree); None otherwise.
         output_text: the generated text, only when the client was asked to
             keep it (multi-turn conversations); None otherwise.
         connect_s: time to have a connection ready before the send (0 on a

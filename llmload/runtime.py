@@ -206,7 +206,7 @@ def _rate(count: int, span_s: float) -> float | None:
 
 @dataclass
 class ExportState:
-    """The Prometheus exporter's state on the master or a single process (issue 5).
+    """The Prometheus exporter's state on the master or a single process.
 
     Attributes:
         exporter: serves ``/metrics``.
@@ -246,7 +246,7 @@ class Runtime:
         started_at_unix: wall-clock start of the current run.
         blocked: why the run must not send load (failed preflight), or None.
         idle: never set; users with nothing to send park on it until the runner stops them.
-        workload: the prompt source (issue 3), built before load; None = plain ``--prompt``.
+        workload: the prompt source (``--dataset`` or ``--input-tokens``), built before load; None = plain ``--prompt``.
         prompts: this process's share of the workload's prompt sequence; None until test start.
         warmup: this process's share of ``--warmup-requests``; None = no warm-up.
         addresses: name resolutions shared by every user's transport in this process.
@@ -282,7 +282,7 @@ class Runtime:
     proxy: ProxyChoice | None = None
     proxy_note: str | None = None
     request_cache: RequestCache = field(default_factory=RequestCache)
-    # stopping (issue 14): SIGINT goes to interrupt_main; stopping is True while a stop is under way
+    # stopping: SIGINT goes to interrupt_main; stopping is True while a stop is under way
     interrupt_main: Callable[[], None] | None = None
     stopping: bool = False
     faults_reported: set[str] = field(default_factory=set)  # causes of skipped requests already logged
@@ -309,7 +309,7 @@ class Runtime:
     send_figures_by_process: dict[str, SendFigures] = field(default_factory=dict)  # master: latest per worker
     failure_samples: dict[str, str] = field(default_factory=dict)  # error category -> first message (Failures tab)
     reset_at_unix: float | None = None  # master/single process: when the web UI's RESET last cleared the statistics
-    # Prometheus exporter (issue 5)
+    # Prometheus exporter (--prometheus-port)
     in_flight: int = 0  # requests sent by this process's users and not finished yet
     window_delta: LLMStats | None = None  # single process with exporter: records since the last window tick
     live_task: gevent.Greenlet[[], None] | None = None  # worker live reports / single-process window ticks

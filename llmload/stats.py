@@ -11,13 +11,13 @@ Counting rules (definitions follow vLLM ``benchmark_serving`` and guidellm):
 - successes (``Outcome.OK``) feed token sums and latency histograms;
 - failures (every other outcome except ``CANCELLED``, including ``EMPTY``)
   are counted per outcome and grouped by ``ErrorInfo.category``; their partial
-  tokens and timings are excluded (BC-10);
-- cancelled requests (in flight at stop, BC-27) are only counted;
+  tokens and timings are excluded (an error after some tokens is no success);
+- cancelled requests (in flight at stop) are only counted;
 - skipped requests (the client could not build, send or measure them) are
   counted and grouped by category with the failures, nothing else;
-- a token count of ``None`` is counted as "unknown", never as 0 (R5).
+- a token count of ``None`` is counted as "unknown", never as 0.
 
-Memory stays bounded in long failing runs (BC-28): at most
+Memory stays bounded in long failing runs (unique error messages): at most
 ``MAX_ERROR_CATEGORIES`` categories and ``MAX_ERROR_SAMPLES`` sample messages
 each. The bound is applied deterministically (keep the lexicographically
 smallest categories/messages) so that merging stays lawful.
@@ -134,7 +134,7 @@ class EndpointStats:
         completion_source_requests: successes per completion-count source.
         completion_tokens_by_source: completion tokens of successes per source.
         requested_prompt_tokens_sum: the workload's prompt-length estimates
-            ("requested ISL", BC-16) over successes that had one.
+            ("requested ISL", before the chat template) over successes that had one.
         requested_prompt_tokens_count: successes that had such an estimate.
         ttft_s, ttfc_s, itl_s, tpot_s, e2e_s: histograms over successes
             (definitions in ``llmload.record``); ITL has every sample of
@@ -142,7 +142,7 @@ class EndpointStats:
         dispatch_delay_s, ttft_from_schedule_s, e2e_from_schedule_s: open-loop
             successes only: the wait between the intended and the actual send,
             and TTFT/E2E measured from the intended send (coordinated
-            omission made visible, BC-20; guidellm's ``targeted_start``).
+            omission made visible; guidellm's ``targeted_start``).
         read_lag_s: over every body read of finished requests that had a kernel
             receive stamp: how long its bytes had waited in the kernel before
             the client read them (the client's own delay, not the server's).
@@ -155,11 +155,11 @@ class EndpointStats:
         slo_met_requests: successes that met every ``--slo`` objective (goodput);
             failures never do.
         tokenizer_compared_requests: successes with both a server completion
-            count and a local tokenizer count (BC-15 diagnostic).
+            count and a local tokenizer count (a diagnostic of how they disagree).
         tokenizer_disagreed_requests: those of them where the two differ.
         tokenizer_abs_diff_tokens: sum of |server - tokenizer| over them.
         requested_compared_requests: successes with both a server prompt count
-            and a requested prompt length (BC-16).
+            and a requested prompt length (the server adds the chat template).
         requested_compared_tokens: sum of the requested lengths over them.
         requested_abs_diff_tokens: sum of |server - requested| over them.
         errors: failures and skipped requests grouped by category (at most
@@ -498,7 +498,7 @@ class LLMStats:
         slot.add(record, finished_at_unix, met_slo=met_slo)
 
     def add_cancelled(self, endpoint: str, model: str, n: int = 1) -> None:
-        """Count ``n`` requests still in flight when the run stopped (BC-27).
+        """Count ``n`` requests still in flight when the run stopped (neither success nor failure).
 
         Raises:
             ValueError: ``n`` is negative.

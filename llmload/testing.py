@@ -1,4 +1,4 @@
-"""Public test support: a scripted HTTP/1.1 server and builders for the CASES.md notation.
+"""Public test support: a scripted HTTP/1.1 server and builders for a compact stream notation.
 
 ``ScriptedServer`` answers each request with a ``Reply``: headers at a given
 time, then ``Write`` steps, each sent as exactly one TCP send (TCP_NODELAY,
@@ -56,7 +56,7 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
-def C(delta: Mapping[str, Any]) -> str:  # noqa: N802 - the CASES.md notation
+def C(delta: Mapping[str, Any]) -> str:  # noqa: N802 - short name for the stream notation
     """A chat chunk carrying ``delta``."""
     return _dumps({**_CHAT, "choices": [{"index": 0, "delta": dict(delta), "finish_reason": None}]})
 
@@ -115,7 +115,7 @@ class Write:
     data: bytes
 
 
-def W(at_ms: float, data: str | bytes) -> Write:  # noqa: N802 - "@at_ms W: data" in CASES.md
+def W(at_ms: float, data: str | bytes) -> Write:  # noqa: N802 - short name: "@at_ms W: data"
     """A ``Write``; a str is UTF-8 encoded."""
     return Write(at_ms, data.encode() if isinstance(data, str) else data)
 

@@ -286,9 +286,9 @@ class LLMUser(User):
 
         Returns the intended send time (``time.perf_counter`` seconds), or None in
         closed-loop runs. Arrivals are absolute offsets from one start, so a late
-        wake-up never delays the following arrivals (no drift, BC-23); an arrival
+        wake-up never delays the following arrivals (the schedule cannot drift); an arrival
         that finds every user busy is taken late by the next free user, and that
-        wait is recorded as dispatch delay (BC-20).
+        wait is recorded as dispatch delay (coordinated omission made visible).
         """
         schedule = runtime.schedule
         if schedule is None:

@@ -25,7 +25,7 @@ payload holds only ``dict`` (string keys), ``list``, ``int``, ``float``,
 
 Bucket indexes are delta-encoded (mostly small positive ints, one byte each in
 msgpack). The bucket mapping constants of ``llmload.histogram`` are part of
-version 1. ``counters`` (goodput and token-count comparisons, issue 3) is
+version 1. ``counters`` (goodput and token-count comparisons) is
 optional, absent names count 0, so workers of the first v1 release still merge.
 The same holds for the client histograms ``read_lag_s`` and ``connect_s`` and
 the ``unstamped_reads`` counter added later: older workers merge into a newer

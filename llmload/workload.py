@@ -61,7 +61,7 @@ class Prompt:
         messages: the prompt as chat messages (completions send ``text``).
         max_tokens: this prompt's max_tokens; None = ``--max-tokens``.
         requested_tokens: the prompt length the workload intended ("requested
-            ISL", BC-16): the tokenizer's count of ``text`` without special
+            ISL"): the tokenizer's count of ``text`` without special
             tokens, the synthetic target, or None when unknown. Chat templates
             add tokens on the server; the server's count is reported apart.
     """

@@ -80,7 +80,7 @@ def gevent_ready() -> None:
     gevent.socket.getaddrinfo("127.0.0.1", 80, 0, gevent.socket.SOCK_STREAM)
 
 
-TIME_TOLERANCE_S = 0.005  # CASES.md: loopback timings within ±5 ms
+TIME_TOLERANCE_S = 0.005  # loopback timings are compared within ±5 ms
 _SERVER_LATE_LIMIT_S = 0.05  # a write sent later than this means an overloaded machine, not a client bug
 
 

@@ -4,7 +4,8 @@ End of run: ``results.build_results`` turns one ``RunOutcome`` into the
 results document (``sections`` and ``load`` compute its parts, ``results``
 decides the run-level keys and the verdict). Outputs of a finished run read
 that document only: ``console`` (the summary text), ``results.write_results_json``
-(the file).
+(the file), ``html`` (the self-contained HTML report, also of a file read back,
+and the comparison of two).
 
 Live: ``window.RunView`` is what the master knows at one instant (merged
 statistics, the live window, runner gauges). Live outputs read it only:

@@ -51,7 +51,7 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   null without reads. ``connect_s``: time to have a connection ready before
   the send (outside TTFT and E2E). ``read_lag_limit_s``: the p99 lag above
   which the run is flagged ``client_saturated``.
-- ``None`` (JSON ``null``, console "n/a") means unknown, never 0 (R5).
+- ``None`` (JSON ``null``, console "n/a") means unknown, never 0.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ kind                what the client gets
 ``fail``            ``--fail-status`` (default 500) at once, error body in the
                     ``--fail-shape``
 ``error_200``       HTTP 200, ``application/json``, body is an error object in
-                    the ``--fail-shape`` (vLLM's older servers did this, BC-11)
+                    the ``--fail-shape`` (vLLM's older servers did this)
 ``midstream_error`` streams only: some tokens, then ``data: {"error": {...}}``
-                    and ``data: [DONE]`` (vLLM's in-band error, BC-10);
+                    and ``data: [DONE]`` (vLLM's in-band error after HTTP 200);
                     non-streaming requests in this share are answered normally
 ``drop``            some tokens (streams) or half of the JSON body (whole
                     replies), then the TCP connection is closed

@@ -1,4 +1,4 @@
-"""CASES.md sections A-C over real HTTP: ScriptedServer → GeventHTTPTransport → StreamingClient.
+"""Stream parsing, token and timing cases over real HTTP: ScriptedServer → GeventHTTPTransport → StreamingClient.
 
 ``run.at(100)`` is the moment the write scheduled at 100 ms was really sent,
 in seconds after the client's send, compared within ±5 ms: on a quiet
@@ -38,7 +38,7 @@ def completion_request():
 
 
 # ── A. SSE stream parsing ──────────────────────────────────────────────────
-# Case BC-01 (../shared/cases/CASES.md)
+# Several SSE events in one TCP write are all read.
 def test_bc01_several_events_in_one_write(run_scripted):
     writes = [
         W(100, sse(ROLE, C({"content": "Hel"}), C({"content": "lo"}))),
@@ -56,7 +56,7 @@ def test_bc01_several_events_in_one_write(run_scripted):
     assert record.tpot_s == near((run.sent(150) - run.sent(100)) / 2)  # 25 ms
 
 
-# Case BC-02 (../shared/cases/CASES.md)
+# An event split across writes, inside the `data: ` prefix and inside a UTF-8 char.
 def test_bc02_event_split_inside_prefix_and_utf8_char(run_scripted, recording_counter):
     writes = [
         W(100, b"data: "),
@@ -82,7 +82,7 @@ def test_bc02_event_split_inside_prefix_and_utf8_char(run_scripted, recording_co
     assert "\ufffd" not in recording_counter.texts[0]
 
 
-# Case BC-04 (../shared/cases/CASES.md)
+# `data:` without the optional space.
 def test_bc04_data_field_without_space(run_scripted):
     writes = [
         W(90, b"data:" + ROLE.encode() + b"\n\n"),
@@ -101,7 +101,7 @@ def test_bc04_data_field_without_space(run_scripted):
     assert record.e2e_s == run.at(120)
 
 
-# Case BC-05 (../shared/cases/CASES.md)
+# Comments, keep-alives and meta-only events are not tokens.
 def test_bc05_comments_keepalives_and_meta_only_blocks(run_scripted):
     writes = [
         W(0, b": ping\n\nretry: 3000\n\n"),
@@ -118,7 +118,7 @@ def test_bc05_comments_keepalives_and_meta_only_blocks(run_scripted):
     assert record.completion_tokens.value == 1
 
 
-# Case BC-06 (../shared/cases/CASES.md)
+# A final usage chunk with `"choices": []`.
 def test_bc06_final_usage_chunk_with_empty_choices(run_scripted):
     writes = [
         W(80, sse(ROLE)),
@@ -141,7 +141,7 @@ def test_bc06_final_usage_chunk_with_empty_choices(run_scripted):
     assert record.e2e_s == run.at(145)
 
 
-# Case BC-06 (../shared/cases/CASES.md)
+# Usage sent on several chunks is cumulative: the last value wins, never a sum.
 def test_bc06_cumulative_usage_takes_last_value(run_scripted):
     def chunk(content: str, completion_tokens: int) -> str:
         return C({"content": content})[:-1] + (
@@ -165,7 +165,7 @@ def test_bc06_cumulative_usage_takes_last_value(run_scripted):
     assert record.tpot_s == near(run.sent(120) - run.sent(100))  # 20 ms
 
 
-# Case BC-06 (../shared/cases/CASES.md)
+# Without usage the client tokenizer counts the output.
 def test_bc06_no_usage_falls_back_to_client_tokenizer(run_scripted, recording_counter):
     writes = [
         W(80, sse(ROLE)),
@@ -184,7 +184,7 @@ def test_bc06_no_usage_falls_back_to_client_tokenizer(run_scripted, recording_co
 
 
 @pytest.mark.parametrize("role", [ROLE, C({"role": "assistant", "content": None})], ids=["empty", "null"])
-# Case BC-08 (../shared/cases/CASES.md)
+# A role-only first chunk is not the first token.
 def test_bc08_role_only_first_chunk_is_not_a_token(run_scripted, role):
     writes = [
         W(5, sse(role)),
@@ -200,7 +200,7 @@ def test_bc08_role_only_first_chunk_is_not_a_token(run_scripted, role):
     assert record.itl_samples_s() == [near(run.sent(420) - run.sent(400))]  # [20 ms]
 
 
-# Case BC-09 (../shared/cases/CASES.md)
+# An empty reply is no success with TTFT = 0.
 def test_bc09_empty_response_is_not_a_success(run_scripted):
     writes = [W(50, sse(ROLE)), W(60, sse(CF("length"), U(20, 0), "[DONE]"))]
     run = run_scripted(Reply(writes))
@@ -216,7 +216,7 @@ def test_bc09_empty_response_is_not_a_success(run_scripted):
     assert record.completion_tokens.value == 0
 
 
-# Case BC-10 (../shared/cases/CASES.md)
+# An error object sent mid-stream after HTTP 200.
 def test_bc10_error_object_mid_stream(run_scripted):
     error = '{"error":{"message":"simulated engine failure","type":"InternalServerError","param":null,"code":500}}'
     writes = [
@@ -234,7 +234,7 @@ def test_bc10_error_object_mid_stream(run_scripted):
     assert len(record.token_times_s) == 2  # kept on the record; excluded by outcome
 
 
-# Case BC-10 (../shared/cases/CASES.md)
+# An error object as the only event, then close.
 def test_bc10_error_object_as_only_event_then_close(run_scripted):
     error = (
         '{"error":{"code":400,"message":"prompt of 5000 tokens does not fit context of 4096",'
@@ -248,7 +248,7 @@ def test_bc10_error_object_as_only_event_then_close(run_scripted):
     assert "does not fit context" in record.error.message
 
 
-# Case BC-11 (../shared/cases/CASES.md)
+# An HTTP 200 JSON error body on a streaming request.
 def test_bc11_json_error_body_on_stream_request(run_scripted):
     body = (
         '{"object":"error","message":"model \'nope\' is not served here","type":"NotFoundError",'
@@ -263,7 +263,7 @@ def test_bc11_json_error_body_on_stream_request(run_scripted):
     assert record.error.message == "model 'nope' is not served here"
 
 
-# Case BC-12 (../shared/cases/CASES.md)
+# Reasoning deltas (`reasoning_content` / `reasoning`) are tokens.
 def test_bc12_reasoning_deltas_count_as_tokens(run_scripted):
     writes = [
         W(10, sse(ROLE)),
@@ -281,7 +281,7 @@ def test_bc12_reasoning_deltas_count_as_tokens(run_scripted):
     assert record.completion_tokens.value == 5
 
 
-# Case BC-12 (../shared/cases/CASES.md)
+# A reasoning-only reply has tokens but no first content.
 def test_bc12_reasoning_only_reply_has_no_first_content(run_scripted):
     writes = [
         W(10, sse(ROLE)),
@@ -299,7 +299,7 @@ def test_bc12_reasoning_only_reply_has_no_first_content(run_scripted):
 
 
 # ── B. Token counting ──────────────────────────────────────────────────────
-# Case BC-14 (../shared/cases/CASES.md)
+# Multi-token chunks: tokens come from usage, not from counting events.
 def test_bc14_multi_token_chunks_use_server_counts(run_scripted):
     writes = [
         W(100, sse(TU("one two three four", 4, None))),
@@ -326,7 +326,7 @@ def test_bc14_multi_token_chunks_use_server_counts(run_scripted):
 
 
 @pytest.mark.parametrize("bos", [False, True], ids=["plain", "bos-post-processor"])
-# Case BC-15 (../shared/cases/CASES.md)
+# The client tokenizer counts the joined text once (no per-chunk re-tokenisation, no BOS per chunk).
 def test_bc15_client_tokenizer_counts_joined_text_once(run_scripted, tiny_tokenizer, tiny_bos_tokenizer, bos):
     tokenizer = tiny_bos_tokenizer if bos else tiny_tokenizer
     assert len(tokenizer.encode("Hello world").ids) == (3 if bos else 2)  # the BOS really is added by default
@@ -345,7 +345,7 @@ def test_bc15_client_tokenizer_counts_joined_text_once(run_scripted, tiny_tokeni
 
 
 # ── C. Timing definitions ──────────────────────────────────────────────────
-# Case BC-18 (../shared/cases/CASES.md)
+# The ITL list does not contain the TTFT.
 def test_bc18_itl_excludes_ttft(run_scripted):
     writes = [
         W(500, sse(T("a"))),
@@ -364,7 +364,7 @@ def test_bc18_itl_excludes_ttft(run_scripted):
 
 
 @pytest.mark.slow
-# Case BC-21 (../shared/cases/CASES.md)
+# E2E covers the whole stream, not the time to headers.
 def test_bc21_e2e_covers_the_whole_stream_not_the_headers(run_scripted):
     writes = [W(60, sse(ROLE))]
     writes += [W(160 + 100 * i, sse(C({"content": f" t{i}"}))) for i in range(29)]

@@ -154,7 +154,7 @@ def test_e2e_time_limit_counts_in_flight_requests_as_cancelled(sim_url, tmp_path
     assert results["latency"]["e2e_s"]["count"] == results["requests"]["succeeded"]
 
 
-# Case BC-29 (../shared/cases/CASES.md): wrong model name -> preflight stops before load, exit non-zero.
+# Case BC-29: wrong model name -> preflight stops before load, exit non-zero.
 def test_e2e_wrong_model_stops_before_any_load(sim_url, tmp_path):
     proc = _locust(
         [

@@ -1,4 +1,4 @@
-"""Failure cases from ../shared/cases/CASES.md (BC-24, BC-25, BC-27, BC-28, BC-29) and the credential-leak checks.
+"""Failure cases (BC-24, BC-25, BC-27, BC-28, BC-29) and the credential-leak checks.
 
 Load runs use real `locust` processes on loopback against `llmload sim` or a
 scripted server; each is bounded by `-t`/`--num-requests` and a subprocess timeout.
@@ -54,7 +54,7 @@ def _route(post_reply: Reply):
 
 
 # ── BC-29: wrong model / every request fails ────────────────────────────
-# Case BC-29 (../shared/cases/CASES.md): errors mid-run -> failure rate shown, exit non-zero.
+# Case BC-29: errors mid-run -> failure rate shown, exit non-zero.
 def test_bc29_every_request_404_mid_run_is_reported_and_exits_nonzero(tmp_path):
     body = json.dumps(
         {"error": {"message": "model 'm' is not served", "type": "NotFoundError", "param": None, "code": 404}}
@@ -292,7 +292,7 @@ def test_bc25_cpu_monitor_samples_the_real_process():
     assert monitor.max_percent > 0.0
 
 
-# ── Security: no credential in any output (issue 14, P2) ────────────────
+# ── Security: no credential in any output ────────────────
 def _run_collecting_every_output(
     tmp_path: Path, host: str, env: dict[str, str], extra: tuple[str, ...] = ()
 ) -> tuple[int, list[str]]:

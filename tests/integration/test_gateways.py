@@ -1,4 +1,4 @@
-"""Real servers and gateways (../shared/cases/CASES.md section G): request shaping, auth headers, model lists.
+"""Real servers and gateways: request shaping, auth headers, model lists.
 
 Each scripted server on loopback copies what a real deployment answers; every
 run is bounded by ``--num-requests``, ``-t`` and a subprocess timeout.

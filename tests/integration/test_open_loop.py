@@ -37,7 +37,7 @@ def _scheduled_rate(rate: float, n: int, seed: int, rank: int = 0) -> float:
     return (n - 1) / offsets[-1]
 
 
-# Case BC-20 (../shared/cases/CASES.md): client-side queueing is measured, not hidden.
+# Case BC-20: client-side queueing is measured, not hidden.
 def test_bc20_dispatch_delay_and_latency_from_schedule_are_reported(tmp_path):
     # every request: TTFT ~100 ms (90 ms queue delay + one 10 ms step), then 39 tokens at 10 ms: ~0.5 s
     url, sim = start_sim("--queue-delay-ms", "90", "--decode-step-ms", "10", "--decode-ms-per-seq", "0",

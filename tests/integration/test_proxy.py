@@ -1,4 +1,4 @@
-"""Forward proxies from the environment (CASES.md NC-06): through the proxy unless NO_PROXY matches.
+"""Forward proxies from the environment (NC-06): through the proxy unless NO_PROXY matches.
 
 An origin server and a small forward proxy (``forward_proxy.ForwardProxy``, which logs
 absolute-form targets and CONNECTs) on loopback; every locust run is bounded by

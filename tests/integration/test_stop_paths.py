@@ -1,4 +1,4 @@
-"""Every stop path counts every request (issue 14, P1): SIGINT, SIGTERM, the web UI's STOP.
+"""Every stop path counts every request: SIGINT, SIGTERM, the web UI's STOP.
 
 succeeded + failed + cancelled must equal the requests `llmload sim` received
 (its completed + aborted counters), and no traceback may appear. Real

@@ -1,4 +1,4 @@
-"""TLS: certificates are verified by default; --insecure is explicit (issue 4, security)."""
+"""TLS: certificates are verified by default; --insecure is explicit."""
 
 from __future__ import annotations
 

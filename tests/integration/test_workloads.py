@@ -224,7 +224,7 @@ def test_workloads_synthetic_without_tokenizer_says_lengths_are_approximate(sim_
     assert "lengths are approximate (one word taken as one token): pass --tokenizer" in proc.stderr
 
 
-# Case BC-16 (../shared/cases/CASES.md)
+# Prompt tokens: the server's count (with chat template) is reported apart from the requested length.
 def test_bc16_chat_template_tokens_reported_apart_from_requested(sim_url, tmp_path, tiny_tokenizer):
     out = tmp_path / "r.json"
     proc = _locust(CHAT_FILE, sim_url, "-u", "1", "--num-requests", "3", "--prompt", "Hello world",
@@ -239,7 +239,7 @@ def test_bc16_chat_template_tokens_reported_apart_from_requested(sim_url, tmp_pa
     assert "WARNING: server prompt tokens differ from the requested lengths by 350.0%" in proc.stdout
 
 
-# Case BC-17 (../shared/cases/CASES.md)
+# A tokenizer name that is not local stops before load, without a hub request.
 def test_bc17_tokenizer_name_not_local_stops_before_load_without_hub_request(tmp_path):
     url, sim = start_sim("--model", "my-model")
     hub = socket.socket()
@@ -271,7 +271,7 @@ def test_bc17_tokenizer_name_not_local_stops_before_load_without_hub_request(tmp
     assert completed == 0
 
 
-# Case BC-17 (../shared/cases/CASES.md)
+# A served model name without a tokenizer runs on the server's usage counts.
 def test_bc17_served_model_name_without_tokenizer_runs_on_server_usage(tmp_path):
     url, sim = start_sim("--model", "my-model")
     out = tmp_path / "r.json"
@@ -288,7 +288,7 @@ def test_bc17_served_model_name_without_tokenizer_runs_on_server_usage(tmp_path)
     assert tokens["prompt_source"] == "server"
 
 
-# Case BC-15 (../shared/cases/CASES.md): usage present → server count used, tokenizer count kept as a diagnostic
+# Case BC-15: usage present → server count used, tokenizer count kept as a diagnostic
 def test_bc15_server_usage_wins_tokenizer_count_is_a_diagnostic(tiny_bos_tokenizer):
     body = sse(C({"content": "Hel"}), C({"content": "lo"}), C({"content": " world"}), CF("stop"), U(4, 3), "[DONE]")
     request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8)

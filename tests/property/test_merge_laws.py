@@ -1,4 +1,4 @@
-"""Merge laws (R7) for LatencyHistogram and LLMStats, and the wire round-trip, with hypothesis.
+"""Merge laws for LatencyHistogram and LLMStats, and the wire round-trip, with hypothesis.
 
 merge is associative and commutative with empty() as identity, including the
 bounded error table (more categories than MAX_ERROR_CATEGORIES, many samples),

@@ -1,4 +1,4 @@
-"""credentials: user:password@ in -H is split from the URL every output shows (issue 14, P2)."""
+"""credentials: user:password@ in -H is split from the URL every output shows."""
 
 import base64
 

@@ -168,7 +168,7 @@ def test_results_goodput_null_without_slo():
     assert _results(_stats([_ok()], SLO(ttft_s=1.0)))["goodput"] is None
 
 
-# Case BC-16 (../shared/cases/CASES.md)
+# The server's prompt count is used; the requested length is reported apart, with a warning.
 def test_bc16_server_prompt_tokens_used_requested_reported_apart_with_warning():
     stats = LLMStats.empty()
     for _ in range(3):  # "hello world": requested 2, the server's template makes it 14
@@ -191,7 +191,7 @@ def test_bc16_no_warning_within_five_percent():
     assert "WARNING: server prompt tokens" not in format_summary(results)
 
 
-# Case BC-15 (../shared/cases/CASES.md): with usage and a tokenizer, disagreement is a diagnostic only
+# Case BC-15: with usage and a tokenizer, disagreement is a diagnostic only
 def test_bc15_tokenizer_disagreement_counted_but_server_count_used():
     stats = LLMStats.empty()
     stats.add(_ok(tokens=5, client_completion_tokens=5))

@@ -1,4 +1,4 @@
-"""interrupt.Interrupter: Ctrl-C becomes one KeyboardInterrupt in the main greenlet (issue 14, P1)."""
+"""interrupt.Interrupter: Ctrl-C becomes one KeyboardInterrupt in the main greenlet."""
 
 import subprocess
 import sys

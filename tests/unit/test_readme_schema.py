@@ -1,4 +1,4 @@
-"""The README's results schema matches the code (issue 14, P6).
+"""The README's results schema matches the code.
 
 Results are built in every mode (closed and open loop, a sweep file, blocked,
 failed) through ``results.build_results``, the function the master
