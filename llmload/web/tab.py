@@ -7,7 +7,7 @@
 - ``extended_stats``: their rows, added to Locust's ``/stats/requests``
   answer (polled every 2 s by the web UI) by an ``after_request`` hook;
 - ``template_args["extended_csv_files"]``: downloads in the "Download Data"
-  tab: the results JSON and the console summary of the last run, served by
+  tab: the results JSON, the console summary and the HTML report of the last run, served by
   routes on ``web_ui.app`` guarded by ``auth_required_if_enabled``.
 
 The figures are the master's merged statistics (``Runtime.stats``), the same
@@ -26,6 +26,7 @@ from typing import Any
 from flask import Response, request
 
 from llmload.exporters.console import summary_lines
+from llmload.exporters.html import ReportError, render_report
 from llmload.exporters.web_tables import ENDPOINT_COLUMNS, RUN_COLUMNS, RunFacts, endpoint_rows, run_rows
 from llmload.runtime import Runtime
 
@@ -51,6 +52,7 @@ def install(environment: Environment) -> None:
     web_ui.template_args["extended_csv_files"] = [
         {"href": "./llmload/results.json", "title": "llmload results JSON (last finished run)"},
         {"href": "./llmload/summary.txt", "title": "llmload summary (last finished run)"},
+        {"href": "./llmload/report.html", "title": "llmload HTML report (last finished run)"},
     ]
     app = web_ui.app
 
@@ -81,6 +83,19 @@ def install(environment: Environment) -> None:
             return Response("no llmload run has ended yet\n", status=404, mimetype="text/plain")
         return Response("\n".join(summary_lines(results)) + "\n", mimetype="text/plain")
 
+    def report_html() -> Response:
+        results = _results(environment)
+        if results is None:
+            return Response("no llmload run has ended yet\n", status=404, mimetype="text/plain")
+        try:
+            page = render_report([results])
+        except ReportError as exc:
+            return Response(f"llmload: {exc}\n", status=500, mimetype="text/plain")
+        return Response(
+            page, mimetype="text/html", headers={"Content-Disposition": "attachment; filename=llmload-report.html"}
+        )
+
+    app.add_url_rule(f"{base}/llmload/report.html", "llmload_report_html", web_ui.auth_required_if_enabled(report_html))
     app.add_url_rule(
         f"{base}/llmload/results.json", "llmload_results_json", web_ui.auth_required_if_enabled(results_json)
     )

@@ -179,4 +179,7 @@ def test_llm_tab_shows_the_summary_figures_verdict_and_downloads(tmp_path: Path)
         assert [r["item"] for r in failures] == [f"Failures: {e['category']}" for e in document["errors"]]
         assert json.loads(ui.get("/llmload/results.json")) == document
         assert ui.get("/llmload/summary.txt").decode().rstrip().endswith(document["verdict"])
+        report = ui.get("/llmload/report.html").decode()
+        assert report.lstrip().lower().startswith("<!doctype html")
+        assert document["run"]["run_id"] in report
         _clean(ui)
