@@ -20,7 +20,7 @@ from llmload.testing import CF, ROLE, TF, TU, C, Ending, Reply, T, U, W, Write, 
 from llmload.tokens import HFTokenCounter
 from tests.conftest import near
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 
 def text_of(writes: list[Write]) -> str:

@@ -15,12 +15,12 @@ from llmload.config import Timeouts
 from llmload.exporters.results import RunOutcome, build_results
 from llmload.payloads import LLMRequest, build_completion_request
 from llmload.record import Outcome, RequestRecord
-from llmload.stats import LLMStats
-from llmload.testing import TF, Reply, ScriptedServer, T, W, json_reply, sse
+from llmload.testing import TF, Reply, ScriptedServer, T, W, json_reply, sse, stats_of
 from llmload.transport import GeventHTTPTransport
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.timing,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_TIMESTAMPNS receive stamps are Linux only"),
 ]
 
@@ -73,7 +73,7 @@ def test_kernel_stamps_time_every_body_read(gevent_ready):
     assert record.unstamped_reads == 0
     assert len(record.read_lags_s) >= 3  # one per write: the client kept up
     assert all(0.0 <= lag < 0.02 for lag in record.read_lags_s)
-    results = build_results(RunOutcome(_stats(record)))
+    results = build_results(RunOutcome(stats_of(record)))
     assert results["client"]["clock"] == "kernel"
     assert results["client"]["stamped_reads"] == len(record.read_lags_s)
     assert results["client"]["read_lag_s"]["count"] == len(record.read_lags_s)
@@ -101,15 +101,9 @@ def test_a_blocked_client_still_times_the_reply_when_it_arrived(gevent_ready):
     # the user-space read came ~300 ms late; the stamp says when the token arrived
     assert ttft_s == pytest.approx(arrived_s, abs=0.03)
     assert max(record.read_lags_s) > run.held_until_s - arrived_s - 0.05
-    results = build_results(RunOutcome(_stats(record)))
+    results = build_results(RunOutcome(stats_of(record)))
     assert results["client"]["read_lag_saturated"] is True
     assert results["client"]["read_lag_s"]["max"] > 0.2
-
-
-def _stats(record) -> LLMStats:
-    stats = LLMStats.empty()
-    stats.add(record)
-    return stats
 
 
 def test_a_whole_reply_that_came_with_the_headers_is_kernel_stamped(gevent_ready):

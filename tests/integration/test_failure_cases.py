@@ -26,10 +26,23 @@ from llmload.config import Timeouts
 from llmload.exporters.sections import client_saturated
 from llmload.histogram import LatencyHistogram
 from llmload.payloads import build_chat_request
-from llmload.record import ErrorInfo, Outcome, RequestRecord
+from llmload.record import Outcome, RequestRecord
 from llmload.runtime import CpuMonitor
 from llmload.stats import MAX_ERROR_CATEGORIES, LLMStats
-from llmload.testing import CF, ROLE, C, Ending, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
+from llmload.testing import (
+    CF,
+    ROLE,
+    C,
+    Ending,
+    ReceivedRequest,
+    Reply,
+    ScriptedServer,
+    U,
+    W,
+    failed_record,
+    json_reply,
+    sse,
+)
 from llmload.transport import GeventHTTPTransport
 from llmload.wire import to_wire
 from tests.integration.procs import free_port, locust_argv, run_locust
@@ -191,17 +204,10 @@ def test_bc27_requests_in_flight_at_stop_are_cancelled_not_failed(tmp_path):
 def test_bc28_unique_error_messages_are_grouped_with_bounded_samples():
     stats = LLMStats.empty()
     for _ in range(20_000):
-        record = RequestRecord(endpoint="chat", model="m", started_at_unix=0.0, outcome=Outcome.HTTP_ERROR)
-        record.error = ErrorInfo(
-            category="HTTP 500 InternalServerError",
-            message=f"internal error, request id {uuid.uuid4()}",
-            status=500,
-        )
-        stats.add(record)
+        message = f"internal error, request id {uuid.uuid4()}"
+        stats.add(failed_record("HTTP 500 InternalServerError", message, 500, start_unix=0.0, end_s=None))
     for i in range(500):  # distinct categories are capped too
-        record = RequestRecord(endpoint="chat", model="m", started_at_unix=0.0, outcome=Outcome.SERVER_ERROR)
-        record.error = ErrorInfo(category=f"server {i:03d}", message="x")
-        stats.add(record)
+        stats.add(failed_record(f"server {i:03d}", "x", None, outcome=Outcome.SERVER_ERROR, start_unix=0.0, end_s=None))
     total = stats.total()
     assert total.failed == 20_500
     assert len(total.errors) <= MAX_ERROR_CATEGORIES

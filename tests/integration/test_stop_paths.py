@@ -178,7 +178,11 @@ def test_p1_sigterm_to_a_single_process_counts_every_request(tmp_path):
     out = tmp_path / "r.json"
     try:
         proc = _start(url, "chat.py", out)
-        time.sleep(3.0)
+        # Load first: a slow start (shared CPU, coverage tracing) must not meet SIGTERM before init.
+        deadline = time.monotonic() + 60
+        while metric_sum(metrics(url), "llmload_sim_requests_completed_total") < 4:
+            assert time.monotonic() < deadline, "no load within 60 s"
+            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         _, stderr = _finish(proc)
         received = _settled(url)["/v1/chat/completions"]

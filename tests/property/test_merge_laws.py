@@ -14,6 +14,7 @@ from llmload.histogram import LatencyHistogram
 from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
 from llmload.stats import MAX_ERROR_CATEGORIES, STATS_SCHEMA, EndpointStats, LLMStats
 from llmload.stats_schema import FieldRule, Merge
+from llmload.testing import failed_record, stats_of
 from llmload.wire import from_wire, to_wire
 
 _SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -83,39 +84,28 @@ def records(draw: st.DrawFn) -> RequestRecord:
     )
 
 
-def _stats_of(recs: list[RequestRecord], cancelled: int = 0) -> LLMStats:
-    stats = LLMStats.empty()
-    for record in recs:
-        stats.add(record)
-    if cancelled:
-        stats.add_cancelled("chat", "m", cancelled)
-    return stats
-
-
-stats_values = st.builds(_stats_of, st.lists(records(), max_size=25), st.integers(0, 3))
+stats_values = st.builds(
+    lambda recs, cancelled: stats_of(*recs, cancelled=cancelled), st.lists(records(), max_size=25), st.integers(0, 3)
+)
 
 
 # Many failures over many categories: the 50-category bound must hold and stay lawful.
-def _failure(category: str, message: str, status: int | None) -> RequestRecord:
-    return RequestRecord(
-        endpoint="chat",
-        model="m",
-        started_at_unix=1.7e9,
-        outcome=Outcome.HTTP_ERROR,
-        error=ErrorInfo(category, message, status),
-    )
-
-
 @st.composite
 def failure_heavy(draw: st.DrawFn) -> LLMStats:
     """20-60 distinct categories in a random order, with a few messages and statuses each."""
     order = draw(st.permutations(_CATEGORIES))
     n = draw(st.integers(min_value=20, max_value=60))
     recs = [
-        _failure(category, draw(st.sampled_from(["", "a", "b", "c", "d"])), draw(st.sampled_from([None, 404, 500])))
+        failed_record(
+            category,
+            draw(st.sampled_from(["", "a", "b", "c", "d"])),
+            draw(st.sampled_from([None, 404, 500])),
+            start_unix=1.7e9,
+            end_s=None,
+        )
         for category in order[:n]
     ]
-    return _stats_of(recs)
+    return stats_of(*recs)
 
 
 # Every EndpointStats field drawn from its schema rule: a field added later is covered

@@ -7,7 +7,9 @@ from llmload.exporters.console import RESULTS_LINE_PREFIX, format_summary, resul
 from llmload.exporters.results import write_results_json
 from llmload.record import TokenCount, TokenSource
 from llmload.stats import LLMStats
-from tests.unit.test_results import T0, _ok, _results, _scenario, _with_reads
+from llmload.testing import T0_UNIX as T0
+from llmload.testing import ok_record
+from tests.unit.test_results import _results, _scenario, _with_reads
 
 
 def test_summary_shows_counts_rates_and_latencies_in_ms() -> None:
@@ -46,8 +48,8 @@ def test_summary_prints_na_for_unknowns() -> None:
 
 def test_summary_names_mixed_sources_with_breakdown() -> None:
     stats = LLMStats.empty()
-    stats.add(_ok(T0, (0.1, 0.2), 1.0, completion=TokenCount(2, TokenSource.SERVER)))
-    stats.add(_ok(T0, (0.1, 0.2), 1.0, completion=TokenCount(2, TokenSource.TOKENIZER)))
+    stats.add(ok_record((0.1, 0.2), start_unix=T0, end_s=1.0, completion_tokens=TokenCount(2, TokenSource.SERVER)))
+    stats.add(ok_record((0.1, 0.2), start_unix=T0, end_s=1.0, completion_tokens=TokenCount(2, TokenSource.TOKENIZER)))
     text = format_summary(_results(stats))
     assert "mixed: client-tokenized=1, server=1" in text
 

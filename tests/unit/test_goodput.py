@@ -13,38 +13,14 @@ from llmload.errors import ConfigError, WireFormatError
 from llmload.exporters.console import format_summary
 from llmload.exporters.results import RunOutcome, build_results
 from llmload.goodput import SLO, parse_slo
-from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.record import RequestRecord
 from llmload.stats import LLMStats
+from llmload.testing import T0_UNIX, failed_record, ok_record, spaced_s
 from llmload.wire import from_wire, to_wire
 
 
 def _results(stats: LLMStats, slo: SLO | None = None) -> dict[str, Any]:
     return build_results(RunOutcome(stats, config=dataclasses.replace(RunConfig(), slo=slo)))
-
-
-def _ok(ttft_s: float = 0.1, step_s: float = 0.01, tokens: int = 5, **kw: object) -> RequestRecord:
-    times = [ttft_s + i * step_s for i in range(tokens)]
-    return RequestRecord(
-        endpoint="chat",
-        model="m",
-        started_at_unix=1000.0,
-        token_times_s=times,
-        end_s=times[-1] + 0.001,
-        completion_tokens=TokenCount(tokens, TokenSource.SERVER),
-        prompt_tokens=TokenCount(14, TokenSource.SERVER),
-        **kw,  # type: ignore[arg-type]
-    )
-
-
-def _failed() -> RequestRecord:
-    return RequestRecord(
-        endpoint="chat",
-        model="m",
-        started_at_unix=1000.5,
-        outcome=Outcome.HTTP_ERROR,
-        error=ErrorInfo("HTTP 500", "boom", 500),
-        end_s=0.05,
-    )
 
 
 # ── parsing ─────────────────────────────────────────────────────────────────
@@ -85,22 +61,22 @@ def test_run_config_parses_slo_option():
 
 # ── per-request test ────────────────────────────────────────────────────────
 def test_slo_met_by_request_within_every_limit():
-    record = _ok(ttft_s=0.1, step_s=0.01)
+    record = ok_record(spaced_s(0.1, 0.01, 5))
     assert record.tpot_s == pytest.approx(0.01)
     assert SLO(ttft_s=0.2, tpot_s=0.02, e2e_s=1.0).met_by(record)
 
 
 @pytest.mark.parametrize("slo", [SLO(ttft_s=0.09), SLO(tpot_s=0.009), SLO(e2e_s=0.1)])
 def test_slo_missed_when_one_metric_is_over_its_limit(slo):
-    assert not slo.met_by(_ok(ttft_s=0.1, step_s=0.01))
+    assert not slo.met_by(ok_record(spaced_s(0.1, 0.01, 5)))
 
 
 def test_slo_never_met_by_a_failed_request():
-    assert not SLO(e2e_s=100.0).met_by(_failed())
+    assert not SLO(e2e_s=100.0).met_by(failed_record())
 
 
 def test_slo_undefined_tpot_of_one_token_reply_does_not_violate():
-    record = _ok(tokens=1)
+    record = ok_record(spaced_s(0.1, 0.01, 1))
     assert record.tpot_s is None
     assert SLO(tpot_s=0.001).met_by(record)
 
@@ -119,8 +95,14 @@ def _stats(records: list[RequestRecord], slo: SLO) -> LLMStats:
 
 def test_goodput_counts_requests_meeting_every_objective_and_merges():
     slo = SLO(ttft_s=0.15)
-    a = _stats([_ok(ttft_s=0.1), _ok(ttft_s=0.2)], slo)
-    b = _stats([_ok(ttft_s=0.05), _failed()], slo)
+    a = _stats(
+        [
+            ok_record(spaced_s(0.1, 0.01, 5)),
+            ok_record(spaced_s(0.2, 0.01, 5)),
+        ],
+        slo,
+    )
+    b = _stats([ok_record(spaced_s(0.05, 0.01, 5)), failed_record()], slo)
     merged = a.merge(b)
     assert merged.total().slo_met_requests == 2
     assert merged == b.merge(a)
@@ -128,28 +110,42 @@ def test_goodput_counts_requests_meeting_every_objective_and_merges():
 
 
 def test_goodput_counter_survives_the_wire():
-    stats = _stats([_ok(ttft_s=0.1), _ok(ttft_s=0.3)], SLO(ttft_s=0.2))
+    stats = _stats(
+        [
+            ok_record(spaced_s(0.1, 0.01, 5)),
+            ok_record(spaced_s(0.3, 0.01, 5)),
+        ],
+        SLO(ttft_s=0.2),
+    )
     payload = to_wire(stats)
     assert payload["endpoints"][0]["counters"] == {"slo_met_requests": 1}
     assert from_wire(payload) == stats
 
 
 def test_wire_rejects_unknown_counter_name():
-    payload = to_wire(_stats([_ok()], SLO(ttft_s=1.0)))
+    payload = to_wire(_stats([ok_record(spaced_s(0.1, 0.01, 5))], SLO(ttft_s=1.0)))
     payload["endpoints"][0]["counters"]["bogus"] = 1
     with pytest.raises(WireFormatError, match="counters"):
         from_wire(payload)
 
 
 def test_wire_accepts_payload_without_counters():
-    payload = to_wire(_stats([_ok()], SLO(ttft_s=0.01)))
+    payload = to_wire(_stats([ok_record(spaced_s(0.1, 0.01, 5))], SLO(ttft_s=0.01)))
     del payload["endpoints"][0]["counters"]
     assert from_wire(payload).total().succeeded == 1
 
 
 def test_results_goodput_rate_and_share_count_failures_as_missed():
     slo = SLO(ttft_s=0.15, e2e_s=5.0)
-    stats = _stats([_ok(ttft_s=0.1), _ok(ttft_s=0.1), _ok(ttft_s=0.5), _failed()], slo)
+    stats = _stats(
+        [
+            ok_record(spaced_s(0.1, 0.01, 5)),
+            ok_record(spaced_s(0.1, 0.01, 5)),
+            ok_record(spaced_s(0.5, 0.01, 5)),
+            failed_record(start_unix=T0_UNIX + 0.5),
+        ],
+        slo,
+    )
     results = _results(stats, slo)
     duration_s = results["duration_s"]
     assert duration_s == pytest.approx(0.5 + 0.05)  # failed request sent at +0.5 s, ended 0.05 s later
@@ -165,14 +161,14 @@ def test_results_goodput_rate_and_share_count_failures_as_missed():
 
 
 def test_results_goodput_null_without_slo():
-    assert _results(_stats([_ok()], SLO(ttft_s=1.0)))["goodput"] is None
+    assert _results(_stats([ok_record(spaced_s(0.1, 0.01, 5))], SLO(ttft_s=1.0)))["goodput"] is None
 
 
 # The server's prompt count is used; the requested length is reported apart, with a warning.
 def test_bc16_server_prompt_tokens_used_requested_reported_apart_with_warning():
     stats = LLMStats.empty()
     for _ in range(3):  # "hello world": requested 2, the server's template makes it 14
-        stats.add(_ok(requested_prompt_tokens=2))
+        stats.add(ok_record(spaced_s(0.1, 0.01, 5), prompt_tokens=14, requested_prompt_tokens=2))
     results = _results(stats)
     tokens = results["tokens"]
     assert tokens["prompt"] == 42
@@ -184,8 +180,8 @@ def test_bc16_server_prompt_tokens_used_requested_reported_apart_with_warning():
 
 def test_bc16_no_warning_within_five_percent():
     stats = LLMStats.empty()
-    stats.add(_ok(requested_prompt_tokens=14))
-    stats.add(_ok(requested_prompt_tokens=15))  # |14 - 15| / 29 = 3.4%
+    stats.add(ok_record(spaced_s(0.1, 0.01, 5), prompt_tokens=14, requested_prompt_tokens=14))
+    stats.add(ok_record(spaced_s(0.1, 0.01, 5), prompt_tokens=14, requested_prompt_tokens=15))  # |14 - 15| / 29 = 3.4%
     results = _results(stats)
     assert results["tokens"]["prompt_vs_requested"]["relative_diff"] == pytest.approx(1 / 29)
     assert "WARNING: server prompt tokens" not in format_summary(results)
@@ -194,9 +190,9 @@ def test_bc16_no_warning_within_five_percent():
 # Case BC-15: with usage and a tokenizer, disagreement is a diagnostic only
 def test_bc15_tokenizer_disagreement_counted_but_server_count_used():
     stats = LLMStats.empty()
-    stats.add(_ok(tokens=5, client_completion_tokens=5))
-    stats.add(_ok(tokens=5, client_completion_tokens=8))
-    stats.add(_ok(tokens=5))
+    stats.add(ok_record(spaced_s(0.1, 0.01, 5), prompt_tokens=14, client_completion_tokens=5))
+    stats.add(ok_record(spaced_s(0.1, 0.01, 5), prompt_tokens=14, client_completion_tokens=8))
+    stats.add(ok_record(spaced_s(0.1, 0.01, 5)))
     assert from_wire(to_wire(stats)) == stats
     tokens = _results(stats)["tokens"]
     assert tokens["completion"] == 15

@@ -19,11 +19,12 @@ from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.results import RunOutcome, build_results
 from llmload.exporters.window import RunView, SlidingWindow
 from llmload.histogram import LatencyHistogram
-from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.record import Outcome, TokenSource
 from llmload.stats import MAX_ERROR_CATEGORIES, LLMStats
+from llmload.testing import T0_UNIX as T0
+from llmload.testing import failed_record, ok_record, spaced_s
 
 CHAT = {"endpoint": "chat", "model": "m"}
-T0 = 1_700_000_000.0
 
 
 class FakeClock:
@@ -34,31 +35,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now_s
-
-
-def _ok(ttft_s: float, *, tokens: int = 3, gap_s: float = 0.01, endpoint: str = "chat") -> RequestRecord:
-    times = [ttft_s + i * gap_s for i in range(tokens)]
-    return RequestRecord(
-        endpoint=endpoint,
-        model="m",
-        started_at_unix=T0,
-        token_times_s=times,
-        first_content_s=ttft_s,
-        end_s=times[-1] + 0.001,
-        prompt_tokens=TokenCount(7, TokenSource.SERVER),
-        completion_tokens=TokenCount(tokens, TokenSource.SERVER),
-    )
-
-
-def _failed(category: str, message: str, outcome: Outcome = Outcome.HTTP_ERROR) -> RequestRecord:
-    return RequestRecord(
-        endpoint="chat",
-        model="m",
-        started_at_unix=T0,
-        outcome=outcome,
-        error=ErrorInfo(category, message, 500),
-        end_s=0.05,
-    )
 
 
 def _view(stats: LLMStats, **overrides: object) -> RunView:
@@ -167,10 +143,10 @@ def test_histogram_quantile_p99_within_5_percent_of_exact(draw):
 def _mixed_stats() -> LLMStats:
     stats = LLMStats.empty()
     for ttft in (0.05, 0.1, 0.2):
-        stats.add(_ok(ttft, tokens=4))
-    stats.add(_ok(0.3, tokens=2, endpoint="completions"))
-    stats.add(_failed("HTTP 500 InternalServerError", "boom"))
-    stats.add(_failed("timeout: read idle", "no bytes for 300 s", Outcome.TIMEOUT))
+        stats.add(ok_record(spaced_s(ttft, 0.01, 4), prompt_tokens=7))
+    stats.add(ok_record(spaced_s(0.3, 0.01, 2), prompt_tokens=7, endpoint="completions"))
+    stats.add(failed_record("HTTP 500 InternalServerError", "boom"))
+    stats.add(failed_record("timeout: read idle", "no bytes for 300 s", outcome=Outcome.TIMEOUT))
     stats.add_cancelled("chat", "m", 2)
     return stats
 
@@ -203,8 +179,8 @@ def test_collector_counters_equal_the_results_document():
 def test_nc09_collector_counts_throttled_and_skipped_requests_as_their_own_outcomes():
     stats = LLMStats.empty()
     for _ in range(2):
-        stats.add(_failed("HTTP 429", "slow down", Outcome.THROTTLED))
-    stats.add(_failed("skipped: UnicodeEncodeError", "surrogates not allowed", Outcome.SKIPPED))
+        stats.add(failed_record("HTTP 429", "slow down", 429, outcome=Outcome.THROTTLED))
+    stats.add(failed_record("skipped: UnicodeEncodeError", "surrogates not allowed", None, outcome=Outcome.SKIPPED))
     registry = _registry(_view(stats))
     assert registry.get_sample_value("llmload_requests_total", {**CHAT, "outcome": "throttled"}) == 2
     assert registry.get_sample_value("llmload_requests_total", {**CHAT, "outcome": "skipped"}) == 1
@@ -223,7 +199,7 @@ def test_collector_chat_counts():
 def test_collector_histogram_count_sum_and_buckets():
     stats = LLMStats.empty()
     for ttft in (0.05, 0.1, 0.2):
-        stats.add(_ok(ttft, tokens=4))
+        stats.add(ok_record(spaced_s(ttft, 0.01, 4), prompt_tokens=7))
     registry = _registry(_view(stats))
     assert registry.get_sample_value("llmload_time_to_first_token_seconds_count", CHAT) == 3
     assert registry.get_sample_value("llmload_time_to_first_token_seconds_sum", CHAT) == pytest.approx(0.35)
@@ -240,7 +216,7 @@ def test_collector_histogram_count_sum_and_buckets():
 def test_collector_error_types_bounded_and_messages_never_labels():
     stats = LLMStats.empty()
     for i in range(3 * MAX_ERROR_CATEGORIES):
-        stats.add(_failed(f"type{i:03d}/{i}", f"secret message {i} from the server"))
+        stats.add(failed_record(f"type{i:03d}/{i}", f"secret message {i} from the server"))
     registry = _registry(_view(stats))
     error_labels = [
         sample.labels["error_type"]
@@ -262,8 +238,8 @@ def test_collector_error_types_bounded_and_messages_never_labels():
 def test_collector_long_error_types_truncated_and_merged():
     stats = LLMStats.empty()
     prefix = "x" * MAX_LABEL_CHARS
-    stats.add(_failed(prefix + "a", "m1"))
-    stats.add(_failed(prefix + "b", "m2"))
+    stats.add(failed_record(prefix + "a", "m1"))
+    stats.add(failed_record(prefix + "b", "m2"))
     registry = _registry(_view(stats))
     assert registry.get_sample_value("llmload_request_errors_total", {**CHAT, "error_type": prefix}) == 2
 
@@ -297,9 +273,9 @@ def test_collector_reads_the_snapshot_at_every_scrape():
     stats = LLMStats.empty()
     registry = CollectorRegistry()
     PrometheusExporter(lambda: _view(stats), registry=registry)
-    stats.add(_ok(0.1))
+    stats.add(ok_record(spaced_s(0.1, 0.01, 3), prompt_tokens=7))
     assert registry.get_sample_value("llmload_requests_total", {**CHAT, "outcome": "ok"}) == 1
-    stats.add(_ok(0.1))
+    stats.add(ok_record(spaced_s(0.1, 0.01, 3), prompt_tokens=7))
     assert registry.get_sample_value("llmload_requests_total", {**CHAT, "outcome": "ok"}) == 2
 
 
@@ -308,7 +284,7 @@ def test_collector_window_quantiles_equal_histogram_quantiles():
     window = SlidingWindow(10.0, clock=clock)
     delta = LLMStats.empty()
     for ttft in (0.02, 0.04, 0.08, 0.16, 0.32):
-        delta.add(_ok(ttft, tokens=5))
+        delta.add(ok_record(spaced_s(ttft, 0.01, 5), prompt_tokens=7))
     clock.now_s += 2.0
     window.add(delta, "w1")
     registry = _registry(_view(LLMStats.empty(), window=window.view()))
@@ -325,7 +301,7 @@ def test_collector_window_quantiles_equal_histogram_quantiles():
 def _delta(n_requests: int, tokens: int = 10) -> LLMStats:
     delta = LLMStats.empty()
     for _ in range(n_requests):
-        delta.add(_ok(0.05, tokens=tokens))
+        delta.add(ok_record(spaced_s(0.05, 0.01, tokens), prompt_tokens=7))
     return delta
 
 
@@ -415,7 +391,7 @@ def test_client_saturation_and_lost_workers_gauges():
 def test_read_lag_histogram_resolves_lags_below_a_millisecond():
     from llmload.exporters.prometheus import LAG_BUCKET_EDGES_S
 
-    record = _ok(0.1, tokens=2)
+    record = ok_record(spaced_s(0.1, 0.01, 2), prompt_tokens=7)
     record.read_lags_s = [0.0003] * 100 + [0.004]
     stats = LLMStats.empty()
     stats.add(record)

@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from llmload.errors import ConfigError
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.stats import LLMStats
-from tests.unit.test_prometheus import FakeClock, _ok, _view
+from llmload.testing import ok_record, spaced_s
+from tests.unit.test_prometheus import FakeClock, _view
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -27,7 +28,7 @@ def _get(url: str) -> tuple[int, str]:
 @pytest.fixture
 def exporter():
     stats = LLMStats.empty()
-    stats.add(_ok(0.1))
+    stats.add(ok_record(spaced_s(0.1, 0.01, 3), prompt_tokens=7))
     exporter = PrometheusExporter(lambda: _view(stats), registry=CollectorRegistry())
     port = exporter.start(0, "127.0.0.1")
     exporter.url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]

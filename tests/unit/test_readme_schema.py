@@ -29,9 +29,10 @@ from llmload.config import LengthSpec, RunConfig
 from llmload.exporters.load import SendFigures
 from llmload.exporters.results import RunOutcome, build_results
 from llmload.goodput import SLO
-from llmload.record import ErrorInfo, ITLKind, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.record import ITLKind, RequestRecord, TokenCount, TokenSource
 from llmload.stats import LLMStats
 from llmload.sweep import parse_sweep, step_section, sweep_document
+from llmload.testing import failed_record
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 T0 = 1_700_000_000.0
@@ -160,17 +161,6 @@ def _ok(start: float, endpoint: str = "chat", delay_s: float | None = None) -> R
     )
 
 
-def _failed(start: float) -> RequestRecord:
-    return RequestRecord(
-        endpoint="chat",
-        model="m",
-        started_at_unix=start,
-        outcome=Outcome.HTTP_ERROR,
-        error=ErrorInfo("HTTP 500 InternalServerError", "boom", 500),
-        end_s=0.01,
-    )
-
-
 def _results(stats: LLMStats, config: RunConfig, **facts: Any) -> dict[str, Any]:
     run = {"run_id": "r1", "host": "http://127.0.0.1:8000", "user_classes": ("ChatUser",), "model": "m"}
     return build_results(RunOutcome(stats, config, **run, users=4, workers=2, started_at_unix=T0, **facts))
@@ -187,7 +177,7 @@ def closed_loop() -> dict[str, Any]:
     stats = LLMStats.empty()
     for i, endpoint in enumerate(["chat", "completions", "chat"]):
         stats.add(_ok(T0 + i, endpoint), met_slo=True)
-    stats.add(_failed(T0 + 0.5))
+    stats.add(failed_record(start_unix=T0 + 0.5, end_s=0.01))
     stats.add_cancelled("chat", "m", 2)
     return _results(stats, config, lost_workers=("w1",), cpu_saturated_s=6.0)
 
@@ -208,7 +198,7 @@ def blocked() -> dict[str, Any]:
 def failed() -> dict[str, Any]:
     stats = LLMStats.empty()
     for i in range(12):
-        stats.add(_failed(T0 + i))
+        stats.add(failed_record(start_unix=T0 + i, end_s=0.01))
     return _results(stats, dataclasses.replace(RunConfig(), max_failure_ratio=1.0))
 
 

@@ -19,10 +19,10 @@ from llmload.exporters.results import (
 )
 from llmload.exporters.sections import CPU_SATURATION_S, client_saturated
 from llmload.histogram import LatencyHistogram
-from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.record import Outcome, RequestRecord, TokenCount, TokenSource
 from llmload.stats import LLMStats
-
-T0 = 1_700_000_000.0
+from llmload.testing import T0_UNIX as T0
+from llmload.testing import failed_record, ok_record, stats_of
 
 CONFIG = dataclasses.replace(RunConfig(), max_tokens=3)
 
@@ -42,48 +42,20 @@ def _results(stats: LLMStats) -> dict[str, Any]:
     return build_results(outcome)
 
 
-def _ok(
-    start: float,
-    times: tuple[float, ...],
-    end: float,
-    *,
-    prompt: TokenCount | None = None,
-    completion: TokenCount | None = None,
-    endpoint: str = "chat",
-) -> RequestRecord:
-    return RequestRecord(
-        endpoint=endpoint,
-        model="m",
-        started_at_unix=start,
-        token_times_s=list(times),
-        first_content_s=times[0],
-        end_s=end,
-        prompt_tokens=prompt or TokenCount(10, TokenSource.SERVER),
-        completion_tokens=completion or TokenCount(len(times), TokenSource.SERVER),
-    )
-
-
-def _fail(
-    start: float, category: str, message: str, status: int | None, outcome: Outcome = Outcome.HTTP_ERROR
-) -> RequestRecord:
-    return RequestRecord(
-        endpoint="chat",
-        model="m",
-        started_at_unix=start,
-        outcome=outcome,
-        error=ErrorInfo(category, message, status),
-        end_s=0.01,
-    )
-
-
 def _scenario() -> LLMStats:
     """Two successes, one failure, two cancelled; span T0 .. T0+2.0."""
     stats = LLMStats.empty()
     # TTFT 0.1, tokens at 0.1/0.12/0.14, E2E 0.5; TPOT 0.02; ITL [0.02, 0.02]
-    stats.add(_ok(T0, (0.1, 0.12, 0.14), 0.5))
+    stats.add(ok_record(start_unix=T0, times_s=(0.1, 0.12, 0.14), end_s=0.5))
     # TTFT 0.3, tokens at 0.3/0.4/0.5, E2E 1.0 -> ends at T0+2.0; TPOT 0.1; ITL [0.1, 0.1]
-    stats.add(_ok(T0 + 1.0, (0.3, 0.4, 0.5), 1.0, prompt=TokenCount(30, TokenSource.SERVER)))
-    stats.add(_fail(T0 + 0.5, "NotFoundError/404", "model 'nope' is not served here", 404))
+    stats.add(
+        ok_record(
+            start_unix=T0 + 1.0, times_s=(0.3, 0.4, 0.5), end_s=1.0, prompt_tokens=TokenCount(30, TokenSource.SERVER)
+        )
+    )
+    stats.add(
+        failed_record("NotFoundError/404", "model 'nope' is not served here", 404, start_unix=T0 + 0.5, end_s=0.01)
+    )
     stats.add_cancelled("chat", "m", 2)
     return stats
 
@@ -116,10 +88,10 @@ def test_report_errors_section() -> None:
 
 def test_report_errors_sorted_by_count_then_category() -> None:
     stats = LLMStats.empty()
-    stats.add(_fail(T0, "b", "x", 500))
-    stats.add(_fail(T0, "c", "x", 500))
-    stats.add(_fail(T0, "c", "y", 500))
-    stats.add(_fail(T0, "a", "x", 500))
+    stats.add(failed_record("b", "x", 500, start_unix=T0, end_s=0.01))
+    stats.add(failed_record("c", "x", 500, start_unix=T0, end_s=0.01))
+    stats.add(failed_record("c", "y", 500, start_unix=T0, end_s=0.01))
+    stats.add(failed_record("a", "x", 500, start_unix=T0, end_s=0.01))
     assert [e["category"] for e in _results(stats)["errors"]] == ["c", "a", "b"]
 
 
@@ -208,8 +180,24 @@ def test_report_empty_run_is_all_unknown_not_zero() -> None:
 
 def test_report_unknown_counts_are_null_and_sources_mixed() -> None:
     stats = LLMStats.empty()
-    stats.add(_ok(T0, (0.1, 0.2), 1.0, prompt=TokenCount.unknown(), completion=TokenCount.unknown()))
-    stats.add(_ok(T0, (0.1, 0.2), 1.0, prompt=TokenCount.unknown(), completion=TokenCount(5, TokenSource.CHUNKS)))
+    stats.add(
+        ok_record(
+            start_unix=T0,
+            times_s=(0.1, 0.2),
+            end_s=1.0,
+            prompt_tokens=TokenCount.unknown(),
+            completion_tokens=TokenCount.unknown(),
+        )
+    )
+    stats.add(
+        ok_record(
+            start_unix=T0,
+            times_s=(0.1, 0.2),
+            end_s=1.0,
+            prompt_tokens=TokenCount.unknown(),
+            completion_tokens=TokenCount(5, TokenSource.CHUNKS),
+        )
+    )
     results = _results(stats)
     tokens = results["tokens"]
     assert tokens["prompt"] is None
@@ -224,15 +212,17 @@ def test_report_unknown_counts_are_null_and_sources_mixed() -> None:
 
 def test_report_itl_kind_chunk_and_mixed() -> None:
     chunk_only = LLMStats.empty()
-    chunk_only.add(_ok(T0, (0.1, 0.2), 1.0, completion=TokenCount(9, TokenSource.SERVER)))  # 2 events, 9 tokens
+    chunk_only.add(
+        ok_record(start_unix=T0, times_s=(0.1, 0.2), end_s=1.0, completion_tokens=TokenCount(9, TokenSource.SERVER))
+    )  # 2 events, 9 tokens
     assert _results(chunk_only)["latency"]["itl_kind"] == "chunk"
-    chunk_only.add(_ok(T0, (0.1, 0.2), 1.0))  # 2 events, 2 server tokens: per token
+    chunk_only.add(ok_record(start_unix=T0, times_s=(0.1, 0.2), end_s=1.0))  # 2 events, 2 server tokens: per token
     assert _results(chunk_only)["latency"]["itl_kind"] == "mixed"
 
 
 def test_report_by_endpoint_when_several_keys() -> None:
     stats = _scenario()
-    stats.add(_ok(T0, (0.2, 0.3), 0.4, endpoint="completions"))
+    stats.add(ok_record(start_unix=T0, times_s=(0.2, 0.3), end_s=0.4, endpoint="completions"))
     results = _results(stats)
     assert results["requests"]["succeeded"] == 3
     by_endpoint = results["by_endpoint"]
@@ -245,8 +235,10 @@ def test_report_by_endpoint_when_several_keys() -> None:
 
 def test_report_bc10_failed_stream_excluded_from_tokens_and_latency() -> None:
     stats = LLMStats.empty()
-    stats.add(_ok(T0, (0.1, 0.12), 0.2))
-    partial = _fail(T0, "InternalServerError", "simulated engine failure", 500, Outcome.SERVER_ERROR)
+    stats.add(ok_record(start_unix=T0, times_s=(0.1, 0.12), end_s=0.2))
+    partial = failed_record(
+        "InternalServerError", "simulated engine failure", 500, start_unix=T0, outcome=Outcome.SERVER_ERROR, end_s=0.01
+    )
     partial.token_times_s = [0.12, 0.14]
     partial.completion_tokens = TokenCount(2, TokenSource.CHUNKS)
     stats.add(partial)
@@ -274,7 +266,7 @@ def test_write_results_json_rejects_nan_and_leaves_no_temp_file(tmp_path: Path) 
 
 # ── the client's own delays ────────────────────────────────────────────────
 def _with_reads(lags: list[float], unstamped: int) -> RequestRecord:
-    record = _ok(T0, (0.1, 0.2), 0.3)
+    record = ok_record(start_unix=T0, times_s=(0.1, 0.2), end_s=0.3)
     record.read_lags_s = lags
     record.unstamped_reads = unstamped
     record.connect_s = 0.004
@@ -282,10 +274,7 @@ def _with_reads(lags: list[float], unstamped: int) -> RequestRecord:
 
 
 def _client_section(*records: RequestRecord) -> dict:
-    stats = LLMStats.empty()
-    for record in records:
-        stats.add(record)
-    return _results(stats)["client"]
+    return _results(stats_of(*records))["client"]
 
 
 def test_client_section_names_the_clock_that_timed_the_reads():
@@ -379,8 +368,17 @@ def test_summary_nc09_throttled_share_and_nc10_skipped_count() -> None:
     before = _results(stats)
     assert "Throttled" not in format_summary(before)
     assert "Skipped" not in format_summary(before)
-    stats.add(_fail(T0 + 3, "HTTP 429", "slow down", 429, Outcome.THROTTLED))
-    stats.add(_fail(T0 + 3, "skipped: UnicodeEncodeError", "surrogates not allowed", None, Outcome.SKIPPED))
+    stats.add(failed_record("HTTP 429", "slow down", 429, outcome=Outcome.THROTTLED, start_unix=T0 + 3, end_s=0.01))
+    stats.add(
+        failed_record(
+            "skipped: UnicodeEncodeError",
+            "surrogates not allowed",
+            None,
+            outcome=Outcome.SKIPPED,
+            start_unix=T0 + 3,
+            end_s=0.01,
+        )
+    )
     results = _results(stats)
     total = results["requests"]["total"]
     assert total == before["requests"]["total"] + 1  # skipped requests are not finished

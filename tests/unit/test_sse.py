@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from llmload.sse import SSEDecoder, SSEEvent
 
 
@@ -164,6 +166,7 @@ def _decode_one_event_in_reads(size_bytes: int) -> float:
     return best_s
 
 
+@pytest.mark.timing
 def test_sse_decoder_cost_is_linear_in_the_size_of_one_event() -> None:
     # A 16 MiB event (large tool-call arguments) read 16 KiB at a time: a decoder that
     # re-joins the pending line on every read does ~16x the work of a 4 MiB one, a

@@ -3,67 +3,10 @@
 import pytest
 
 from llmload.histogram import LatencyHistogram
-from llmload.record import ErrorInfo, ITLKind, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.record import ITLKind, Outcome, RequestRecord, TokenCount, TokenSource
 from llmload.stats import MAX_ERROR_CATEGORIES, MAX_ERROR_SAMPLES, OVERFLOW_CATEGORY, ErrorGroup, LLMStats
-
-T0 = 1_700_000_000.0
-
-
-def _ok(
-    *,
-    start: float = T0,
-    times: tuple[float, ...] = (0.1, 0.12, 0.14),
-    end: float | None = 0.15,
-    prompt: TokenCount | None = None,
-    completion: TokenCount | None = None,
-    first_content: float | None = None,
-    token_counts: list[int] | None = None,
-    requested: int | None = None,
-    endpoint: str = "chat",
-    model: str = "m",
-) -> RequestRecord:
-    return RequestRecord(
-        endpoint=endpoint,
-        model=model,
-        started_at_unix=start,
-        token_times_s=list(times),
-        token_counts=token_counts,
-        first_content_s=times[0] if first_content is None and times else first_content,
-        end_s=end,
-        prompt_tokens=prompt or TokenCount(10, TokenSource.SERVER),
-        completion_tokens=completion or TokenCount(len(times), TokenSource.SERVER),
-        requested_prompt_tokens=requested,
-    )
-
-
-def _failed(
-    outcome: Outcome,
-    category: str,
-    message: str = "boom",
-    status: int | None = None,
-    *,
-    start: float = T0,
-    times: tuple[float, ...] = (),
-    end: float | None = None,
-    completion: TokenCount | None = None,
-) -> RequestRecord:
-    return RequestRecord(
-        endpoint="chat",
-        model="m",
-        started_at_unix=start,
-        outcome=outcome,
-        error=ErrorInfo(category, message, status),
-        token_times_s=list(times),
-        end_s=end,
-        completion_tokens=completion or TokenCount.unknown(),
-    )
-
-
-def _stats(*records: RequestRecord) -> LLMStats:
-    stats = LLMStats.empty()
-    for record in records:
-        stats.add(record)
-    return stats
+from llmload.testing import T0_UNIX as T0
+from llmload.testing import failed_record, ok_record, stats_of
 
 
 def test_stats_empty_is_empty() -> None:
@@ -75,9 +18,9 @@ def test_stats_empty_is_empty() -> None:
 
 
 def test_stats_success_sums_tokens_and_fills_histograms() -> None:
-    stats = _stats(
-        _ok(times=(0.1, 0.12, 0.14), end=0.15, completion=TokenCount(3, TokenSource.SERVER)),
-        _ok(times=(0.2, 0.3), end=0.35, prompt=TokenCount(20, TokenSource.SERVER)),
+    stats = stats_of(
+        ok_record(times_s=(0.1, 0.12, 0.14), end_s=0.15, completion_tokens=TokenCount(3, TokenSource.SERVER)),
+        ok_record(times_s=(0.2, 0.3), end_s=0.35, prompt_tokens=TokenCount(20, TokenSource.SERVER)),
     )
     s = stats.total()
     assert s.succeeded == 2
@@ -101,7 +44,7 @@ def test_stats_success_sums_tokens_and_fills_histograms() -> None:
 
 
 def test_stats_bc18_itl_excludes_ttft() -> None:
-    s = _stats(_ok(times=(0.5, 0.52, 0.54), end=0.55)).total()
+    s = stats_of(ok_record(times_s=(0.5, 0.52, 0.54), end_s=0.55)).total()
     assert s.ttft_s.max == 0.5
     assert s.itl_s.count == 2
     assert s.itl_s.mean == pytest.approx(0.02)
@@ -109,13 +52,13 @@ def test_stats_bc18_itl_excludes_ttft() -> None:
 
 
 def test_stats_bc14_itl_spreads_multi_token_chunks() -> None:
-    record = _ok(
-        times=(0.1, 0.11, 0.12, 0.13),
-        end=0.131,
+    record = ok_record(
+        times_s=(0.1, 0.11, 0.12, 0.13),
+        end_s=0.131,
         token_counts=[4, 4, 4, 4],
-        completion=TokenCount(16, TokenSource.SERVER),
+        completion_tokens=TokenCount(16, TokenSource.SERVER),
     )
-    s = _stats(record).total()
+    s = stats_of(record).total()
     assert s.completion_tokens_sum == 16
     # 16 tokens give 15 samples: the first event's 3 other tokens are 0 s, then three
     # gaps of 10 ms each spread over 4 tokens; their mean is the TPOT (30 ms / 15)
@@ -127,23 +70,25 @@ def test_stats_bc14_itl_spreads_multi_token_chunks() -> None:
 
 
 def test_stats_ttfc_separate_from_ttft_bc12() -> None:
-    s = _stats(_ok(times=(0.3, 0.32, 0.34, 0.9), first_content=0.9, end=0.91)).total()
+    s = stats_of(ok_record(times_s=(0.3, 0.32, 0.34, 0.9), first_content_s=0.9, end_s=0.91)).total()
     assert s.ttft_s.max == 0.3
     assert s.ttfc_s.max == 0.9
 
 
 def test_stats_no_content_means_no_ttfc_sample() -> None:
-    record = _ok(times=(0.3, 0.32))
+    record = ok_record(times_s=(0.3, 0.32))
     record.first_content_s = None
-    s = _stats(record).total()
+    s = stats_of(record).total()
     assert s.ttft_s.count == 1
     assert s.ttfc_s.count == 0
 
 
 def test_stats_unknown_token_counts_are_unknown_not_zero() -> None:
-    stats = _stats(
-        _ok(prompt=TokenCount.unknown(), completion=TokenCount.unknown()),
-        _ok(prompt=TokenCount(7, TokenSource.TOKENIZER), completion=TokenCount(3, TokenSource.TOKENIZER)),
+    stats = stats_of(
+        ok_record(prompt_tokens=TokenCount.unknown(), completion_tokens=TokenCount.unknown()),
+        ok_record(
+            prompt_tokens=TokenCount(7, TokenSource.TOKENIZER), completion_tokens=TokenCount(3, TokenSource.TOKENIZER)
+        ),
     )
     s = stats.total()
     assert s.prompt_tokens_sum == 7
@@ -155,25 +100,25 @@ def test_stats_unknown_token_counts_are_unknown_not_zero() -> None:
 
 
 def test_stats_value_none_with_a_named_source_counts_as_unknown() -> None:
-    s = _stats(_ok(completion=TokenCount(None, TokenSource.SERVER))).total()
+    s = stats_of(ok_record(completion_tokens=TokenCount(None, TokenSource.SERVER))).total()
     assert s.completion_source_requests == {TokenSource.UNKNOWN: 1}
 
 
 def test_stats_completion_tokens_per_source() -> None:
-    s = _stats(
-        _ok(completion=TokenCount(3, TokenSource.SERVER)),
-        _ok(completion=TokenCount(5, TokenSource.CHUNKS)),
-        _ok(completion=TokenCount(4, TokenSource.SERVER)),
+    s = stats_of(
+        ok_record(completion_tokens=TokenCount(3, TokenSource.SERVER)),
+        ok_record(completion_tokens=TokenCount(5, TokenSource.CHUNKS)),
+        ok_record(completion_tokens=TokenCount(4, TokenSource.SERVER)),
     ).total()
     assert s.completion_source_requests == {TokenSource.SERVER: 2, TokenSource.CHUNKS: 1}
     assert s.completion_tokens_by_source == {TokenSource.SERVER: 7, TokenSource.CHUNKS: 5}
 
 
 def test_stats_requested_prompt_tokens_bc16() -> None:
-    s = _stats(
-        _ok(prompt=TokenCount(14, TokenSource.SERVER), requested=2),
-        _ok(prompt=TokenCount(14, TokenSource.SERVER), requested=4),
-        _ok(prompt=TokenCount(14, TokenSource.SERVER)),
+    s = stats_of(
+        ok_record(prompt_tokens=TokenCount(14, TokenSource.SERVER), requested_prompt_tokens=2),
+        ok_record(prompt_tokens=TokenCount(14, TokenSource.SERVER), requested_prompt_tokens=4),
+        ok_record(prompt_tokens=TokenCount(14, TokenSource.SERVER)),
     ).total()
     assert s.prompt_tokens_sum == 42
     assert s.requested_prompt_tokens_sum == 6
@@ -181,16 +126,16 @@ def test_stats_requested_prompt_tokens_bc16() -> None:
 
 
 def test_stats_bc10_failure_partial_tokens_and_timings_excluded() -> None:
-    partial = _failed(
-        Outcome.SERVER_ERROR,
+    partial = failed_record(
         "InternalServerError",
         "simulated engine failure",
         500,
-        times=(0.12, 0.14),
-        end=0.15,
-        completion=TokenCount(2, TokenSource.CHUNKS),
+        outcome=Outcome.SERVER_ERROR,
+        token_times_s=[0.12, 0.14],
+        end_s=0.15,
+        completion_tokens=TokenCount(2, TokenSource.CHUNKS),
     )
-    s = _stats(_ok(), partial).total()
+    s = stats_of(ok_record(), partial).total()
     assert s.succeeded == 1
     assert s.failed == 1
     assert s.completion_tokens_sum == 3
@@ -210,7 +155,7 @@ def test_stats_bc09_empty_reply_is_a_failure_with_its_own_category() -> None:
         end_s=0.06,
         completion_tokens=TokenCount(0, TokenSource.SERVER),
     )
-    s = _stats(empty).total()
+    s = stats_of(empty).total()
     assert s.failed == 1
     assert s.succeeded == 0
     assert s.ttft_s.count == 0
@@ -220,7 +165,7 @@ def test_stats_bc09_empty_reply_is_a_failure_with_its_own_category() -> None:
 
 
 def test_stats_bc27_cancelled_neither_success_nor_failure() -> None:
-    stats = _stats(_ok())
+    stats = stats_of(ok_record())
     stats.add_cancelled("chat", "m", 50)
     s = stats.total()
     assert s.cancelled == 50
@@ -230,9 +175,9 @@ def test_stats_bc27_cancelled_neither_success_nor_failure() -> None:
 
 
 def test_stats_cancelled_record_only_counted() -> None:
-    record = _ok(start=T0 - 100)
+    record = ok_record(start_unix=T0 - 100)
     record.outcome = Outcome.CANCELLED
-    s = _stats(record).total()
+    s = stats_of(record).total()
     assert s.cancelled == 1
     assert s.finished == 0
     assert s.ttft_s.count == 0
@@ -248,10 +193,10 @@ def test_stats_add_cancelled_zero_is_a_no_op_and_negative_is_rejected() -> None:
 
 
 def test_stats_span_covers_sends_and_ends_of_finished_requests() -> None:
-    s = _stats(
-        _ok(start=T0 + 1.0, end=2.0),  # ends T0+3
-        _ok(start=T0, end=0.5),  # first send T0
-        _failed(Outcome.HTTP_ERROR, "HTTP 500", start=T0 + 2.0, end=0.1),
+    s = stats_of(
+        ok_record(start_unix=T0 + 1.0, end_s=2.0),  # ends T0+3
+        ok_record(start_unix=T0, end_s=0.5),  # first send T0
+        failed_record("HTTP 500", outcome=Outcome.HTTP_ERROR, start_unix=T0 + 2.0, end_s=0.1),
     ).total()
     assert s.first_send_unix == T0
     assert s.last_end_unix == T0 + 3.0
@@ -259,19 +204,26 @@ def test_stats_span_covers_sends_and_ends_of_finished_requests() -> None:
 
 def test_stats_span_failure_without_end_uses_finished_at() -> None:
     stats = LLMStats.empty()
-    stats.add(_failed(Outcome.TIMEOUT, "timeout: read idle", start=T0), finished_at_unix=T0 + 300.0)
+    stats.add(
+        failed_record("timeout: read idle", outcome=Outcome.TIMEOUT, start_unix=T0, end_s=None),
+        finished_at_unix=T0 + 300.0,
+    )
     assert stats.total().last_end_unix == T0 + 300.0
 
 
 def test_stats_span_failure_without_end_defaults_to_last_known_timing() -> None:
-    stats = _stats(_failed(Outcome.STREAM_ERROR, "stream ended", start=T0, times=(0.1, 0.25)))
+    stats = stats_of(
+        failed_record(
+            "stream ended", outcome=Outcome.STREAM_ERROR, start_unix=T0, token_times_s=[0.1, 0.25], end_s=None
+        )
+    )
     assert stats.total().last_end_unix == T0 + 0.25
 
 
 def test_stats_errors_keep_smallest_distinct_samples_and_smallest_status() -> None:
-    stats = _stats(
-        *(_failed(Outcome.HTTP_ERROR, "HTTP 500", f"request id {c}", 500) for c in "edcbae"),
-        _failed(Outcome.HTTP_ERROR, "HTTP 500", "request id z", 502),
+    stats = stats_of(
+        *(failed_record("HTTP 500", f"request id {c}", 500, outcome=Outcome.HTTP_ERROR) for c in "edcbae"),
+        failed_record("HTTP 500", "request id z", 502, outcome=Outcome.HTTP_ERROR),
     )
     group = stats.total().errors["HTTP 500"]
     assert group.count == 7
@@ -282,7 +234,11 @@ def test_stats_errors_keep_smallest_distinct_samples_and_smallest_status() -> No
 def test_stats_bc28_unique_messages_keep_memory_bounded() -> None:
     stats = LLMStats.empty()
     for i in range(5_000):
-        stats.add(_failed(Outcome.HTTP_ERROR, "InternalServerError/500", f"internal error, request id {i:08x}", 500))
+        stats.add(
+            failed_record(
+                "InternalServerError/500", f"internal error, request id {i:08x}", 500, outcome=Outcome.HTTP_ERROR
+            )
+        )
     s = stats.total()
     assert list(s.errors) == ["InternalServerError/500"]
     assert s.errors["InternalServerError/500"].count == 5_000
@@ -292,7 +248,7 @@ def test_stats_bc28_unique_messages_keep_memory_bounded() -> None:
 def test_stats_bc28_category_count_bounded_with_overflow_other() -> None:
     stats = LLMStats.empty()
     for i in range(MAX_ERROR_CATEGORIES + 30):
-        stats.add(_failed(Outcome.SERVER_ERROR, f"cat{i:03d}", f"msg {i}", 500))
+        stats.add(failed_record(f"cat{i:03d}", f"msg {i}", 500, outcome=Outcome.SERVER_ERROR))
     s = stats.total()
     assert len(s.errors) == MAX_ERROR_CATEGORIES
     kept = sorted(c for c in s.errors if c != OVERFLOW_CATEGORY)
@@ -304,16 +260,16 @@ def test_stats_bc28_category_count_bounded_with_overflow_other() -> None:
 def test_stats_exactly_max_categories_are_kept_without_folding() -> None:
     stats = LLMStats.empty()
     for i in range(MAX_ERROR_CATEGORIES):
-        stats.add(_failed(Outcome.SERVER_ERROR, f"cat{i:03d}"))
+        stats.add(failed_record(f"cat{i:03d}", outcome=Outcome.SERVER_ERROR))
     assert OVERFLOW_CATEGORY not in stats.total().errors
     assert len(stats.total().errors) == MAX_ERROR_CATEGORIES
 
 
 def test_stats_keys_per_endpoint_and_model_and_total_merges_them() -> None:
-    stats = _stats(
-        _ok(endpoint="chat", model="a"),
-        _ok(endpoint="completions", model="a"),
-        _ok(endpoint="chat", model="a"),
+    stats = stats_of(
+        ok_record(endpoint="chat", model="a"),
+        ok_record(endpoint="completions", model="a"),
+        ok_record(endpoint="chat", model="a"),
     )
     assert stats.keys() == [("chat", "a"), ("completions", "a")]
     assert stats.get("chat", "a").succeeded == 2
@@ -322,34 +278,34 @@ def test_stats_keys_per_endpoint_and_model_and_total_merges_them() -> None:
 
 
 def test_stats_merge_is_pure_and_equals_adding_all_records() -> None:
-    a_records = [_ok(), _failed(Outcome.TIMEOUT, "timeout: read idle")]
-    b_records = [_ok(start=T0 + 5, times=(1.0, 1.5), end=2.0)]
-    a, b = _stats(*a_records), _stats(*b_records)
+    a_records = [ok_record(), failed_record("timeout: read idle", outcome=Outcome.TIMEOUT)]
+    b_records = [ok_record(start_unix=T0 + 5, times_s=(1.0, 1.5), end_s=2.0)]
+    a, b = stats_of(*a_records), stats_of(*b_records)
     merged = a.merge(b)
-    assert merged == _stats(*a_records, *b_records)
-    assert a == _stats(*a_records)
-    assert b == _stats(*b_records)
+    assert merged == stats_of(*a_records, *b_records)
+    assert a == stats_of(*a_records)
+    assert b == stats_of(*b_records)
 
 
 def test_stats_merge_in_accumulates_deltas() -> None:
     master = LLMStats.empty()
-    master.merge_in(_stats(_ok()))
-    master.merge_in(_stats(_ok(), _failed(Outcome.HTTP_ERROR, "HTTP 404", status=404)))
+    master.merge_in(stats_of(ok_record()))
+    master.merge_in(stats_of(ok_record(), failed_record("HTTP 404", outcome=Outcome.HTTP_ERROR, status=404)))
     assert master.total().succeeded == 2
     assert master.total().failed == 1
 
 
 def test_stats_merged_copy_does_not_share_state() -> None:
-    a = _stats(_ok())
+    a = stats_of(ok_record())
     merged = a.merge(LLMStats.empty())
-    merged.add(_ok())
+    merged.add(ok_record())
     assert a.total().succeeded == 1
     assert a.total().ttft_s.count == 1
 
 
 def test_stats_equality_sees_histogram_differences() -> None:
-    a = _stats(_ok(times=(0.1, 0.2)))
-    b = _stats(_ok(times=(0.1, 0.3)))
+    a = stats_of(ok_record(times_s=(0.1, 0.2)))
+    b = stats_of(ok_record(times_s=(0.1, 0.3)))
     assert a.total().ttft_s == b.total().ttft_s
     assert a != b
 
@@ -357,11 +313,11 @@ def test_stats_equality_sees_histogram_differences() -> None:
 def test_stats_rejects_negative_timing() -> None:
     stats = LLMStats.empty()
     with pytest.raises(ValueError, match="seconds >= 0"):
-        stats.add(_ok(times=(-0.1, 0.2)))
+        stats.add(ok_record(times_s=(-0.1, 0.2)))
 
 
 def test_endpoint_stats_histograms_are_named() -> None:
-    s = _stats(_ok()).total()
+    s = stats_of(ok_record()).total()
     assert set(s.histograms()) == {
         "ttft_s",
         "ttfc_s",
