@@ -111,7 +111,11 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
         log.error("llmload: %s; this worker sends no load", exc)
     if plan.run_id and plan.run_id == runtime.ended_run_id:
         return  # a spawn message after this run ended here: its users stop without sending
-    runtime.config = RunConfig.from_options(options)
+    try:
+        runtime.config = RunConfig.from_options(options)
+    except ConfigError as exc:  # the master checks options first; a worker never raises out of test_start
+        plan_error = plan_error or str(exc)
+        log.error("llmload: %s; this worker sends no load", exc)
     runtime.stopping = False
     runtime.run_id = plan.run_id
     runtime.model = plan.model
@@ -158,6 +162,7 @@ def _start_master_or_local(environment: Environment) -> None:
     runtime.finals_from = set()
     runtime.cpu_saturated_s = 0.0
     runtime.send_figures_by_process = {}
+    runtime.reset_at_unix = None  # Locust clears its statistics at a new run too
     try:
         prepare(environment, runtime)
     except LLMLoadError as exc:

@@ -26,7 +26,7 @@ from typing import Any
 
 import gevent
 
-from llmload import cluster, live
+from llmload import cluster, live, web
 from llmload.config import RunConfig
 from llmload.credentials import public_url
 from llmload.errors import ConfigError, LLMLoadError
@@ -65,6 +65,7 @@ def _bind(environment: Environment) -> None:
     ev.worker_report.add_listener(functools.partial(cluster.on_worker_report, environment))
     ev.quit.add_listener(functools.partial(_on_quit, environment))
     ev.quitting.add_listener(cluster.on_quitting)
+    ev.reset_stats.add_listener(functools.partial(web.form.on_reset_stats, environment))
     # The live view's listeners run after the ones above on each event (results first, then the freeze).
     ev.test_start.add_listener(functools.partial(live.on_test_start, take_report=cluster.take_report))
     ev.test_stop.add_listener(live.on_test_stop)
@@ -106,8 +107,9 @@ def add_arguments(parser: Any) -> None:
                     choices=_Choices(spec.choices) if spec.choices else None,
                 )
             # An argument group bypasses LocustArgumentParser.add_argument, which is what marks
-            # options for the web UI's "Custom parameters"; mark them the same way here.
-            action.include_in_web_ui = True
+            # options for the web UI's "Custom parameters"; mark them the same way here
+            # (launch-only options stay out: the form could not change them).
+            action.include_in_web_ui = not spec.launch_only
             action.is_secret = spec.is_secret
             action.is_required = False
             action.is_multiple = False
@@ -137,6 +139,7 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
     cluster.register_messages(runner)
     if is_worker:
         return
+    web.install(environment)
     try:
         live.start_exporter(environment, runtime)
     except ConfigError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from locust.env import Environment
 from locust.runners import MasterRunner
 
+import argparse
 import logging
 import os
 import tempfile
@@ -55,17 +56,22 @@ log = logging.getLogger("llmload")
 _PROBLEMS_LOGGED = 10
 
 
-def prepare(environment: Environment, runtime: Runtime) -> None:
+def prepare(
+    environment: Environment, runtime: Runtime, *, options: argparse.Namespace | None = None, host: str | None = None
+) -> None:
     """Validate options, load the tokenizer, preflight the target (master/standalone).
 
-    Runs at ``init`` for headless runs (before any load) and again at each test
-    start when the options or host changed (web UI).
+    Runs at ``init`` for headless runs (before any load), when the web UI's
+    form is posted (``options`` and ``host`` as posted, before Locust applies
+    them) and again at each test start, where it does nothing when the
+    options and host are those already prepared.
 
     Raises:
         LLMLoadError: with a message that names the problem and the fix.
     """
-    config = RunConfig.from_options(environment.parsed_options)
-    host = _strip_credentials(environment, runtime)
+    options = environment.parsed_options if options is None else options
+    config = RunConfig.from_options(options)
+    host = _strip_credentials(environment, runtime, (environment.host or "") if host is None else host)
     if runtime.prepared_for == (host, config):
         return
     runtime.config = config
@@ -108,8 +114,8 @@ def prepare(environment: Environment, runtime: Runtime) -> None:
                 log.warning("llmload preflight: %s", warning)
     finally:
         transport.close()
-    users = int(getattr(environment.parsed_options, "num_users", 0) or 0)
-    workers = int(getattr(environment.parsed_options, "expect_workers", 1) or 1)
+    users = int(getattr(options, "num_users", 0) or 0)
+    workers = int(getattr(options, "expect_workers", 1) or 1)
     per_process = users if not isinstance(environment.runner, MasterRunner) else -(-users // max(workers, 1))
     raised = preflight.check_open_files(per_process)
     if raised:
@@ -133,7 +139,7 @@ def choose_route(runtime: Runtime, host: str, master_note: str | None = None) ->
     return decision.note
 
 
-def _strip_credentials(environment: Environment, runtime: Runtime) -> str:
+def _strip_credentials(environment: Environment, runtime: Runtime, host: str) -> str:
     """Move ``user:password@`` out of the target host into ``runtime.url_authorization``; return the host.
 
     Every later use of the host (Locust's HTML report and web UI, logs, error
@@ -141,7 +147,6 @@ def _strip_credentials(environment: Environment, runtime: Runtime) -> str:
     without credentials; they are sent only as the ``Authorization`` header.
     A host typed again without them (web UI) keeps the credentials it had.
     """
-    host = environment.host or ""
     target = split_credentials(host)
     secrets = secret_query_names(urlsplit(host).query) if "?" in host else ()
     if secrets and runtime.prepared_for is None:

@@ -203,6 +203,7 @@ class OptionSpec:
         repeatable: may be given several times (Locust collects a list; the parser gets one per line).
         if_unset: when set, a blank value is refused with this message instead of taking the default.
         field: the ``RunConfig`` attribute it sets; "" = ``dest``; None = read by a cross-field rule.
+        launch_only: used once when the process starts (not in the web UI's form, where it would do nothing).
     """
 
     flag: str
@@ -217,6 +218,7 @@ class OptionSpec:
     repeatable: bool = False
     if_unset: str | None = None
     field: str | None = ""
+    launch_only: bool = False
 
     @property
     def dest(self) -> str:

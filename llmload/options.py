@@ -178,7 +178,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--arrival",
-        "Inter-arrival distribution for --request-rate: poisson, constant or gamma.",
+        "Inter-arrival distribution for --request-rate: poisson, constant or gamma. Unset: poisson.",
         _LOAD,
         parse=v.choice("poisson", "constant", "gamma"),
         metavar="KIND",
@@ -187,7 +187,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--burstiness",
-        "Gamma shape for --arrival gamma (1 = Poisson, < 1 burstier).",
+        "Gamma shape for --arrival gamma (1 = Poisson, < 1 burstier). Unset: 1.",
         _LOAD,
         parse=v.number(float, lambda x: 0 < x < math.inf, "a finite number > 0", "0.5"),
         metavar="B",
@@ -383,6 +383,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         9646,
         v.number(int, lambda x: 0 <= x <= 65535, "a port number from 0 to 65535 (0: off)", "9646"),
         "PORT",
+        launch_only=True,
     ),
     OptionSpec(
         "--prometheus-host",
@@ -391,6 +392,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "",
         lambda _flag, value: value.strip(),
         "ADDR",
+        launch_only=True,
     ),
     OptionSpec(
         "--prometheus-grace",
@@ -401,6 +403,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         v.number(float, lambda x: 0 <= x < math.inf, "a finite number >= 0", "60"),
         "S",
         field="prometheus_grace_s",
+        launch_only=True,
     ),
 )
 

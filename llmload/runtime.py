@@ -217,11 +217,13 @@ class ExportState:
         final_stats: copy of the statistics the results were built from (what
             scrapes report after the run, so late reports cannot make the
             counters differ from the results); None while a run is live.
+        url: where ``/metrics`` is served (the web UI's LLM tab points to it).
     """
 
     exporter: PrometheusExporter
     window: SlidingWindow
     grace_s: float
+    url: str = ""
     worker_in_flight: dict[str, int] = field(default_factory=dict)
     final_stats: LLMStats | None = None
 
@@ -307,6 +309,8 @@ class Runtime:
     sends: SendWindow = field(default_factory=SendWindow)
     stopped_at_s: float | None = None  # time.perf_counter() when this process's stop began
     send_figures_by_process: dict[str, SendFigures] = field(default_factory=dict)  # master: latest per worker
+    failure_samples: dict[str, str] = field(default_factory=dict)  # error category -> first message (Failures tab)
+    reset_at_unix: float | None = None  # master/single process: when the web UI's RESET last cleared the statistics
     # Prometheus exporter (--prometheus-port)
     in_flight: int = 0  # requests sent by this process's users and not finished yet
     window_delta: LLMStats | None = None  # single process with exporter: records since the last window tick
