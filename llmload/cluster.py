@@ -54,7 +54,7 @@ from llmload.launch import (
     start_workload,
 )
 from llmload.live import feed
-from llmload.plan import RunPlan, users_per_worker
+from llmload.plan import RunPlan, users_per_worker, users_short_of_workers
 from llmload.runtime import RequestBudget, Runtime
 from llmload.stats import LLMStats
 from llmload.wire import WorkerReport, plan_from_wire, plan_to_wire, report_from_wire, report_run_id, report_to_wire
@@ -180,6 +180,11 @@ def _start_master_or_local(environment: Environment) -> None:
         runtime.planned_workers = {c.id for c in workers}
         runtime.done_workers = set()
         users = int(getattr(options, "num_users", 0) or 0)
+        short = users_short_of_workers(users, len(workers), runtime.config.shared_totals)
+        if short is not None and runtime.blocked is None:
+            runtime.blocked = short
+            log.error("llmload: %s; not sending load", short)
+            gevent.spawn(finish_run, environment)
         plan = RunPlan(
             run_id=runtime.run_id,
             model=runtime.model,

@@ -178,6 +178,16 @@ class RunConfig:
     burstiness: float = _POISSON_SHAPE
     max_concurrency: int | None = None
 
+    @property
+    def shared_totals(self) -> tuple[str, ...]:
+        """The options set in this run whose totals are split over the workers (each worker sends a share)."""
+        given = (
+            ("--num-requests", self.num_requests is not None),
+            ("--warmup-requests", self.warmup_requests > 0),
+            ("--request-rate", self.request_rate is not None),
+        )
+        return tuple(flag for flag, used in given if used)
+
     @classmethod
     def from_options(cls, options: object) -> RunConfig:
         """Build from Locust's parsed options (CLI > env > locust.conf, resolved by Locust).

@@ -34,6 +34,7 @@ from llmload.config import RunConfig
 from llmload.errors import ConfigError, LLMLoadError
 from llmload.launch import prepare
 from llmload.options import OPTIONS, OptionSpec
+from llmload.plan import users_short_of_workers
 from llmload.runtime import Runtime
 from llmload.stats import LLMStats
 
@@ -103,14 +104,12 @@ def _check_users_cover_workers(runner: Any, posted: argparse.Namespace) -> None:
     Raises:
         ConfigError: naming the numbers and the fix.
     """
-    if not isinstance(runner, MasterRunner) or RunConfig.from_options(posted).num_requests is None:
+    if not isinstance(runner, MasterRunner):
         return
-    users, workers = int(getattr(posted, "num_users", 0) or 0), runner.worker_count
-    if users < workers:
-        raise ConfigError(
-            f"--num-requests is shared by the {workers} workers, and each needs at least one user to send its "
-            f"share; got {users} user(s). Set the number of users to {workers} or more"
-        )
+    users = int(getattr(posted, "num_users", 0) or 0)
+    problem = users_short_of_workers(users, runner.worker_count, RunConfig.from_options(posted).shared_totals)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def _refuse_changes(running: argparse.Namespace, posted: argparse.Namespace) -> None:
