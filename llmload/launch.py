@@ -206,6 +206,11 @@ def load_local_parts(runtime: Runtime) -> None:
                 f"cannot read --api-key-file {config.api_key_file!r}: {exc.strerror}; "
                 "pass a readable file whose first line is the key"
             ) from None
+        if not key:
+            raise ConfigError(
+                f"--api-key-file {config.api_key_file!r}: its first line is empty, so no key would be sent; "
+                "put the key on the first line"
+            )
     headers.update(config.headers)
     runtime.key_sent_as = None
     if key and config.api_key_header:

@@ -353,7 +353,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--results-json", "Write the end-of-run results to this JSON file.", _RESULTS, metavar="PATH"),
     OptionSpec(
         "--html-report",
-        "Write a self-contained HTML report of the run (summary, latency distributions, time series, "
+        "Write a self-contained HTML report of the run (summary, latency distributions, time series when recorded, "
         "failures, server metrics, configuration; opens offline) to PATH. Rebuild or compare later "
         "with: llmload report results.json [other.json] -o PATH.",
         _RESULTS,
