@@ -25,6 +25,7 @@ def _llmload(*args: str) -> str:
     return out.stdout
 
 
+# NC-12: llmload options lists every option (Locust prints --help before loading the locustfile).
 def test_nc12_llmload_options_lists_every_option_grouped_with_help_and_default():
     text = _llmload("options")
     assert text == describe()
