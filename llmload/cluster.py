@@ -50,10 +50,11 @@ from llmload.launch import (
     split,
     start_open_loop,
     start_process_services,
+    start_server_metrics,
     start_workload,
 )
 from llmload.live import feed
-from llmload.plan import RunPlan, users_per_worker
+from llmload.plan import RunPlan, users_per_worker, users_short_of_workers
 from llmload.runtime import RequestBudget, Runtime
 from llmload.series import FoldedTotal, IntervalSeries
 from llmload.stats import LLMStats
@@ -116,7 +117,11 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
         log.error("llmload: %s; this worker sends no load", exc)
     if plan.run_id and plan.run_id == runtime.ended_run_id:
         return  # a spawn message after this run ended here: its users stop without sending
-    runtime.config = RunConfig.from_options(options)
+    try:
+        runtime.config = RunConfig.from_options(options)
+    except ConfigError as exc:  # the master checks options first; a worker never raises out of test_start
+        plan_error = plan_error or str(exc)
+        log.error("llmload: %s; this worker sends no load", exc)
     runtime.stopping = False
     runtime.run_id = plan.run_id
     runtime.model = plan.model
@@ -169,12 +174,15 @@ def _start_master_or_local(environment: Environment) -> None:
     runtime.finals_from = set()
     runtime.cpu_saturated_s = 0.0
     runtime.send_figures_by_process = {}
+    runtime.reset_at_unix = None  # Locust clears its statistics at a new run too
     try:
         prepare(environment, runtime)
     except LLMLoadError as exc:
         runtime.blocked = str(exc)
         log.error("llmload: %s; not sending load", exc)
         gevent.spawn(finish_run, environment)
+    else:
+        start_server_metrics(environment, runtime)
     limit = runtime.config.num_requests
     if isinstance(runner, MasterRunner):
         workers = sorted(
@@ -184,6 +192,11 @@ def _start_master_or_local(environment: Environment) -> None:
         runtime.planned_workers = {c.id for c in workers}
         runtime.done_workers = set()
         users = int(getattr(options, "num_users", 0) or 0)
+        short = users_short_of_workers(users, len(workers), runtime.config.shared_totals)
+        if short is not None and runtime.blocked is None:
+            runtime.blocked = short
+            log.error("llmload: %s; not sending load", short)
+            gevent.spawn(finish_run, environment)
         plan = RunPlan(
             run_id=runtime.run_id,
             model=runtime.model,

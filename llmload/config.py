@@ -113,6 +113,7 @@ class RunConfig:
         prometheus_port: exporter port on the master, 0 = no exporter.
         prometheus_host: exporter listen address, "" = all interfaces.
         prometheus_grace_s: longest wait after the run for a scrape of the final totals.
+        server_metrics: ``--server-metrics``: "auto", "off", or comma-separated URLs ("auto" among them allowed).
         dataset: prompt file, or None.
         dataset_format: ``auto``, ``jsonl`` or ``sharegpt``.
         input_tokens: synthetic prompt length, or None (no synthetic prompts).
@@ -157,6 +158,7 @@ class RunConfig:
     prometheus_port: int = default("--prometheus-port")
     prometheus_host: str = default("--prometheus-host")
     prometheus_grace_s: float = default("--prometheus-grace")
+    server_metrics: str = default("--server-metrics")
     dataset: str | None = None
     dataset_format: str = default("--dataset-format")
     input_tokens: LengthSpec | None = None
@@ -179,6 +181,16 @@ class RunConfig:
     arrival: str = ARRIVALS[0]
     burstiness: float = _POISSON_SHAPE
     max_concurrency: int | None = None
+
+    @property
+    def shared_totals(self) -> tuple[str, ...]:
+        """The options set in this run whose totals are split over the workers (each worker sends a share)."""
+        given = (
+            ("--num-requests", self.num_requests is not None),
+            ("--warmup-requests", self.warmup_requests > 0),
+            ("--request-rate", self.request_rate is not None),
+        )
+        return tuple(flag for flag, used in given if used)
 
     @classmethod
     def from_options(cls, options: object) -> RunConfig:

@@ -15,7 +15,8 @@
     │   └── StreamError      the body could not be read as a valid reply
     │       ├── SSEProtocolError   malformed SSE or JSON
     │       └── ServerStreamError  the server sent an error object in a 2xx body
-    └── WireFormatError      worker→master payload of an unknown version or shape
+    ├── WireFormatError      worker→master payload of an unknown version or shape
+    └── ServerMetricsError   an inference server's /metrics answer is not Prometheus text
 
 Every message names the offending value and the fix.
 """
@@ -31,6 +32,7 @@ __all__ = [
     "RequestError",
     "RequestTimeout",
     "SSEProtocolError",
+    "ServerMetricsError",
     "ServerStreamError",
     "StreamError",
     "ThrottledError",
@@ -98,3 +100,7 @@ class ServerStreamError(StreamError):
 
 class WireFormatError(LLMLoadError):
     """A worker payload has an unknown version or shape."""
+
+
+class ServerMetricsError(LLMLoadError):
+    """A ``/metrics`` answer could not be read as Prometheus text (the run goes on without it)."""

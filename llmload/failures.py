@@ -39,6 +39,7 @@ __all__ = [
     "classify",
     "classify_status",
     "error_of",
+    "grouped_error",
     "parse_retry_after",
     "skip_pause_s",
     "throttle_pause_s",
@@ -205,3 +206,18 @@ def throttle_pause_s(retry_after_s: float | None, streak: int, cap_s: float, jit
     if retry_after_s is not None:
         return min(retry_after_s, cap_s)
     return min(cap_s, BACKOFF_FIRST_S * 2.0 ** min(streak - 1, 30)) * (0.5 + jitter / 2)
+
+
+def grouped_error(record: RequestRecord, samples: dict[str, str]) -> RequestError | None:
+    """``error_of(record)`` as Locust's Failures tab should group it: one row per error category.
+
+    Locust groups failures by the exception's text, so a request id or a
+    timestamp in a server's message would make one row per request. The text
+    is ``"category (e.g. first message)"``; ``samples`` keeps the first
+    message of each category (this process's, updated here).
+    """
+    error = error_of(record)
+    if error is None or record.error is None:
+        return error
+    sample = samples.setdefault(record.error.category, record.error.message)
+    return type(error)(f"{record.error.category} (e.g. {sample})")

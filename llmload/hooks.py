@@ -3,9 +3,10 @@
 This module only binds Locust's events to llmload's modules:
 ``llmload.cluster`` (the master/worker protocol: plan, reports, flush, final
 reports, lost workers), ``llmload.live`` (the live view behind ``/metrics``)
-and ``llmload.launch`` (options, tokenizer, workload, preflight). What it
-keeps itself is the process's ``init`` and the end of a run (results,
-summary, exit status).
+and ``llmload.launch`` (options, tokenizer, workload, preflight, the
+server-metrics scraper). What it keeps itself is the process's ``init`` and
+the end of a run (the last server-metrics scrape, results, summary, exit
+status).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 import gevent
 
-from llmload import cluster, live
+from llmload import cluster, live, web
 from llmload.config import RunConfig
 from llmload.credentials import public_url
 from llmload.errors import ConfigError, LLMLoadError
@@ -66,6 +67,7 @@ def _bind(environment: Environment) -> None:
     ev.worker_report.add_listener(functools.partial(cluster.on_worker_report, environment))
     ev.quit.add_listener(functools.partial(_on_quit, environment))
     ev.quitting.add_listener(cluster.on_quitting)
+    ev.reset_stats.add_listener(functools.partial(web.form.on_reset_stats, environment))
     # The live view's listeners run after the ones above on each event (results first, then the freeze).
     ev.test_start.add_listener(functools.partial(live.on_test_start, take_report=cluster.take_report))
     ev.test_stop.add_listener(live.on_test_stop)
@@ -107,8 +109,9 @@ def add_arguments(parser: Any) -> None:
                     choices=_Choices(spec.choices) if spec.choices else None,
                 )
             # An argument group bypasses LocustArgumentParser.add_argument, which is what marks
-            # options for the web UI's "Custom parameters"; mark them the same way here.
-            action.include_in_web_ui = True
+            # options for the web UI's "Custom parameters"; mark them the same way here
+            # (launch-only options stay out: the form could not change them).
+            action.include_in_web_ui = not spec.launch_only
             action.is_secret = spec.is_secret
             action.is_required = False
             action.is_multiple = False
@@ -138,6 +141,7 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
     cluster.register_messages(runner)
     if is_worker:
         return
+    web.install(environment)
     try:
         live.start_exporter(environment, runtime)
     except ConfigError as exc:
@@ -204,6 +208,7 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     if not isinstance(runner, MasterRunner):
         runtime.send_figures_by_process["local"] = runtime.send_figures()
     timeseries = live.finish_timeline(environment, runtime)
+    scraper, runtime.server_scraper = runtime.server_scraper, None
     outcome = RunOutcome(
         stats=runtime.run_stats(),
         config=runtime.config,
@@ -219,6 +224,7 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         cpu_saturated_s=runtime.cpu_saturated_s,
         sends=SendFigures.combine(runtime.send_figures_by_process.values()),
         timeseries=tuple(timeseries),
+        server=None if scraper is None else scraper.finish(),  # the last scrape, after the final reports
     )
     results = build_results(outcome)
     runtime.results = results

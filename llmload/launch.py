@@ -12,6 +12,7 @@ from __future__ import annotations
 from locust.env import Environment
 from locust.runners import MasterRunner
 
+import argparse
 import logging
 import os
 import tempfile
@@ -32,6 +33,7 @@ from llmload.payloads import LLMRequest
 from llmload.plan import WorkerShare, split_run
 from llmload.record import RequestRecord
 from llmload.runtime import CpuMonitor, Runtime, SendWindow, WarmupGate
+from llmload.servermetrics_scrape import ServerScraper, metrics_urls, routed_fetch
 from llmload.tokens import load_tokenizer
 from llmload.transport import GeventHTTPTransport
 from llmload.workload import build_workload
@@ -43,6 +45,7 @@ __all__ = [
     "split",
     "start_open_loop",
     "start_process_services",
+    "start_server_metrics",
     "start_workload",
     "stop_process_services",
 ]
@@ -53,17 +56,22 @@ log = logging.getLogger("llmload")
 _PROBLEMS_LOGGED = 10
 
 
-def prepare(environment: Environment, runtime: Runtime) -> None:
+def prepare(
+    environment: Environment, runtime: Runtime, *, options: argparse.Namespace | None = None, host: str | None = None
+) -> None:
     """Validate options, load the tokenizer, preflight the target (master/standalone).
 
-    Runs at ``init`` for headless runs (before any load) and again at each test
-    start when the options or host changed (web UI).
+    Runs at ``init`` for headless runs (before any load), when the web UI's
+    form is posted (``options`` and ``host`` as posted, before Locust applies
+    them) and again at each test start, where it does nothing when the
+    options and host are those already prepared.
 
     Raises:
         LLMLoadError: with a message that names the problem and the fix.
     """
-    config = RunConfig.from_options(environment.parsed_options)
-    host = _strip_credentials(environment, runtime)
+    options = environment.parsed_options if options is None else options
+    config = RunConfig.from_options(options)
+    host = _strip_credentials(environment, runtime, (environment.host or "") if host is None else host)
     if runtime.prepared_for == (host, config):
         return
     runtime.config = config
@@ -110,8 +118,8 @@ def prepare(environment: Environment, runtime: Runtime) -> None:
                 log.warning("llmload preflight: %s", warning)
     finally:
         transport.close()
-    users = int(getattr(environment.parsed_options, "num_users", 0) or 0)
-    workers = int(getattr(environment.parsed_options, "expect_workers", 1) or 1)
+    users = int(getattr(options, "num_users", 0) or 0)
+    workers = int(getattr(options, "expect_workers", 1) or 1)
     per_process = users if not isinstance(environment.runner, MasterRunner) else -(-users // max(workers, 1))
     raised = preflight.check_open_files(per_process)
     if raised:
@@ -135,7 +143,7 @@ def choose_route(runtime: Runtime, host: str, master_note: str | None = None) ->
     return decision.note
 
 
-def _strip_credentials(environment: Environment, runtime: Runtime) -> str:
+def _strip_credentials(environment: Environment, runtime: Runtime, host: str) -> str:
     """Move ``user:password@`` out of the target host into ``runtime.url_authorization``; return the host.
 
     Every later use of the host (Locust's HTML report and web UI, logs, error
@@ -143,7 +151,6 @@ def _strip_credentials(environment: Environment, runtime: Runtime) -> str:
     without credentials; they are sent only as the ``Authorization`` header.
     A host typed again without them (web UI) keeps the credentials it had.
     """
-    host = environment.host or ""
     target = split_credentials(host)
     secrets = secret_query_names(urlsplit(host).query) if "?" in host else ()
     if secrets and runtime.prepared_for is None:
@@ -203,6 +210,11 @@ def load_local_parts(runtime: Runtime) -> None:
                 f"cannot read --api-key-file {config.api_key_file!r}: {exc.strerror}; "
                 "pass a readable file whose first line is the key"
             ) from None
+        if not key:
+            raise ConfigError(
+                f"--api-key-file {config.api_key_file!r}: its first line is empty, so no key would be sent; "
+                "put the key on the first line"
+            )
     headers.update(config.headers)
     runtime.key_sent_as = None
     if key and config.api_key_header:
@@ -311,3 +323,30 @@ def stop_process_services(runtime: Runtime) -> None:
     if runtime.cpu is not None:
         runtime.cpu.stop()
         runtime.cpu_saturated_s = max(runtime.cpu_saturated_s, runtime.cpu.saturated_s)
+
+
+def start_server_metrics(environment: Environment, runtime: Runtime) -> None:
+    """Start scraping the server's metrics (``--server-metrics``; master or single process), after preflight.
+
+    The first scrape is taken here, before any load; each URL goes the way
+    ``llmload.proxies.route`` decides for it, as the load does for the target.
+    ``runtime.server_scraper`` stays None when nothing is to be scraped (off, or the target has no ``/metrics``).
+    """
+    config = runtime.config
+    auto_url, extra_urls = metrics_urls(environment.host or "", config.server_metrics)
+    if auto_url is None and not extra_urls:
+        return
+    scraper = ServerScraper(
+        auto_url,
+        extra_urls,
+        model=runtime.model,
+        headers=runtime.headers,
+        fetch=routed_fetch(
+            ((auto_url,) if auto_url else ()) + extra_urls,
+            urllib.request.getproxies_environment(),
+            ignore=config.ignore_proxy_env,
+            insecure=config.insecure,
+        ),
+    )
+    scraper.start()
+    runtime.server_scraper = scraper if scraper.active else None

@@ -70,8 +70,9 @@ def start_exporter(environment: Environment, runtime: Runtime) -> None:
         return
     exporter = PrometheusExporter(functools.partial(_run_view, environment))
     port = exporter.start(config.prometheus_port, config.prometheus_host)
-    runtime.export = ExportState(exporter=exporter, window=SlidingWindow(), grace_s=config.prometheus_grace_s)
-    log.info("llmload: Prometheus metrics at http://%s:%d/metrics", config.prometheus_host or "0.0.0.0", port)
+    url = f"http://{config.prometheus_host or '0.0.0.0'}:{port}/metrics"
+    runtime.export = ExportState(exporter=exporter, window=SlidingWindow(), grace_s=config.prometheus_grace_s, url=url)
+    log.info("llmload: Prometheus metrics at %s", url)
 
 
 def _run_view(environment: Environment) -> RunView:

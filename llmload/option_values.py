@@ -15,6 +15,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from llmload.errors import ConfigError
 from llmload.goodput import SLO, parse_slo
@@ -34,6 +35,7 @@ __all__ = [
     "parse_rate",
     "positive_int",
     "rate",
+    "server_metrics",
     "slo",
     "text",
 ]
@@ -201,6 +203,7 @@ class OptionSpec:
         repeatable: may be given several times (Locust collects a list; the parser gets one per line).
         if_unset: when set, a blank value is refused with this message instead of taking the default.
         field: the ``RunConfig`` attribute it sets; "" = ``dest``; None = read by a cross-field rule.
+        launch_only: used once when the process starts (not in the web UI's form, where it would do nothing).
     """
 
     flag: str
@@ -215,6 +218,7 @@ class OptionSpec:
     repeatable: bool = False
     if_unset: str | None = None
     field: str | None = ""
+    launch_only: bool = False
 
     @property
     def dest(self) -> str:
@@ -254,6 +258,21 @@ class OptionSpec:
                 raise ConfigError(self.if_unset)
             return self.default
         return self.parse(self.flag, raw_text)
+
+
+def server_metrics(flag_name: str, value: str) -> str:
+    """``auto``, ``off``, or comma-separated http(s) URLs (``auto`` among them allowed); returned without spaces."""
+    parts = [p.strip() for p in value.split(",") if p.strip()] or ["auto"]
+    if "off" in parts and len(parts) > 1:
+        raise ConfigError(f"{flag_name} {value!r}: 'off' cannot be combined with other entries; pass {flag_name} off")
+    for part in parts:
+        split = urlsplit(part)
+        if part not in ("auto", "off") and (split.scheme not in ("http", "https") or not split.netloc):
+            raise ConfigError(
+                f"{flag_name}: {part!r} is not auto, off or an http(s) URL; "
+                f"pass e.g. {flag_name} auto,http://gpu-host:9400/metrics"
+            )
+    return ",".join(parts)
 
 
 def headers(flag_name: str, value: str) -> tuple[tuple[str, str], ...]:

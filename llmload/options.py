@@ -178,7 +178,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--arrival",
-        "Inter-arrival distribution for --request-rate: poisson, constant or gamma.",
+        "Inter-arrival distribution for --request-rate: poisson, constant or gamma. Unset: poisson.",
         _LOAD,
         parse=v.choice("poisson", "constant", "gamma"),
         metavar="KIND",
@@ -187,7 +187,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--burstiness",
-        "Gamma shape for --arrival gamma (1 = Poisson, < 1 burstier).",
+        "Gamma shape for --arrival gamma (1 = Poisson, < 1 burstier). Unset: 1.",
         _LOAD,
         parse=v.number(float, lambda x: 0 < x < math.inf, "a finite number > 0", "0.5"),
         metavar="B",
@@ -318,6 +318,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "to find the model when --model is not given).",
         _SERVER,
     ),
+    OptionSpec(
+        "--server-metrics",
+        "Scrape the inference server's Prometheus metrics during the run (master only): "
+        "auto = the target's /metrics if it answers Prometheus text; off; or URLs, comma-separated "
+        "(auto may be one of them, e.g. auto,http://gpu-host:9400/metrics for a DCGM exporter).",
+        _SERVER,
+        "auto",
+        v.server_metrics,
+        "auto|off|URL[,URL...]",
+    ),
     # ── tokens and goodput ──
     OptionSpec(
         "--tokenizer",
@@ -343,7 +353,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--results-json", "Write the end-of-run results to this JSON file.", _RESULTS, metavar="PATH"),
     OptionSpec(
         "--html-report",
-        "Write a self-contained HTML report of the run (summary, latency distributions, time series, "
+        "Write a self-contained HTML report of the run (summary, latency distributions, time series when recorded, "
         "failures, server metrics, configuration; opens offline) to PATH. Rebuild or compare later "
         "with: llmload report results.json [other.json] -o PATH.",
         _RESULTS,
@@ -390,6 +400,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         9646,
         v.number(int, lambda x: 0 <= x <= 65535, "a port number from 0 to 65535 (0: off)", "9646"),
         "PORT",
+        launch_only=True,
     ),
     OptionSpec(
         "--prometheus-host",
@@ -398,6 +409,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "",
         lambda _flag, value: value.strip(),
         "ADDR",
+        launch_only=True,
     ),
     OptionSpec(
         "--prometheus-grace",
@@ -408,6 +420,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         v.number(float, lambda x: 0 <= x < math.inf, "a finite number >= 0", "60"),
         "S",
         field="prometheus_grace_s",
+        launch_only=True,
     ),
 )
 

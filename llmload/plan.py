@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["RunPlan", "WorkerShare", "split_run", "users_per_worker"]
+__all__ = ["RunPlan", "WorkerShare", "split_run", "users_per_worker", "users_short_of_workers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +74,23 @@ def split_run(
             concurrency=max(1, caps[i]) if caps else None,
         )
         for i in range(workers)
+    )
+
+
+def users_short_of_workers(users: int, workers: int, shared: tuple[str, ...]) -> str | None:
+    """Why a run with ``users`` over ``workers`` cannot send its shares, or None when it can.
+
+    ``shared`` names the options whose totals are split over the workers
+    (``--num-requests``, ``--warmup-requests``, ``--request-rate``): Locust
+    gives a worker no user when there are fewer users than workers, and that
+    worker's share would never be sent (the run would end short, or never).
+    """
+    if not shared or workers <= 1 or users >= workers:
+        return None
+    return (
+        f"{', '.join(shared)} {'is' if len(shared) == 1 else 'are'} shared by the {workers} workers, and each "
+        f"needs at least one user to send its share; got {users} user(s). Set the number of users (-u) to "
+        f"{workers} or more"
     )
 
 

@@ -30,6 +30,7 @@ from llmload.payloads import LLMRequest
 from llmload.proxies import ProxyChoice
 from llmload.record import RequestRecord
 from llmload.series import FoldedTotal, IntervalSeries, interval_index
+from llmload.servermetrics_scrape import ServerScraper
 from llmload.stats import LLMStats
 from llmload.tokens import TokenCounter
 from llmload.transport import AddressCache
@@ -219,11 +220,13 @@ class ExportState:
         final_stats: copy of the statistics the results were built from (what
             scrapes report after the run, so late reports cannot make the
             counters differ from the results); None while a run is live.
+        url: where ``/metrics`` is served (the web UI's LLM tab points to it).
     """
 
     exporter: PrometheusExporter
     window: SlidingWindow
     grace_s: float
+    url: str = ""
     worker_in_flight: dict[str, int] = field(default_factory=dict)
     final_stats: LLMStats | None = None
 
@@ -300,6 +303,7 @@ class Runtime:
     requests_log: RequestsLog | None = None
     cpu: CpuMonitor | None = None
     cpu_saturated_s: float = 0.0  # longest CPU saturation streak (s), max over workers on the master
+    server_scraper: ServerScraper | None = None  # --server-metrics, master or single process only
     flushed: bool = False
     # open loop: this process's arrival schedule, its monotonic start, and the in-flight cap
     schedule: ArrivalSchedule | None = None
@@ -318,6 +322,8 @@ class Runtime:
     timeline_task: gevent.Greenlet[[], None] | None = None  # master or single process: the interval ticks
     worker_in_flight: dict[str, int] = field(default_factory=dict)  # master: as of each worker's latest report
     progress_finished: int = 0  # requests finished in the intervals the progress lines covered so far
+    failure_samples: dict[str, str] = field(default_factory=dict)  # error category -> first message (Failures tab)
+    reset_at_unix: float | None = None  # master/single process: when the web UI's RESET last cleared the statistics
     # Prometheus exporter (--prometheus-port)
     in_flight: int = 0  # requests sent by this process's users and not finished yet
     window_delta: LLMStats | None = None  # single process with exporter: records since the last window tick

@@ -32,7 +32,7 @@ from gevent import GreenletExit
 
 from llmload.client import StreamingClient
 from llmload.datasets import Message
-from llmload.failures import error_of, skip_pause_s, throttle_pause_s
+from llmload.failures import grouped_error, skip_pause_s, throttle_pause_s
 from llmload.payloads import LLMRequest, build_chat_request, build_completion_request
 from llmload.record import ErrorInfo, Outcome, RequestRecord
 from llmload.runtime import Runtime, WarmupGate
@@ -308,7 +308,7 @@ class LLMUser(User):
             name=request.path,
             response_time=e2e_s * 1000.0,
             response_length=record.completion_tokens.value or 0,
-            exception=error_of(record),
+            exception=grouped_error(record, _runtime(self).failure_samples),
             context={"model": request.model},
             response=None,
             url=request.path,

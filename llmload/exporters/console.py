@@ -1,4 +1,4 @@
-"""All console text of a run: the result table, the run-level notes and the verdict line.
+"""All console text of a run: the result table, the run-level notes, the server block and the verdict line.
 
 Renders a results document (``llmload.exporters.results.build_results``, or
 a results JSON file read back) and nothing else, so a file prints the same
@@ -24,6 +24,15 @@ RESULTS_LINE_PREFIX = "LLMLOAD_RESULTS "
 
 _WIDTH = 52
 _LABEL = 40
+_GAUGE_LINES = (
+    ("running_requests", "Running requests", 1.0, ""),
+    ("waiting_requests", "Waiting requests", 1.0, ""),
+    ("kv_cache_usage", "KV-cache usage", 100.0, "%"),
+    ("gpu_utilization", "GPU utilisation", 100.0, "%"),
+    ("gpu_memory_used_bytes", "GPU memory used (GiB)", 2.0**-30, ""),
+    ("gpu_power_w", "GPU power (W)", 1.0, ""),
+)
+_LATENCY_LINES = (("ttft_s", "TTFT"), ("itl_s", "ITL"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"), ("queue_s", "Queue"))
 
 
 def _line(label: str, value: str) -> str:
@@ -164,6 +173,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         if load.get("warning"):
             lines.append(f"WARNING: {load['warning']}")
     lines.extend(_client_lines(results))
+    lines.extend(_server_lines(results))
     if results.get("client_saturated") and (results.get("client_cpu_saturated_s") or 0) > 0:
         lines.append(
             f"WARNING: load generator saturated (CPU > 90% for {results['client_cpu_saturated_s']} s): "
@@ -196,6 +206,45 @@ def _client_lines(results: dict[str, Any]) -> list[str]:
             "that piled up behind a late read share the newest stamp. Give the client more CPU: more worker "
             "processes (--processes N) or machines, or fewer users per process"
         )
+    return lines
+
+
+def _server_lines(results: Mapping[str, Any]) -> list[str]:
+    """The summary's server block: gauges, server latencies, the token check and the TTFT split; [] without one."""
+    server = results.get("server")
+    if not server:
+        return []
+    urls = ", ".join(e["url"] for e in server["endpoints"] if e["scrapes"])
+    lines = [_section(f"Server ({server['kind']}: {urls})")]
+    gauges = server["gauges"]
+    for key, label, scale, unit in _GAUGE_LINES:
+        g = gauges[key]
+        if g["samples"]:
+            lines.append(_row(f"{label} mean / max:", f"{g['mean'] * scale:.1f}{unit} / {g['max'] * scale:.1f}{unit}"))
+    for key, label in _LATENCY_LINES:
+        h = server["latency"][key]
+        if h and h["count"]:
+            p50 = "n/a" if h["p50"] is None else f"{h['p50'] * 1e3:.2f}"
+            lines.append(_row(f"Server {label} mean / p50 (ms):", f"{h['mean'] * 1e3:.2f} / {p50}"))
+    counters = server["counters"]
+    if counters.get("preemptions") is not None:
+        lines.append(_row("Preemptions:", f"{counters['preemptions']:,}"))
+    if server.get("prefix_cache_hit_ratio") is not None:
+        lines.append(_row("Prefix-cache hit ratio:", f"{server['prefix_cache_hit_ratio'] * 100:.1f}%"))
+    check = server["cross_check"]
+    figures = ", ".join(
+        f"{k} {server[k]:,}" for k in ("prompt_tokens", "generation_tokens", "prompt_cached_tokens") if server[k]
+    )
+    lines.append(f"Tokens: {check['tokens']}" + (f" (server: {figures})" if figures else ""))
+    split = check["ttft_client_minus_server_s"]
+    if split:
+        parts = ["n/a" if v is None else f"{v * 1e3:+.2f}" for v in (split["mean"], split["p50"])]
+        lines.append(
+            _row("TTFT client − server mean / p50 (ms):", f"{' / '.join(parts)} (network + HTTP + client time)")
+        )
+    if not server["complete"]:
+        failed = [f"{e['url']} ({e['error']})" for e in server["endpoints"] if e["failed_scrapes"]]
+        lines.append(f"WARNING: server metrics incomplete; failed scrapes: {'; '.join(failed) or 'start or end'}")
     return lines
 
 

@@ -68,6 +68,7 @@ from llmload.config import LengthSpec, RunConfig
 from llmload.credentials import public_header
 from llmload.exporters.load import SendFigures, load_section
 from llmload.exporters.sections import client_saturated, stats_sections
+from llmload.servermetrics import cross_check
 from llmload.stats import LLMStats
 
 __all__ = [
@@ -77,6 +78,7 @@ __all__ = [
     "build_results",
     "judge",
     "public_options",
+    "server_section",
     "workload_options",
     "write_results_json",
 ]
@@ -103,6 +105,7 @@ class RunOutcome:
         cpu_saturated_s: longest CPU saturation streak of any load-generating process (s).
         sends: the open-loop send figures, combined over processes.
         timeseries: the per-interval rows (``llmload.exporters.timeseries``), run-wide.
+        server: the inference server's metrics over the run (``llmload.servermetrics.summarise``), or None.
     """
 
     stats: LLMStats
@@ -119,6 +122,7 @@ class RunOutcome:
     cpu_saturated_s: float = 0.0
     sends: SendFigures = field(default_factory=SendFigures)
     timeseries: tuple[dict[str, Any], ...] = ()
+    server: Mapping[str, Any] | None = None
 
 
 def build_results(outcome: RunOutcome) -> dict[str, Any]:
@@ -131,8 +135,9 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
     ``endpoint`` and ``model`` per key; empty when only one key was
     measured), ``timeseries`` (the per-interval rows), ``lost_workers``
     (only when some were lost), ``blocked`` (only when no load was sent),
-    ``client_saturated``, ``client_cpu_saturated_s``,
-    ``load``, ``max_failure_ratio``, and the verdict: ``passed``,
+    ``client_saturated``, ``client_cpu_saturated_s``, ``load``, ``server``
+    (the inference server's metrics with the cross-check, null without
+    them), ``max_failure_ratio``, and the verdict: ``passed``,
     ``exit_status`` and ``verdict``.
     """
     config, stats = outcome.config, outcome.stats
@@ -163,12 +168,33 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
     results["client_saturated"] = client_saturated(outcome.cpu_saturated_s, total.read_lag_s)
     results["client_cpu_saturated_s"] = outcome.cpu_saturated_s
     results["load"] = load_section(config, results, outcome.sends)
+    results["server"] = server_section(outcome.server, results)
     results["max_failure_ratio"] = config.max_failure_ratio
     verdict = judge(results)
     results["passed"] = verdict.passed
     results["exit_status"] = verdict.exit_status
     results["verdict"] = verdict.text
     return results
+
+
+def server_section(server: Mapping[str, Any] | None, results: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``server`` (a ``summarise`` result) plus ``cross_check`` against the client's figures in ``results``.
+
+    The client's figures are ``tokens.prompt``, ``tokens.completion`` and
+    ``latency.ttft_s.{mean, p50}`` of the same results document. None stays None.
+    """
+    if server is None:
+        return None
+    tokens = results.get("tokens") or {}
+    ttft = (results.get("latency") or {}).get("ttft_s") or {}
+    check = cross_check(
+        server,
+        prompt_tokens=tokens.get("prompt"),
+        completion_tokens=tokens.get("completion"),
+        ttft_mean_s=ttft.get("mean"),
+        ttft_p50_s=ttft.get("p50"),
+    )
+    return {**server, "cross_check": check}
 
 
 @dataclass(frozen=True, slots=True)

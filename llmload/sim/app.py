@@ -218,6 +218,7 @@ class SimApp:
         words = plan.words
         cut = midstream_cut(len(words)) if fault.failure is not None else None
         written = 0
+        first_token_s = 0.0
         ended: FaultKind | bool | None = False  # True: completed; a FaultKind: ended by that fault
         try:
             if fault.stall_s:
@@ -239,7 +240,9 @@ class SimApp:
                 write(b"".join(out))
                 out.clear()
                 if written == 0:
-                    m.ttft_s.observe(clock() - received_s)
+                    first_token_s = clock()
+                    m.ttft_s.observe(first_token_s - received_s)
+                    self._metrics.vllm.ttft_s.observe(first_token_s - received_s)
                 written = generated
                 if generated == cut:
                     engine.abort(seq)
@@ -250,7 +253,7 @@ class SimApp:
                     break
         finally:
             if ended is True:
-                self._count_completed(request, written, received_s)
+                self._count_completed(request, written, received_s, plan.finish_reason, first_token_s)
             elif isinstance(ended, FaultKind):
                 m.faults[ended].inc()
             else:
@@ -285,7 +288,7 @@ class SimApp:
                 completed = True
         finally:
             if completed:
-                self._count_completed(request, len(plan.words), received_s)
+                self._count_completed(request, len(plan.words), received_s, plan.finish_reason, None)
             elif fault.failure is FaultKind.DROP and seq.done:
                 self._metrics.endpoints[request.endpoint].faults[FaultKind.DROP].inc()
             else:
@@ -295,12 +298,28 @@ class SimApp:
             raise _ConnectionDroppedError
         return []
 
-    def _count_completed(self, request: GenerationRequest, completion_tokens: int, received_s: float) -> None:
+    def _count_completed(
+        self,
+        request: GenerationRequest,
+        completion_tokens: int,
+        received_s: float,
+        finish_reason: str,
+        first_token_s: float | None,
+    ) -> None:
+        """Count a reply written to the end, in the ground truth and the vLLM-named metrics alike."""
         m = self._metrics.endpoints[request.endpoint]
+        v = self._metrics.vllm
+        now = self._clock()
         m.completed.inc()
         m.prompt_tokens.inc(request.prompt_tokens)
         m.completion_tokens.inc(completion_tokens)
-        m.duration_s.observe(self._clock() - received_s)
+        m.duration_s.observe(now - received_s)
+        v.success[finish_reason].inc()
+        v.prompt_tokens.inc(request.prompt_tokens)
+        v.generation_tokens.inc(completion_tokens)
+        v.e2e_s.observe(now - received_s)
+        if first_token_s is not None and completion_tokens > 1:
+            v.tpot_s.observe((now - first_token_s) / (completion_tokens - 1))
 
 
 class _ConnectionDroppedError(ConnectionResetError):

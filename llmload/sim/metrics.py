@@ -28,6 +28,20 @@ llmload_sim_faults_injected_total{endpoint,kind}  counter    injected faults by 
                                                              or aborted, as it then ends)
 ================================================  =========  ====================================
 
+The simulator also publishes vLLM's names (``vllm/v1/metrics/loggers.py``),
+labelled ``model_name`` (the served model) and ``engine="0"``, so that
+llmload's server-metrics path (``llmload.servermetrics``) runs end to end
+against it: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+``vllm:kv_cache_usage_perc`` (here: the share of the ``--max-num-seqs`` batch
+slots in use, the simulator having no KV blocks), ``vllm:prompt_tokens_total``,
+``vllm:generation_tokens_total``, ``vllm:request_success_total{finished_reason}``,
+``vllm:num_preemptions_total`` (always 0: the simulator never preempts) and the
+histograms ``vllm:time_to_first_token_seconds``,
+``vllm:e2e_request_latency_seconds`` and
+``vllm:request_time_per_output_token_seconds`` (streams of 2 or more tokens).
+They are updated at the same moments as the ``llmload_sim_`` metrics, so their
+token counters equal the ground truth (both endpoints together).
+
 "Request received" is when the request's first bytes reached the server's
 kernel (its receive stamp, Linux), so time a request waited to be read under
 a burst of connections counts, as it does for a client; elsewhere it is when
@@ -44,7 +58,7 @@ from llmload.sim.engine import Engine
 from llmload.sim.faults import FaultKind
 from llmload.sim.protocol import Endpoint
 
-__all__ = ["LATENCY_BUCKETS_S", "SimMetrics"]
+__all__ = ["LATENCY_BUCKETS_S", "SimMetrics", "VLLMNames"]
 
 LATENCY_BUCKETS_S: tuple[float, ...] = (
     *(round(i * 0.001, 3) for i in range(1, 101)),  # 1 ms resolution to 100 ms: TTFT accuracy benchmark
@@ -95,9 +109,11 @@ class SimMetrics:
     Args:
         registry: where to register; ``generate_latest(registry)`` renders them.
         engine: read at scrape time for the running/waiting gauges and steps.
+        model: the served model name, the ``model_name`` label of the vLLM-named metrics.
+        max_num_seqs: batch slots, the denominator of ``vllm:kv_cache_usage_perc``.
     """
 
-    def __init__(self, registry: CollectorRegistry, engine: Engine) -> None:
+    def __init__(self, registry: CollectorRegistry, engine: Engine, *, model: str, max_num_seqs: int) -> None:
         self.completed = Counter(
             "llmload_sim_requests_completed", "Replies written to the end.", ["endpoint"], registry=registry
         )
@@ -152,3 +168,49 @@ class SimMetrics:
         waiting.set_function(lambda: engine.waiting)
         registry.register(_EngineCollector(engine))
         self.endpoints = {e: EndpointMetrics(self, e.value) for e in Endpoint}
+        self.vllm = VLLMNames(registry, engine, model=model, max_num_seqs=max_num_seqs)
+
+
+class VLLMNames:
+    """The vLLM-named metrics (see the module docstring), children resolved once."""
+
+    __slots__ = ("e2e_s", "generation_tokens", "prompt_tokens", "success", "tpot_s", "ttft_s")
+
+    def __init__(self, registry: CollectorRegistry, engine: Engine, *, model: str, max_num_seqs: int) -> None:
+        labels = ("model_name", "engine")
+        values = (model, "0")
+        for name, doc, read in (
+            ("vllm:num_requests_running", "Number of requests in model execution batches.", lambda: engine.running),
+            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", lambda: engine.waiting),
+            (
+                "vllm:kv_cache_usage_perc",
+                "KV-cache usage. 1 means 100 percent usage (simulator: share of batch slots in use).",
+                lambda: engine.running / max(max_num_seqs, 1),
+            ),
+        ):
+            Gauge(name, doc, labels, registry=registry).labels(*values).set_function(read)
+        preemptions = Counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine.", labels, registry=registry
+        )
+        preemptions.labels(*values)  # the series exists (at 0) as in vLLM
+        self.prompt_tokens = Counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed.", labels, registry=registry
+        ).labels(*values)
+        self.generation_tokens = Counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.", labels, registry=registry
+        ).labels(*values)
+        success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            (*labels, "finished_reason"),
+            registry=registry,
+        )
+        self.success = {reason: success.labels(*values, reason) for reason in ("stop", "length")}
+        self.ttft_s, self.e2e_s, self.tpot_s = (
+            Histogram(name, doc, labels, buckets=LATENCY_BUCKETS_S, registry=registry).labels(*values)
+            for name, doc in (
+                ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+                ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds."),
+                ("vllm:request_time_per_output_token_seconds", "Histogram of time per output token per request."),
+            )
+        )

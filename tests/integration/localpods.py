@@ -329,8 +329,9 @@ class LocalCluster:
         return out
 
     def _env(self, c: dict[str, Any], mounts: dict[str, Path], extra: dict[str, str]) -> dict[str, str]:
-        env = {k: self._value(v, mounts) for k, v in self.image.env.items()}
-        env["PATH"] = ":".join(self._value(p, mounts) for p in env["PATH"].split(":"))
+        env = {k: self._value(v, mounts) for k, v in self.image.env.items() if k != "PATH"}
+        # Each PATH entry is mapped once: mapping the mapped value again would rewrite a checkout under /tmp.
+        env["PATH"] = ":".join(self._value(p, mounts) for p in self.image.env["PATH"].split(":"))
         for source in c.get("envFrom", []):
             kind = "Secret" if "secretRef" in source else "ConfigMap"
             ref = source["secretRef" if kind == "Secret" else "configMapRef"]

@@ -6,11 +6,14 @@ import os
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 from tests.integration.test_sim import REPO_ROOT
 
-__all__ = ["free_port", "locust_argv", "run_locust"]
+__all__ = ["free_port", "locust_argv", "run_locust", "web_ui_stop"]
 
 
 def free_port() -> int:
@@ -51,3 +54,14 @@ def run_locust(
         check=False,
         preexec_fn=preexec,
     )
+
+
+def web_ui_stop(port: int, results: Path, *, timeout_s: float = 30) -> None:
+    """Press STOP in the Locust web UI on ``port``; wait until the run has written ``results``."""
+    stop = urllib.request.Request(f"http://127.0.0.1:{port}/stop", data=b"", method="POST")
+    with urllib.request.urlopen(stop, timeout=timeout_s) as answer:
+        assert answer.status == 200
+    deadline = time.monotonic() + timeout_s
+    while not results.exists():
+        assert time.monotonic() < deadline, f"no results file within {timeout_s:g} s of STOP"
+        time.sleep(0.2)

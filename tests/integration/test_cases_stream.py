@@ -38,7 +38,7 @@ def completion_request():
 
 
 # ── A. SSE stream parsing ──────────────────────────────────────────────────
-# Several SSE events in one TCP write are all read.
+# BC-01: Several SSE events in one TCP write are all read.
 def test_bc01_several_events_in_one_write(run_scripted):
     writes = [
         W(100, sse(ROLE, C({"content": "Hel"}), C({"content": "lo"}))),
@@ -56,7 +56,7 @@ def test_bc01_several_events_in_one_write(run_scripted):
     assert record.tpot_s == near((run.sent(150) - run.sent(100)) / 2)  # 25 ms
 
 
-# An event split across writes, inside the `data: ` prefix and inside a UTF-8 char.
+# BC-02: An event split across writes, inside the `data: ` prefix and inside a UTF-8 char.
 def test_bc02_event_split_inside_prefix_and_utf8_char(run_scripted, recording_counter):
     writes = [
         W(100, b"data: "),
@@ -82,7 +82,7 @@ def test_bc02_event_split_inside_prefix_and_utf8_char(run_scripted, recording_co
     assert "\ufffd" not in recording_counter.texts[0]
 
 
-# `data:` without the optional space.
+# BC-04: `data:` without the optional space.
 def test_bc04_data_field_without_space(run_scripted):
     writes = [
         W(90, b"data:" + ROLE.encode() + b"\n\n"),
@@ -101,7 +101,7 @@ def test_bc04_data_field_without_space(run_scripted):
     assert record.e2e_s == run.at(120)
 
 
-# Comments, keep-alives and meta-only events are not tokens.
+# BC-05: Comments, keep-alives and meta-only events are not tokens.
 def test_bc05_comments_keepalives_and_meta_only_blocks(run_scripted):
     writes = [
         W(0, b": ping\n\nretry: 3000\n\n"),
@@ -118,7 +118,7 @@ def test_bc05_comments_keepalives_and_meta_only_blocks(run_scripted):
     assert record.completion_tokens.value == 1
 
 
-# A final usage chunk with `"choices": []`.
+# BC-06: A final usage chunk with `"choices": []`.
 def test_bc06_final_usage_chunk_with_empty_choices(run_scripted):
     writes = [
         W(80, sse(ROLE)),
@@ -184,7 +184,7 @@ def test_bc06_no_usage_falls_back_to_client_tokenizer(run_scripted, recording_co
 
 
 @pytest.mark.parametrize("role", [ROLE, C({"role": "assistant", "content": None})], ids=["empty", "null"])
-# A role-only first chunk is not the first token.
+# BC-08: A role-only first chunk is not the first token.
 def test_bc08_role_only_first_chunk_is_not_a_token(run_scripted, role):
     writes = [
         W(5, sse(role)),
@@ -200,7 +200,7 @@ def test_bc08_role_only_first_chunk_is_not_a_token(run_scripted, role):
     assert record.itl_samples_s() == [near(run.sent(420) - run.sent(400))]  # [20 ms]
 
 
-# An empty reply is no success with TTFT = 0.
+# BC-09: An empty reply is no success with TTFT = 0.
 def test_bc09_empty_response_is_not_a_success(run_scripted):
     writes = [W(50, sse(ROLE)), W(60, sse(CF("length"), U(20, 0), "[DONE]"))]
     run = run_scripted(Reply(writes))
@@ -263,7 +263,7 @@ def test_bc11_json_error_body_on_stream_request(run_scripted):
     assert record.error.message == "model 'nope' is not served here"
 
 
-# Reasoning deltas (`reasoning_content` / `reasoning`) are tokens.
+# BC-12: Reasoning deltas (`reasoning_content` / `reasoning`) are tokens.
 def test_bc12_reasoning_deltas_count_as_tokens(run_scripted):
     writes = [
         W(10, sse(ROLE)),
@@ -299,7 +299,7 @@ def test_bc12_reasoning_only_reply_has_no_first_content(run_scripted):
 
 
 # ── B. Token counting ──────────────────────────────────────────────────────
-# Multi-token chunks: tokens come from usage, not from counting events.
+# BC-14: Multi-token chunks: tokens come from usage, not from counting events.
 def test_bc14_multi_token_chunks_use_server_counts(run_scripted):
     writes = [
         W(100, sse(TU("one two three four", 4, None))),
@@ -364,7 +364,7 @@ def test_bc18_itl_excludes_ttft(run_scripted):
 
 
 @pytest.mark.slow
-# E2E covers the whole stream, not the time to headers.
+# BC-21: E2E covers the whole stream, not the time to headers.
 def test_bc21_e2e_covers_the_whole_stream_not_the_headers(run_scripted):
     writes = [W(60, sse(ROLE))]
     writes += [W(160 + 100 * i, sse(C({"content": f" t{i}"}))) for i in range(29)]

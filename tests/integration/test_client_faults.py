@@ -54,7 +54,7 @@ _PROPERTY_SCRIPT = r"""
 import json, sys, time
 import gevent
 from locust.env import Environment
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 from llmload.config import RunConfig
 import dataclasses
 from llmload.exporters.console import format_summary
@@ -141,10 +141,13 @@ with ScriptedServer(reply) as server:
 
     @settings(max_examples=int(sys.argv[1]), deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(plan=st.lists(st.sampled_from(STEPS), min_size=1, max_size=12), users=st.integers(1, 3))
+    @example(plan=["arrival"] * 12, users=1)  # one user skipping every request of the budget
     def run(plan, users):
         n = len(plan)
         done = gevent.event.Event()
-        runtime = Runtime(config=RunConfig())
+        # the request budget is --num-requests N, as in a real run: a skipped request does not pause the
+        # user (only a run without a request limit pauses, up to 1 s a skip: 10 skips in a row would take 5.5 s)
+        runtime = Runtime(config=dataclasses.replace(RunConfig(), num_requests=n))
         runtime.model = "m"
         runtime.budget = RequestBudget(n, on_done=done.set)
         runtime.requests_log = OnceLog()
@@ -171,7 +174,8 @@ with ScriptedServer(reply) as server:
         assert (total.finished, total.skipped) == (n - skipped, skipped), (plan, total.requests_by_outcome)
         assert total.finished + total.skipped == n
         config = dataclasses.replace(RunConfig(), max_failure_ratio=1.0, num_requests=n)
-        results = build_results(RunOutcome(runtime.run_stats(), config=config, host=server.base_url, model="m", users=users))
+        outcome = RunOutcome(runtime.run_stats(), config=config, host=server.base_url, model="m", users=users)
+        results = build_results(outcome)
         verdict = judge(results)
         summary = format_summary(results)
         if skipped:

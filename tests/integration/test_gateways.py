@@ -175,6 +175,17 @@ def test_nc08_401_with_a_key_set_does_not_claim_the_key_is_unset(tmp_path):
     assert "//" not in wrong.stderr.split("GET ", 1)[1].split("://", 1)[1].split()[0]
 
 
+def test_an_empty_api_key_file_is_refused_before_load_not_sent_as_no_key(tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text("\n")
+    with ScriptedServer(_azure("right-key", model_list=True)) as srv:
+        proc, _ = _run(srv.base_url + "/openai", tmp_path, "--api-key-file", str(key_file))
+        served = len(srv.requests)
+    assert proc.returncode == 2
+    assert f"--api-key-file '{key_file}': its first line is empty" in proc.stderr
+    assert served == 0  # refused before the preflight
+
+
 # ── NC-11: a server without GET /v1/models ──────────────────────────────
 def _no_model_list(request: ReceivedRequest) -> Reply:
     if request.method == "POST" and request.path == "/v1/chat/completions":

@@ -82,7 +82,9 @@ def test_bc23_poisson_rate_is_followed_without_drift(tmp_path):
     assert results["load"]["rate_shortfall"] is False
 
 
-# Issue 14, P3: a -t run that kept its schedule reads the target rate, with no shortfall warning.
+# P3: a -t run that kept its schedule reads the target rate, with no shortfall warning.
+# Timing: it asserts the generator kept its schedule within 0.1 s, which tracing would shift.
+@pytest.mark.timing
 @pytest.mark.parametrize("arrival", ["constant", "poisson"])
 def test_p3_time_limited_open_loop_that_kept_its_schedule_reports_the_target_rate(tmp_path, arrival):
     # replies of ~40-80 tokens at 20 ms: requests are in flight at the stop and get cancelled

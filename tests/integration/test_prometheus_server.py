@@ -98,7 +98,7 @@ def _scraping(url: str) -> bool:
 
 
 @pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[Prometheus]:
+def prometheus(tmp_path: Path, sim_url: str) -> Iterator[Prometheus]:
     if not os.access(PROMETHEUS_BIN, os.X_OK):
         pytest.skip(
             f"Prometheus server not installed ({PROMETHEUS_BIN} missing); "
@@ -110,6 +110,9 @@ def prometheus(tmp_path: Path) -> Iterator[Prometheus]:
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
         "scrape_configs:\n  - job_name: llmload\n    static_configs:\n"
         f"      - targets: ['127.0.0.1:{exporter_port}']\n"
+        # the simulator's vLLM-named metrics feed the dashboard's inference-server row
+        "  - job_name: server\n    static_configs:\n"
+        f"      - targets: ['{sim_url.removeprefix('http://')}']\n"
     )
     log = tempfile.TemporaryFile()  # noqa: SIM115 - closed at teardown
     proc = subprocess.Popen(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from llmload.errors import TransportError
 from llmload.payloads import build_chat_request
 from llmload.proxies import route
 from llmload.record import Outcome
-from llmload.testing import CF, ROLE, C, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
+from llmload.testing import CF, ROLE, C, Framing, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
 from llmload.transport import _KERNEL_STAMPS, GeventHTTPTransport
 from tests.integration.forward_proxy import ForwardProxy
 from tests.integration.procs import locust_argv
@@ -43,10 +44,21 @@ STREAM = Reply(
 USER, PASSWORD = "alice", "pr0xy-s3cret"
 TOKEN = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
 SECRETS = (PASSWORD, TOKEN.split()[1], f"{USER}:")
+# a proxy's 407 as llmload words it ("HTTP 407") or as the CONNECT reply reads ("HTTP/1.1 407")
+PROXY_407 = re.compile(r"HTTP(?:/1\.[01])? 407\b")
+
+
+METRICS = 'vllm:prompt_tokens_total{model_name="m"} 30\nvllm:generation_tokens_total{model_name="m"} 12\n'
 
 
 def _reply(request: ReceivedRequest) -> Reply:
     return json_reply(200, MODELS) if request.method == "GET" else STREAM
+
+
+def _reply_with_metrics(request: ReceivedRequest) -> Reply:
+    if request.path == "/metrics":
+        return Reply(writes=[W(0, METRICS)], headers={"Content-Type": "text/plain"}, framing=Framing.CONTENT_LENGTH)
+    return _reply(request)
 
 
 def _run(args: list[str], proxy_env: dict[str, str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
@@ -67,11 +79,12 @@ def _outputs(proc: subprocess.CompletedProcess[str], *files: Path) -> str:
     return proc.stdout + proc.stderr + "".join(f.read_text() for f in files if f.exists())
 
 
-def _load_args(host: str, tmp_path: Path, *more: str) -> list[str]:
+def _load_args(host: str, tmp_path: Path, *more: str, server_metrics: str = "off") -> list[str]:
+    """A bounded 6-request run; ``--server-metrics off`` unless asked, so the origin sees only the load's requests."""
     return [
         "-f", "locustfiles/chat.py", "--headless", "-H", host, "-u", "2", "-r", "2",
         "--num-requests", "6", "-t", "60s", "--results-json", str(tmp_path / "r.json"),
-        "--requests-log", str(tmp_path / "requests.jsonl"), *more,
+        "--requests-log", str(tmp_path / "requests.jsonl"), "--server-metrics", server_metrics, *more,
     ]  # fmt: skip
 
 
@@ -122,7 +135,7 @@ def test_nc06_https_target_goes_through_a_connect_tunnel(tmp_path, tls_server): 
     port = tls_server.rsplit(":", 1)[1]
     args = [
         "-f", "locustfiles/chat.py", "--headless", "-H", tls_server, "--insecure", "-u", "1", "-r", "1",
-        "--num-requests", "3", "-t", "60s", "--results-json", str(tmp_path / "r.json"),
+        "--num-requests", "3", "-t", "60s", "--results-json", str(tmp_path / "r.json"), "--server-metrics", "off",
     ]  # fmt: skip
     with ForwardProxy(require=TOKEN) as proxy:
         # HTTP_PROXY points nowhere: an https target must use HTTPS_PROXY
@@ -137,6 +150,59 @@ def test_nc06_https_target_goes_through_a_connect_tunnel(tmp_path, tls_server): 
     assert not [s for s in SECRETS if s in _outputs(proc, tmp_path / "r.json")]
 
 
+@pytest.mark.parametrize(
+    ("extra_env", "extra_args", "proxied"),
+    [
+        ({}, [], True),
+        ({"NO_PROXY": "127.0.0.1"}, [], False),
+        ({}, ["--ignore-proxy-env"], False),
+    ],
+    ids=["HTTP_PROXY", "NO_PROXY", "ignore-proxy-env"],
+)
+def test_nc06_server_metrics_scrape_takes_the_route_of_the_load(tmp_path, extra_env, extra_args, proxied):
+    with ScriptedServer(_reply_with_metrics) as origin, ForwardProxy(require=TOKEN) as proxy:
+        proc = _run(
+            _load_args(origin.base_url, tmp_path, *extra_args, server_metrics="auto"),
+            {"HTTP_PROXY": f"http://{USER}:{PASSWORD}@127.0.0.1:{proxy.port}", **extra_env},
+        )
+        seen, received, base_url = proxy.log, origin.requests, origin.base_url
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["requests"]["succeeded"] == 6
+    # scraped before the load and after it, and nothing failed: the server block holds the scraped counters
+    assert [(e["url"], e["failed_scrapes"]) for e in results["server"]["endpoints"]] == [(f"{base_url}/metrics", 0)]
+    scrapes = [r for r in received if r.path == "/metrics"]
+    assert len(scrapes) >= 2
+    assert all("proxy-authorization" not in r.headers for r in received)
+    if proxied:  # every request the origin answered, the scrapes included, came through the proxy
+        assert [(r.method, r.target) for r in seen] == [(r.method, f"{base_url}{r.path}") for r in received]
+        assert {r.proxy_authorization for r in seen} == {TOKEN}
+    else:
+        assert seen == []
+    assert not [s for s in SECRETS if s in _outputs(proc, tmp_path / "r.json", tmp_path / "requests.jsonl")]
+
+
+def test_nc06_server_metrics_scrape_of_an_https_target_uses_the_connect_tunnel(tmp_path, tls_server):  # noqa: F811
+    port = tls_server.rsplit(":", 1)[1]
+    args = [
+        "-f", "locustfiles/chat.py", "--headless", "-H", tls_server, "--insecure", "-u", "1", "-r", "1",
+        "--num-requests", "3", "-t", "60s", "--results-json", str(tmp_path / "r.json"),
+    ]  # fmt: skip
+    with ForwardProxy(require=TOKEN) as proxy:
+        env = {"HTTPS_PROXY": f"http://{USER}:{PASSWORD}@127.0.0.1:{proxy.port}", "HTTP_PROXY": "http://127.0.0.1:9"}
+        proc = _run(args, env)
+        seen = proxy.log
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # model list, the first scrape, probe and 3 requests: 6 tunnels, each with the proxy's credentials
+    assert [(r.method, r.target, r.proxy_authorization) for r in seen] == [("CONNECT", f"127.0.0.1:{port}", TOKEN)] * 6
+    # the scrape reached the origin through the tunnel: what ended it is the answer (JSON, not Prometheus text)
+    assert f"no Prometheus metrics at {tls_server}/metrics" in proc.stderr
+    # a bare "407" also matches log timestamps (",407" milliseconds): look for the status as a status
+    assert not PROXY_407.search(proc.stderr)
+    assert not [s for s in ("Tunnel connection failed", "Connection refused") if s in proc.stderr]
+    assert not [s for s in SECRETS if s in _outputs(proc, tmp_path / "r.json")]
+
+
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_nc06_proxy_refusing_credentials_stops_before_load_without_showing_them(tmp_path, scheme, tls_server):  # noqa: F811
     target = tls_server if scheme == "https" else None
@@ -148,7 +214,7 @@ def test_nc06_proxy_refusing_credentials_stops_before_load_without_showing_them(
         proc = _run(args, {f"{scheme}_proxy": f"http://{USER}:{PASSWORD}@127.0.0.1:{proxy.port}"}, timeout_s=60)
         received, proxy_port = origin.requests, proxy.port
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "407" in proc.stderr
+    assert PROXY_407.search(proc.stderr), proc.stderr[-3000:]
     assert received == []
     assert f"proxy http://127.0.0.1:{proxy_port}" in proc.stderr
     assert not [s for s in SECRETS if s in _outputs(proc)]

@@ -17,12 +17,11 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.integration.procs import free_port, locust_argv
+from tests.integration.procs import free_port, locust_argv, web_ui_stop
 from tests.integration.test_sim import REPO_ROOT, metric_sum, metrics, start_sim, stop_sim
 from tests.integration.test_stop_paths import _finish, _no_traceback, _settled
 
@@ -129,13 +128,7 @@ def test_p1_web_ui_stop_during_ramp_up_counts_every_request(tmp_path):
         try:
             _wait_for_first_request(url, before)
             time.sleep(_LOAD_S)
-            stop = urllib.request.Request(f"http://127.0.0.1:{port}/stop", data=b"", method="POST")
-            with urllib.request.urlopen(stop, timeout=30) as answer:
-                assert answer.status == 200
-            deadline = time.monotonic() + 30
-            while not out.exists():
-                assert time.monotonic() < deadline, "no results file within 30 s of STOP"
-                time.sleep(0.2)
+            web_ui_stop(port, out)
             time.sleep(2.0)  # spawn messages still due after the stop would start users now
             counted_at_stop = out.read_text()
             received = _settled(url)[_CHAT]

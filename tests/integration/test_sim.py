@@ -17,12 +17,15 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from llmload.servermetrics import ServerKind, parse_snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -316,6 +319,31 @@ def test_sim_metrics_counters_equal_sum_of_usage(sim: Any) -> None:
     assert samples[("llmload_sim_requests_running", ())] == 0
     assert samples[("llmload_sim_requests_waiting", ())] == 0
     assert metric_sum(samples, "llmload_sim_requests_aborted_total") == 0
+
+
+def test_sim_publishes_vllm_names_equal_to_ground_truth(sim: Any) -> None:
+    url = sim("--output-len-mean", "6", "--model", "m1")
+    for i in range(3):
+        post_json(url, "/v1/completions", completion(max_tokens=20 + i, model="m1"))
+        stream(url, "/v1/chat/completions", chat(max_tokens=20, stream=True, model="m1"))
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    samples = metrics(url)
+    label = (("engine", "0"), ("model_name", "m1"))
+    truth_prompt = metric_sum(samples, "llmload_sim_prompt_tokens_total")
+    truth_completion = metric_sum(samples, "llmload_sim_completion_tokens_total")
+    assert samples[("vllm:prompt_tokens_total", label)] == truth_prompt > 0
+    assert samples[("vllm:generation_tokens_total", label)] == truth_completion > 0
+    assert metric_sum(samples, "vllm:request_success_total") == 6
+    assert samples[("vllm:time_to_first_token_seconds_count", label)] == 3  # streams only
+    assert samples[("vllm:e2e_request_latency_seconds_count", label)] == 6
+    assert samples[("vllm:num_preemptions_total", label)] == 0
+    snap = parse_snapshot(text, model="m1")
+    assert snap.kind is ServerKind.SIM
+    assert snap.values["prompt_tokens"] == truth_prompt
+    assert snap.values["generation_tokens"] == truth_completion
+    assert snap.values["kv_cache_usage"] == 0
+    assert snap.histograms["ttft_s"].count == 3
 
 
 def test_sim_queueing_delays_ttft_beyond_max_num_seqs(sim: Any) -> None:

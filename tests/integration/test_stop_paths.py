@@ -14,13 +14,12 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.integration.procs import free_port, locust_argv
+from tests.integration.procs import free_port, locust_argv, web_ui_stop
 from tests.integration.test_sim import REPO_ROOT, metric_sum, metrics, start_sim, stop_sim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -209,13 +208,7 @@ def test_p1_web_ui_stop_counts_every_request(tmp_path):
         while metric_sum(metrics(url), "llmload_sim_requests_completed_total") < 10:
             assert time.monotonic() < deadline, "no load within 30 s"
             time.sleep(0.2)
-        stop = urllib.request.Request(f"http://127.0.0.1:{port}/stop", data=b"", method="POST")
-        with urllib.request.urlopen(stop, timeout=30) as answer:
-            assert answer.status == 200
-        deadline = time.monotonic() + 30
-        while not out.exists():
-            assert time.monotonic() < deadline, "no results file within 30 s of STOP"
-            time.sleep(0.2)
+        web_ui_stop(port, out)
         received = _settled(url)["/v1/chat/completions"]
         proc.send_signal(signal.SIGTERM)
         _, stderr = _finish(proc)
@@ -320,3 +313,24 @@ def test_refused_before_load_with_processes_ends_at_once_with_its_workers():
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "cannot reach" in proc.stderr
     assert took_s < 30, f"the command held its output open for {took_s:.0f} s"
+
+
+def test_fewer_users_than_workers_with_num_requests_is_blocked_not_short(tmp_path):
+    """-u 1 over 2 workers with --num-requests 6: one worker had no user and its 3 requests were never sent.
+
+    The run used to end after 60 s as PASSED with 3/3; now it is blocked at once, naming the fix.
+    """
+    url, sim = start_sim()
+    out = tmp_path / "r.json"
+    try:
+        proc = subprocess.run(
+            locust_argv(["-f", "locustfiles/chat.py", "--headless", "-H", url, "--processes", "2", "-u", "1",
+                         "-r", "1", "--num-requests", "6", "--results-json", str(out)]),
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=90, check=False,
+        )  # fmt: skip
+    finally:
+        stop_sim(sim)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    results = json.loads(out.read_text())
+    assert results["requests"]["total"] == 0
+    assert "Set the number of users (-u) to 2 or more" in results["blocked"]

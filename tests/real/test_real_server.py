@@ -28,9 +28,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gevent
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmload.servermetrics_scrape import ServerScraper
 from tests.integration.procs import locust_argv
 from tests.real.conftest import REPO_ROOT, LlamaServer
 
@@ -154,3 +156,55 @@ def test_real_processes_2_totals_equal_llama_server_counters(server, tmp_path):
     assert results["tokens"]["prompt"] == d["llamacpp:prompt_tokens_total"]
     assert results["errors"] == []
     assert results["requests"]["succeeded"] == NUM_REQUESTS
+
+
+def test_real_server_metrics_llamacpp_deltas_equal_client_totals(server, tmp_path):
+    """--server-metrics auto reads llama-server's /metrics: its token deltas equal the client's totals."""
+    results = run_locust(server, "locustfiles/chat.py", tmp_path / "r.json")
+    s = results["server"]
+    print(f"\nserver section: {json.dumps({k: s[k] for k in ('kind', 'prompt_tokens', 'generation_tokens')})}")
+    assert s["kind"] == "llamacpp"
+    assert s["complete"] is True
+    assert s["names"]["generation_tokens"] == "llamacpp:tokens_predicted_total"
+    assert s["generation_tokens"] == results["tokens"]["completion"] > 0
+    assert s["prompt_tokens"] == results["tokens"]["prompt"] > 0
+    assert s["prompt_cached_tokens"] == 0
+    assert s["cross_check"]["tokens"] == "client = server"
+    assert s["cross_check"]["ttft_client_minus_server_s"] is None  # llama-server has no TTFT histogram
+    assert all(v is None for v in s["latency"].values())
+
+
+def test_real_server_metrics_llamacpp_prompt_cache_is_named_as_the_cause(cached_server, tmp_path):
+    results = run_locust(cached_server, "locustfiles/chat.py", tmp_path / "r.json")
+    s = results["server"]
+    assert s["prompt_cached_tokens"] > 0
+    assert results["tokens"]["prompt"] == s["prompt_tokens"] + s["prompt_cached_tokens"]
+    assert s["cross_check"]["prompt_tokens_diff"] == s["prompt_cached_tokens"]
+    assert "reused from its cache" in s["cross_check"]["tokens"]
+    assert 0 < s["prefix_cache_hit_ratio"] < 1
+
+
+def test_real_server_metrics_llamacpp_processing_gauge_moves_under_load(server, tmp_path):
+    """The llama.cpp gauges read under load: requests_processing rises above 0 (scraped every 0.5 s here)."""
+    scraper = ServerScraper(f"{server.url}/metrics", (), model=server.model, interval_s=0.5)
+    scraper.start()
+    proc = subprocess.Popen(
+        locust_argv([
+            "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", server.url, "-u", "8", "-r", "8",
+            "-t", "6s", "--max-tokens", "32", "--skip-preflight", "--server-metrics", "off",
+        ]),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO_ROOT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + LOCUST_TIMEOUT_S
+        while proc.poll() is None and time.monotonic() < deadline:
+            gevent.sleep(0.2)  # the scraper's greenlet runs meanwhile
+    finally:
+        proc.kill()
+        proc.wait()
+    section = scraper.finish()
+    assert section is not None
+    running = section["gauges"]["running_requests"]
+    print(f"\nrequests_processing {running}, deferred {section['gauges']['waiting_requests']}")
+    assert running["samples"] >= 5
+    assert 0 < running["max"] <= server.parallel

@@ -46,6 +46,8 @@ def test_config_reads_string_values_from_web_ui_or_env():
         ("read_timeout", "0", "--read-timeout must be a finite number of seconds > 0"),
         ("request_timeout", "inf", "--request-timeout must be a finite number of seconds > 0"),
         ("prompt", "  ", "--prompt must not be empty"),
+        ("server_metrics", "ftp://h/metrics", "--server-metrics: 'ftp://h/metrics' is not auto, off or an http(s) URL"),
+        ("server_metrics", "yes", "--server-metrics: 'yes' is not auto, off"),
     ],
 )
 def test_config_rejects_bad_values_with_value_and_fix(field, value, needle):
@@ -59,6 +61,25 @@ def test_option_env_names_follow_locust_prefix():
     names = {spec.flag: spec.env for spec in OPTIONS}
     assert names["--max-tokens"] == "LOCUST_MAX_TOKENS"
     assert names["--num-requests"] == "LOCUST_NUM_REQUESTS"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, "auto"),
+        ("", "auto"),
+        ("off", "off"),
+        (" auto , http://gpu:9400/metrics ", "auto,http://gpu:9400/metrics"),
+        ("https://router/metrics", "https://router/metrics"),
+    ],
+)
+def test_config_server_metrics_values(value, expected):
+    assert RunConfig.from_options(options(server_metrics=value)).server_metrics == expected
+
+
+def test_config_server_metrics_off_stands_alone():
+    with pytest.raises(ConfigError, match="'off' cannot be combined"):
+        RunConfig.from_options(options(server_metrics="off,http://gpu:9400/metrics"))
 
 
 def test_config_max_retry_after_default_value_and_refusal():

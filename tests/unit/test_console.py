@@ -79,3 +79,29 @@ def test_results_line_is_one_marked_line_that_reads_back_as_the_document() -> No
     assert "\n" not in line
     assert line.startswith(RESULTS_LINE_PREFIX)
     assert json.loads(line.removeprefix(RESULTS_LINE_PREFIX)) == results
+
+
+def test_summary_server_block_prints_the_cross_check_and_ttft_split() -> None:
+    from llmload.exporters.results import RunOutcome, build_results
+    from llmload.servermetrics import Endpoint, parse_snapshot, summarise
+    from tests.unit.test_results import CONFIG
+    from tests.unit.test_servermetrics import run_of, vllm_text
+
+    client = build_results(RunOutcome(_scenario(), config=CONFIG))["tokens"]
+    prompt, completion = client["prompt"], client["completion"]
+    at_end = vllm_text(prompt, completion, (1, 2, 2), 0.19, running=3)
+    target = run_of(vllm_text(0, 0, (0, 0, 0), 0), at_end)
+    target.run.add(parse_snapshot(at_end, model="m"), sample_gauges=True)  # one gauge sample under load
+    hanging = Endpoint(url="http://127.0.0.1:9/metrics", failed_scrapes=2, error="no answer within 2 s")
+    results = build_results(RunOutcome(_scenario(), config=CONFIG, server=summarise([target, hanging])))
+    lines = summary_lines(results)
+    text = "\n".join(lines)
+    assert "--- Server (vllm: http://127.0.0.1:1/metrics) " in text
+    assert any(line.startswith("Running requests mean / max:") and line.endswith("3.0 / 3.0") for line in lines)
+    assert "Tokens: client = server" in text
+    ttft_split = next(line for line in lines if line.startswith("TTFT client − server mean / p50 (ms):"))
+    assert ttft_split.endswith("+105.00 / n/a (network + HTTP + client time)") or "+105.00" in ttft_split
+    assert (
+        "WARNING: server metrics incomplete; failed scrapes: http://127.0.0.1:9/metrics (no answer within 2 s)" in text
+    )
+    assert lines[-1] == results["verdict"]  # the verdict stays last

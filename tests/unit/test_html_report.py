@@ -23,6 +23,7 @@ from llmload.exporters.html import (
     render_report,
     write_html_report,
 )
+from llmload.servermetrics.names import GAUGES
 from tests.unit.test_readme_schema import MODES, closed_loop, open_loop, sweep_file
 
 SECTIONS = ("warnings", "summary", "latency", "timeseries", "failures", "server", "configuration")
@@ -100,10 +101,9 @@ def with_timeseries_and_server(document: dict[str, Any]) -> dict[str, Any]:
             }
         ],
         "counters": {"preemptions": 0},
-        "gauges": {
+        "gauges": {  # every gauge the server section names, as summarise writes them
+            **{name: {"mean": None, "max": None, "samples": 0} for name in GAUGES},
             "running_requests": {"mean": 3.5, "max": 4.0, "samples": 2},
-            "gpu_power_w": {"mean": None, "max": None, "samples": 0},
-            "kv_cache_usage": None,
         },
         "latency": {"ttft_s": latency, "itl_s": None, "tpot_s": None, "e2e_s": latency, "queue_s": None},
         "names": {"running requests": "vllm:num_requests_running"},

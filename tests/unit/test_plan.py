@@ -78,3 +78,17 @@ def test_users_per_worker_rounds_up() -> None:
 def test_plan_share_for_a_worker_left_out() -> None:
     assert RunPlan(limited=True).share_for("7") == WorkerShare(quota_requests=0)
     assert RunPlan(limited=False).share_for("7") == WorkerShare(quota_requests=None)
+
+
+def test_fewer_users_than_workers_is_refused_only_when_a_total_is_shared():
+    from llmload.plan import users_short_of_workers
+
+    message = users_short_of_workers(1, 2, ("--num-requests",))
+    assert message is not None
+    assert "--num-requests is shared by the 2 workers" in message
+    assert "got 1 user(s)" in message
+    assert "(-u) to 2 or more" in message
+    assert "are shared" in (users_short_of_workers(3, 4, ("--num-requests", "--request-rate")) or "")
+    assert users_short_of_workers(2, 2, ("--num-requests",)) is None
+    assert users_short_of_workers(1, 2, ()) is None  # -t only: a worker without users simply idles
+    assert users_short_of_workers(0, 1, ("--num-requests",)) is None  # one process gets every user

@@ -363,7 +363,7 @@ DASHBOARD = Path(__file__).resolve().parents[2] / "grafana" / "llmload-dashboard
 def dashboard_exprs() -> list[str]:
     """Every PromQL expression of the shipped Grafana dashboard."""
     dashboard = json.loads(DASHBOARD.read_text())
-    return [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    return [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
 
 
 def test_grafana_dashboard_uses_only_exported_metrics():
@@ -376,6 +376,15 @@ def test_grafana_dashboard_uses_only_exported_metrics():
     used = {name for expr in dashboard_exprs() for name in re.findall(r"\bllmload_\w+", expr)}
     assert used
     assert used <= exported, used - exported
+
+
+def test_grafana_dashboard_server_row_queries_the_mapped_vllm_names():
+    from llmload.servermetrics import NAMES, ServerKind
+
+    known = {name for names in NAMES[ServerKind.VLLM].values() for name in names}
+    used = {name.removesuffix("_bucket") for expr in dashboard_exprs() for name in re.findall(r"\bvllm:\w+", expr)}
+    assert {"vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:generation_tokens_total"} <= used
+    assert used <= known, used - known
 
 
 # Case BC-25: a saturated load generator is visible in Prometheus too, next to lost workers.

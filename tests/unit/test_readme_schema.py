@@ -32,9 +32,11 @@ from llmload.exporters.timeseries import Timeline
 from llmload.goodput import SLO
 from llmload.record import ITLKind, RequestRecord, TokenCount, TokenSource
 from llmload.series import IntervalSeries
+from llmload.servermetrics import summarise
 from llmload.stats import LLMStats
 from llmload.sweep import parse_sweep, step_section, sweep_document
 from llmload.testing import failed_record
+from tests.unit.test_servermetrics import fixture, run_of, vllm_text
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 T0 = 1_700_000_000.0
@@ -186,7 +188,14 @@ def closed_loop() -> dict[str, Any]:
     timeline = Timeline(10.0)
     timeline.sample(12.0, {"in_flight_requests": 3, "users": 4, "workers": 2})
     rows = tuple(timeline.rows(series, 15.0))
-    return _results(stats, config, lost_workers=("w1",), cpu_saturated_s=6.0, timeseries=rows)
+    server = summarise(
+        [
+            run_of(vllm_text(0, 0, (0, 0, 0), 0), vllm_text(60, 600, (1, 3, 3), 0.3)),
+            run_of(fixture("vllm_v1.txt"), fixture("vllm_v1.txt")),  # every other histogram
+            run_of(fixture("tgi.txt"), fixture("tgi.txt")),
+        ]
+    )
+    return _results(stats, config, lost_workers=("w1",), cpu_saturated_s=6.0, timeseries=rows, server=server)
 
 
 def open_loop(*, kept_up: bool = False) -> dict[str, Any]:

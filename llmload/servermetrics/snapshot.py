@@ -1,0 +1,153 @@
+"""One scrape: Prometheus text → the common vocabulary (``parse_snapshot``), and histogram bucket arithmetic."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmload.errors import ServerMetricsError
+from llmload.servermetrics.names import HISTOGRAMS, MEAN_GAUGES, MODEL_LABEL, NAMES, SCALE, ServerKind, detect
+
+__all__ = ["BucketCounts", "ServerSnapshot", "parse_snapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class BucketCounts:
+    """A histogram as scraped: cumulative counts per upper bound (seconds), plus sum and count.
+
+    ``upper_bounds`` ends with ``inf`` when the server sent a ``+Inf`` bucket;
+    empty for a summary (then only the mean is known).
+    """
+
+    upper_bounds: tuple[float, ...]
+    cumulative: tuple[float, ...]
+    sum: float
+    count: float
+
+    def minus(self, earlier: BucketCounts) -> BucketCounts | None:
+        """This minus ``earlier``; None when the histogram was reset in between (or its buckets changed)."""
+        if earlier.upper_bounds != self.upper_bounds or self.count < earlier.count:
+            return None
+        cumulative = tuple(a - b for a, b in zip(self.cumulative, earlier.cumulative, strict=True))
+        if any(c < 0 for c in cumulative):
+            return None
+        return BucketCounts(self.upper_bounds, cumulative, self.sum - earlier.sum, self.count - earlier.count)
+
+    def plus(self, other: BucketCounts) -> BucketCounts:
+        """Bucket-wise sum; ``other``'s buckets replace these when the two differ (a server restart)."""
+        if other.upper_bounds != self.upper_bounds:
+            return other
+        cumulative = tuple(a + b for a, b in zip(self.cumulative, other.cumulative, strict=True))
+        return BucketCounts(self.upper_bounds, cumulative, self.sum + other.sum, self.count + other.count)
+
+    def mean(self) -> float | None:
+        """Mean in seconds; None without observations."""
+        return self.sum / self.count if self.count > 0 else None
+
+    def quantile(self, q: float) -> float | None:
+        """The ``q``-quantile by linear interpolation within its bucket (Prometheus' ``histogram_quantile``).
+
+        A quantile in the ``+Inf`` bucket is the highest finite bound. None
+        without observations or buckets.
+        """
+        if self.count <= 0 or not self.upper_bounds:
+            return None
+        rank = q * self.cumulative[-1]
+        lower, below = 0.0, 0.0
+        for bound, cum in zip(self.upper_bounds, self.cumulative, strict=True):
+            if cum >= rank and cum > below:
+                if math.isinf(bound):
+                    return lower
+                return lower + (bound - lower) * (rank - below) / (cum - below)
+            lower, below = bound, cum
+        return lower
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSnapshot:
+    """One scrape of one endpoint, in the common vocabulary.
+
+    Attributes:
+        kind: who published it.
+        values: common gauge and counter names → value (base units; ratios 0..1).
+        histograms: common histogram names → bucket counts.
+        names: common name → the raw name it was read from.
+        raw: every sample name (buckets excluded) → value, summed over the kept series.
+        notes: what the reader should know (e.g. no series for ``--model``).
+    """
+
+    kind: ServerKind
+    values: Mapping[str, float]
+    histograms: Mapping[str, BucketCounts]
+    names: Mapping[str, str]
+    raw: Mapping[str, float]
+    notes: tuple[str, ...] = ()
+
+
+def parse_snapshot(text: str, model: str | None = None) -> ServerSnapshot:
+    """Parse one Prometheus text exposition and map it onto the common vocabulary.
+
+    Args:
+        text: the body of ``GET /metrics``.
+        model: served model name; series labelled ``model_name`` with another
+            value are left out (when some series carry this one).
+
+    Raises:
+        ServerMetricsError: the text is not Prometheus text, or has no sample at all.
+    """
+    try:
+        samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise ServerMetricsError(f"not Prometheus text ({exc}); point --server-metrics at a /metrics URL") from exc
+    if not samples:
+        raise ServerMetricsError("no metric samples in the answer; point --server-metrics at a /metrics URL")
+    notes: list[str] = []
+    labelled = {s.labels[MODEL_LABEL] for s in samples if MODEL_LABEL in s.labels}
+    if model and labelled and model in labelled:
+        samples = [s for s in samples if s.labels.get(MODEL_LABEL, model) == model]
+    elif model and labelled:
+        notes.append(f"no series labelled {MODEL_LABEL}={model!r} (found {sorted(labelled)}); all were kept")
+    kind = detect(s.name for s in samples)
+    raw: dict[str, list[float]] = {}
+    buckets: dict[str, dict[float, float]] = {}
+    for s in samples:
+        if s.name.endswith("_bucket") and "le" in s.labels:
+            per_le = buckets.setdefault(s.name[: -len("_bucket")], {})
+            le = float(s.labels["le"])
+            per_le[le] = per_le.get(le, 0.0) + s.value
+        elif "quantile" not in s.labels and math.isfinite(s.value):  # a NaN gauge is "no value", not a number
+            raw.setdefault(s.name, []).append(s.value)
+    values: dict[str, float] = {}
+    histograms: dict[str, BucketCounts] = {}
+    names: dict[str, str] = {}
+    for common, candidates in NAMES[kind].items():
+        for name in candidates:
+            if common in HISTOGRAMS:
+                hist = _histogram(name, buckets, raw)
+                if hist is not None:
+                    histograms[common], names[common] = hist, name
+                    break
+            elif name in raw:
+                series = raw[name]
+                total = math.fsum(series) * SCALE.get(name, 1.0)
+                values[common] = total / len(series) if common in MEAN_GAUGES else total
+                names[common] = name
+                break
+    summed = {name: math.fsum(v) for name, v in raw.items()}
+    return ServerSnapshot(kind, values, histograms, names, summed, tuple(notes))
+
+
+def _histogram(name: str, buckets: dict[str, dict[float, float]], raw: dict[str, list[float]]) -> BucketCounts | None:
+    if f"{name}_count" not in raw:
+        return None
+    per_le = buckets.get(name, {})
+    bounds = tuple(sorted(per_le))
+    return BucketCounts(
+        upper_bounds=bounds,
+        cumulative=tuple(per_le[b] for b in bounds),
+        sum=math.fsum(raw.get(f"{name}_sum", [])),
+        count=math.fsum(raw[f"{name}_count"]),
+    )

@@ -1,0 +1,258 @@
+"""Scrape inference-server ``/metrics`` endpoints during a run (the master or the single process; never workers).
+
+Each endpoint is read before the load starts, every ``SCRAPE_INTERVAL_S`` while
+it runs (a gevent greenlet) and once after it ends. Every read is bounded by
+``SCRAPE_TIMEOUT_S``; a slow or failing endpoint costs at most that at the start
+and at the end, never fails the run, and is reported (``server.endpoints[]``).
+Each URL goes the way the load would go to it (``llmload.proxies.route``: the
+proxy variables, ``NO_PROXY`` and ``--ignore-proxy-env``), never by urllib's
+own reading of the environment. Parsing and mapping are
+``llmload.servermetrics`` (pure); this module only does the I/O and the timing.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+import gevent
+
+from llmload.credentials import public_url
+from llmload.errors import ConfigError, ServerMetricsError
+from llmload.proxies import ProxyChoice, route
+from llmload.servermetrics import Endpoint, ServerSnapshot, parse_snapshot, summarise
+
+__all__ = [
+    "SCRAPE_INTERVAL_S",
+    "SCRAPE_TIMEOUT_S",
+    "Fetch",
+    "ServerScraper",
+    "fetch_text",
+    "metrics_urls",
+    "routed_fetch",
+]
+
+log = logging.getLogger(__name__)
+
+SCRAPE_INTERVAL_S = 10.0
+"""Seconds between scrapes while the load runs; the time-series interval once it has an option."""
+SCRAPE_TIMEOUT_S = 2.0
+"""Longest wait for one scrape (connect + whole answer), well under the interval."""
+_MAX_BODY_BYTES = 32 << 20
+
+Fetch = Callable[[str, Mapping[str, str], float], str]
+"""``(url, headers, timeout_s) → body text``; raises ``OSError``, ``gevent.Timeout`` or ``ServerMetricsError``."""
+
+
+def metrics_urls(host: str, setting: str) -> tuple[str | None, tuple[str, ...]]:
+    """The target's ``/metrics`` URL (``auto``) and the extra URLs of ``--server-metrics``.
+
+    Args:
+        host: the target (``-H``), credentials allowed (they are removed here).
+        setting: ``auto``, ``off``, or comma-separated URLs, optionally with
+            ``auto`` among them (``auto,http://dcgm:9400/metrics``).
+
+    Returns:
+        ``(auto_url or None, extra_urls)``.
+    """
+    parts = [p.strip() for p in setting.split(",") if p.strip()]
+    if not parts or parts == ["off"]:
+        return None, ()
+    auto = None
+    if "auto" in parts and host:
+        split = urlsplit(public_url(host))
+        auto = urlunsplit((split.scheme, split.netloc, "/metrics", "", ""))
+    return auto, tuple(p for p in parts if p not in ("auto", "off"))
+
+
+def fetch_text(
+    url: str, headers: Mapping[str, str], timeout_s: float, *, insecure: bool = False, proxy: ProxyChoice | None = None
+) -> str:
+    """GET ``url`` and return its body, the whole exchange bounded by ``timeout_s``.
+
+    Args:
+        url: the ``/metrics`` URL.
+        headers: extra request headers.
+        timeout_s: bound of the whole exchange (s).
+        insecure: do not verify an https certificate.
+        proxy: the forward proxy to go through (absolute form for http, ``CONNECT``
+            for https, ``Proxy-Authorization`` from its credentials), or None to
+            connect directly; the environment's proxy variables are not read here.
+
+    Raises:
+        OSError: connection failure or a non-2xx status (``urllib.error.HTTPError``).
+        gevent.Timeout: the answer took longer than ``timeout_s``.
+        ServerMetricsError: the body is larger than 32 MiB.
+    """
+    request = urllib.request.Request(url, headers={"Accept": "text/plain", **headers})
+    proxies: dict[str, str] = {}
+    if proxy is not None:
+        host = f"[{proxy.host}]" if ":" in proxy.host else proxy.host
+        proxies[request.type] = f"http://{host}:{proxy.port}"
+        if proxy.user is not None or proxy.password is not None:
+            # urllib moves it into the CONNECT of an https tunnel; not kept on a redirect to elsewhere
+            token = base64.b64encode(f"{proxy.user or ''}:{proxy.password or ''}".encode()).decode("ascii")
+            request.add_unredirected_header("Proxy-Authorization", f"Basic {token}")
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler(proxies)]
+    if insecure:
+        handlers.append(urllib.request.HTTPSHandler(context=ssl._create_unverified_context()))
+    opener = urllib.request.build_opener(*handlers)
+    with gevent.Timeout(timeout_s), opener.open(request, timeout=timeout_s) as response:
+        body = response.read(_MAX_BODY_BYTES + 1)
+    if len(body) > _MAX_BODY_BYTES:
+        raise ServerMetricsError(f"{url} answered more than {_MAX_BODY_BYTES >> 20} MiB; not a /metrics page")
+    return str(body.decode("utf-8", errors="replace"))
+
+
+def routed_fetch(urls: tuple[str, ...], proxies: Mapping[str, str], *, ignore: bool, insecure: bool) -> Fetch:
+    """A ``Fetch`` that reads each of ``urls`` the way ``llmload.proxies.route`` decides for it.
+
+    Args:
+        urls: every URL the scraper will read (decided once, here).
+        proxies: the environment's proxy settings (``urllib.request.getproxies_environment()``).
+        ignore: ``--ignore-proxy-env``: connect directly whatever the variables say.
+        insecure: do not verify https certificates.
+
+    A proxy variable that cannot be used for a URL (``ConfigError``) makes that
+    URL's every scrape fail with the message (reported, never fatal); a URL
+    sent through a proxy is logged once, without the proxy's credentials.
+    """
+    choices: dict[str, ProxyChoice | None] = {}
+    refused: dict[str, str] = {}
+    for url in urls:
+        try:
+            choices[url] = route(url, proxies, ignore=ignore).proxy
+        except ConfigError as exc:
+            refused[url] = str(exc)
+            continue
+        proxy = choices[url]
+        if proxy is not None:
+            note = f"server metrics from {public_url(url)} go through the proxy {proxy.public} (from {proxy.variable})"
+            log.info("llmload: %s", note)
+
+    def fetch(url: str, headers: Mapping[str, str], timeout_s: float) -> str:
+        if url in refused:
+            raise ServerMetricsError(refused[url])
+        return fetch_text(url, headers, timeout_s, insecure=insecure, proxy=choices.get(url))
+
+    return fetch
+
+
+class ServerScraper:
+    """Scrapes one run's endpoints: ``start()`` before the load, ``finish()`` after it.
+
+    Args:
+        auto_url: the target's own ``/metrics`` (kept only if it answers Prometheus text at the start).
+        extra_urls: further endpoints (a DCGM exporter, a router); kept even when they fail.
+        model: served model name, to pick series labelled ``model_name``.
+        headers: sent to ``auto_url`` only (the target's credentials), never to extra URLs.
+        fetch: the HTTP read (tests pass a fake).
+        interval_s: seconds between scrapes while the load runs.
+        timeout_s: bound of every scrape.
+    """
+
+    def __init__(
+        self,
+        auto_url: str | None,
+        extra_urls: tuple[str, ...],
+        *,
+        model: str | None,
+        headers: Mapping[str, str] | None = None,
+        fetch: Fetch = fetch_text,
+        interval_s: float = SCRAPE_INTERVAL_S,
+        timeout_s: float = SCRAPE_TIMEOUT_S,
+    ) -> None:
+        self._auto_url = auto_url
+        self._endpoints = [Endpoint(url=u) for u in ((auto_url,) if auto_url else ()) + extra_urls]
+        self._model = model
+        self._headers = dict(headers or {})
+        self._fetch = fetch
+        self._interval_s = interval_s
+        self._timeout_s = timeout_s
+        self._greenlet: gevent.Greenlet | None = None
+        self.notes: list[str] = []
+        """What happened to endpoints that were dropped (e.g. no ``/metrics`` on the target)."""
+
+    @property
+    def active(self) -> bool:
+        """Whether any endpoint is still scraped."""
+        return bool(self._endpoints)
+
+    def start(self) -> None:
+        """Read every endpoint once (concurrently, bounded) and start the periodic greenlet."""
+        results = self._scrape_all()
+        for endpoint, ok in zip(list(self._endpoints), results, strict=True):
+            endpoint.start_ok = ok
+            if endpoint.url == self._auto_url and not ok:
+                note = f"no Prometheus metrics at {endpoint.url} ({endpoint.error}); server metrics off for it"
+                self.notes.append(note)
+                log.info("llmload: %s", note)
+                self._endpoints.remove(endpoint)
+        if self._endpoints:
+            self._greenlet = gevent.spawn(self._run_periodically)
+
+    def finish(self) -> dict[str, object] | None:
+        """Stop the periodic scrapes, read every endpoint once more, and return the ``server`` section.
+
+        None when no endpoint ever answered (or none was configured).
+        """
+        if self._greenlet is not None:
+            self._greenlet.kill(block=True, timeout=self._timeout_s)
+            self._greenlet = None
+        if not self._endpoints:
+            return None
+        for endpoint, ok in zip(self._endpoints, self._scrape_all(), strict=True):
+            endpoint.end_ok = ok
+        section = summarise(self._endpoints)
+        if section is not None:
+            notes = section.get("notes")
+            section["notes"] = [*self.notes, *(notes if isinstance(notes, list) else [])]
+        for endpoint in self._endpoints:
+            if endpoint.failed_scrapes:
+                log.warning(
+                    "llmload: %d of %d scrapes of %s failed (last: %s)",
+                    endpoint.failed_scrapes,
+                    endpoint.failed_scrapes + endpoint.run.snapshots,
+                    endpoint.url,
+                    endpoint.error,
+                )
+        return section
+
+    def _run_periodically(self) -> None:
+        while True:
+            gevent.sleep(self._interval_s)
+            self._scrape_all(sample_gauges=True)
+
+    def _scrape_all(self, *, sample_gauges: bool = False) -> list[bool]:
+        jobs = [gevent.spawn(self._read, e.url) for e in self._endpoints]
+        gevent.joinall(jobs, timeout=self._timeout_s + 1.0)
+        ok: list[bool] = []
+        for endpoint, job in zip(self._endpoints, jobs, strict=True):
+            result = job.value if job.successful() else None
+            if not job.ready():
+                job.kill(block=False)
+                result = "timed out"
+            if isinstance(result, ServerSnapshot):
+                endpoint.run.add(result, sample_gauges=sample_gauges)
+                ok.append(True)
+            else:
+                endpoint.failed_scrapes += 1
+                endpoint.error = str(result or job.exception or "failed")
+                ok.append(False)
+        return ok
+
+    def _read(self, url: str) -> ServerSnapshot | str:
+        headers = self._headers if url == self._auto_url else {}
+        try:
+            return parse_snapshot(self._fetch(url, headers, self._timeout_s), self._model)
+        except gevent.Timeout:
+            return f"no answer within {self._timeout_s:g} s"
+        except urllib.error.HTTPError as exc:
+            return f"HTTP {exc.code}"
+        except (OSError, ServerMetricsError, UnicodeError) as exc:
+            return str(exc) or type(exc).__name__

@@ -1,0 +1,242 @@
+"""Server metrics: parsing and mapping of each server kind (fixtures in server_metrics/, each names its source)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmload.errors import ServerMetricsError
+from llmload.servermetrics import (
+    BucketCounts,
+    Endpoint,
+    ServerKind,
+    ServerRun,
+    cross_check,
+    parse_snapshot,
+    summarise,
+)
+
+FIXTURES = Path(__file__).parent / "server_metrics"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def test_parse_vllm_v1_names_filtered_by_model():
+    snap = parse_snapshot(fixture("vllm_v1.txt"), model="m")
+    assert snap.kind is ServerKind.VLLM
+    assert snap.values["running_requests"] == 7
+    assert snap.values["waiting_requests"] == 2
+    assert snap.values["kv_cache_usage"] == pytest.approx(0.42)
+    assert snap.values["prompt_tokens"] == 1000
+    assert snap.values["generation_tokens"] == 4096
+    assert snap.values["preemptions"] == 3
+    assert snap.values["requests_succeeded"] == 32  # summed over finished_reason
+    assert snap.names["kv_cache_usage"] == "vllm:kv_cache_usage_perc"
+    assert snap.names["itl_s"] == "vllm:inter_token_latency_seconds"
+    ttft = snap.histograms["ttft_s"]
+    assert ttft.count == 32
+    assert ttft.sum == pytest.approx(0.9)
+    assert ttft.upper_bounds == (0.01, 0.02, 0.04, float("inf"))
+    assert snap.raw["vllm:prompt_tokens_total"] == 1000  # raw names stay available
+
+
+def test_parse_vllm_without_model_sums_every_model():
+    snap = parse_snapshot(fixture("vllm_v1.txt"))
+    assert snap.values["prompt_tokens"] == 1000 + 99999
+    assert snap.values["running_requests"] == 107
+    assert snap.values["kv_cache_usage"] == pytest.approx((0.42 + 0.99) / 2)  # a usage is averaged, not summed
+
+
+def test_parse_vllm_unknown_model_keeps_all_and_says_so():
+    snap = parse_snapshot(fixture("vllm_v1.txt"), model="nope")
+    assert snap.values["prompt_tokens"] == 1000 + 99999
+    assert "model_name='nope'" in snap.notes[0]
+
+
+def test_parse_vllm_v0_old_names():
+    snap = parse_snapshot(fixture("vllm_v0.txt"), model="m")
+    assert snap.kind is ServerKind.VLLM
+    assert snap.values["kv_cache_usage"] == 0.25
+    assert snap.names["kv_cache_usage"] == "vllm:gpu_cache_usage_perc"
+    assert snap.values["prefix_cache_hit_ratio"] == 0.5
+    assert snap.names["itl_s"] == "vllm:time_per_output_token_seconds"
+    assert snap.histograms["itl_s"].count == 792
+
+
+def test_parse_sglang():
+    snap = parse_snapshot(fixture("sglang.txt"), model="meta-llama/Llama-3.1-8B-Instruct")
+    assert snap.kind is ServerKind.SGLANG
+    assert snap.values["running_requests"] == 12
+    assert snap.values["waiting_requests"] == 3
+    assert snap.values["kv_cache_usage"] == pytest.approx(0.28)
+    assert snap.values["prefix_cache_hit_ratio"] == pytest.approx(0.0075)
+    assert snap.values["prompt_tokens"] == 8128902
+    assert snap.values["generation_tokens"] == 7557572
+    assert snap.values["preemptions"] == 5
+    assert set(snap.histograms) == {"ttft_s", "itl_s", "e2e_s", "queue_s"}
+
+
+def test_parse_tgi_tokens_from_length_histograms():
+    snap = parse_snapshot(fixture("tgi.txt"))
+    assert snap.kind is ServerKind.TGI
+    assert snap.values["running_requests"] == 5
+    assert snap.values["waiting_requests"] == 1
+    assert snap.values["prompt_tokens"] == 1500
+    assert snap.values["generation_tokens"] == 2560
+    assert snap.values["requests_succeeded"] == 20
+    assert "ttft_s" not in snap.histograms
+    assert snap.histograms["tpot_s"].mean() == pytest.approx(0.03)
+
+
+def test_parse_llamacpp_recorded():
+    snap = parse_snapshot(fixture("llamacpp.txt"), model="tiny")
+    assert snap.kind is ServerKind.LLAMACPP
+    assert snap.values["prompt_tokens"] == 571
+    assert snap.values["prompt_cached_tokens"] == 547
+    assert snap.values["generation_tokens"] == 10292
+    assert snap.values["running_requests"] == 0
+    assert snap.values["waiting_requests"] == 0
+    assert "kv_cache_usage" not in snap.values  # this build has no kv_cache_usage_ratio
+    assert snap.histograms == {}
+
+
+def test_parse_dcgm_units():
+    snap = parse_snapshot(fixture("dcgm.txt"))
+    assert snap.kind is ServerKind.DCGM
+    assert snap.values["gpu_utilization"] == pytest.approx(0.8)  # mean of 90% and 70%
+    assert snap.values["gpu_memory_used_bytes"] == 3072 * 2**20
+    assert snap.values["gpu_power_w"] == pytest.approx(651.0)
+
+
+def test_parse_unknown_server_kind():
+    snap = parse_snapshot("# TYPE foo_total counter\nfoo_total 3\n")
+    assert snap.kind is ServerKind.UNKNOWN
+    assert snap.values == {}
+    assert snap.raw["foo_total"] == 3
+
+
+@pytest.mark.parametrize("text", ["<html><body>hello</body></html>", "", "# just a comment\n"])
+def test_parse_rejects_non_prometheus_text(text):
+    with pytest.raises(ServerMetricsError, match="/metrics"):
+        parse_snapshot(text)
+
+
+def vllm_text(prompt: float, gen: float, ttft_buckets: tuple[float, float, float], ttft_sum: float, running=1.0):
+    b1, b2, inf = ttft_buckets
+    return f"""# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{{model_name="m"}} {prompt}
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{{model_name="m"}} {gen}
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{model_name="m"}} {running}
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{{le="0.1",model_name="m"}} {b1}
+vllm:time_to_first_token_seconds_bucket{{le="0.2",model_name="m"}} {b2}
+vllm:time_to_first_token_seconds_bucket{{le="+Inf",model_name="m"}} {inf}
+vllm:time_to_first_token_seconds_sum{{model_name="m"}} {ttft_sum}
+vllm:time_to_first_token_seconds_count{{model_name="m"}} {inf}
+"""
+
+
+def test_server_run_counter_deltas_survive_a_reset():
+    run = ServerRun()
+    run.add(parse_snapshot(vllm_text(100, 1000, (0, 0, 0), 0)), sample_gauges=False)
+    run.add(parse_snapshot(vllm_text(150, 1500, (5, 10, 10), 1.5)), sample_gauges=True)
+    run.add(parse_snapshot(vllm_text(20, 200, (1, 2, 2), 0.3)), sample_gauges=True)  # restarted server
+    run.add(parse_snapshot(vllm_text(30, 300, (1, 3, 3), 0.45)), sample_gauges=False)
+    assert run.counters["prompt_tokens"] == 50 + 20 + 10
+    assert run.counters["generation_tokens"] == 500 + 200 + 100
+    ttft = run.histograms["ttft_s"]
+    assert ttft.count == 13
+    assert ttft.cumulative == (6, 13, 13)
+    assert ttft.sum == pytest.approx(1.95)
+
+
+def test_server_run_gauges_mean_and_max_over_sampled_snapshots_only():
+    run = ServerRun()
+    for running, sample in ((0, False), (4, True), (8, True), (0, False)):
+        run.add(parse_snapshot(vllm_text(0, 0, (0, 0, 0), 0, running=running)), sample_gauges=sample)
+    assert run.gauge_summary("running_requests") == {"mean": 6.0, "max": 8.0, "samples": 2}
+    assert run.gauge_summary("kv_cache_usage") == {"mean": None, "max": None, "samples": 0}
+
+
+def test_bucket_quantile_interpolates_like_histogram_quantile():
+    hist = BucketCounts((0.1, 0.2, float("inf")), (50, 100, 100), 10.0, 100)
+    assert hist.quantile(0.5) == pytest.approx(0.1)
+    assert hist.quantile(0.25) == pytest.approx(0.05)
+    assert hist.quantile(0.75) == pytest.approx(0.15)
+    tail = BucketCounts((0.1, float("inf")), (1, 10), 10.0, 10)
+    assert tail.quantile(0.99) == pytest.approx(0.1)  # in +Inf: the highest finite bound
+    assert BucketCounts((0.1,), (0,), 0.0, 0).quantile(0.5) is None
+
+
+def run_of(*texts: str) -> Endpoint:
+    endpoint = Endpoint(url="http://127.0.0.1:1/metrics", start_ok=True, end_ok=True)
+    for text in texts:
+        endpoint.run.add(parse_snapshot(text, model="m"), sample_gauges=False)
+    return endpoint
+
+
+def test_summarise_and_cross_check_equal_tokens_and_ttft_difference():
+    server = summarise([run_of(vllm_text(100, 1000, (0, 0, 0), 0), vllm_text(150, 1500, (5, 10, 10), 1.0))])
+    assert server is not None
+    assert server["kind"] == "vllm"
+    assert server["prompt_tokens"] == 50
+    assert server["generation_tokens"] == 500
+    assert server["prompt_cached_tokens"] is None
+    assert server["latency"]["ttft_s"]["mean"] == pytest.approx(0.1)
+    assert server["latency"]["e2e_s"] is None
+    check = cross_check(server, prompt_tokens=50, completion_tokens=500, ttft_mean_s=0.104, ttft_p50_s=0.103)
+    assert check["tokens"] == "client = server"
+    assert check["ttft_client_minus_server_s"]["mean"] == pytest.approx(0.004)
+    assert check["ttft_client_minus_server_s"]["p50"] == pytest.approx(0.103 - 0.1)
+
+
+def test_cross_check_names_the_difference_and_a_shared_server():
+    server = summarise([run_of(vllm_text(0, 0, (0, 0, 0), 0), vllm_text(60, 600, (0, 0, 0), 0))])
+    check = cross_check(server, prompt_tokens=50, completion_tokens=500, ttft_mean_s=None, ttft_p50_s=None)
+    assert check["prompt_tokens_diff"] == -10
+    assert check["generation_tokens_diff"] == -100
+    assert "shared server" in check["tokens"]
+    assert check["ttft_client_minus_server_s"] is None  # no request in the server's TTFT histogram
+
+
+def test_cross_check_llamacpp_prompt_cache_accounting():
+    def text(prompt: int, cached: int, gen: int) -> str:
+        return (
+            f"llamacpp:prompt_tokens_total {prompt}\nllamacpp:prompt_tokens_cached_total {cached}\n"
+            f"llamacpp:tokens_predicted_total {gen}\n"
+        )
+
+    server = summarise([run_of(text(0, 0, 0), text(40, 60, 300))])
+    assert server["prefix_cache_hit_ratio"] == pytest.approx(0.6)
+    check = cross_check(server, prompt_tokens=100, completion_tokens=300, ttft_mean_s=0.1, ttft_p50_s=0.1)
+    assert "prompt client +60" in check["tokens"]
+    assert "cache" in check["tokens"]
+
+
+def test_summarise_none_when_nothing_answered():
+    assert summarise([Endpoint(url="http://127.0.0.1:1/metrics", failed_scrapes=2, error="timed out")]) is None
+
+
+def test_parse_sim_without_vllm_names_reads_its_ground_truth():
+    text = (
+        'llmload_sim_prompt_tokens_total{endpoint="/v1/completions"} 10\n'
+        'llmload_sim_prompt_tokens_total{endpoint="/v1/chat/completions"} 5\n'
+        'llmload_sim_completion_tokens_total{endpoint="/v1/completions"} 7\n'
+        "llmload_sim_requests_running 3\n"
+    )
+    snap = parse_snapshot(text, model="m")
+    assert snap.kind is ServerKind.SIM
+    assert snap.values["prompt_tokens"] == 15
+    assert snap.values["generation_tokens"] == 7
+    assert snap.names["running_requests"] == "llmload_sim_requests_running"
+
+
+def test_parse_skips_nan_values_so_results_stay_valid_json():
+    snap = parse_snapshot('vllm:kv_cache_usage_perc{model_name="m"} NaN\nvllm:num_requests_running{model_name="m"} 2\n')
+    assert "kv_cache_usage" not in snap.values
+    assert snap.values["running_requests"] == 2

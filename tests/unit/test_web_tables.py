@@ -1,0 +1,68 @@
+"""Rows of the web UI's LLM tabs (issue 10): the summary's figures per endpoint/model, the run's state."""
+
+from __future__ import annotations
+
+from llmload.exporters.web_tables import ENDPOINT_COLUMNS, RunFacts, endpoint_rows, run_rows
+from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.stats import LLMStats
+
+
+def _ok(endpoint: str, e2e_s: float, completion: int) -> RequestRecord:
+    return RequestRecord(
+        endpoint=endpoint, model="m", started_at_unix=1_700_000_000.0,
+        token_times_s=[0.05, 0.05 + e2e_s / 2], first_content_s=0.05, end_s=e2e_s,
+        prompt_tokens=TokenCount(10, TokenSource.SERVER), completion_tokens=TokenCount(completion, TokenSource.SERVER),
+    )  # fmt: skip
+
+
+def _failed(message: str) -> RequestRecord:
+    return RequestRecord(
+        endpoint="chat", model="m", started_at_unix=1_700_000_000.0, outcome=Outcome.HTTP_ERROR,
+        error=ErrorInfo("HTTP 500", message, 500), end_s=0.01,
+    )  # fmt: skip
+
+
+def test_endpoint_rows_one_per_pair_and_a_total_with_every_column() -> None:
+    stats = LLMStats.empty()
+    stats.add(_ok("chat", 0.2, 5))
+    stats.add(_ok("completions", 0.4, 7))
+    stats.add(_failed("boom"))
+    rows = endpoint_rows(stats)
+    assert [(r["endpoint"], r["succeeded"], r["failed"]) for r in rows] == [
+        ("chat", "1", "1"),
+        ("completions", "1", "0"),
+        ("Total", "2", "1"),
+    ]
+    assert all(set(r) == {k for k, _ in ENDPOINT_COLUMNS} for r in rows)
+    assert rows[-1]["completion_tokens"] == "12"
+
+
+def test_endpoint_rows_single_pair_has_no_total_and_unknowns_are_na() -> None:
+    stats = LLMStats.empty()
+    stats.add(_failed("boom"))
+    (row,) = endpoint_rows(stats)
+    assert row["ttft_p99_ms"] == "n/a"
+    assert row["failed"] == "1"
+
+
+def test_run_rows_say_coverage_verdict_failures_and_metrics() -> None:
+    stats = LLMStats.empty()
+    stats.add(_failed("boom 1"))
+    stats.add(_failed("boom 2"))
+    facts = RunFacts(
+        state="stopped", run_id="abc", reset_at="12:00:00", results={"verdict": "PASSED: ...", "exit_status": 0},
+        metrics_url="http://0.0.0.0:9646/metrics",
+    )  # fmt: skip
+    rows = {r["item"]: r["value"] for r in run_rows(stats, facts)}
+    assert rows["Statistics cover"] == "requests finished since RESET at 12:00:00"
+    assert rows["Verdict"] == "PASSED: ..."
+    assert rows["Failures: HTTP 500"] == "2 (e.g. boom 1)"
+    assert rows["Prometheus"] == "http://0.0.0.0:9646/metrics"
+    live = {r["item"]: r["value"] for r in run_rows(LLMStats.empty(), RunFacts(state="running"))}
+    assert "Verdict" not in live
+    assert live["Statistics cover"] == "the whole run"
+
+
+def test_run_rows_say_the_verdict_is_pending_while_the_results_are_built() -> None:
+    rows = {r["item"]: r["value"] for r in run_rows(LLMStats.empty(), RunFacts(state="stopped", ending=True))}
+    assert rows["Verdict"].startswith("pending")
