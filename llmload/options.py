@@ -212,7 +212,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "--max-retry-after",
         "Closed loop: longest pause in seconds a user makes after a throttled reply (429/503), "
-        "whether the server's Retry-After asked for more or it sent none (exponential back-off from 1 s).",
+        "whether the server's Retry-After (plus 0-10% jitter) asked for more or it sent none "
+        "(exponential back-off from 1 s).",
         _LOAD,
         60.0,
         _SECONDS,
