@@ -200,7 +200,8 @@ class OptionSpec:
         choices: offered as a dropdown in the web UI (``""`` = unset); the parser checks the value.
         is_flag: a switch without a value.
         is_secret: masked in the web UI.
-        repeatable: may be given several times (Locust collects a list; the parser gets one per line).
+        repeatable: may be given several times (Locust collects a list); the parser gets each value on its own
+            and returns a tuple; the option's value is their concatenation.
         if_unset: when set, a blank value is refused with this message instead of taking the default.
         field: the ``RunConfig`` attribute it sets; "" = ``dest``; None = read by a cross-field rule.
         launch_only: used once when the process starts (not in the web UI's form, where it would do nothing).
@@ -250,6 +251,8 @@ class OptionSpec:
         Raises:
             ConfigError: naming the flag, the value and an accepted example.
         """
+        if self.repeatable:
+            return self._values(raw)
         if isinstance(raw, (list, tuple)):
             raw = "\n".join(str(item) for item in raw)
         raw_text = None if raw is None else str(raw)
@@ -258,6 +261,23 @@ class OptionSpec:
                 raise ConfigError(self.if_unset)
             return self.default
         return self.parse(self.flag, raw_text)
+
+    def _values(self, raw: object) -> Any:
+        """A repeatable option: each value given (CLI, ``locust.conf`` list) or each line of a text
+        (environment, web UI; LF or CRLF between lines) is parsed on its own; the results are concatenated.
+
+        A value given as a list item is one value: a line break inside it reaches the parser, which refuses it.
+        """
+        if isinstance(raw, (list, tuple)):
+            items = [str(item) for item in raw]
+        else:
+            items = [] if raw is None else [line.removesuffix("\r") for line in str(raw).split("\n")]
+        items = [item for item in items if item.strip()]
+        if not items:
+            if self.if_unset is not None:
+                raise ConfigError(self.if_unset)
+            return self.default
+        return tuple(part for item in items for part in self.parse(self.flag, item))
 
 
 def server_metrics(flag_name: str, value: str) -> str:
@@ -275,21 +295,50 @@ def server_metrics(flag_name: str, value: str) -> str:
     return ",".join(parts)
 
 
+_FRAMING_HEADERS = {
+    "content-length": "llmload sets it from each request body; a fixed value would cut or stall the body",
+    "transfer-encoding": "llmload frames each body with Content-Length; a second framing makes the request "
+    "ambiguous (servers and proxies may read it differently)",
+    "host": "it comes from -H; put the host name the server expects in -H (DNS or /etc/hosts pointing at it)",
+    "connection": "llmload manages its keep-alive connections itself",
+    "keep-alive": "llmload manages its keep-alive connections itself",
+    "proxy-connection": "llmload manages its connections (and proxy tunnels) itself",
+    "te": "a hop-by-hop header that changes how the reply is framed",
+    "trailer": "a hop-by-hop header that changes how the body is framed",
+    "upgrade": "it would switch the connection to another protocol",
+    "expect": "llmload does not wait for 100 Continue; the request would stall",
+}
+"""Headers that frame the HTTP message or control the connection: refused in ``--header`` (why, per name)."""
+
+
+def _refuse_framing(flag_name: str, name: str) -> None:
+    why = _FRAMING_HEADERS.get(name.lower())
+    if why is not None:
+        raise ConfigError(f"{flag_name}: the {name} header is refused: {why}. Remove it")
+
+
 def headers(flag_name: str, value: str) -> tuple[tuple[str, str], ...]:
-    """One ``Name: value`` header per line (the option repeated gives several lines)."""
-    pairs: list[tuple[str, str]] = []
-    for line in value.splitlines():
-        if not line.strip():
-            continue
-        name, sep, field_value = line.partition(":")
-        name = name.strip()
-        if not sep or not name or any(c in name for c in ' \t()<>@,;\\"/[]?={}'):
-            raise ConfigError(
-                f"{flag_name} must be 'Name: value', got {_redacted_header(line)!r}; "
-                f"pass e.g. {flag_name} 'api-key: KEY'"
-            )
-        pairs.append((name, field_value.strip()))
-    return tuple(pairs)
+    """One header, ``Name: value`` (``OptionSpec.value`` calls this once per given header).
+
+    Refused: a line break (CR or LF) anywhere (it would end the header and
+    inject what follows) and the framing and connection headers of
+    ``_FRAMING_HEADERS`` (``Content-Length``, ``Transfer-Encoding``, ``Host``, ``Connection`` …).
+    """
+    name, sep, field_value = value.partition(":")
+    name = name.strip()
+    if not sep or not name or any(c in name for c in ' \t()<>@,;\\"/[]?={}\r\n'):
+        raise ConfigError(
+            f"{flag_name} must be 'Name: value', got {_redacted_header(value)!r}; pass e.g. {flag_name} 'api-key: KEY'"
+        )
+    if "\r" in field_value or "\n" in field_value:
+        raise ConfigError(
+            f"{flag_name}: the value of header {name!r} contains a line break (CR or LF), which would end the "
+            f"header and send what follows as another one; pass each header as its own {flag_name} 'Name: value'"
+        )
+    if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in field_value):
+        raise ConfigError(f"{flag_name}: the value of header {name!r} contains a control character; remove it")
+    _refuse_framing(flag_name, name)
+    return ((name, field_value.strip()),)
 
 
 def _redacted_header(line: str) -> str:
@@ -301,8 +350,9 @@ def _redacted_header(line: str) -> str:
 def header_name(flag_name: str, value: str) -> str:
     """An HTTP header name (no spaces or separators)."""
     name = value.strip()
-    if not name or any(c in name for c in ' \t:()<>@,;\\"/[]?={}'):
+    if not name or any(c in name for c in ' \t:()<>@,;\\"/[]?={}\r\n'):
         raise ConfigError(f"{flag_name} must be a header name, got {value!r}; pass e.g. {flag_name} api-key")
+    _refuse_framing(flag_name, name)
     return name
 
 

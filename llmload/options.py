@@ -265,7 +265,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "--header",
         "Extra HTTP header 'Name: value' on every request; repeat the option for several. locust.conf: "
         "header = [api-key: KEY, x-trace: on]; LOCUST_HEADER: one header per line. Values of credential "
-        "headers are never printed.",
+        "headers are never printed. Refused: framing headers (Content-Length, Transfer-Encoding, Host, "
+        "Connection ...) and line breaks in a value.",
         _SERVER,
         (),
         v.headers,

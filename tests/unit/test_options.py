@@ -108,6 +108,50 @@ def test_header_option_reads_repeats_and_lines_and_hides_values_in_its_error():
 
 
 @pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ("Content-Length: 5", "sets it from each request body"),
+        ("transfer-encoding: chunked", "ambiguous"),
+        ("Host: vhost.internal", "comes from -H"),
+        ("Connection: close", "keep-alive connections"),
+        ("Expect: 100-continue", "stall"),
+    ],
+)
+def test_header_option_refuses_framing_headers_before_load_naming_the_header_and_why(given, why):
+    spec = next(s for s in OPTIONS if s.flag == "--header")
+    name = given.split(":")[0]
+    with pytest.raises(ConfigError) as info:
+        spec.value([given])
+    assert f"the {name} header is refused" in str(info.value)
+    assert why in str(info.value)
+    values = {s.dest: s.locust_default for s in OPTIONS}
+    with pytest.raises(ConfigError, match=f"{name} header is refused"):
+        RunConfig.from_options(SimpleNamespace(**{**values, "header": ["x-trace: on", given]}))
+
+
+@pytest.mark.parametrize("given", ["x-a: ok\r\nInjected: evil", "x-a: ok\nInjected: evil", "x-a: ok\rInjected: evil"])
+def test_header_option_refuses_a_line_break_inside_one_value_instead_of_injecting_a_header(given):
+    spec = next(s for s in OPTIONS if s.flag == "--header")
+    with pytest.raises(ConfigError) as info:
+        spec.value([given])  # one --header on the command line
+    message = str(info.value)
+    assert "'x-a'" in message
+    assert "line break (CR or LF)" in message
+    assert "evil" not in message  # the value may be a credential: never echoed
+
+
+def test_header_option_reads_lf_or_crlf_separated_lines_from_the_environment():
+    spec = next(s for s in OPTIONS if s.flag == "--header")
+    assert spec.value("x-a: 1\r\nx-b: 2\n") == (("x-a", "1"), ("x-b", "2"))
+
+
+def test_api_key_header_refuses_framing_header_names():
+    spec = next(s for s in OPTIONS if s.flag == "--api-key-header")
+    with pytest.raises(ConfigError, match="the Host header is refused"):
+        spec.value("Host")
+
+
+@pytest.mark.parametrize(
     ("name", "value", "shown"),
     [
         ("Authorization", "Bearer s3", "Authorization: ***"),
