@@ -39,7 +39,7 @@ from llmload.exporters.load import SendFigures
 from llmload.exporters.results import RunOutcome, build_results, write_results_json
 from llmload.exporters.timeseries_files import write_csv_files
 from llmload.interrupt import Interrupter
-from llmload.launch import prepare, stop_process_services
+from llmload.launch import note_request_limit, prepare, stop_process_services
 from llmload.options import GROUPS, OPTIONS
 from llmload.runtime import Runtime
 
@@ -159,6 +159,8 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
         except KeyboardInterrupt:  # Ctrl-C while preflight waits (e.g. a server that never answers)
             runtime.stopping = True
             _fatal(environment, INTERRUPTED_IN_PREFLIGHT, runtime, interrupted=True)
+        else:
+            note_request_limit(options, runtime.config)
 
 
 def _install_interrupter(environment: Environment, runtime: Runtime) -> None:
