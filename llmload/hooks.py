@@ -40,7 +40,7 @@ from llmload.exporters.results import RunOutcome, build_results, write_results_j
 from llmload.exporters.timeseries_files import write_csv_files
 from llmload.interrupt import Interrupter
 from llmload.launch import note_request_limit, prepare, stop_process_services
-from llmload.options import GROUPS, OPTIONS
+from llmload.options import GROUPS, OPTIONS, OptionSpec
 from llmload.runtime import Runtime
 
 __all__ = ["add_arguments", "install"]
@@ -88,6 +88,13 @@ class _Choices(tuple[str, ...]):
         return True
 
 
+def _form_help(spec: OptionSpec) -> str:
+    """The help the web form shows; a field that starts blank also says what blank means (its default)."""
+    if spec.locust_default in ("", None) and spec.default_text != "none":
+        return f"{spec.help} Default: {spec.default_text}."
+    return spec.help
+
+
 def add_arguments(parser: Any) -> None:
     """Add llmload's options to Locust's parser (CLI, ``locust.conf``, ``LOCUST_*`` env, web UI).
 
@@ -107,7 +114,7 @@ def add_arguments(parser: Any) -> None:
                     type=str,
                     default=spec.locust_default,
                     env_var=spec.env,
-                    help=spec.help,
+                    help=_form_help(spec),
                     metavar=spec.metavar,
                     choices=_Choices(spec.choices) if spec.choices else None,
                 )

@@ -95,21 +95,26 @@ def number(convert: Callable[[str], Any], valid: Callable[[Any], bool], requirem
     return parse
 
 
-def positive_int(*, unset_means: str = "", zero: str = "") -> Parse:
-    """A positive integer; ``unset_means`` is said when a value <= 0 is refused, ``zero`` replaces that for 0."""
+def positive_int(*, unset_means: str = "", zero: str = "", example: str = "300") -> Parse:
+    """A positive integer; ``unset_means`` is said when a value <= 0 is refused, ``zero`` replaces that for 0.
+
+    Every refusal ends with an accepted value: ``pass e.g. {flag} {example}``.
+    """
 
     def parse(flag_name: str, value: str) -> int:
         try:
             result = int(value.strip())
         except ValueError:
             raise ConfigError(
-                f"{flag_name} must be a positive integer, got {value!r}; pass e.g. {flag_name} 300"
+                f"{flag_name} must be a positive integer, got {value!r}; pass e.g. {flag_name} {example}"
             ) from None
         if result == 0 and zero:
-            raise ConfigError(f"{flag_name} must be a positive integer, got 0; {zero}")
+            raise ConfigError(f"{flag_name} must be a positive integer, got 0; {zero}; pass e.g. {flag_name} {example}")
         if result <= 0:
             hint = f" {unset_means}" if unset_means else ""
-            raise ConfigError(f"{flag_name} must be a positive integer, got {result}.{hint} Pass e.g. {flag_name} 300")
+            raise ConfigError(
+                f"{flag_name} must be a positive integer, got {result}.{hint} Pass e.g. {flag_name} {example}"
+            )
         return result
 
     return parse
@@ -205,6 +210,8 @@ class OptionSpec:
         if_unset: when set, a blank value is refused with this message instead of taking the default.
         field: the ``RunConfig`` attribute it sets; "" = ``dest``; None = read by a cross-field rule.
         launch_only: used once when the process starts (not in the web UI's form, where it would do nothing).
+        shown: the default as users read it (``llmload options``, the web form's help, the README's
+            options table), when ``default`` alone does not say it (e.g. ``not set: closed loop``); "" = derived.
     """
 
     flag: str
@@ -220,6 +227,20 @@ class OptionSpec:
     if_unset: str | None = None
     field: str | None = ""
     launch_only: bool = False
+    shown: str = ""
+
+    @property
+    def default_text(self) -> str:
+        """The default in words: ``shown``, else ``off`` (switches), ``none`` (no value), or the value (``30``)."""
+        if self.shown:
+            return self.shown
+        if self.is_flag:
+            return "off"
+        if self.default is None or self.default in ("", ()):
+            return "none"
+        if isinstance(self.default, float):
+            return f"{self.default:g}"
+        return str(self.default)
 
     @property
     def dest(self) -> str:

@@ -23,8 +23,8 @@ GROUPS = (_MODEL, _REPLY, _LOAD, _DETAILS, _SERVER, _TOKENS, _RESULTS, _PROM)
 """Option groups in the order of ``llmload options`` and of the web UI form."""
 
 
-def _switch(flag: str, help: str, group: str) -> OptionSpec:
-    return OptionSpec(flag, help, group, False, v.flag, is_flag=True)
+def _switch(flag: str, help: str, group: str, shown: str = "") -> OptionSpec:
+    return OptionSpec(flag, help, group, False, v.flag, is_flag=True, shown=shown)
 
 
 DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -33,6 +33,7 @@ _SECONDS = v.number(float, lambda x: 0 < x < math.inf, "a finite number of secon
 _NON_NEGATIVE = v.number(float, lambda x: 0 <= x < math.inf, "a finite number >= 0", "0.7")
 _TOKENS_STDDEV = v.number(float, lambda x: 0 <= x < math.inf, "a number of tokens >= 0", "64")
 _UNSET_NO_LIMIT = "Leave it unset for no limit."
+_NOT_WRITTEN = "not written"
 
 
 def _at_least(minimum: int, example: str) -> v.Parse:
@@ -43,10 +44,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     # ── model and prompt ──
     OptionSpec(
         "--model",
-        "Served model name sent in each request. Default: the first model "
-        "listed by GET /v1/models. Never used to find a tokenizer.",
+        "Served model name sent in each request; checked against GET /v1/models before any load. "
+        "Never used to find a tokenizer.",
         _MODEL,
         metavar="NAME",
+        shown="the first model GET /v1/models lists",
     ),
     OptionSpec(
         "--prompt",
@@ -54,6 +56,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _MODEL,
         DEFAULT_PROMPT,
         metavar="TEXT",
+        shown=f'"{DEFAULT_PROMPT}"',
         if_unset="--prompt must not be empty; pass e.g. --prompt 'Tell me a joke'",
     ),
     OptionSpec(
@@ -65,12 +68,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--dataset-format",
-        "auto, jsonl or sharegpt.",
+        "Format of --dataset: auto, jsonl or sharegpt.",
         _MODEL,
         "auto",
         v.choice("auto", "jsonl", "sharegpt"),
         metavar="FORMAT",
         choices=("auto", "jsonl", "sharegpt"),
+        shown="auto (.json or a leading [: ShareGPT)",
     ),
     OptionSpec(
         "--input-tokens",
@@ -88,6 +92,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=_TOKENS_STDDEV,
         metavar="S",
         field=None,
+        shown="0",
     ),
     # ── reply length and sampling ──
     OptionSpec(
@@ -107,6 +112,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=v.length(keyword="dataset"),
         metavar="M",
         field=None,
+        shown="--max-tokens (or a JSONL line's own max_tokens)",
     ),
     OptionSpec(
         "--output-tokens-stddev",
@@ -115,20 +121,27 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=_TOKENS_STDDEV,
         metavar="S",
         field=None,
+        shown="0",
     ),
     OptionSpec(
         "--temperature",
-        "Sampling temperature (>= 0). Default: the server's default.",
+        "Sampling temperature (>= 0).",
         _REPLY,
         parse=_NON_NEGATIVE,
         metavar="T",
+        shown="the server's default (not sent)",
     ),
     _switch(
         "--ignore-eos",
         "Send ignore_eos=true so every reply has exactly max_tokens (vLLM/SGLang/llama.cpp extension).",
         _REPLY,
     ),
-    _switch("--no-stream", "Send non-streaming requests (TTFT then equals E2E and is not reported).", _REPLY),
+    _switch(
+        "--no-stream",
+        "Send non-streaming requests (TTFT and ITL are then unknown).",
+        _REPLY,
+        "off: streaming",
+    ),
     OptionSpec(
         "--stream-usage",
         "Ask for stream_options.include_usage (token counts from the server). auto: ask, and when the "
@@ -160,46 +173,55 @@ OPTIONS: tuple[OptionSpec, ...] = (
     # ── load ──
     OptionSpec(
         "--num-requests",
-        "Send exactly N requests over all workers together; the run ends "
-        "when all N have finished. Empty: no request limit (use -t).",
+        "Send exactly N requests over all workers together; the run ends when all N have finished (or -t elapses).",
         _LOAD,
         parse=v.positive_int(unset_means=_UNSET_NO_LIMIT),
         metavar="N",
+        shown="no limit",
     ),
     OptionSpec(
         "--request-rate",
         "Open loop: send R requests per second over all workers together "
         "(a positive number, or inf: every request eligible at once, bounded by --max-concurrency "
-        "and users). Unset: closed loop, each user sends its next request when the last ends.",
+        "and users; 0 and negative values are refused). Not set: closed loop, each user sends its next "
+        "request when the last ends.",
         _LOAD,
         parse=v.rate,
         metavar="R",
         field=None,
+        shown="not set: closed loop",
     ),
     OptionSpec(
         "--arrival",
-        "Inter-arrival distribution for --request-rate: poisson, constant or gamma. Unset: poisson.",
+        "Inter-arrival distribution with --request-rate: poisson, constant or gamma.",
         _LOAD,
         parse=v.choice("poisson", "constant", "gamma"),
         metavar="KIND",
         choices=("", "poisson", "constant", "gamma"),
         field=None,
+        shown="poisson (with --request-rate)",
     ),
     OptionSpec(
         "--burstiness",
-        "Gamma shape for --arrival gamma (1 = Poisson, < 1 burstier). Unset: 1.",
+        "Gamma shape with --arrival gamma (1 = Poisson, < 1 burstier, > 1 more regular).",
         _LOAD,
         parse=v.number(float, lambda x: 0 < x < math.inf, "a finite number > 0", "0.5"),
         metavar="B",
         field=None,
+        shown="1 (with --arrival gamma)",
     ),
     OptionSpec(
         "--max-concurrency",
-        "Cap on requests in flight over all workers together (positive integer). Unset: the number of users.",
+        "Cap on requests in flight over all workers together (positive integer; split across workers).",
         _LOAD,
-        parse=v.positive_int(unset_means=_UNSET_NO_LIMIT, zero="leave it unset for no cap (0 never means unlimited)"),
+        parse=v.positive_int(
+            unset_means="Leave it unset for no cap beyond the users.",
+            zero="leave it unset for no cap beyond the users (0 never means unlimited)",
+            example="64",
+        ),
         metavar="N",
         field=None,
+        shown="the number of users",
     ),
     OptionSpec(
         "--warmup-requests",
@@ -231,7 +253,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--turns",
-        "Multi-turn chat: each user keeps a conversation of T turns (history and replies grow), then starts a new one.",
+        "Multi-turn: each user's conversation lasts T turns; each turn sends the conversation so far (earlier "
+        "prompts and replies) plus a new prompt (chat: as messages; completions: joined into one prompt text); "
+        "after T turns, or a failed turn, it starts a new one.",
         _DETAILS,
         1,
         _at_least(1, "4"),
@@ -249,18 +273,24 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "--api-key-env",
         "Name of the environment variable that holds the API key "
-        "(sent as 'Authorization: Bearer'). Unset or empty variable: no key sent.",
+        "(sent as 'Authorization: Bearer'; never printed or written). Unset or empty variable: no key sent.",
         _SERVER,
         "OPENAI_API_KEY",
         metavar="VAR",
     ),
     OptionSpec(
         "--api-key-file",
-        "File whose first line is the API key (instead of --api-key-env).",
+        "File whose first line is the API key (instead of --api-key-env; an empty first line is refused).",
         _SERVER,
         metavar="PATH",
+        shown="not used",
     ),
-    _switch("--insecure", "Do not verify the server's TLS certificate (printed as a warning).", _SERVER),
+    _switch(
+        "--insecure",
+        "Do not verify the server's TLS certificate (printed as a warning).",
+        _SERVER,
+        "off: certificates verified",
+    ),
     OptionSpec(
         "--header",
         "Extra HTTP header 'Name: value' on every request; repeat the option for several. locust.conf: "
@@ -281,6 +311,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _SERVER,
         parse=v.header_name,
         metavar="NAME",
+        shown="Authorization: Bearer",
     ),
     OptionSpec(
         "--endpoint-path",
@@ -289,11 +320,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _SERVER,
         parse=v.endpoint_path,
         metavar="PATH",
+        shown="/v1/chat/completions or /v1/completions",
     ),
     _switch(
         "--ignore-proxy-env",
         "Connect to the target directly even when HTTP_PROXY / HTTPS_PROXY / ALL_PROXY are set.",
         _SERVER,
+        "off: proxy variables honoured",
     ),
     OptionSpec("--connect-timeout", "Seconds to establish a connection.", _SERVER, 30.0, _SECONDS, "S", field=None),
     OptionSpec(
@@ -316,9 +349,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     _switch(
         "--skip-preflight",
-        "Do not probe the server before load (GET /v1/models is still used "
-        "to find the model when --model is not given).",
+        "Skip the probe requests before load (GET /v1/models still runs).",
         _SERVER,
+        "off: preflight on",
     ),
     OptionSpec(
         "--server-metrics",
@@ -338,11 +371,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "when the server sends no usage and makes synthetic prompts exact. Never taken from --model.",
         _TOKENS,
         metavar="PATH_OR_NAME",
+        shown="none: counts from server usage",
     ),
     _switch(
         "--allow-download",
         "Let --tokenizer download from the Hugging Face hub (off: local files and cache only).",
         _TOKENS,
+        "off: no hub request at all",
     ),
     OptionSpec(
         "--slo",
@@ -352,7 +387,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="LIST",
     ),
     # ── results ──
-    OptionSpec("--results-json", "Write the end-of-run results to this JSON file.", _RESULTS, metavar="PATH"),
+    OptionSpec(
+        "--results-json",
+        "Write the end-of-run results to this JSON file (also for a run blocked before load).",
+        _RESULTS,
+        metavar="PATH",
+        shown=_NOT_WRITTEN,
+    ),
     OptionSpec(
         "--html-report",
         "Write a self-contained HTML report of the run (summary, latency distributions, time series when recorded, "
@@ -360,6 +401,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "with: llmload report results.json [other.json] -o PATH.",
         _RESULTS,
         metavar="PATH",
+        shown=_NOT_WRITTEN,
     ),
     OptionSpec(
         "--requests-log",
@@ -367,6 +409,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "writes PATH with its worker index inserted before the extension).",
         _RESULTS,
         metavar="PATH",
+        shown=_NOT_WRITTEN,
     ),
     OptionSpec(
         "--timeseries",
@@ -374,6 +417,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "row; the same rows as the results' timeseries).",
         _RESULTS,
         metavar="PATH",
+        shown=_NOT_WRITTEN,
     ),
     OptionSpec(
         "--timeseries-interval",
@@ -406,12 +450,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--prometheus-host",
-        "Address the Prometheus exporter listens on. Empty: all interfaces.",
+        "Address the Prometheus exporter listens on.",
         _PROM,
         "",
         lambda _flag, value: value.strip(),
         "ADDR",
         launch_only=True,
+        shown="all interfaces",
     ),
     OptionSpec(
         "--prometheus-grace",
@@ -450,15 +495,9 @@ def describe(width: int = 100) -> str:
         lines += ["", f"{group}:"]
         for spec in (s for s in OPTIONS if s.group == group):
             name = spec.flag if spec.is_flag else f"{spec.flag} {spec.metavar}"
-            if spec.is_flag:
-                shown = "off"
-            elif spec.default is None or spec.default in ("", ()):
-                shown = "unset"
-            else:
-                shown = repr(spec.default) if " " in str(spec.default) else str(spec.default)
             lines.append(f"  {name}")
             lines += textwrap.wrap(spec.help, width, initial_indent=indent, subsequent_indent=indent)
             if spec.choices:
                 lines.append(f"{indent}one of: {', '.join(c for c in spec.choices if c)}")
-            lines.append(f"{indent}default: {shown}; env: {spec.env}")
+            lines.append(f"{indent}default: {spec.default_text}; env: {spec.env}")
     return "\n".join(lines) + "\n"

@@ -1,6 +1,7 @@
 """The option table: one declaration per option feeds the parser, the config, and ``llmload options``."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +39,7 @@ def test_nc12_llmload_options_lists_every_option_grouped_with_help_and_default()
         entry = text[at : text.index("default:", at)]
         assert spec.help.split()[0] in entry
         assert f"env: {spec.env}" in text[at:]
-    for flag, shown in (("--max-tokens", "128"), ("--request-timeout", "1800.0"), ("--prometheus-port", "9646")):
+    for flag, shown in (("--max-tokens", "128"), ("--request-timeout", "1800"), ("--prometheus-port", "9646")):
         at = text.index(f"\n  {flag} ")
         assert f"default: {shown};" in text[at : text.index("\n  --", at + 1)]
     for needle in ("--max-tokens", "--num-requests", "--results-json", "--request-rate", "--tokenizer"):
@@ -74,7 +75,8 @@ def test_web_ui_form_follows_the_table_order_with_dropdowns_and_llmload_messages
         "from llmload import hooks\n"
         "hooks.install()\n"
         "ui = ap.ui_extra_args_dict(['locust', '-f', 'locustfiles/chat.py', '--arrival', 'GAMMA'])\n"
-        "print(json.dumps({'order': list(ui), 'arrival': ui['arrival'], 'usage': ui['stream_usage']['choices']}))\n"
+        "print(json.dumps({'order': list(ui), 'arrival': ui['arrival'], 'usage': ui['stream_usage']['choices'],\n"
+        "                  'help': {k: v['help_text'] for k, v in ui.items()}}))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=README.parent, check=False
@@ -88,6 +90,12 @@ def test_web_ui_form_follows_the_table_order_with_dropdowns_and_llmload_messages
     assert seen["arrival"]["default_value"] == "GAMMA"
     assert seen["arrival"]["choices"] == ["", "poisson", "constant", "gamma"]
     assert seen["usage"] == ["auto", "on", "off"]
+    # a field that starts blank says what blank means, never "unset"
+    assert seen["help"]["arrival"].endswith("Default: poisson (with --request-rate).")
+    assert seen["help"]["burstiness"].endswith("Default: 1 (with --arrival gamma).")
+    assert seen["help"]["request_rate"].endswith("Default: not set: closed loop.")
+    assert seen["help"]["max_concurrency"].endswith("Default: the number of users.")
+    assert not any("unset" in text.lower().split(":")[-1] for text in seen["help"].values())
     values = {spec.dest: spec.locust_default for spec in OPTIONS}
     with pytest.raises(ConfigError, match="--arrival must be one of poisson, constant, gamma, got 'foo'"):
         RunConfig.from_options(SimpleNamespace(**{**values, "request_rate": "5", "arrival": "foo"}))
@@ -170,3 +178,54 @@ def test_public_header_hides_credential_values(name, value, shown):
 def test_join_url_never_doubles_the_slash_and_keeps_the_query_last():
     assert join_url("http://h/api/v1/", "/v1/models") == "http://h/api/v1/v1/models"
     assert join_url("http://h/openai?api-version=1", "/v1/models") == "http://h/openai/v1/models?api-version=1"
+
+
+def _readme_option_rows() -> dict[str, list[tuple[str, str]]]:
+    """Every row of the README's option tables (Options, Prometheus): flag → [(meaning, default)]."""
+    rows: dict[str, list[tuple[str, str]]] = {}
+    for line in README.read_text(encoding="utf-8").splitlines():
+        found = re.match(r"\| `(--[a-z-]+)[^`]*` \| (.*) \| (.*) \|$", line)
+        if found:
+            rows.setdefault(found.group(1), []).append((found.group(2), found.group(3)))
+    return rows
+
+
+def test_readme_options_tables_list_every_option_and_nothing_else():
+    assert set(_readme_option_rows()) == {spec.flag for spec in OPTIONS}
+
+
+def test_readme_options_tables_show_the_default_llmload_options_shows():
+    text = describe()
+    for spec in OPTIONS:
+        assert f"default: {spec.default_text}; env: {spec.env}" in text
+        for _meaning, shown in _readme_option_rows()[spec.flag]:
+            assert shown.replace("`", "") == spec.default_text, spec.flag
+
+
+def test_llmload_options_never_shows_a_default_as_unset_or_as_a_float_repr():
+    text = describe()
+    assert "default: unset" not in text
+    assert "default: 30.0" not in text
+    assert "default: 60;" in text  # --max-retry-after 60.0, --prometheus-grace 60.0
+
+
+def test_readme_and_help_say_the_same_about_turns():
+    spec = next(s for s in OPTIONS if s.flag == "--turns")
+    ((meaning, _),) = _readme_option_rows()["--turns"]
+    for words in ("each turn sends the conversation so far", "after T turns, or a failed turn, it starts a new one"):
+        assert words in spec.help
+        assert words in meaning
+
+
+def test_max_concurrency_zero_is_refused_with_an_example_value():
+    spec = next(s for s in OPTIONS if s.flag == "--max-concurrency")
+    with pytest.raises(ConfigError) as info:
+        spec.value("0")
+    assert "0 never means unlimited" in str(info.value)
+    assert str(info.value).endswith("pass e.g. --max-concurrency 64")
+
+
+def test_readme_says_llmload_sweep_writes_sweep_json_by_default():
+    assert "combined results (default sweep.json)" in _llmload("sweep", "--help").replace("\n", " ")
+    sweeps = README.read_text(encoding="utf-8").split("- **Sweeps**", 1)[1][:2500]
+    assert "default `sweep.json`" in sweeps
