@@ -173,7 +173,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     # ── load ──
     OptionSpec(
         "--num-requests",
-        "Send exactly N requests over all workers together; the run ends when all N have finished (or -t elapses).",
+        "Send exactly N requests over all workers together; the run ends when all N have finished "
+        "(succeeded or failed), or when -t elapses first.",
         _LOAD,
         parse=v.positive_int(unset_means=_UNSET_NO_LIMIT),
         metavar="N",
@@ -307,7 +308,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--api-key-header",
-        "Send the API key as 'NAME: KEY' instead of 'Authorization: Bearer KEY' (gateways: api-key, x-api-key).",
+        "Send the API key as 'NAME: KEY' instead of 'Authorization: Bearer KEY' (gateways: api-key, x-api-key); "
+        "the key is never printed or written.",
         _SERVER,
         parse=v.header_name,
         metavar="NAME",
@@ -331,7 +333,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--connect-timeout", "Seconds to establish a connection.", _SERVER, 30.0, _SECONDS, "S", field=None),
     OptionSpec(
         "--read-timeout",
-        "Longest silence in seconds between two reads of a reply.",
+        "Longest silence in seconds between two reads of a reply (keep-alive comments count as data).",
         _SERVER,
         300.0,
         _SECONDS,
@@ -421,7 +423,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--timeseries-interval",
-        "Length of one time-series interval in seconds (results' timeseries, --timeseries, "
+        "Length of one time-series interval in seconds, >= 0.1 (results' timeseries, --timeseries, "
         "--csv history and the progress line in the log).",
         _RESULTS,
         10.0,
@@ -431,7 +433,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--max-failure-ratio",
-        "Exit with status 1 when failed / finished requests exceed this ratio (0..1).",
+        "Exit with status 1 when failed / finished requests exceed this ratio (0..1; throttled requests count "
+        "as failed); a run where nothing succeeded also exits 1.",
         _RESULTS,
         0.01,
         v.number(float, lambda x: 0.0 <= x <= 1.0, "a number from 0 to 1", "0.01"),
