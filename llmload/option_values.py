@@ -205,8 +205,8 @@ class OptionSpec:
         choices: offered as a dropdown in the web UI (``""`` = unset); the parser checks the value.
         is_flag: a switch without a value.
         is_secret: masked in the web UI.
-        repeatable: may be given several times (Locust collects a list); the parser gets each value on its own
-            and returns a tuple; the option's value is their concatenation.
+        repeatable: may be given several times (Locust collects a list); the parser gets each line of each
+            value on its own and returns a tuple; the option's value is their concatenation.
         if_unset: when set, a blank value is refused with this message instead of taking the default.
         field: the ``RunConfig`` attribute it sets; "" = ``dest``; None = read by a cross-field rule.
         launch_only: used once when the process starts (not in the web UI's form, where it would do nothing).
@@ -284,16 +284,15 @@ class OptionSpec:
         return self.parse(self.flag, raw_text)
 
     def _values(self, raw: object) -> Any:
-        """A repeatable option: each value given (CLI, ``locust.conf`` list) or each line of a text
-        (environment, web UI; LF or CRLF between lines) is parsed on its own; the results are concatenated.
+        """A repeatable option: each line (LF) of each value given is parsed on its own; the results are concatenated.
 
-        A value given as a list item is one value: a line break inside it reaches the parser, which refuses it.
+        Locust hands the environment variable over as one list item, like one
+        value given on the command line, so LF is the separator in both (the
+        documented ``LOCUST_HEADER`` form: one per line). Each line reaches the
+        parser whole (a CR in it is the parser's to refuse).
         """
-        if isinstance(raw, (list, tuple)):
-            items = [str(item) for item in raw]
-        else:
-            items = [] if raw is None else [line.removesuffix("\r") for line in str(raw).split("\n")]
-        items = [item for item in items if item.strip()]
+        texts = [str(item) for item in raw] if isinstance(raw, (list, tuple)) else [] if raw is None else [str(raw)]
+        items = [line for text in texts for line in text.split("\n") if line.strip()]
         if not items:
             if self.if_unset is not None:
                 raise ConfigError(self.if_unset)
@@ -339,11 +338,12 @@ def _refuse_framing(flag_name: str, name: str) -> None:
 
 
 def headers(flag_name: str, value: str) -> tuple[tuple[str, str], ...]:
-    """One header, ``Name: value`` (``OptionSpec.value`` calls this once per given header).
+    """One header, ``Name: value`` (``OptionSpec.value`` calls this once per line given).
 
-    Refused: a line break (CR or LF) anywhere (it would end the header and
-    inject what follows) and the framing and connection headers of
-    ``_FRAMING_HEADERS`` (``Content-Length``, ``Transfer-Encoding``, ``Host``, ``Connection`` …).
+    Refused: a CR (or any other control character but tab) in the value,
+    which would end the header and send what follows unchecked, and the
+    framing and connection headers of ``_FRAMING_HEADERS`` (``Content-Length``,
+    ``Transfer-Encoding``, ``Host``, ``Connection`` …).
     """
     name, sep, field_value = value.partition(":")
     name = name.strip()
@@ -354,7 +354,7 @@ def headers(flag_name: str, value: str) -> tuple[tuple[str, str], ...]:
     if "\r" in field_value or "\n" in field_value:
         raise ConfigError(
             f"{flag_name}: the value of header {name!r} contains a line break (CR or LF), which would end the "
-            f"header and send what follows as another one; pass each header as its own {flag_name} 'Name: value'"
+            f"header and send what follows unchecked; pass each header as its own {flag_name} 'Name: value'"
         )
     if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in field_value):
         raise ConfigError(f"{flag_name}: the value of header {name!r} contains a control character; remove it")

@@ -297,7 +297,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Extra HTTP header 'Name: value' on every request; repeat the option for several. locust.conf: "
         "header = [api-key: KEY, x-trace: on]; LOCUST_HEADER: one header per line. Values of credential "
         "headers are never printed. Refused: framing headers (Content-Length, Transfer-Encoding, Host, "
-        "Connection ...) and line breaks in a value.",
+        "Connection ...) and a CR or other control character in a value (a line feed starts another header).",
         _SERVER,
         (),
         v.headers,

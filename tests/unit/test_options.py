@@ -137,20 +137,24 @@ def test_header_option_refuses_framing_headers_before_load_naming_the_header_and
         RunConfig.from_options(SimpleNamespace(**{**values, "header": ["x-trace: on", given]}))
 
 
-@pytest.mark.parametrize("given", ["x-a: ok\r\nInjected: evil", "x-a: ok\nInjected: evil", "x-a: ok\rInjected: evil"])
-def test_header_option_refuses_a_line_break_inside_one_value_instead_of_injecting_a_header(given):
+@pytest.mark.parametrize("given", ["x-a: ok\r\nInjected: evil", "x-a: ok\rInjected: evil", "x-a: ok\x00evil"])
+def test_header_option_refuses_a_carriage_return_inside_one_value_instead_of_injecting_a_header(given):
     spec = next(s for s in OPTIONS if s.flag == "--header")
     with pytest.raises(ConfigError) as info:
         spec.value([given])  # one --header on the command line
     message = str(info.value)
-    assert "'x-a'" in message
-    assert "line break (CR or LF)" in message
+    assert "header 'x-a' contains a" in message
     assert "evil" not in message  # the value may be a credential: never echoed
 
 
-def test_header_option_reads_lf_or_crlf_separated_lines_from_the_environment():
+def test_header_option_line_feed_separates_headers_each_checked_like_a_header_of_its_own():
+    # LOCUST_HEADER reaches llmload as one list item, as one --header would: LF separates headers in both
     spec = next(s for s in OPTIONS if s.flag == "--header")
-    assert spec.value("x-a: 1\r\nx-b: 2\n") == (("x-a", "1"), ("x-b", "2"))
+    assert spec.value(["x-a: 1\nx-b: 2\n"]) == (("x-a", "1"), ("x-b", "2"))
+    with pytest.raises(ConfigError, match="the Content-Length header is refused"):
+        spec.value(["x-a: ok\nContent-Length: 0"])  # a line cannot smuggle a framing header past the check
+    with pytest.raises(ConfigError, match="--header must be 'Name: value'"):
+        spec.value(["x-a: ok\nGET /admin HTTP/1.1"])
 
 
 def test_api_key_header_refuses_framing_header_names():
