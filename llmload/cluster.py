@@ -56,6 +56,7 @@ from llmload.launch import (
 from llmload.live import feed
 from llmload.plan import RunPlan, users_per_worker, users_short_of_workers
 from llmload.runtime import RequestBudget, Runtime
+from llmload.series import FoldedTotal, IntervalSeries
 from llmload.stats import LLMStats
 from llmload.wire import WorkerReport, plan_from_wire, plan_to_wire, report_from_wire, report_run_id, report_to_wire
 
@@ -99,8 +100,13 @@ def on_test_start(environment: Environment, **_kw: Any) -> None:
 
 
 def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
-    """Worker: read the master's plan and start this worker's share of the run."""
+    """Worker: read the master's plan and start this worker's share of the run.
+
+    The worker's time-series clock starts now, when the master's spawn
+    message has arrived (``llmload.series``).
+    """
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime.run_started_s = time.perf_counter()
     options = environment.parsed_options
     raw_plan = getattr(options, _PLAN, None)
     plan_error = None
@@ -131,6 +137,8 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     start_workload(runtime, share, plan.workers)
     start_open_loop(runtime, share)
     runtime.stats = LLMStats.empty()
+    runtime.series = IntervalSeries.empty()
+    runtime.local_total = None
     run_id = runtime.run_id
     runtime.budget = RequestBudget(
         share.quota_requests, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id})
@@ -153,6 +161,10 @@ def _start_master_or_local(environment: Environment) -> None:
     options = environment.parsed_options
     runtime.run_id = uuid.uuid4().hex[:12]
     runtime.stats = LLMStats.empty()
+    runtime.series = IntervalSeries.empty()
+    runtime.local_total = None if isinstance(runner, MasterRunner) else FoldedTotal()
+    runtime.worker_in_flight = {}
+    runtime.run_started_s = time.perf_counter()
     runtime.started_at_unix = time.time()
     runtime.results = None
     runtime.blocked = None
@@ -258,12 +270,14 @@ def on_report_to_master(environment: Environment, client_id: str, data: dict[str
 def take_report(runtime: Runtime) -> WorkerReport:
     """A worker's delta since its last report, with its CPU saturation so far."""
     cpu_s = max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0)
+    stats, series = runtime.take_delta()
     return WorkerReport(
         run_id=runtime.run_id,
-        stats=runtime.take_delta(),
+        stats=stats,
         cpu_saturated_s=cpu_s,
         in_flight=runtime.in_flight,
         sends=runtime.send_figures().as_wire(),
+        series=series,
     )
 
 
@@ -294,6 +308,10 @@ def merge_report(runtime: Runtime, client_id: str, payload: object) -> None:
     if report.sends:
         runtime.send_figures_by_process[client_id] = SendFigures.from_wire(report.sends)
     runtime.stats.merge_in(report.stats)
+    changed = runtime.series.merge_in(report.series)
+    if runtime.timeline is not None:
+        runtime.timeline.note_merged(changed)
+    runtime.worker_in_flight[client_id] = report.in_flight
     if runtime.export is not None:
         feed(runtime.export, client_id, report.stats, report.in_flight)
 
@@ -348,7 +366,7 @@ def _finish_worker(runtime: Runtime, runner: WorkerRunner) -> None:
     running = runner.state not in (STATE_INIT, STATE_STOPPED)
     if running:
         runner.stop()
-    if not running and runtime.stats.is_empty():
+    if not running and not runtime.has_unreported():
         return
     try:
         runner.send_message("llmload_final", _payload(runtime))

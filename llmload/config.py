@@ -108,6 +108,8 @@ class RunConfig:
         max_retry_after_s: closed loop: longest pause of a user after a throttled reply.
         skip_preflight: skip the probe requests before load.
         requests_log: per-request JSON lines path, or None.
+        timeseries: per-interval time series JSON lines path, or None.
+        timeseries_interval_s: length of one time-series interval (s).
         prometheus_port: exporter port on the master, 0 = no exporter.
         prometheus_host: exporter listen address, "" = all interfaces.
         prometheus_grace_s: longest wait after the run for a scrape of the final totals.
@@ -151,6 +153,8 @@ class RunConfig:
     max_retry_after_s: float = default("--max-retry-after")
     skip_preflight: bool = False
     requests_log: str | None = None
+    timeseries: str | None = None
+    timeseries_interval_s: float = default("--timeseries-interval")
     prometheus_port: int = default("--prometheus-port")
     prometheus_host: str = default("--prometheus-host")
     prometheus_grace_s: float = default("--prometheus-grace")

@@ -34,6 +34,7 @@ from llmload.exporters.console import results_line, summary_lines
 from llmload.exporters.html import ReportError, write_html_report
 from llmload.exporters.load import SendFigures
 from llmload.exporters.results import RunOutcome, build_results, write_results_json
+from llmload.exporters.timeseries_files import write_csv_files
 from llmload.interrupt import Interrupter
 from llmload.launch import prepare, stop_process_services
 from llmload.options import GROUPS, OPTIONS
@@ -58,6 +59,7 @@ def _bind(environment: Environment) -> None:
     """Register the run listeners, bound to this environment (Locust calls init once per process)."""
     ev = environment.events
     ev.test_start.add_listener(cluster.on_test_start)
+    ev.test_start.add_listener(live.start_timeline)
     ev.test_stopping.add_listener(cluster.on_test_stopping)
     ev.test_stop.add_listener(_on_test_stop)
     ev.test_stop.add_listener(_on_test_stopped)
@@ -205,9 +207,10 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     options = environment.parsed_options
     if not isinstance(runner, MasterRunner):
         runtime.send_figures_by_process["local"] = runtime.send_figures()
+    timeseries = live.finish_timeline(environment, runtime)
     scraper, runtime.server_scraper = runtime.server_scraper, None
     outcome = RunOutcome(
-        stats=runtime.stats,
+        stats=runtime.run_stats(),
         config=runtime.config,
         run_id=runtime.run_id,
         host=public_url(environment.host or ""),
@@ -220,12 +223,19 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         lost_workers=tuple(runtime.lost_workers),
         cpu_saturated_s=runtime.cpu_saturated_s,
         sends=SendFigures.combine(runtime.send_figures_by_process.values()),
+        timeseries=tuple(timeseries),
         server=None if scraper is None else scraper.finish(),  # the last scrape, after the final reports
     )
     results = build_results(outcome)
     runtime.results = results
     if runtime.config.results_json:
         write_results_json(runtime.config.results_json, results)
+    csv_prefix = getattr(options, "csv_prefix", None)
+    if csv_prefix:
+        try:
+            write_csv_files(csv_prefix, results, runtime.timeline.extra_columns if runtime.timeline else ())
+        except OSError as exc:
+            log.error("llmload: --csv %s: the LLM CSV files could not be written (%s)", csv_prefix, exc)
     if runtime.config.html_report:
         _write_html_report(runtime.config.html_report, results)
     environment.process_exit_code = results["exit_status"]  # README "Exit status": 0, 1, or 2 when blocked

@@ -75,7 +75,11 @@ def prepare(
     if runtime.prepared_for == (host, config):
         return
     runtime.config = config
-    for flag, path in (("--results-json", config.results_json), ("--html-report", config.html_report)):
+    for flag, path in (
+        ("--results-json", config.results_json),
+        ("--html-report", config.html_report),
+        ("--timeseries", config.timeseries),
+    ):
         if path:
             _check_writable(flag, path)
     load_local_parts(runtime)
@@ -174,7 +178,7 @@ def _check_writable(flag: str, path: str) -> None:
     """
     target = os.path.abspath(path)
     if os.path.isdir(target):
-        name = "report.html" if flag == "--html-report" else "results.json"
+        name = {"--html-report": "report.html", "--timeseries": "timeseries.jsonl"}.get(flag, "results.json")
         raise ConfigError(f"{flag} {path!r} is a directory; pass a file path such as {path}/{name}")
     parent = os.path.dirname(target)
     try:

@@ -8,13 +8,24 @@ master's counters and live window lag by at most half a second instead of
 Locust's 3 s report interval; every record still travels in exactly one delta.
 The master merges those reports in ``llmload.cluster`` and hands each delta to
 ``feed``; a single process ticks its own recent records into the window.
+
+Time series (``llmload.exporters.timeseries``): the master (or the single
+process) holds the run's ``IntervalSeries`` (``Runtime.series``, merged from
+the workers' reports) and ticks every half second: it samples the gauges
+(in-flight requests, users, workers) and, once an interval is complete,
+appends its rows to ``--timeseries`` and logs one progress line. An interval
+is complete ``grace_s`` after its end: at once in a single process (requests
+are counted as they finish); on a master, after the workers' report interval
+plus a second (0.5 s live reports with the Prometheus exporter, else
+Locust's 3 s reports). At the stop, ``finish_timeline`` gives every row for
+the results' ``timeseries``.
 """
 
 from __future__ import annotations
 
 from locust.env import Environment
 from locust.exception import RPCError, RPCSendError
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import WORKER_REPORT_INTERVAL, MasterRunner, WorkerRunner
 
 import functools
 import logging
@@ -29,13 +40,16 @@ import gevent.lock
 from llmload.credentials import public_url
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.sections import client_saturated
+from llmload.exporters.timeseries import Row, Timeline, progress_line
+from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.exporters.window import RunView, SlidingWindow
 from llmload.runtime import ExportState, Runtime
+from llmload.series import interval_index
 from llmload.stats import LLMStats
 from llmload.version import __version__
 from llmload.wire import WorkerReport, report_to_wire
 
-__all__ = ["feed", "on_quit", "on_test_start", "on_test_stop", "start_exporter"]
+__all__ = ["feed", "finish_timeline", "on_quit", "on_test_start", "on_test_stop", "start_exporter", "start_timeline"]
 
 log = logging.getLogger("llmload")
 
@@ -66,7 +80,7 @@ def _run_view(environment: Environment) -> RunView:
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     runner = environment.runner
     export = runtime.export
-    stats = runtime.stats
+    stats = runtime.run_stats()
     in_flight = runtime.in_flight
     workers = 0
     if isinstance(runner, MasterRunner):
@@ -134,7 +148,7 @@ def _send_live_reports(runner: WorkerRunner, runtime: Runtime, take_report: Call
             # Non-blocking send: nothing runs between taking the delta and handing it to zmq.
             runner.send_message("llmload_live", report_to_wire(report))
         except (RPCError, RPCSendError) as exc:
-            runtime.stats.merge_in(report.stats)  # keep it for the next report
+            runtime.series.merge_in(report.series)  # keep it for the next report (its stats come from it)
             log.warning("llmload: live report to the master failed (%s); it will be sent later", exc)
 
 
@@ -171,7 +185,7 @@ def on_test_stop(environment: Environment, **_kw: Any) -> None:
     runtime.window_delta = None
     export.worker_in_flight.clear()
     if export.final_stats is None:
-        export.final_stats = LLMStats.empty().merge(runtime.stats)
+        export.final_stats = LLMStats.empty().merge(runtime.run_stats())
     export.exporter.mark_final()
 
 
@@ -190,3 +204,125 @@ def on_quit(environment: Environment, **_kw: Any) -> None:
         if not exporter.wait_for_final_scrape(export.grace_s):
             log.warning("llmload: no scrape of the final totals within --prometheus-grace %g s", export.grace_s)
     exporter.stop()
+
+
+# ── time series ──────────────────────────────────────────────────────────
+_TIMELINE_TICK_S = 0.5
+_LOCAL_GRACE_S = 0.1  # a single process counts each request as it finishes
+_REPORT_GRACE_EXTRA_S = 1.0  # beyond the workers' report interval
+
+
+def start_timeline(environment: Environment, **_kw: Any) -> None:
+    """Master or single process, at each run start: a new timeline, ``--timeseries`` file and tick greenlet.
+
+    A ``--timeseries`` file that cannot be opened is logged as an error; the
+    run and the results' ``timeseries`` go on without it.
+    """
+    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner) or not runtime.run_id:
+        return
+    _stop_timeline(runtime)
+    config = runtime.config
+    if isinstance(runner, MasterRunner):
+        report_s = _LIVE_REPORT_INTERVAL_S if config.prometheus_port else WORKER_REPORT_INTERVAL
+        grace_s = report_s + _REPORT_GRACE_EXTRA_S
+    else:
+        grace_s = _LOCAL_GRACE_S
+    runtime.timeline = Timeline(config.timeseries_interval_s, grace_s)
+    runtime.progress_finished = 0
+    if runtime.timeseries_log is not None:
+        runtime.timeseries_log.close()
+    runtime.timeseries_log = None
+    if config.timeseries:
+        try:
+            runtime.timeseries_log = TimeseriesLog(config.timeseries)
+        except OSError as exc:
+            log.error("llmload: --timeseries %s cannot be written (%s); pass a writable path", config.timeseries, exc)
+    runtime.timeline_task = gevent.spawn(_tick_timeline_forever, environment, runtime)
+
+
+def _gauges(environment: Environment, runtime: Runtime) -> dict[str, int]:
+    """The gauges of one sample; further gauges (e.g. server metrics) join here, named in ``Timeline.extra_columns``."""
+    runner = environment.runner
+    if isinstance(runner, MasterRunner):
+        return {
+            "in_flight_requests": sum(runtime.worker_in_flight.values()),
+            "users": int(runner.user_count),
+            "workers": int(runner.worker_count),
+        }
+    return {
+        "in_flight_requests": runtime.in_flight,
+        "users": int(runner.user_count) if runner is not None else 0,
+        "workers": 0,
+    }
+
+
+def _tick_timeline_forever(environment: Environment, runtime: Runtime) -> None:
+    """Sample the gauges (at least twice per interval, so each interval has a sample) and write due rows."""
+    timeline = runtime.timeline
+    tick_s = min(_TIMELINE_TICK_S, timeline.interval_s / 2) if timeline is not None else _TIMELINE_TICK_S
+    while timeline is not None:
+        now_s = time.perf_counter() - runtime.run_started_s
+        timeline.sample(now_s, _gauges(environment, runtime))
+        _write(environment, runtime, timeline.due_rows(runtime.series, now_s))
+        gevent.sleep(tick_s)
+
+
+def _write(environment: Environment, runtime: Runtime, rows: list[Row], *, progress_from_t: float = 0.0) -> None:
+    """Append ``rows`` to ``--timeseries`` and log a progress line per new total row."""
+    if runtime.timeseries_log is not None:
+        try:
+            runtime.timeseries_log.write(rows)
+        except OSError as exc:
+            log.error("llmload: --timeseries %s: %s; no further rows are written there", runtime.config.timeseries, exc)
+            runtime.timeseries_log.close()
+            runtime.timeseries_log = None
+    run_time = getattr(environment.parsed_options, "run_time", None)
+    for row in rows:
+        if row["endpoint"] is not None or row["t"] < progress_from_t:
+            continue
+        runtime.progress_finished += row["succeeded"] + row["failed"]
+        log.info(
+            "%s",
+            progress_line(
+                row,
+                elapsed_s=row["t"] + row["interval_s"],
+                run_time_s=float(run_time) if isinstance(run_time, int | float) and run_time else None,
+                finished=runtime.progress_finished,
+                num_requests=runtime.config.num_requests,
+            ),
+        )
+
+
+def _stop_timeline(runtime: Runtime) -> None:
+    task, runtime.timeline_task = runtime.timeline_task, None
+    if task is not None:
+        task.kill(block=True, timeout=_STOP_LIVE_TIMEOUT_S)
+
+
+def finish_timeline(environment: Environment, runtime: Runtime) -> list[Row]:
+    """At the stop (master or single process): write the last rows and return every row of the run.
+
+    Intervals written before all their requests arrived are written again
+    (the later line replaces the earlier one) and a warning says how many.
+    """
+    _stop_timeline(runtime)
+    timeline = runtime.timeline
+    if timeline is None:
+        return []
+    end_s = time.perf_counter() - runtime.run_started_s
+    if interval_index(end_s, timeline.interval_s) not in timeline.gauges:  # the stop began a new interval
+        timeline.sample(end_s, _gauges(environment, runtime))
+    new_from_t = timeline.written_intervals * timeline.interval_s
+    _write(environment, runtime, timeline.final_rows(runtime.series, end_s), progress_from_t=new_from_t)
+    if timeline.late_intervals:
+        log.warning(
+            "llmload: %d time-series interval(s) received requests after their rows were written "
+            "(a worker reported late); --timeseries has them again with the complete figures",
+            timeline.late_intervals,
+        )
+    if runtime.timeseries_log is not None:
+        runtime.timeseries_log.close()
+        runtime.timeseries_log = None
+    return timeline.rows(runtime.series, end_s)

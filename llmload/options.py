@@ -367,6 +367,23 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="PATH",
     ),
     OptionSpec(
+        "--timeseries",
+        "Append the per-interval time series to PATH as JSON lines while the run goes (one line per "
+        "row; the same rows as the results' timeseries).",
+        _RESULTS,
+        metavar="PATH",
+    ),
+    OptionSpec(
+        "--timeseries-interval",
+        "Length of one time-series interval in seconds (results' timeseries, --timeseries, "
+        "--csv history and the progress line in the log).",
+        _RESULTS,
+        10.0,
+        v.number(float, lambda x: 0.1 <= x < math.inf, "a finite number of seconds >= 0.1", "10"),
+        "S",
+        field="timeseries_interval_s",
+    ),
+    OptionSpec(
         "--max-failure-ratio",
         "Exit with status 1 when failed / finished requests exceed this ratio (0..1).",
         _RESULTS,

@@ -23,10 +23,13 @@ from llmload.config import RunConfig
 from llmload.exporters.load import SendFigures
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
+from llmload.exporters.timeseries import Timeline
+from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.exporters.window import SlidingWindow
 from llmload.payloads import LLMRequest
 from llmload.proxies import ProxyChoice
 from llmload.record import RequestRecord
+from llmload.series import FoldedTotal, IntervalSeries, interval_index
 from llmload.servermetrics_scrape import ServerScraper
 from llmload.stats import LLMStats
 from llmload.tokens import TokenCounter
@@ -309,6 +312,16 @@ class Runtime:
     sends: SendWindow = field(default_factory=SendWindow)
     stopped_at_s: float | None = None  # time.perf_counter() when this process's stop began
     send_figures_by_process: dict[str, SendFigures] = field(default_factory=dict)  # master: latest per worker
+    # time series: this process's requests by finish interval (worker: since its last report; master: the run's)
+    series: IntervalSeries = field(default_factory=IntervalSeries.empty)
+    # single process (the default): its run totals, folded from ``series`` (``run_stats``); None on a master or worker
+    local_total: FoldedTotal | None = field(default_factory=FoldedTotal)
+    run_started_s: float = 0.0  # time.perf_counter() at this process's test_start (llmload.series)
+    timeline: Timeline | None = None  # master or single process: the intervals written so far
+    timeseries_log: TimeseriesLog | None = None  # --timeseries
+    timeline_task: gevent.Greenlet[[], None] | None = None  # master or single process: the interval ticks
+    worker_in_flight: dict[str, int] = field(default_factory=dict)  # master: as of each worker's latest report
+    progress_finished: int = 0  # requests finished in the intervals the progress lines covered so far
     failure_samples: dict[str, str] = field(default_factory=dict)  # error category -> first message (Failures tab)
     reset_at_unix: float | None = None  # master/single process: when the web UI's RESET last cleared the statistics
     # Prometheus exporter (--prometheus-port)
@@ -379,10 +392,43 @@ class Runtime:
         if self.run_id:
             self.ended_run_id = self.run_id
 
-    def take_delta(self) -> LLMStats:
-        """Return the statistics gathered since the last call and start a new delta (workers)."""
-        delta, self.stats = self.stats, LLMStats.empty()
-        return delta
+    def count(self, record: RequestRecord, *, met_slo: bool = False) -> None:
+        """Count one finished request, once: in the series, in the interval of now (its finish).
+
+        A worker's statistics come from the series (``take_delta``), a single
+        process's from it too (``run_stats``); the master merges its workers'.
+        """
+        self.series.add(self.interval_now(), record, met_slo=met_slo)
+
+    def count_cancelled(self, endpoint: str, model: str) -> None:
+        """Count one request cancelled at the stop, like ``count``."""
+        self.series.add_cancelled(self.interval_now(), endpoint, model)
+
+    def run_stats(self) -> LLMStats:
+        """The run's statistics so far: a single process's series merged, else ``stats`` (the master's merge)."""
+        if self.local_total is not None:
+            return self.local_total.of(self.series)
+        return self.stats
+
+    def take_delta(self) -> tuple[LLMStats, IntervalSeries]:
+        """Return what was counted since the last call, as statistics and per interval, and start afresh (workers).
+
+        The statistics are the series' intervals merged; anything added to
+        ``stats`` directly is kept too, in the interval of now.
+        """
+        series = self.series.take()
+        if not self.stats.is_empty():
+            stray, self.stats = self.stats, LLMStats.empty()
+            series.slot(self.interval_now()).merge_in(stray)
+        return series.total(), series
+
+    def has_unreported(self) -> bool:
+        """True when something was counted since the last ``take_delta``."""
+        return not (self.series.is_empty() and self.stats.is_empty())
+
+    def interval_now(self) -> int:
+        """The time-series interval this process's clock is in now (``llmload.series``)."""
+        return interval_index(time.perf_counter() - self.run_started_s, self.config.timeseries_interval_s)
 
 
 class CpuMonitor:

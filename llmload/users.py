@@ -193,7 +193,7 @@ class LLMUser(User):
             # request mid-read: cancelled, if the server got it. client.run raises no Exception
             # for a per-request failure; one that does escape is a bug and is not a cancellation.
             if not isinstance(exc, Exception) and client.request_sent:
-                runtime.stats.add_cancelled(self.endpoint, request.model)
+                runtime.count_cancelled(self.endpoint, request.model)
                 runtime.sends.note(started, intended_s)
             raise
         finally:
@@ -206,7 +206,7 @@ class LLMUser(User):
             record.dispatch_delay_s = max(0.0, started - intended_s)
         slo = runtime.config.slo
         met_slo = slo is not None and slo.met_by(record)
-        runtime.stats.add(record, met_slo=met_slo)
+        runtime.count(record, met_slo=met_slo)
         self._counted = True
         if runtime.window_delta is not None:  # single process with the Prometheus exporter
             runtime.window_delta.add(record, met_slo=met_slo)
@@ -240,7 +240,7 @@ class LLMUser(User):
                 outcome=Outcome.SKIPPED,
                 error=ErrorInfo(f"skipped: {type(exc).__name__}", cause[:500]),
             )
-            runtime.stats.add(record)
+            runtime.count(record)
             if runtime.window_delta is not None:
                 runtime.window_delta.add(record)
         key = f"{type(exc).__name__}:{_where(exc)}"

@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 from llmload.errors import WireFormatError
 from llmload.histogram import LatencyHistogram
 from llmload.plan import RunPlan, WorkerShare
+from llmload.series import IntervalSeries
 from llmload.stats import STATS_SCHEMA, EndpointStats, ErrorGroup, LLMStats, StatsKey
 from llmload.stats_schema import Merge
 
@@ -327,6 +328,10 @@ class WorkerReport:
         in_flight: requests in flight when the report was taken.
         sends: its open-loop send figures as ``SendFigures.as_wire`` made them
             (read back by ``SendFigures.from_wire``, which treats anything else as unknown).
+        series: the same requests as ``stats``, per interval of their finish
+            time on the worker's clock (``llmload.series``); on the wire as
+            ``[{"i": index, "stats": to_wire(...)}, ...]``, optional (absent:
+            empty) so older workers still merge.
     """
 
     run_id: str
@@ -334,6 +339,7 @@ class WorkerReport:
     cpu_saturated_s: float = 0.0
     in_flight: int = 0
     sends: dict[str, Any] = field(default_factory=dict)
+    series: IntervalSeries = field(default_factory=IntervalSeries.empty)
 
 
 def report_to_wire(report: WorkerReport) -> dict[str, Any]:
@@ -345,6 +351,7 @@ def report_to_wire(report: WorkerReport) -> dict[str, Any]:
         "cpu_saturated_s": report.cpu_saturated_s,
         "in_flight": report.in_flight,
         "sends": dict(report.sends),
+        "series": [{"i": i, "stats": to_wire(stats)} for i, stats in report.series.items()],
     }
 
 
@@ -361,7 +368,7 @@ def report_from_wire(payload: object) -> WorkerReport:
         WireFormatError: wrong version or shape (the message names the field).
     """
     raw = _envelope(payload, "report")
-    _check_keys(raw, {"v", "run_id", "stats", "cpu_saturated_s", "in_flight", "sends"}, "report")
+    _check_keys(raw, {"v", "run_id", "stats", "cpu_saturated_s", "in_flight", "sends", "series"}, "report")
     cpu = _optional_float(raw, "cpu_saturated_s", "report") if "cpu_saturated_s" in raw else None
     in_flight = raw.get("in_flight", 0)
     sends = raw.get("sends", {})
@@ -373,7 +380,21 @@ def report_from_wire(payload: object) -> WorkerReport:
         cpu_saturated_s=cpu or 0.0,
         in_flight=_count(in_flight, "report.in_flight"),
         sends=sends,
+        series=_series_from_wire(raw.get("series", [])),
     )
+
+
+def _series_from_wire(raw: object) -> IntervalSeries:
+    if not isinstance(raw, list):
+        raise _fail("report.series", "a list", raw)
+    series = IntervalSeries.empty()
+    for n, item in enumerate(raw):
+        path = f"report.series[{n}]"
+        if not isinstance(item, dict):
+            raise _fail(path, "a dict", item)
+        _check_keys(item, {"i", "stats"}, path)
+        series.slot(_int_field(item, "i", path)).merge_in(from_wire(_get(item, "stats", path)))
+    return series
 
 
 _SHARE_FIELDS = ("rank", "quota_requests", "warmup_requests", "rate_per_s", "concurrency")

@@ -11,5 +11,10 @@ Live: ``window.RunView`` is what the master knows at one instant (merged
 statistics, the live window, runner gauges). Live outputs read it only:
 ``prometheus`` (the collector), served by ``prometheus_server``.
 
+Per interval: ``timeseries`` (the row schema, rows from the run's
+``IntervalSeries``, the live ``Timeline`` and the progress line) and
+``timeseries_files`` (``--timeseries`` JSONL as the run goes; the ``--csv``
+files, from the results document).
+
 Per request: ``requests_log`` (JSONL of request records).
 """

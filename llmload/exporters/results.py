@@ -104,6 +104,7 @@ class RunOutcome:
         lost_workers: ids of workers lost mid-run.
         cpu_saturated_s: longest CPU saturation streak of any load-generating process (s).
         sends: the open-loop send figures, combined over processes.
+        timeseries: the per-interval rows (``llmload.exporters.timeseries``), run-wide.
         server: the inference server's metrics over the run (``llmload.servermetrics.summarise``), or None.
     """
 
@@ -120,6 +121,7 @@ class RunOutcome:
     lost_workers: tuple[str, ...] = ()
     cpu_saturated_s: float = 0.0
     sends: SendFigures = field(default_factory=SendFigures)
+    timeseries: tuple[dict[str, Any], ...] = ()
     server: Mapping[str, Any] | None = None
 
 
@@ -131,10 +133,11 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
     ``errors``, ``tokens``, ``duration_s``, ``send_span_s``, ``throughput``,
     ``latency``, ``client``), ``by_endpoint`` (the same sections plus
     ``endpoint`` and ``model`` per key; empty when only one key was
-    measured), ``lost_workers`` (only when some were lost), ``blocked`` (only
-    when no load was sent), ``client_saturated``, ``client_cpu_saturated_s``,
-    ``load``, ``server`` (the inference server's metrics with the
-    cross-check, null without them), ``max_failure_ratio``, and the verdict: ``passed``,
+    measured), ``timeseries`` (the per-interval rows), ``lost_workers``
+    (only when some were lost), ``blocked`` (only when no load was sent),
+    ``client_saturated``, ``client_cpu_saturated_s``, ``load``, ``server``
+    (the inference server's metrics with the cross-check, null without
+    them), ``max_failure_ratio``, and the verdict: ``passed``,
     ``exit_status`` and ``verdict``.
     """
     config, stats = outcome.config, outcome.stats
@@ -157,6 +160,7 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
         if len(stats.keys()) > 1
         else []
     )
+    results["timeseries"] = [dict(row) for row in outcome.timeseries]
     if outcome.lost_workers:
         results["lost_workers"] = list(outcome.lost_workers)
     if outcome.blocked:

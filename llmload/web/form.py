@@ -36,6 +36,7 @@ from llmload.launch import prepare
 from llmload.options import OPTIONS, OptionSpec
 from llmload.plan import users_short_of_workers
 from llmload.runtime import Runtime
+from llmload.series import FoldedTotal, IntervalSeries
 from llmload.stats import LLMStats
 
 __all__ = ["install", "on_reset_stats", "posted_options"]
@@ -142,7 +143,7 @@ def _shown(options: argparse.Namespace, spec: OptionSpec) -> str:
 def on_reset_stats(environment: Environment, **_kw: Any) -> None:
     """RESET in the web UI: llmload's statistics restart with Locust's (master or single process).
 
-    The summary, results and ``/metrics`` then cover the requests finished
+    The summary, results, time series and ``/metrics`` then cover the requests finished
     after the reset, as Locust's tables do. Workers send deltas, so resetting
     the master's merged statistics is enough.
     """
@@ -150,6 +151,9 @@ def on_reset_stats(environment: Environment, **_kw: Any) -> None:
     if runtime is None or isinstance(environment.runner, WorkerRunner):
         return
     runtime.stats = LLMStats.empty()
+    runtime.series = IntervalSeries.empty()  # the time series restarts too: its sums stay the summary's totals
+    if runtime.local_total is not None:
+        runtime.local_total = FoldedTotal()
     runtime.reset_at_unix = time.time()
     runtime.failure_samples.clear()
     if runtime.window_delta is not None:

@@ -127,7 +127,7 @@ def extended_stats(environment: Environment) -> list[dict[str, Any]]:
         metrics_url=runtime.export.url if runtime.export is not None else None,
         ending=bool(runtime.run_id) and runtime.results is None and runner.state in (STATE_STOPPING, STATE_STOPPED),
     )
-    stats = runtime.stats
+    stats = runtime.run_stats()
     slo = runtime.config.slo
     return [
         {"key": LLM_TAB, "data": endpoint_rows(stats, slo)},

@@ -167,14 +167,15 @@ with ScriptedServer(reply) as server:
             task.kill(block=True, timeout=5)
         for user in population:
             user.on_stop()
-        total = runtime.stats.total()
+        total = runtime.run_stats().total()
         assert ended, f"the run did not end: plan {plan}, {total.requests_by_outcome}"
         assert not [t for t in tasks if t.exception is not None and not isinstance(t.exception, gevent.GreenletExit)]
         skipped = sum(1 for step in plan if step in SKIPPING)
         assert (total.finished, total.skipped) == (n - skipped, skipped), (plan, total.requests_by_outcome)
         assert total.finished + total.skipped == n
         config = dataclasses.replace(RunConfig(), max_failure_ratio=1.0, num_requests=n)
-        results = build_results(RunOutcome(runtime.stats, config=config, host=server.base_url, model="m", users=users))
+        outcome = RunOutcome(runtime.run_stats(), config=config, host=server.base_url, model="m", users=users)
+        results = build_results(outcome)
         verdict = judge(results)
         summary = format_summary(results)
         if skipped:

@@ -177,7 +177,7 @@ with ScriptedServer(Reply(writes=[W(0, sse(ROLE, C({"content": "a"})))])) as ser
         runtime.end_run()
         runtime.concurrency.release()
     ended = group.join(timeout=5)
-    total = runtime.stats.total()
+    total = runtime.run_stats().total()
     print(json.dumps({
         "ended": bool(ended), "posts": len([r for r in server.requests if r.method == "POST"]),
         "finished": total.finished, "cancelled": total.cancelled,

@@ -255,7 +255,7 @@ with ScriptedServer(Reply(writes=[W(5, sse(ROLE, C({"content": "a"})))], ending=
             break
     gevent.sleep(0.05)  # the first token has arrived: the user waits in a read
     task.kill(KeyboardInterrupt if how == "interrupt" else gevent.GreenletExit, block=True, timeout=5)
-    total = runtime.stats.total()
+    total = runtime.run_stats().total()
     print(json.dumps({
         "cancelled": total.cancelled, "finished": total.finished, "in_flight": runtime.in_flight,
         "handed_to_main": len(handed_to_main), "ended_quietly": task.successful(),

@@ -28,8 +28,10 @@ import pytest
 from llmload.config import LengthSpec, RunConfig
 from llmload.exporters.load import SendFigures
 from llmload.exporters.results import RunOutcome, build_results
+from llmload.exporters.timeseries import Timeline
 from llmload.goodput import SLO
 from llmload.record import ITLKind, RequestRecord, TokenCount, TokenSource
+from llmload.series import IntervalSeries
 from llmload.servermetrics import summarise
 from llmload.stats import LLMStats
 from llmload.sweep import parse_sweep, step_section, sweep_document
@@ -181,6 +183,11 @@ def closed_loop() -> dict[str, Any]:
         stats.add(_ok(T0 + i, endpoint), met_slo=True)
     stats.add(failed_record(start_unix=T0 + 0.5, end_s=0.01))
     stats.add_cancelled("chat", "m", 2)
+    series = IntervalSeries.empty()
+    series.slot(1).merge_in(stats)
+    timeline = Timeline(10.0)
+    timeline.sample(12.0, {"in_flight_requests": 3, "users": 4, "workers": 2})
+    rows = tuple(timeline.rows(series, 15.0))
     server = summarise(
         [
             run_of(vllm_text(0, 0, (0, 0, 0), 0), vllm_text(60, 600, (1, 3, 3), 0.3)),
@@ -188,7 +195,7 @@ def closed_loop() -> dict[str, Any]:
             run_of(fixture("tgi.txt"), fixture("tgi.txt")),
         ]
     )
-    return _results(stats, config, lost_workers=("w1",), cpu_saturated_s=6.0, server=server)
+    return _results(stats, config, lost_workers=("w1",), cpu_saturated_s=6.0, timeseries=rows, server=server)
 
 
 def open_loop(*, kept_up: bool = False) -> dict[str, Any]:

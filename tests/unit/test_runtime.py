@@ -1,6 +1,11 @@
-"""RequestBudget: the per-process share of --num-requests."""
+"""RequestBudget: the per-process share of --num-requests; Runtime.count: each request in the series and stats."""
 
-from llmload.runtime import RequestBudget
+import time
+
+from llmload.config import RunConfig
+from llmload.record import RequestRecord, TokenCount, TokenSource
+from llmload.runtime import RequestBudget, Runtime
+from llmload.series import FoldedTotal, IntervalSeries
 
 
 def test_budget_grants_exactly_its_limit_and_reports_done_once():
@@ -30,6 +35,53 @@ def test_budget_unlimited_never_exhausts():
     assert budget.exhausted is False
 
 
+def _finished(completion: int) -> RequestRecord:
+    times = [0.1 + 0.01 * i for i in range(completion)]
+    return RequestRecord(
+        endpoint="chat",
+        model="m",
+        started_at_unix=1_700_000_000.0,
+        token_times_s=times,
+        first_content_s=times[0],
+        end_s=times[-1],
+        prompt_tokens=TokenCount(5, TokenSource.SERVER),
+        completion_tokens=TokenCount(completion, TokenSource.SERVER),
+    )
+
+
+def test_runtime_worker_counts_each_request_once_in_the_series_and_reports_both() -> None:
+    runtime = Runtime(config=RunConfig(), local_total=None, run_started_s=time.perf_counter())
+    runtime.count(_finished(3))
+    runtime.count(_finished(4))
+    runtime.count_cancelled("chat", "m")
+    assert runtime.stats.is_empty()  # nothing counted twice on a worker
+    assert runtime.has_unreported()
+    stats, series = runtime.take_delta()
+    assert stats == series.total()
+    total = stats.total()
+    assert (total.succeeded, total.cancelled, total.completion_tokens_sum) == (2, 1, 7)
+    assert series.indices() == [0]  # finished within the first interval of 10 s
+    assert not runtime.has_unreported()
+
+
+def test_runtime_single_process_counts_each_request_once_and_derives_its_totals_from_the_series() -> None:
+    runtime = Runtime(config=RunConfig(), run_started_s=time.perf_counter())
+    runtime.count(_finished(3))
+    runtime.count_cancelled("chat", "m")
+    assert runtime.stats.is_empty()  # counted once, in the series
+    assert runtime.run_stats() == runtime.series.total()
+    total = runtime.run_stats().total()
+    assert (total.succeeded, total.cancelled, total.completion_tokens_sum) == (1, 1, 3)
+
+
+def test_folded_total_equals_the_merge_of_every_interval_at_every_step() -> None:
+    series, folded = IntervalSeries.empty(), FoldedTotal()
+    for index, completion in [(0, 1), (0, 2), (3, 4), (3, 5), (4, 6), (9, 7)]:
+        series.add(index, _finished(completion))
+        assert folded.of(series) == series.total()
+    assert folded.of(series).total().completion_tokens_sum == 1 + 2 + 4 + 5 + 6 + 7
+
+
 def test_closed_budget_grants_nothing_and_reports_nothing():
     done = []
     budget = RequestBudget(3, on_done=lambda: done.append(True))
@@ -50,3 +102,13 @@ def test_end_run_closes_the_budget_and_remembers_the_run():
     assert runtime.budget.closed
     assert runtime.budget.try_acquire() is False
     assert runtime.ended_run_id == "r1"
+
+
+def test_runtime_worker_keeps_stats_added_outside_count_in_the_interval_of_the_report() -> None:
+    runtime = Runtime(config=RunConfig(), local_total=None, run_started_s=time.perf_counter())
+    runtime.count(_finished(3))
+    runtime.stats.add(_finished(2))  # a path that bypassed count(): not lost, and still in the series
+    stats, series = runtime.take_delta()
+    assert stats == series.total()
+    assert stats.total().completion_tokens_sum == 5
+    assert runtime.stats.is_empty()

@@ -1,0 +1,359 @@
+"""The per-interval time series: row schema, rows from an ``IntervalSeries``, the live timeline and the progress line.
+
+Every ``interval_s`` seconds of the run gives one *total* row (``endpoint``
+and ``model`` null) and one row per (endpoint, model) that had a request
+finish in the interval. Requests belong to the interval in which they
+finished, on the measuring process's monotonic clock relative to its run
+start (``llmload.series`` says how workers' clocks are aligned). A row holds:
+
+- ``t``: start of the interval, seconds since the run's start; the row covers
+  ``[t, t + interval_s)``. ``interval_s`` is the configured length, except for
+  the run's last interval, which ends at the stop.
+- counts: ``succeeded``, ``failed`` (every failure outcome) and one column per
+  other ``Outcome`` by its value (``cancelled``, ``http_error``,
+  ``timeout``, ...), so a new outcome becomes a column by itself.
+- ``prompt_tokens``, ``output_tokens``: sums over the interval's successes
+  whose count is known (as in the results' ``tokens``).
+- rates over ``interval_s``: ``requests_per_s`` (successes),
+  ``output_tokens_per_s``, ``total_tokens_per_s``.
+- ``<metric>_<p>_s`` for TTFT, ITL, TPOT, E2E and p50/p90/p99: quantiles of
+  the interval's successes, from the interval's merged histograms (the same
+  buckets and rule as the results; never averages of percentiles).
+- ``read_lag_p99_s``: the client's read lag over the interval's reads.
+- gauges, total row only (null in per-key rows): ``in_flight_requests``,
+  ``users``, ``workers``, as of the interval's last sample (the master
+  samples every half second; a worker's in-flight count is as of its latest
+  report). Further gauge columns (e.g. server metrics) are added by passing
+  their names as ``extra_columns`` and their values in the samples: this is
+  the one place for extra columns.
+
+Null means unknown (no request to measure), never 0. Summing ``succeeded``,
+``failed``, ``cancelled``, ``prompt_tokens`` or ``output_tokens`` over the
+total rows gives the run's totals exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from llmload.exporters.sections import PERCENTILES
+from llmload.histogram import LatencyHistogram
+from llmload.record import Outcome
+from llmload.series import IntervalSeries, interval_index
+from llmload.stats import EndpointStats, LLMStats
+
+__all__ = [
+    "DEFAULT_INTERVAL_S",
+    "GAUGE_COLUMNS",
+    "QUANTILE_METRICS",
+    "Row",
+    "Timeline",
+    "columns",
+    "interval_rows",
+    "outcome_columns",
+    "progress_line",
+    "series_rows",
+]
+
+DEFAULT_INTERVAL_S = 10.0
+"""Default ``--timeseries-interval`` in seconds."""
+
+QUANTILE_METRICS: tuple[tuple[str, str], ...] = (
+    ("ttft", "ttft_s"),
+    ("itl", "itl_s"),
+    ("tpot", "tpot_s"),
+    ("e2e", "e2e_s"),
+)
+"""(column prefix, ``EndpointStats`` histogram) of the latency quantile columns."""
+
+GAUGE_COLUMNS = ("in_flight_requests", "users", "workers")
+"""Gauges the master samples for every interval (total row only)."""
+
+Row = dict[str, Any]
+"""One time-series row: column name -> int, float, str or None (JSON- and CSV-ready)."""
+
+Gauges = Mapping[str, float | int | None]
+
+
+def outcome_columns() -> tuple[str, ...]:
+    """One count column per ``Outcome`` other than ``OK``, by its value, in declaration order."""
+    return tuple(o.value for o in Outcome if o is not Outcome.OK)
+
+
+def _quantile_columns() -> tuple[str, ...]:
+    return tuple(f"{prefix}_{name}_s" for prefix, _ in QUANTILE_METRICS for name, _ in PERCENTILES)
+
+
+def columns(extra_columns: Sequence[str] = ()) -> tuple[str, ...]:
+    """Every column of a row, in order (the CSV header); ``extra_columns`` come last.
+
+    Raises:
+        ValueError: an extra column repeats a built-in one.
+    """
+    base = (
+        "t",
+        "interval_s",
+        "endpoint",
+        "model",
+        "succeeded",
+        "failed",
+        *outcome_columns(),
+        "prompt_tokens",
+        "output_tokens",
+        "requests_per_s",
+        "output_tokens_per_s",
+        "total_tokens_per_s",
+        *_quantile_columns(),
+        "read_lag_p99_s",
+        *GAUGE_COLUMNS,
+    )
+    clash = sorted(set(base) & set(extra_columns))
+    if clash:
+        raise ValueError(f"extra time-series columns {clash} repeat built-in ones; rename them")
+    return base + tuple(extra_columns)
+
+
+def _per_s(n: int, interval_s: float) -> float | None:
+    return n / interval_s if interval_s > 0 else None
+
+
+def _stats_row(s: EndpointStats, interval_s: float) -> Row:
+    row: Row = {"succeeded": s.succeeded, "failed": s.failed}
+    for outcome in Outcome:
+        if outcome is not Outcome.OK:
+            row[outcome.value] = s.requests_by_outcome.get(outcome, 0)
+    prompt, output = s.prompt_tokens_sum, s.completion_tokens_sum
+    row["prompt_tokens"] = prompt
+    row["output_tokens"] = output
+    row["requests_per_s"] = _per_s(s.succeeded, interval_s)
+    row["output_tokens_per_s"] = _per_s(output, interval_s)
+    row["total_tokens_per_s"] = _per_s(prompt + output, interval_s)
+    for prefix, name in QUANTILE_METRICS:
+        hist: LatencyHistogram = getattr(s, name)
+        values = hist.quantiles([q for _, q in PERCENTILES])
+        for (label, _), value in zip(PERCENTILES, values, strict=True):
+            row[f"{prefix}_{label}_s"] = value
+    row["read_lag_p99_s"] = s.read_lag_s.quantile(0.99)
+    return row
+
+
+def interval_rows(
+    index: int,
+    stats: LLMStats,
+    interval_s: float,
+    *,
+    covered_s: float | None = None,
+    gauges: Gauges | None = None,
+    extra_columns: Sequence[str] = (),
+) -> list[Row]:
+    """The rows of interval ``index``: the total row, then one per (endpoint, model) key, sorted.
+
+    Args:
+        index: interval number (0 = the first ``interval_s`` seconds of the run).
+        stats: the requests that finished in the interval.
+        interval_s: configured interval length in seconds.
+        covered_s: how much of the interval the run covered (the last one
+            ends at the stop); None = all of it. Rates divide by it.
+        gauges: the master's samples for the interval (``GAUGE_COLUMNS`` and
+            ``extra_columns``); absent names are null.
+        extra_columns: names of extra gauge columns (``columns``).
+    """
+    length_s = interval_s if covered_s is None else max(0.0, min(covered_s, interval_s))
+    head = {"t": index * interval_s, "interval_s": length_s}
+    gauge_values = {name: (gauges or {}).get(name) for name in GAUGE_COLUMNS + tuple(extra_columns)}
+    total = {**head, "endpoint": None, "model": None, **_stats_row(stats.total(), length_s), **gauge_values}
+    rows = [total]
+    for (endpoint, model), s in stats.items():
+        row = {**head, "endpoint": endpoint, "model": model, **_stats_row(s, length_s)}
+        row.update(dict.fromkeys(gauge_values))
+        rows.append(row)
+    return rows
+
+
+def series_rows(
+    series: IntervalSeries,
+    interval_s: float,
+    *,
+    end_s: float | None = None,
+    gauges: Mapping[int, Gauges] | None = None,
+    extra_columns: Sequence[str] = (),
+    first_index: int = 0,
+) -> list[Row]:
+    """Rows of every interval from ``first_index`` to the last one, empty intervals included.
+
+    Args:
+        series: the run's requests per interval.
+        interval_s: interval length in seconds.
+        end_s: the run's end, seconds since its start; the interval holding it
+            is the last one and is cut there. None: the last interval with a
+            request, uncut.
+        gauges: the master's samples per interval index.
+        extra_columns: names of extra gauge columns.
+        first_index: the first interval to give rows for.
+    """
+    last = series.last_index()
+    if end_s is not None:
+        end_index = interval_index(end_s, interval_s)
+        last = end_index if last is None else max(last, end_index)
+    if last is None:
+        return []
+    rows: list[Row] = []
+    for index in range(first_index, last + 1):
+        covered_s = None
+        if end_s is not None and index == last:
+            covered_s = end_s - index * interval_s
+        rows.extend(
+            interval_rows(
+                index,
+                series.get(index),
+                interval_s,
+                covered_s=covered_s,
+                gauges=(gauges or {}).get(index),
+                extra_columns=extra_columns,
+            )
+        )
+    return rows
+
+
+class Timeline:
+    """Which intervals are complete, live: the rows to write as the run goes (pure; times are passed in).
+
+    An interval is *due* ``grace_s`` after it ends, when every process's
+    report covering it should have arrived (a worker reports at least every
+    few seconds). A report that still arrives later for an interval already
+    written makes that interval *late*: its rows are written again at the end
+    (the later line replaces the earlier one) and ``late_intervals`` counts it.
+    """
+
+    __slots__ = ("_gauges", "_late", "_next", "extra_columns", "grace_s", "interval_s")
+
+    def __init__(self, interval_s: float, grace_s: float = 0.0, extra_columns: Sequence[str] = ()) -> None:
+        """Create a timeline with nothing written.
+
+        Raises:
+            ValueError: ``interval_s`` is not a positive finite number or ``grace_s`` is negative.
+        """
+        if not 0.0 < interval_s < math.inf:
+            raise ValueError(f"--timeseries-interval must be a positive number of seconds, got {interval_s!r}")
+        if not 0.0 <= grace_s < math.inf:
+            raise ValueError(f"grace must be a finite number of seconds >= 0, got {grace_s!r}")
+        self.interval_s = interval_s
+        self.grace_s = grace_s
+        self.extra_columns = tuple(extra_columns)
+        columns(self.extra_columns)
+        self._next = 0
+        self._gauges: dict[int, Gauges] = {}
+        self._late: set[int] = set()
+
+    @property
+    def gauges(self) -> Mapping[int, Gauges]:
+        """The samples per interval index (the latest sample of each interval)."""
+        return self._gauges
+
+    @property
+    def written_intervals(self) -> int:
+        """Intervals whose rows were given by ``due_rows`` or ``final_rows`` (0 .. this - 1)."""
+        return self._next
+
+    @property
+    def late_intervals(self) -> int:
+        """Intervals written before all their requests arrived (rewritten at the end)."""
+        return len(self._late)
+
+    def sample(self, now_s: float, gauges: Gauges) -> None:
+        """Keep ``gauges`` (sampled ``now_s`` seconds after the start) as the latest of its interval."""
+        self._gauges[interval_index(now_s, self.interval_s)] = dict(gauges)
+
+    def note_merged(self, indices: Iterable[int]) -> None:
+        """A report added requests to ``indices``; those already written become late."""
+        self._late.update(i for i in indices if i < self._next)
+
+    def due_rows(self, series: IntervalSeries, now_s: float) -> list[Row]:
+        """Rows of the intervals that became due by ``now_s``, each interval once."""
+        due = int((now_s - self.grace_s) // self.interval_s)  # intervals [0, due) ended grace_s ago
+        if due <= self._next:
+            return []
+        rows = []
+        for index in range(self._next, due):
+            rows.extend(
+                interval_rows(
+                    index,
+                    series.get(index),
+                    self.interval_s,
+                    gauges=self._gauges.get(index),
+                    extra_columns=self.extra_columns,
+                )
+            )
+        self._next = due
+        return rows
+
+    def final_rows(self, series: IntervalSeries, end_s: float) -> list[Row]:
+        """At the stop: rows of late intervals again, then of every interval not written yet."""
+        first_new = self._next
+        rows = [r for r in self.rows(series, end_s) if r["t"] in {i * self.interval_s for i in sorted(self._late)}]
+        new = series_rows(
+            series,
+            self.interval_s,
+            end_s=end_s,
+            gauges=self._gauges,
+            extra_columns=self.extra_columns,
+            first_index=first_new,
+        )
+        self._next = max(self._next, interval_index(end_s, self.interval_s) + 1)
+        return rows + new
+
+    def rows(self, series: IntervalSeries, end_s: float) -> list[Row]:
+        """Every row of the run (the results' ``timeseries``): intervals 0 through the one holding ``end_s``."""
+        return series_rows(series, self.interval_s, end_s=end_s, gauges=self._gauges, extra_columns=self.extra_columns)
+
+
+def _duration(seconds: float) -> str:
+    total = max(0, round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _fmt(value: float | None, spec: str, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:{spec}}{unit}"
+
+
+def progress_line(
+    row: Row,
+    *,
+    elapsed_s: float,
+    run_time_s: float | None = None,
+    finished: int | None = None,
+    num_requests: int | None = None,
+) -> str:
+    """One log line for a total row: elapsed/remaining, req/s, output tok/s, TTFT p99, errors, in flight, workers.
+
+    Args:
+        row: the interval's total row.
+        elapsed_s: seconds since the run's start.
+        run_time_s: the run's time limit (``-t``), or None.
+        finished: requests finished (or failed) so far in the run, for a ``--num-requests`` run.
+        num_requests: the run's ``--num-requests``, or None.
+    """
+    if run_time_s is not None:
+        where = f"{_duration(elapsed_s)}/{_duration(run_time_s)}, {_duration(run_time_s - elapsed_s)} left"
+    elif num_requests is not None and finished is not None:
+        where = f"{_duration(elapsed_s)}, {finished}/{num_requests} requests, {max(0, num_requests - finished)} left"
+    else:
+        where = _duration(elapsed_s)
+    done = row["succeeded"] + row["failed"]
+    errors = f"{row['failed']} errors" + (f" ({row['failed'] / done:.1%})" if done else "")
+    ttft = row["ttft_p99_s"]
+    parts = [
+        f"llmload: [{where}] last {row['interval_s']:.3g}s:",
+        f"{_fmt(row['requests_per_s'], '.2f')} req/s,",
+        f"{_fmt(row['output_tokens_per_s'], '.1f')} output tok/s,",
+        f"TTFT p99 {_fmt(None if ttft is None else ttft * 1000, '.0f', ' ms')},",
+        f"{errors},",
+        f"{_fmt(row.get('in_flight_requests'), 'd')} in flight,",
+        f"{_fmt(row.get('users'), 'd')} users,",
+        f"{_fmt(row.get('workers'), 'd')} workers",
+    ]
+    return " ".join(parts)

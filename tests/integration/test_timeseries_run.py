@@ -1,0 +1,114 @@
+"""End to end: the per-interval time series of real runs against `llmload sim` (single process and distributed).
+
+Sums over the intervals' total rows equal the run's totals exactly; the
+``--timeseries`` JSONL holds the same rows as the results; ``--csv`` writes
+the LLM CSV files; the log has a progress line per interval.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmload.exporters.timeseries import outcome_columns
+from tests.integration.procs import run_locust
+from tests.integration.test_sim import start_sim, stop_sim
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+INTERVAL_S = 0.5
+
+
+@pytest.fixture
+def sim_url():
+    url, proc = start_sim(
+        "--decode-step-ms", "4", "--output-len-mean", "30", "--fail-rate", "0.1", "--overload-rate", "0.1"
+    )
+    yield url
+    stop_sim(proc)
+
+
+def _totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["endpoint"] is None]
+
+
+def _assert_sums_equal_totals(results: dict[str, Any]) -> None:
+    rows = _totals(results["timeseries"])
+    requests, tokens = results["requests"], results["tokens"]
+    assert sum(r["succeeded"] for r in rows) == requests["succeeded"]
+    assert sum(r["failed"] for r in rows) == requests["failed"]
+    assert sum(r["cancelled"] for r in rows) == requests["cancelled"]
+    for outcome in outcome_columns():  # throttled, skipped, ... each as its own column
+        assert sum(r[outcome] for r in rows) == requests["by_outcome"][outcome], outcome
+    assert sum(r["output_tokens"] for r in rows) == tokens["completion"]
+    assert sum(r["prompt_tokens"] for r in rows) == tokens["prompt"]
+    # consecutive intervals from 0, every one full but the last
+    assert [r["t"] for r in rows] == [i * INTERVAL_S for i in range(len(rows))]
+    assert all(r["interval_s"] == INTERVAL_S for r in rows[:-1])
+    assert 0 <= rows[-1]["interval_s"] <= INTERVAL_S
+    # the per-key rows add up to the total row of their interval
+    for total in rows:
+        keyed = [r for r in results["timeseries"] if r["t"] == total["t"] and r["endpoint"] is not None]
+        assert sum(r["succeeded"] for r in keyed) == total["succeeded"]
+
+
+def test_timeseries_single_process_sums_equal_totals_and_files_agree(sim_url, tmp_path: Path) -> None:
+    out, series, prefix = tmp_path / "r.json", tmp_path / "ts.jsonl", tmp_path / "run"
+    proc = run_locust(
+        [
+            "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", sim_url,
+            "-u", "16", "-r", "16", "-t", "4s", "--max-tokens", "32", "--max-failure-ratio", "1",
+            "--timeseries-interval", str(INTERVAL_S), "--timeseries", str(series),
+            "--results-json", str(out), "--csv", str(prefix),
+        ],
+        timeout_s=90,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["requests"]["failed"] > 0  # the sim's --fail-rate: failures are counted per interval too
+    assert results["requests"]["by_outcome"]["throttled"] > 0  # --overload-rate: 429s
+    _assert_sums_equal_totals(results)
+    assert all(r["users"] is not None for r in _totals(results["timeseries"]))  # a sample in every interval
+    assert max(r["users"] for r in _totals(results["timeseries"])) == 16
+    lines = [json.loads(line) for line in series.read_text().splitlines()]
+    assert lines == results["timeseries"]  # one process: nothing late, each row written once
+    progress = [line for line in proc.stderr.splitlines() if "output tok/s" in line]
+    assert len(progress) == len(_totals(results["timeseries"]))
+    assert "left] last 0.5s:" in progress[0]
+    with (tmp_path / "run_llm_stats_history.csv").open(newline="") as f:
+        history = list(csv.DictReader(f))
+    assert len(history) == len(results["timeseries"])
+    with (tmp_path / "run_llm_stats.csv").open(newline="") as f:
+        (total,) = list(csv.DictReader(f))
+    assert int(total["succeeded"]) == results["requests"]["succeeded"]
+
+
+def test_timeseries_distributed_sums_equal_totals(sim_url, tmp_path: Path) -> None:
+    out, series = tmp_path / "r.json", tmp_path / "ts.jsonl"
+    proc = run_locust(
+        [
+            "-f", "locustfiles/completions.py", "--headless", "--only-summary", "-H", sim_url,
+            "--processes", "2", "-u", "32", "-r", "32", "--num-requests", "400", "-t", "60s",
+            "--max-tokens", "32", "--max-failure-ratio", "1",
+            "--timeseries-interval", str(INTERVAL_S), "--timeseries", str(series), "--results-json", str(out),
+        ],
+        timeout_s=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["requests"]["total"] == 400
+    assert sum(r["succeeded"] + r["failed"] for r in _totals(results["timeseries"])) == 400
+    _assert_sums_equal_totals(results)
+    assert max(r["workers"] for r in _totals(results["timeseries"])) == 2
+    # the JSONL: every interval of the results; an interval written again later replaces the earlier line
+    latest = {}
+    for line in series.read_text().splitlines():
+        row = json.loads(line)
+        latest[(row["t"], row["endpoint"], row["model"])] = row
+    assert sorted(latest.values(), key=lambda r: (r["t"], r["endpoint"] is not None)) == sorted(
+        results["timeseries"], key=lambda r: (r["t"], r["endpoint"] is not None)
+    )

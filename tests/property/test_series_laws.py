@@ -1,0 +1,67 @@
+"""IntervalSeries: merge laws, and the series of any split of the requests sums to their statistics."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llmload.exporters.timeseries import series_rows
+from llmload.record import RequestRecord
+from llmload.series import IntervalSeries
+from llmload.stats import LLMStats
+from tests.property.test_merge_laws import _SETTINGS, records
+
+placed = st.lists(st.tuples(st.integers(0, 6), records()), max_size=20)
+
+
+def _series(items: list[tuple[int, RequestRecord]]) -> IntervalSeries:
+    series = IntervalSeries.empty()
+    for index, record in items:
+        series.add(index, record)
+    return series
+
+
+def _merged(*parts: IntervalSeries) -> IntervalSeries:
+    out = IntervalSeries.empty()
+    for part in parts:
+        out.merge_in(part)
+    return out
+
+
+@_SETTINGS
+@given(placed, placed)
+def test_series_merge_commutative(a: list[tuple[int, RequestRecord]], b: list[tuple[int, RequestRecord]]) -> None:
+    assert _merged(_series(a), _series(b)) == _merged(_series(b), _series(a))
+
+
+@_SETTINGS
+@given(placed, placed, placed)
+def test_series_merge_associative(a: list, b: list, c: list) -> None:
+    left = _merged(_merged(_series(a), _series(b)), _series(c))
+    right = _merged(_series(a), _merged(_series(b), _series(c)))
+    assert left == right
+
+
+@_SETTINGS
+@given(placed)
+def test_series_merge_empty_identity(a: list[tuple[int, RequestRecord]]) -> None:
+    assert _merged(_series(a), IntervalSeries.empty()) == _series(a)
+
+
+@_SETTINGS
+@given(placed, st.integers(1, 4))
+def test_series_rows_of_worker_deltas_sum_to_the_run_totals(
+    items: list[tuple[int, RequestRecord]], workers: int
+) -> None:
+    """However the requests are split over workers and reports, the total rows add up to the run's statistics."""
+    parts = [_series(items[w::workers]) for w in range(workers)]
+    stats = LLMStats.empty()
+    for _, record in items:
+        stats.add(record)
+    total = stats.total()
+    rows = [r for r in series_rows(_merged(*parts), 1.0, end_s=7.5) if r["endpoint"] is None]
+    assert sum(r["succeeded"] for r in rows) == total.succeeded
+    assert sum(r["failed"] for r in rows) == total.failed
+    assert sum(r["output_tokens"] for r in rows) == total.completion_tokens_sum
+    assert sum(r["prompt_tokens"] for r in rows) == total.prompt_tokens_sum
+    assert _merged(*parts).total() == stats

@@ -1,0 +1,181 @@
+"""Time-series rows, the live timeline and the progress line."""
+
+import pytest
+
+from llmload.exporters.timeseries import (
+    GAUGE_COLUMNS,
+    Timeline,
+    columns,
+    interval_rows,
+    outcome_columns,
+    progress_line,
+    series_rows,
+)
+from llmload.histogram import LatencyHistogram
+from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.series import IntervalSeries
+from llmload.stats import LLMStats
+
+
+def _ok(completion: int = 3, ttft_s: float = 0.1, model: str = "m", prompt: int = 10) -> RequestRecord:
+    times = [ttft_s + 0.02 * i for i in range(completion)]
+    return RequestRecord(
+        endpoint="chat",
+        model=model,
+        started_at_unix=1_700_000_000.0,
+        token_times_s=times,
+        first_content_s=times[0],
+        end_s=times[-1] + 0.01,
+        prompt_tokens=TokenCount(prompt, TokenSource.SERVER),
+        completion_tokens=TokenCount(completion, TokenSource.SERVER),
+    )
+
+
+def _failed(outcome: Outcome = Outcome.HTTP_ERROR) -> RequestRecord:
+    return RequestRecord(
+        endpoint="chat",
+        model="m",
+        started_at_unix=1_700_000_000.0,
+        outcome=outcome,
+        error=ErrorInfo("x", "boom", 500),
+    )
+
+
+def test_columns_have_one_count_per_outcome_but_ok() -> None:
+    cols = columns()
+    assert cols[:4] == ("t", "interval_s", "endpoint", "model")
+    for outcome in Outcome:
+        assert (outcome.value in cols) is (outcome is not Outcome.OK)
+    assert "cancelled" in outcome_columns()
+    assert {"ttft_p50_s", "itl_p90_s", "tpot_p99_s", "e2e_p99_s", "read_lag_p99_s"} <= set(cols)
+    assert cols[-len(GAUGE_COLUMNS) :] == GAUGE_COLUMNS
+
+
+def test_columns_put_extra_columns_last_and_refuse_clashes() -> None:
+    assert columns(("server_kv_cache_usage",))[-1] == "server_kv_cache_usage"
+    with pytest.raises(ValueError, match="repeat built-in"):
+        columns(("users",))
+
+
+def test_interval_rows_total_first_then_each_key_with_exact_quantiles() -> None:
+    stats = LLMStats.empty()
+    records = [_ok(ttft_s=0.01 * n) for n in range(1, 101)] + [_ok(model="b", ttft_s=1.0), _failed()]
+    for record in records:
+        stats.add(record)
+    rows = interval_rows(3, stats, 10.0, gauges={"in_flight_requests": 4, "users": 8, "workers": 2})
+    total, by_b, by_m = rows
+    assert (total["t"], total["interval_s"], total["endpoint"], total["model"]) == (30.0, 10.0, None, None)
+    assert (total["succeeded"], total["failed"], total["http_error"]) == (101, 1, 1)
+    assert total["output_tokens"] == 303
+    assert total["prompt_tokens"] == 1010
+    assert total["requests_per_s"] == pytest.approx(10.1)
+    assert total["output_tokens_per_s"] == pytest.approx(30.3)
+    assert total["total_tokens_per_s"] == pytest.approx(131.3)
+    # the quantile of the merged histogram, not an average of the keys' quantiles
+    merged = LatencyHistogram.empty()
+    for record in records[:101]:
+        merged.add(record.ttft_s or 0.0)
+    assert total["ttft_p99_s"] == merged.quantile(0.99)
+    assert (total["in_flight_requests"], total["users"], total["workers"]) == (4, 8, 2)
+    assert (by_b["model"], by_b["succeeded"], by_b["users"]) == ("b", 1, None)
+    assert (by_m["model"], by_m["succeeded"], by_m["failed"]) == ("m", 100, 1)
+    assert set(total) == set(columns()) == set(by_m)
+
+
+def test_interval_rows_of_an_empty_interval_are_zero_counts_and_null_quantiles() -> None:
+    (row,) = interval_rows(0, LLMStats.empty(), 5.0)
+    assert (row["succeeded"], row["failed"], row["output_tokens"], row["requests_per_s"]) == (0, 0, 0, 0.0)
+    assert row["ttft_p50_s"] is None
+    assert row["read_lag_p99_s"] is None
+    assert row["users"] is None
+
+
+def test_series_rows_fill_gaps_and_cut_the_last_interval_at_the_end() -> None:
+    series = IntervalSeries.empty()
+    series.add(0, _ok(completion=4))
+    series.add(2, _ok(completion=6))
+    rows = series_rows(series, 10.0, end_s=25.0)
+    totals = [r for r in rows if r["endpoint"] is None]
+    assert [r["t"] for r in totals] == [0.0, 10.0, 20.0]
+    assert [r["interval_s"] for r in totals] == [10.0, 10.0, 5.0]
+    assert totals[2]["output_tokens_per_s"] == pytest.approx(6 / 5.0)
+    assert [r["output_tokens"] for r in totals] == [4, 0, 6]
+
+
+def test_series_rows_sums_equal_totals_exactly() -> None:
+    series = IntervalSeries.empty()
+    stats = LLMStats.empty()
+    for n in range(60):
+        record = _ok(completion=1 + n % 7, prompt=5 + n) if n % 5 else _failed(Outcome.TIMEOUT)
+        series.add(n // 9, record)
+        stats.add(record)
+    series.add_cancelled(6, "chat", "m", 3)
+    stats.add_cancelled("chat", "m", 3)
+    totals = [r for r in series_rows(series, 2.0, end_s=13.0) if r["endpoint"] is None]
+    total = stats.total()
+    assert sum(r["succeeded"] for r in totals) == total.succeeded
+    assert sum(r["failed"] for r in totals) == total.failed
+    assert sum(r["cancelled"] for r in totals) == total.cancelled == 3
+    assert sum(r["output_tokens"] for r in totals) == total.completion_tokens_sum
+    assert sum(r["prompt_tokens"] for r in totals) == total.prompt_tokens_sum
+
+
+def test_timeline_writes_each_interval_once_after_the_grace() -> None:
+    timeline = Timeline(10.0, grace_s=2.0)
+    series = IntervalSeries.empty()
+    series.add(0, _ok())
+    timeline.sample(9.5, {"users": 3, "in_flight_requests": 1, "workers": 0})
+    assert timeline.due_rows(series, 11.0) == []  # interval 0 ended, grace not over
+    row, by_key = timeline.due_rows(series, 12.0)
+    assert (row["t"], row["endpoint"], row["succeeded"], row["users"]) == (0.0, None, 1, 3)
+    assert (by_key["model"], by_key["succeeded"]) == ("m", 1)
+    assert timeline.due_rows(series, 12.5) == []
+
+
+def test_timeline_rewrites_late_intervals_at_the_end() -> None:
+    timeline = Timeline(1.0)
+    series = IntervalSeries.empty()
+    series.add(0, _ok(completion=2))
+    assert [r["t"] for r in timeline.due_rows(series, 2.0) if r["endpoint"] is None] == [0.0, 1.0]
+    late = IntervalSeries.empty()
+    late.add(0, _ok(completion=5))
+    timeline.note_merged(series.merge_in(late))
+    final = [r for r in timeline.final_rows(series, 2.5) if r["endpoint"] is None]
+    assert [(r["t"], r["output_tokens"]) for r in final] == [(0.0, 7), (2.0, 0)]
+    assert timeline.late_intervals == 1
+
+
+def test_timeline_rows_are_the_whole_run() -> None:
+    timeline = Timeline(1.0)
+    series = IntervalSeries.empty()
+    series.add(1, _ok())
+    timeline.sample(1.2, {"users": 2})
+    totals = [r for r in timeline.rows(series, 1.5) if r["endpoint"] is None]
+    assert [(r["t"], r["interval_s"], r["users"]) for r in totals] == [(0.0, 1.0, None), (1.0, 0.5, 2)]
+
+
+def test_timeline_refuses_bad_interval() -> None:
+    with pytest.raises(ValueError, match="--timeseries-interval"):
+        Timeline(0.0)
+
+
+def test_progress_line_with_time_limit() -> None:
+    stats = LLMStats.empty()
+    for _ in range(9):
+        stats.add(_ok(completion=10, ttft_s=0.25))
+    stats.add(_failed())
+    (row, _) = interval_rows(5, stats, 10.0, gauges={"in_flight_requests": 7, "users": 16, "workers": 2})
+    line = progress_line(row, elapsed_s=60.0, run_time_s=300.0)
+    assert line == (
+        "llmload: [1m00s/5m00s, 4m00s left] last 10s: 0.90 req/s, 9.0 output tok/s, TTFT p99 250 ms, "
+        "1 errors (10.0%), 7 in flight, 16 users, 2 workers"
+    )
+
+
+def test_progress_line_with_request_count_and_no_requests() -> None:
+    (row,) = interval_rows(0, LLMStats.empty(), 10.0)
+    line = progress_line(row, elapsed_s=10.0, finished=40, num_requests=100)
+    assert line == (
+        "llmload: [0m10s, 40/100 requests, 60 left] last 10s: 0.00 req/s, 0.0 output tok/s, TTFT p99 n/a, "
+        "0 errors, n/a in flight, n/a users, n/a workers"
+    )
