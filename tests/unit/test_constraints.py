@@ -43,6 +43,7 @@ def test_every_declared_dependency_is_pinned_within_its_pyproject_range():
 def test_the_image_and_make_install_install_with_the_constraints():
     dockerfile = (ROOT / "k8s" / "Dockerfile").read_text()
     makefile = (ROOT / "Makefile").read_text()
-    assert "-c constraints.txt" in dockerfile and "COPY pyproject.toml README.md constraints.txt" in dockerfile
+    assert "-c constraints.txt" in dockerfile
+    assert "COPY pyproject.toml README.md constraints.txt" in dockerfile
     assert "-c constraints.txt -e '.[dev]'" in makefile
     assert not any(name.startswith("llmload") for name in _pins()), "llmload itself is never pinned"
