@@ -13,6 +13,7 @@ import textwrap
 from typing import Any
 
 from llmload import option_values as v
+from llmload.header_values import header_name, headers
 from llmload.option_values import OptionSpec
 
 __all__ = ["DEFAULT_PROMPT", "GROUPS", "OPTIONS", "OptionSpec", "default", "describe"]
@@ -300,7 +301,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Connection ...) and a CR or other control character in a value (a line feed starts another header).",
         _SERVER,
         (),
-        v.headers,
+        headers,
         "'NAME: VALUE'",
         is_secret=True,
         repeatable=True,
@@ -311,7 +312,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Send the API key as 'NAME: KEY' instead of 'Authorization: Bearer KEY' (gateways: api-key, x-api-key); "
         "the key is never printed or written.",
         _SERVER,
-        parse=v.header_name,
+        parse=header_name,
         metavar="NAME",
         shown="Authorization: Bearer",
     ),
