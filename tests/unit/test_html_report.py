@@ -132,7 +132,8 @@ def test_html_report_renders_every_section_in_each_readme_mode(mode):
     verdict_class = next(attrs["class"] for _, attrs in page.tags if attrs.get("id") == "verdict-0")
     assert (
         verdict_class
-        == "verdict " + {
+        == "verdict "
+        + {
             "blocked": "blocked",
             "failed": "failed",
             "closed": "failed",

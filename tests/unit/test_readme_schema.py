@@ -35,8 +35,8 @@ from llmload.series import IntervalSeries
 from llmload.servermetrics import summarise
 from llmload.stats import LLMStats
 from llmload.sweep import parse_sweep, step_section, sweep_document
-from llmload.thresholds import parse_thresholds
 from llmload.testing import failed_record
+from llmload.thresholds import parse_thresholds
 from tests.unit.test_servermetrics import fixture, run_of, vllm_text
 
 README = Path(__file__).resolve().parents[2] / "README.md"
