@@ -148,7 +148,7 @@ def test_abort_on_error_ratio_stops_the_run_after_a_fault(sim: Sim, tmp_path: Pa
     assert f"--abort-on '{_THRESHOLD}' held from" in stderr
     assert "stopping the run" in stderr
     summary = (tmp_path / "stdout.txt").read_text()
-    assert results["verdict"] in summary or results["verdict"] in stderr
+    assert results["verdict"] in summary  # the summary's last line names the threshold
     assert stopped - fault < 20.0, f"the run went on {stopped - fault:.1f} s after the fault"
     print(
         f"\n[{processes or 1} process(es)] healthy through {healthy_s:.1f} s (checkpoint at "
