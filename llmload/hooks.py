@@ -207,7 +207,7 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     options = environment.parsed_options
     if not isinstance(runner, MasterRunner):
         runtime.send_figures_by_process["local"] = runtime.send_figures()
-    timeseries = live.finish_timeline(environment, runtime)
+    timeseries, drift = live.finish_timeline(environment, runtime)
     scraper, runtime.server_scraper = runtime.server_scraper, None
     outcome = RunOutcome(
         stats=runtime.run_stats(),
@@ -224,6 +224,8 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         cpu_saturated_s=runtime.cpu_saturated_s,
         sends=SendFigures.combine(runtime.send_figures_by_process.values()),
         timeseries=tuple(timeseries),
+        drift=drift,
+        clock_offsets_s=dict(runtime.worker_clock_offsets_s) if isinstance(runner, MasterRunner) else {},
         server=None if scraper is None else scraper.finish(),  # the last scrape, after the final reports
     )
     results = build_results(outcome)

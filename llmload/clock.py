@@ -1,0 +1,96 @@
+"""One timeline for a run on many machines: each worker's monotonic clock mapped onto the master's wall clock.
+
+Durations and rates of a distributed run (``duration_s``, throughput,
+``send_span_s``, the time series) must not depend on the machines' wall
+clocks agreeing: a container without NTP can be minutes off. So a worker
+never stamps a request with its own wall clock. The master's ``RunPlan``
+carries the master's wall-clock run start (``started_at_unix``) and how long
+after that start it built the plan (``planned_after_s``, on the master's
+monotonic clock). When the plan arrives, the worker takes that instant as
+its own run start on its monotonic clock (``time.perf_counter``) and from
+then on stamps every send and end as::
+
+    unix(t) = master_started_at_unix + planned_after_s + (t - arrival_s)
+
+where ``t`` and ``arrival_s`` are its own ``perf_counter`` readings. The
+master and a single process use the same rule with their own start, so every
+stamp of a run lies on the master's wall-clock timeline.
+
+Error bound of a worker's stamps on that timeline: they are late by the
+delay ``d`` between the master building the plan and the worker's
+``test_start`` (Locust's first ``spawn`` message: the rest of the master's
+``test_start``, the ZeroMQ delivery, the worker's event loop; milliseconds on
+a LAN), plus the rate error of the worker's monotonic clock times the time
+since its run start (crystal error, at most ~100 ppm: 0.36 s an hour with no
+NTP at all; with NTP the kernel slews it to well under 1 ppm). The wall
+clock's offset never enters. Spans between two stamps of the same worker
+carry only the rate error; spans across workers also the difference of their
+``d``.
+
+The worker's estimate of its wall-clock offset (its ``time.time()`` minus
+the master's at the same instant) is ``now_unix - (master_started_at_unix +
+planned_after_s)``, too large by the same ``d``. Workers report it; the
+master puts it in the results and warns above ``CLOCK_OFFSET_WARN_S``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["CLOCK_OFFSET_WARN_S", "RunStart", "align_to_master", "offset_warning"]
+
+CLOCK_OFFSET_WARN_S = 1.0
+"""A worker whose wall clock is further than this from the master's (either way, s) gets a warning."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """Where a process's run starts, on both of its clocks.
+
+    Attributes:
+        started_s: the run start on this process's ``time.perf_counter``.
+        started_at_unix: the same instant on the run's timeline (the master's wall clock).
+        clock_offset_s: this process's wall clock minus the master's
+            (estimated, see the module docstring); None when not known.
+    """
+
+    started_s: float
+    started_at_unix: float
+    clock_offset_s: float | None = None
+
+    def unix(self, at_s: float) -> float:
+        """The run-timeline stamp (Unix seconds) of ``at_s``, a ``perf_counter`` reading of this process."""
+        return self.started_at_unix + (at_s - self.started_s)
+
+
+def align_to_master(
+    master_started_at_unix: float, planned_after_s: float, *, now_s: float, now_unix: float
+) -> RunStart:
+    """A worker's run start, from the master's plan received at ``now_s`` (its ``perf_counter``) / ``now_unix``.
+
+    The worker's zero is set ``planned_after_s`` before the plan's arrival,
+    so its time-series intervals line up with the master's. An older master
+    (``master_started_at_unix`` 0 or not finite) gives the worker's own wall
+    clock and no offset.
+    """
+    if not (math.isfinite(master_started_at_unix) and master_started_at_unix > 0):
+        return RunStart(started_s=now_s, started_at_unix=now_unix)
+    lead_s = planned_after_s if math.isfinite(planned_after_s) and planned_after_s > 0 else 0.0
+    return RunStart(
+        started_s=now_s - lead_s,
+        started_at_unix=master_started_at_unix,
+        clock_offset_s=now_unix - (master_started_at_unix + lead_s),
+    )
+
+
+def offset_warning(worker: str, offset_s: float | None, limit_s: float = CLOCK_OFFSET_WARN_S) -> str | None:
+    """The master's warning for ``worker``'s clock offset beyond ``limit_s`` (either way), or None."""
+    if offset_s is None or abs(offset_s) <= limit_s:
+        return None
+    way = "ahead of" if offset_s > 0 else "behind"
+    return (
+        f"worker {worker}'s wall clock is {abs(offset_s):.3g} s {way} the master's (more than {limit_s:g} s); "
+        "durations, rates and the time series use the master's timeline and are not affected, but its log "
+        "timestamps are off: run NTP (e.g. chrony) on that machine"
+    )
