@@ -19,18 +19,25 @@ stamp of a run lies on the master's wall-clock timeline.
 Error bound of a worker's stamps on that timeline: they are late by the
 delay ``d`` between the master building the plan and the worker's
 ``test_start`` (Locust's first ``spawn`` message: the rest of the master's
-``test_start``, the ZeroMQ delivery, the worker's event loop; milliseconds on
-a LAN), plus the rate error of the worker's monotonic clock times the time
-since its run start (crystal error, at most ~100 ppm: 0.36 s an hour with no
-NTP at all; with NTP the kernel slews it to well under 1 ppm). The wall
-clock's offset never enters. Spans between two stamps of the same worker
+``test_start``, the ZeroMQ delivery, the worker's event loop; milliseconds
+on a LAN, up to a second measured on a loaded two-core machine), plus the
+rate error of the worker's monotonic clock times the time since its run
+start (crystal error, at most ~100 ppm: 0.36 s an hour with no NTP at all;
+with NTP the kernel slews it to well under 1 ppm). The wall clock's offset
+never enters. Spans between two stamps of the same worker
 carry only the rate error; spans across workers also the difference of their
 ``d``.
 
-The worker's estimate of its wall-clock offset (its ``time.time()`` minus
-the master's at the same instant) is ``now_unix - (master_started_at_unix +
-planned_after_s)``, too large by the same ``d``. Workers report it; the
-master puts it in the results and warns above ``CLOCK_OFFSET_WARN_S``.
+A worker's wall-clock offset (its ``time.time()`` minus the master's at the
+same instant) is bracketed by messages both ways, as NTP does
+(``OffsetEstimate``): the plan gives an upper bound (the worker's clock at
+its arrival minus the master's when it was built: offset + ``d``), each
+report a lower bound (the worker's clock when it took the report minus the
+master's when it arrived: offset - that report's delivery). The estimate is
+the middle of the tightest bracket and its error at most half the bracket's
+width. The master puts the estimates in the results and warns once a
+worker's offset is surely beyond ``CLOCK_OFFSET_WARN_S`` (the whole bracket
+is past it), so a slow message on a busy machine never raises a false alarm.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["CLOCK_OFFSET_WARN_S", "RunStart", "align_to_master", "offset_warning"]
+__all__ = ["CLOCK_OFFSET_WARN_S", "OffsetEstimate", "RunStart", "align_to_master", "offset_warning"]
 
 CLOCK_OFFSET_WARN_S = 1.0
 """A worker whose wall clock is further than this from the master's (either way, s) gets a warning."""
@@ -51,8 +58,9 @@ class RunStart:
     Attributes:
         started_s: the run start on this process's ``time.perf_counter``.
         started_at_unix: the same instant on the run's timeline (the master's wall clock).
-        clock_offset_s: this process's wall clock minus the master's
-            (estimated, see the module docstring); None when not known.
+        clock_offset_s: this process's wall clock minus the master's, too
+            large by at most the plan's delivery time (an upper bound, see
+            the module docstring); None when not known.
     """
 
     started_s: float
@@ -82,6 +90,56 @@ def align_to_master(
         started_at_unix=master_started_at_unix,
         clock_offset_s=now_unix - (master_started_at_unix + lead_s),
     )
+
+
+@dataclass(slots=True)
+class OffsetEstimate:
+    """The master's bracket of one worker's wall-clock offset (worker minus master, seconds).
+
+    Attributes:
+        upper_s: the tightest upper bound seen (from the plan: offset + its
+            delivery time); None before one.
+        lower_s: the tightest lower bound seen (from reports: offset - their
+            delivery time); None before one.
+    """
+
+    upper_s: float | None = None
+    lower_s: float | None = None
+
+    def note_upper(self, bound_s: float) -> None:
+        """Keep ``bound_s`` (offset + a delivery time) if it is the tightest upper bound."""
+        if math.isfinite(bound_s) and (self.upper_s is None or bound_s < self.upper_s):
+            self.upper_s = bound_s
+
+    def note_report(self, worker_sent_unix: float, master_received_unix: float) -> None:
+        """Keep the lower bound of a report the worker took at ``worker_sent_unix`` (its clock)."""
+        bound_s = worker_sent_unix - master_received_unix
+        if math.isfinite(bound_s) and (self.lower_s is None or bound_s > self.lower_s):
+            self.lower_s = bound_s
+
+    @property
+    def offset_s(self) -> float | None:
+        """The estimate: the bracket's middle, else the one bound known; None before any."""
+        if self.upper_s is not None and self.lower_s is not None:
+            return (self.upper_s + self.lower_s) / 2
+        return self.upper_s if self.upper_s is not None else self.lower_s
+
+    @property
+    def error_s(self) -> float | None:
+        """Half the bracket's width: the most the estimate can be off; None until both bounds are known.
+
+        A worker whose wall clock was stepped during the run can leave the
+        bounds crossed; the width is then taken as positive.
+        """
+        if self.upper_s is None or self.lower_s is None:
+            return None
+        return abs(self.upper_s - self.lower_s) / 2
+
+    def surely_beyond(self, limit_s: float) -> bool:
+        """True when the whole bracket lies more than ``limit_s`` from 0 (one side known: that side)."""
+        return (self.lower_s is not None and self.lower_s > limit_s) or (
+            self.upper_s is not None and self.upper_s < -limit_s
+        )
 
 
 def offset_warning(worker: str, offset_s: float | None, limit_s: float = CLOCK_OFFSET_WARN_S) -> str | None:

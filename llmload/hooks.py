@@ -225,7 +225,7 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         sends=SendFigures.combine(runtime.send_figures_by_process.values()),
         timeseries=tuple(timeseries),
         drift=drift,
-        clock_offsets_s=dict(runtime.worker_clock_offsets_s) if isinstance(runner, MasterRunner) else {},
+        worker_clocks=dict(runtime.worker_clocks) if isinstance(runner, MasterRunner) else {},
         server=None if scraper is None else scraper.finish(),  # the last scrape, after the final reports
     )
     results = build_results(outcome)

@@ -19,6 +19,7 @@ import gevent.event
 import gevent.lock
 
 from llmload.arrivals import ArrivalSchedule
+from llmload.clock import OffsetEstimate
 from llmload.config import RunConfig
 from llmload.exporters.load import SendFigures
 from llmload.exporters.prometheus_server import PrometheusExporter
@@ -319,7 +320,7 @@ class Runtime:
     local_total: FoldedTotal | None = field(default_factory=FoldedTotal)
     run_started_s: float = 0.0  # time.perf_counter() at this run's start (llmload.series, llmload.clock)
     clock_offset_s: float | None = None  # worker: its wall clock minus the master's (llmload.clock)
-    worker_clock_offsets_s: dict[str, float] = field(default_factory=dict)  # master: as each worker reported
+    worker_clocks: dict[str, OffsetEstimate] = field(default_factory=dict)  # master: each worker's clock offset
     worker_rss_bytes: dict[str, int] = field(default_factory=dict)  # master: as of each worker's latest report
     _process: object = None  # psutil.Process of this process, made on first use
     timeline: Timeline | None = None  # master or single process: the intervals written so far

@@ -338,10 +338,13 @@ class WorkerReport:
             ``[{"i": index, "stats": to_wire(...)}, ...]``, optional (absent:
             empty) so older workers still merge.
         clock_offset_s: the worker's wall clock minus the master's, as the
-            worker estimated it at its run start (``llmload.clock``); None =
-            unknown (optional on the wire).
+            worker estimated it at its run start (an upper bound,
+            ``llmload.clock``); None = unknown (optional on the wire).
         rss_bytes: the worker process's resident memory when the report was
             taken; None = unknown (optional on the wire).
+        taken_at_unix: the worker's own wall clock when the report was taken
+            (a lower bound of its clock offset, ``llmload.clock.OffsetEstimate``);
+            None = unknown (optional on the wire).
     """
 
     run_id: str
@@ -352,6 +355,7 @@ class WorkerReport:
     series: IntervalSeries = field(default_factory=IntervalSeries.empty)
     clock_offset_s: float | None = None
     rss_bytes: int | None = None
+    taken_at_unix: float | None = None
 
 
 def report_to_wire(report: WorkerReport) -> dict[str, Any]:
@@ -366,6 +370,7 @@ def report_to_wire(report: WorkerReport) -> dict[str, Any]:
         "series": [{"i": i, "stats": to_wire(stats)} for i, stats in report.series.items()],
         "clock_offset_s": report.clock_offset_s,
         "rss_bytes": report.rss_bytes,
+        "taken_at_unix": report.taken_at_unix,
     }
 
 
@@ -375,6 +380,12 @@ def report_run_id(payload: object) -> str | None:
     return run_id if isinstance(run_id, str) else None
 
 
+_REPORT_KEYS = {
+    "v", "run_id", "stats", "cpu_saturated_s", "in_flight", "sends", "series", "clock_offset_s", "rss_bytes",
+    "taken_at_unix",
+}  # fmt: skip
+
+
 def report_from_wire(payload: object) -> WorkerReport:
     """Decode ``report_to_wire``'s output.
 
@@ -382,11 +393,7 @@ def report_from_wire(payload: object) -> WorkerReport:
         WireFormatError: wrong version or shape (the message names the field).
     """
     raw = _envelope(payload, "report")
-    _check_keys(
-        raw,
-        {"v", "run_id", "stats", "cpu_saturated_s", "in_flight", "sends", "series", "clock_offset_s", "rss_bytes"},
-        "report",
-    )
+    _check_keys(raw, _REPORT_KEYS, "report")
     cpu = _optional_float(raw, "cpu_saturated_s", "report") if "cpu_saturated_s" in raw else None
     in_flight = raw.get("in_flight", 0)
     sends = raw.get("sends", {})
@@ -401,6 +408,7 @@ def report_from_wire(payload: object) -> WorkerReport:
         series=_series_from_wire(raw.get("series", [])),
         clock_offset_s=_optional_float(raw, "clock_offset_s", "report") if "clock_offset_s" in raw else None,
         rss_bytes=None if raw.get("rss_bytes") is None else _count(raw["rss_bytes"], "report.rss_bytes"),
+        taken_at_unix=_optional_float(raw, "taken_at_unix", "report") if "taken_at_unix" in raw else None,
     )
 
 

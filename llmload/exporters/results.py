@@ -66,6 +66,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmload.clock import OffsetEstimate
 from llmload.config import LengthSpec, RunConfig
 from llmload.credentials import public_header
 from llmload.exporters.load import SendFigures, load_section
@@ -109,8 +110,8 @@ class RunOutcome:
         timeseries: the per-interval rows (``llmload.exporters.timeseries``), run-wide.
         server: the inference server's metrics over the run (``llmload.servermetrics.summarise``), or None.
         drift: the first stretch of the run against the last (``llmload.drift.drift_section``), or None.
-        clock_offsets_s: per worker id, its wall clock minus the master's
-            (estimated, ``llmload.clock``); empty for one process.
+        worker_clocks: per worker id, the bracket of its wall clock minus the
+            master's (``llmload.clock.OffsetEstimate``); empty for one process.
     """
 
     stats: LLMStats
@@ -129,7 +130,7 @@ class RunOutcome:
     timeseries: tuple[dict[str, Any], ...] = ()
     server: Mapping[str, Any] | None = None
     drift: Mapping[str, Any] | None = None
-    clock_offsets_s: Mapping[str, float] = field(default_factory=dict)
+    worker_clocks: Mapping[str, OffsetEstimate] = field(default_factory=dict)
 
 
 def build_results(outcome: RunOutcome) -> dict[str, Any]:
@@ -159,7 +160,8 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
         "workers": outcome.workers,
         "num_requests": config.num_requests,
         "started_at_unix": outcome.started_at_unix,
-        "workers_clock_offset_s": dict(sorted(outcome.clock_offsets_s.items())),
+        "workers_clock_offset_s": {w: c.offset_s for w, c in sorted(outcome.worker_clocks.items())},
+        "workers_clock_offset_error_s": {w: c.error_s for w, c in sorted(outcome.worker_clocks.items())},
         "options": public_options(config),
     }
     total = stats.total()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmload.clock import CLOCK_OFFSET_WARN_S, RunStart, align_to_master, offset_warning
+from llmload.clock import CLOCK_OFFSET_WARN_S, OffsetEstimate, RunStart, align_to_master, offset_warning
 from llmload.config import RunConfig
 from llmload.exporters.results import RunOutcome, build_results
 from llmload.exporters.timeseries import series_rows
@@ -53,8 +54,6 @@ def test_runtime_now_unix_reads_the_monotonic_clock_from_the_run_start():
     runtime = Runtime(config=RunConfig())
     runtime.started_at_unix = MASTER_START_UNIX
     runtime.run_started_s = 0.0  # perf_counter's zero: now_unix is MASTER_START_UNIX + perf_counter()
-    import time
-
     before = time.perf_counter()
     now = runtime.now_unix()
     after = time.perf_counter()
@@ -129,3 +128,34 @@ def test_stamping_with_the_workers_own_wall_clock_would_move_duration_by_the_off
     assert truth["duration_s"] == pytest.approx(3.0)
     assert shifted["duration_s"] == pytest.approx(300.0 + 0.5 + 1.0)  # first send on w0, last end on w1
     assert shifted["throughput"]["output_tokens_per_s"] < truth["throughput"]["output_tokens_per_s"] / 50
+
+
+# ── the master's bracket of a worker's offset ───────────────────────────────
+def test_offset_estimate_brackets_the_offset_with_the_plan_and_the_reports():
+    true_offset_s = 300.0
+    clock = OffsetEstimate()
+    assert clock.offset_s is None
+    clock.note_upper(true_offset_s + 0.9)  # the plan took 0.9 s to arrive
+    assert clock.offset_s == pytest.approx(300.9)
+    assert clock.error_s is None
+    master_now = MASTER_START_UNIX + 5.0
+    clock.note_report(master_now + true_offset_s - 0.3, master_now)  # a report 0.3 s in transit
+    clock.note_report(master_now + true_offset_s - 0.1 + 3.0, master_now + 3.0)  # a faster one: tighter
+    clock.note_report(master_now + true_offset_s - 2.0 + 6.0, master_now + 6.0)  # a slow one changes nothing
+    assert clock.lower_s == pytest.approx(299.9)
+    assert clock.offset_s == pytest.approx(300.4)
+    assert clock.error_s == pytest.approx(0.5)
+    assert abs(clock.offset_s - true_offset_s) <= clock.error_s
+
+
+def test_offset_estimate_is_surely_beyond_the_bound_only_when_the_whole_bracket_is():
+    slow_plan = OffsetEstimate()
+    slow_plan.note_upper(1.4)  # a true clock whose plan took 1.4 s on a busy machine
+    assert not slow_plan.surely_beyond(CLOCK_OFFSET_WARN_S)
+    slow_plan.note_report(MASTER_START_UNIX - 0.05, MASTER_START_UNIX)
+    assert not slow_plan.surely_beyond(CLOCK_OFFSET_WARN_S)
+    ahead, behind = OffsetEstimate(), OffsetEstimate()
+    ahead.note_report(MASTER_START_UNIX + 299.0, MASTER_START_UNIX)
+    behind.note_upper(-299.0)
+    assert ahead.surely_beyond(CLOCK_OFFSET_WARN_S)
+    assert behind.surely_beyond(CLOCK_OFFSET_WARN_S)

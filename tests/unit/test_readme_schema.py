@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from llmload.clock import OffsetEstimate
 from llmload.config import LengthSpec, RunConfig
 from llmload.drift import drift_section
 from llmload.exporters.load import SendFigures
@@ -210,7 +211,7 @@ def closed_loop() -> dict[str, Any]:
         timeseries=rows,
         server=server,
         drift=drift,
-        clock_offsets_s={"w1": 0.002, "w2": -300.0},
+        worker_clocks={"w1": OffsetEstimate(upper_s=0.004, lower_s=0.0), "w2": OffsetEstimate(upper_s=-300.0)},
     )
 
 

@@ -48,6 +48,7 @@ def _report() -> WorkerReport:
         sends={"behind_s": 0.25},
         clock_offset_s=-300.02,
         rss_bytes=80 << 20,
+        taken_at_unix=1.75e9 + 3.5,
     )
 
 
@@ -111,9 +112,9 @@ def test_plan_envelope_of_an_older_master_without_its_run_start_reads_as_unknown
 
 def test_report_envelope_of_an_older_worker_without_clock_offset_and_rss_reads_as_unknown() -> None:
     payload = report_to_wire(_report())
-    del payload["clock_offset_s"], payload["rss_bytes"]
+    del payload["clock_offset_s"], payload["rss_bytes"], payload["taken_at_unix"]
     report = report_from_wire(payload)
-    assert (report.clock_offset_s, report.rss_bytes) == (None, None)
+    assert (report.clock_offset_s, report.rss_bytes, report.taken_at_unix) == (None, None, None)
 
 
 @pytest.mark.parametrize(
