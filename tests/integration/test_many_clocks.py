@@ -114,15 +114,17 @@ def test_a_worker_clock_300_s_ahead_changes_no_duration_rate_or_series_and_is_wa
     assert "ahead of the master's" not in true_log
 
     for results in (true, shifted):
-        # the run lasted RUN_S on every clock that matters: with a 300 s worker stamp it would be ~306 s
-        assert RUN_S - 1.0 <= results["duration_s"] <= RUN_S + 2.0
+        # the run lasted about RUN_S (less the spawn message's delay, up to a second or two on a loaded
+        # machine); with a worker stamping its own wall clock it would be ~306 s
+        assert RUN_S - 2.5 <= results["duration_s"] <= RUN_S + 2.0
         assert results["send_span_s"] <= RUN_S + 1.0
         totals = _totals(results["timeseries"])
         assert max(r["t"] for r in totals) <= RUN_S + 1.0  # no interval 300 s away
         assert sum(r["succeeded"] for r in totals) == results["requests"]["succeeded"] > 100
-    assert shifted["duration_s"] == pytest.approx(true["duration_s"], abs=1.0)
+    # two runs on a shared machine differ by its load; a worker's own wall clock would divide these by ~50
+    assert shifted["duration_s"] == pytest.approx(true["duration_s"], abs=2.0)
     for key in ("requests_per_s", "output_tokens_per_s"):
-        assert shifted["throughput"][key] == pytest.approx(true["throughput"][key], rel=0.3)
+        assert shifted["throughput"][key] == pytest.approx(true["throughput"][key], rel=0.5)
     assert len(_totals(shifted["timeseries"])) == pytest.approx(len(_totals(true["timeseries"])), abs=1)
     print(  # the measured figures, for the record (pytest -s)
         "clock offsets (s):", shifted["run"]["workers_clock_offset_s"],
