@@ -45,7 +45,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["CLOCK_OFFSET_WARN_S", "OffsetEstimate", "RunStart", "align_to_master", "offset_warning"]
+__all__ = [
+    "CLOCK_OFFSET_WARN_S",
+    "OffsetEstimate",
+    "RunStart",
+    "align_to_master",
+    "note_worker_clock",
+    "offset_warning",
+]
 
 CLOCK_OFFSET_WARN_S = 1.0
 """A worker whose wall clock is further than this from the master's (either way, s) gets a warning."""
@@ -140,6 +147,44 @@ class OffsetEstimate:
         return (self.lower_s is not None and self.lower_s > limit_s) or (
             self.upper_s is not None and self.upper_s < -limit_s
         )
+
+
+def note_worker_clock(
+    clocks: dict[str, OffsetEstimate],
+    worker: str,
+    *,
+    upper_s: float | None,
+    taken_at_unix: float | None,
+    received_at_unix: float,
+    limit_s: float = CLOCK_OFFSET_WARN_S,
+) -> str | None:
+    """Master: narrow ``worker``'s bracket in ``clocks`` with one of its reports.
+
+    Args:
+        clocks: the brackets per worker id (a worker's entry is made by its first report that has a bound).
+        worker: the reporting worker's id.
+        upper_s: the report's plan-based upper bound (``WorkerReport.clock_offset_s``); None: unknown.
+        taken_at_unix: the worker's wall clock when it took the report; None: unknown.
+        received_at_unix: the master's wall clock now.
+        limit_s: the warning bound.
+
+    Returns:
+        The warning to log when this report made the bracket surely beyond
+        ``limit_s`` (once per worker), else None.
+    """
+    if upper_s is None and taken_at_unix is None:
+        return None  # an older worker
+    clock = clocks.get(worker)
+    if clock is None:
+        clock = clocks[worker] = OffsetEstimate()
+    was_beyond = clock.surely_beyond(limit_s)
+    if upper_s is not None:
+        clock.note_upper(upper_s)
+    if taken_at_unix is not None:
+        clock.note_report(taken_at_unix, received_at_unix)
+    if was_beyond or not clock.surely_beyond(limit_s):
+        return None
+    return offset_warning(worker, clock.offset_s, limit_s)
 
 
 def offset_warning(worker: str, offset_s: float | None, limit_s: float = CLOCK_OFFSET_WARN_S) -> str | None:

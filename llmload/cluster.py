@@ -40,7 +40,7 @@ import gevent.event
 import gevent.lock
 
 from llmload import preflight
-from llmload.clock import CLOCK_OFFSET_WARN_S, OffsetEstimate, align_to_master, offset_warning
+from llmload.clock import align_to_master, note_worker_clock
 from llmload.config import RunConfig
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.load import SendFigures
@@ -324,27 +324,17 @@ def merge_report(runtime: Runtime, client_id: str, payload: object) -> None:
     runtime.worker_in_flight[client_id] = report.in_flight
     if report.rss_bytes is not None:
         runtime.worker_rss_bytes[client_id] = report.rss_bytes
-    _note_clock(runtime, client_id, report)
+    warning = note_worker_clock(
+        runtime.worker_clocks,
+        client_id,
+        upper_s=report.clock_offset_s,
+        taken_at_unix=report.taken_at_unix,
+        received_at_unix=time.time(),
+    )
+    if warning is not None:
+        log.warning("llmload: %s", warning)
     if runtime.export is not None:
         feed(runtime.export, client_id, report.stats, report.in_flight)
-
-
-def _note_clock(runtime: Runtime, client_id: str, report: WorkerReport) -> None:
-    """Master: narrow the worker's clock-offset bracket; warn once when it is surely beyond the bound."""
-    if report.clock_offset_s is None and report.taken_at_unix is None:
-        return  # an older worker
-    clock = runtime.worker_clocks.get(client_id)
-    if clock is None:
-        clock = runtime.worker_clocks[client_id] = OffsetEstimate()
-    was_beyond = clock.surely_beyond(CLOCK_OFFSET_WARN_S)
-    if report.clock_offset_s is not None:
-        clock.note_upper(report.clock_offset_s)
-    if report.taken_at_unix is not None:
-        clock.note_report(report.taken_at_unix, time.time())
-    if not was_beyond and clock.surely_beyond(CLOCK_OFFSET_WARN_S):
-        warning = offset_warning(client_id, clock.offset_s)
-        if warning is not None:
-            log.warning("llmload: %s", warning)
 
 
 def _on_worker_done(environment: Environment, msg: Any, **_kw: Any) -> None:

@@ -121,6 +121,7 @@ def test_a_worker_clock_300_s_ahead_changes_no_duration_rate_or_series_and_is_wa
         totals = _totals(results["timeseries"])
         assert max(r["t"] for r in totals) <= RUN_S + 1.0  # no interval 300 s away
         assert sum(r["succeeded"] for r in totals) == results["requests"]["succeeded"] > 100
+        assert max(r["client_rss_bytes"] or 0 for r in totals) > 1 << 20  # the workers' reported memory
     # two runs on a shared machine differ by its load; a worker's own wall clock would divide these by ~50
     assert shifted["duration_s"] == pytest.approx(true["duration_s"], abs=2.0)
     for key in ("requests_per_s", "output_tokens_per_s"):

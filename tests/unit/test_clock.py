@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmload.clock import CLOCK_OFFSET_WARN_S, OffsetEstimate, RunStart, align_to_master, offset_warning
+from llmload.clock import (
+    CLOCK_OFFSET_WARN_S,
+    OffsetEstimate,
+    RunStart,
+    align_to_master,
+    note_worker_clock,
+    offset_warning,
+)
 from llmload.config import RunConfig
 from llmload.exporters.results import RunOutcome, build_results
 from llmload.exporters.timeseries import series_rows
@@ -159,3 +166,26 @@ def test_offset_estimate_is_surely_beyond_the_bound_only_when_the_whole_bracket_
     behind.note_upper(-299.0)
     assert ahead.surely_beyond(CLOCK_OFFSET_WARN_S)
     assert behind.surely_beyond(CLOCK_OFFSET_WARN_S)
+
+
+# ── the master noting reports: offsets kept, one warning per worker ──────────
+def test_note_worker_clock_keeps_each_workers_bracket_and_warns_once():
+    clocks: dict[str, OffsetEstimate] = {}
+    now = MASTER_START_UNIX + 10.0
+    notes = [
+        note_worker_clock(clocks, "w-true", upper_s=0.02, taken_at_unix=now, received_at_unix=now + 0.01),
+        note_worker_clock(clocks, "w-ahead", upper_s=300.5, taken_at_unix=None, received_at_unix=now),
+    ]
+    assert notes == [None, None]  # an upper bound alone does not prove the clock is ahead
+    notes = [
+        note_worker_clock(clocks, "w-ahead", upper_s=300.5, taken_at_unix=now + 299.9, received_at_unix=now),
+        note_worker_clock(clocks, "w-ahead", upper_s=300.5, taken_at_unix=now + 300.0, received_at_unix=now),
+        note_worker_clock(clocks, "w-old", upper_s=None, taken_at_unix=None, received_at_unix=now),
+    ]
+    assert notes[0] is not None
+    assert "worker w-ahead's wall clock is 300 s ahead of the master's" in notes[0]
+    assert notes[1:] == [None, None]
+    assert set(clocks) == {"w-true", "w-ahead"}
+    assert clocks["w-ahead"] == OffsetEstimate(upper_s=300.5, lower_s=300.0)
+    assert clocks["w-ahead"].offset_s == pytest.approx(300.25)
+    assert clocks["w-true"].error_s == pytest.approx(0.015)
