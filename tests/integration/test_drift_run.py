@@ -1,82 +1,65 @@
-"""Drift end to end: ``llmload sim`` restarted mid-run with slower decoding; the summary and results flag it.
+"""Drift end to end: ``llmload sim`` starts stalling every request mid-run; the summary and results flag it.
 
-One process runs against the simulator on loopback; halfway through the run
-the simulator is stopped and started again on the same port with every
-latency larger (its reply lengths unchanged), as a server that
-degrades during a soak would. Bounded by ``-t`` and subprocess timeouts.
+One process runs against the simulator on loopback. With ``--faults-after``
+the simulator answers normally at first and, from about the middle of the
+run on, holds every request 0.5 s before it joins the engine queue, as a
+server that degrades during a soak would. Bounded by ``-t`` and subprocess
+timeouts.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 from typing import Any
 
 import pytest
 
-from tests.integration.procs import free_port, locust_argv
-from tests.integration.test_sim import REPO_ROOT, start_sim, stop_sim
+from tests.integration.procs import run_locust
+from tests.integration.test_sim import start_sim, stop_sim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 RUN_S = 22
 INTERVAL_S = 2
-FAST = ("--decode-step-ms", "4", "--output-len-mean", "16")
-# every request held 0.5 s before it is queued (TTFT, E2E; far above a loaded machine's jitter), decode steps
-# twice as long
-SLOW = ("--decode-step-ms", "8", "--output-len-mean", "16", "--stall-rate", "1", "--stall-first-token-s", "0.5")
+# the stall begins 12 s after the simulator starts: past the run's first stretch even if Locust starts at
+# once, before its last one even if Locust takes 8 s to start (far above a loaded machine's jitter)
+SIM = ("--decode-step-ms", "4", "--output-len-mean", "16", "--stall-rate", "1", "--stall-first-token-s", "0.5")
+FAULTS_AFTER_S = 12
 
 
 def test_drift_of_a_server_that_slows_down_mid_run_is_flagged(tmp_path):
-    port = free_port()
     out = tmp_path / "r.json"
-    url, sim = start_sim("--port", str(port), *FAST)
+    url, sim = start_sim(*SIM, "--faults-after", str(FAULTS_AFTER_S))
     try:
-        locust = subprocess.Popen(
-            locust_argv(
-                [
-                    "-f", "locustfiles/chat.py", "--headless", "-H", url, "-u", "48", "-r", "48",
-                    "-t", f"{RUN_S}s", "--max-tokens", "32", "--timeseries-interval", str(INTERVAL_S),
-                    "--results-json", str(out), "--skip-preflight", "--max-failure-ratio", "1",
-                ]
-            ),
-            cwd=REPO_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        proc = run_locust(
+            [
+                "-f", "locustfiles/chat.py", "--headless", "-H", url, "-u", "48", "-r", "48",
+                "-t", f"{RUN_S}s", "--max-tokens", "32", "--timeseries-interval", str(INTERVAL_S),
+                "--results-json", str(out), "--skip-preflight",
+            ],
+            timeout_s=RUN_S + 60,
         )  # fmt: skip
-        try:
-            time.sleep(RUN_S / 2)
-            stop_sim(sim)
-            url, sim = start_sim("--port", str(port), *SLOW)
-            stdout, stderr = locust.communicate(timeout=RUN_S + 60)
-        finally:
-            if locust.poll() is None:
-                locust.kill()
-                locust.wait(timeout=10)
     finally:
         stop_sim(sim)
-    assert locust.returncode == 0, stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
     results: dict[str, Any] = json.loads(out.read_text())
     drift = results["drift"]
     metrics = drift["metrics"]
     assert drift["judged"] is True
-    assert drift["intervals"] >= 10
-    # ITL p99 is left out: on a loaded shared machine the client's scheduling jitter (tens of ms) hides a
-    # decode step change of a few ms; unit tests check its rule, which is the same as TTFT's
+    assert drift["intervals"] == RUN_S // INTERVAL_S
+    samples = {n: (m["samples"], m["first"], m["last"]) for n, m in metrics.items()}
     for name in ("ttft_p99_s", "e2e_p99_s"):
-        assert metrics[name]["enough_samples"] is True, {
-            n: (m["samples"], m["first"], m["last"]) for n, m in metrics.items()
-        }
-        assert metrics[name]["change"] > 0.25, name
-        assert metrics[name]["flagged"] is True, name
+        assert metrics[name]["enough_samples"] is True, samples
+        assert metrics[name]["last"] - metrics[name]["first"] > 0.25, samples  # the 0.5 s stall, less jitter
+        assert metrics[name]["flagged"] is True, samples
+    # ITL is not asserted: the stall is before the first token, and the decode steps do not change
     assert metrics["output_tokens_per_s"]["change"] < -0.25
     assert metrics["output_tokens_per_s"]["flagged"] is True
-    assert metrics["error_ratio"]["flagged"] is False  # the restart's failures fall between the stretches
-    assert metrics["client_rss_bytes"]["first"] > 0
-    assert "--- Drift (first vs last 10%)" in stdout
-    warning = next(line for line in stdout.splitlines() if line.startswith("WARNING: drift beyond tolerance:"))
-    for name in ("ttft_p99_s", "e2e_p99_s", "output_tokens_per_s"):
-        assert name in warning
-    print("\n".join(line for line in stdout.splitlines() if "->" in line or "Drift" in line or "Stretches" in line))
+    assert metrics["error_ratio"] == {**metrics["error_ratio"], "first": 0.0, "last": 0.0, "flagged": False}
+    assert metrics["client_rss_bytes"]["first"] > 1 << 20
+    assert "--- Drift (first vs last 10%)" in proc.stdout
+    warning = next(line for line in proc.stdout.splitlines() if line.startswith("WARNING: drift beyond tolerance:"))
+    assert warning == "WARNING: drift beyond tolerance: ttft_p99_s, e2e_p99_s, output_tokens_per_s"
+    assert results["passed"] is True  # drift is reported, never a failure by itself
+    block = proc.stdout[proc.stdout.index("--- Drift") :].splitlines()[:9]
+    print("\n".join(block))  # the measured figures, for the record (pytest -s)
