@@ -103,8 +103,9 @@ def on_test_start(environment: Environment, **_kw: Any) -> None:
 def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     """Worker: read the master's plan and start this worker's share of the run.
 
-    The worker's time-series clock starts now, when the master's spawn
-    message has arrived (``llmload.series``).
+    The worker's clocks are set from the plan, as it arrives: its run start
+    on its monotonic clock and on the master's wall clock, and its estimated
+    wall-clock offset (``llmload.clock.align_to_master``).
     """
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     arrived_s, arrived_unix = time.perf_counter(), time.time()

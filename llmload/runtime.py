@@ -322,7 +322,7 @@ class Runtime:
     clock_offset_s: float | None = None  # worker: its wall clock minus the master's (llmload.clock)
     worker_clocks: dict[str, OffsetEstimate] = field(default_factory=dict)  # master: each worker's clock offset
     worker_rss_bytes: dict[str, int] = field(default_factory=dict)  # master: as of each worker's latest report
-    _process: object = None  # psutil.Process of this process, made on first use
+    _process: object = field(default=None, init=False, repr=False)  # psutil.Process of this process, on first use
     timeline: Timeline | None = None  # master or single process: the intervals written so far
     timeseries_log: TimeseriesLog | None = None  # --timeseries
     timeline_task: gevent.Greenlet[[], None] | None = None  # master or single process: the interval ticks
