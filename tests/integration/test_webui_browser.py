@@ -6,7 +6,7 @@ form; the corrected form starts a run; the LLM tab's table fills; the run
 ends by itself (``--num-requests``) and the LLM run tab shows the verdict;
 the Download Data tab links the results JSON, which is the run's. Skips with
 the reason when chromium, chromium-driver or Selenium is missing (``.ci/run``
-installs them). Screenshots go to ``docs/`` when ``LLMLOAD_SCREENSHOTS=1``.
+installs them). Screenshots go to ``docs/`` when ``LLMLOAD_SCREENSHOTS=1`` (``make screenshots``).
 """
 
 from __future__ import annotations
@@ -63,7 +63,6 @@ def _run_in_browser(driver: Any, ui: WebUI, results: Path) -> None:
     document = json.loads(results.read_text())
     succeeded = str(document["requests"]["succeeded"])
     _wait(driver, lambda d: succeeded in _tab_cells(d))
-    _screenshot(driver, "webui-llm-tab.png")
 
     _by_text(driver, "//button[@role='tab'][normalize-space()='LLM run']").click()
     _wait(driver, lambda d: "Verdict" in _tab_cells(d))
