@@ -19,7 +19,7 @@ from llmload.options import OPTIONS, OptionSpec
 from llmload.record import Outcome
 from llmload.series import IntervalSeries
 
-__all__ = ["CHART_COLUMNS", "FAILURE_COLUMNS", "form_fields", "script_tags", "series_payload"]
+__all__ = ["CHART_COLUMNS", "FAILURE_COLUMNS", "RowCache", "form_fields", "script_tags", "series_payload"]
 
 
 FAILURE_COLUMNS: tuple[str, ...] = tuple(o.value for o in Outcome if o.is_failure)
@@ -49,6 +49,33 @@ def _chart_row(row: Row) -> dict[str, Any]:
     return {name: row.get(name) for name in CHART_COLUMNS}
 
 
+class RowCache:
+    """The chart rows of the complete intervals, each computed once (a poll then costs no histogram merge).
+
+    Valid for one run's timeline and series: given others (a new run, or
+    RESET's new series) it starts over. An interval that a late worker report
+    changes after it was computed keeps its first figures here until the
+    run's results replace every row.
+    """
+
+    __slots__ = ("_rows", "_series", "_timeline")
+
+    def __init__(self) -> None:
+        """An empty cache."""
+        self._timeline: Timeline | None = None
+        self._series: IntervalSeries | None = None
+        self._rows: list[dict[str, Any]] = []
+
+    def rows(self, timeline: Timeline, series: IntervalSeries) -> list[dict[str, Any]]:
+        """The chart rows of intervals ``0 .. timeline.written_intervals - 1``, ``t`` increasing."""
+        if timeline is not self._timeline or series is not self._series:
+            self._timeline, self._series, self._rows = timeline, series, []
+        for index in range(len(self._rows), timeline.written_intervals):
+            total = interval_rows(index, series.get(index), timeline.interval_s, gauges=timeline.gauges.get(index))
+            self._rows.append(_chart_row(total[0]))
+        return self._rows
+
+
 def series_payload(
     run_id: str,
     state: str,
@@ -57,6 +84,7 @@ def series_payload(
     series: IntervalSeries,
     results: Mapping[str, Any] | None,
     since_t: float = -math.inf,
+    cache: RowCache | None = None,
 ) -> dict[str, Any]:
     """The route's answer: ``{"run_id", "state", "interval_s", "ended", "in_progress_included", "rows"}``.
 
@@ -67,6 +95,7 @@ def series_payload(
         series: the run's requests by finish interval (master: merged from the workers).
         results: the run's results document once it ended, else None.
         since_t: give only rows with ``t`` greater than this (a poller's last ``t``).
+        cache: the rows computed by earlier calls (the route keeps one); None computes them all.
 
     ``rows`` are total rows (``CHART_COLUMNS``), ``t`` increasing; durations in
     seconds, null where unknown. ``ended`` is true once the rows are the
@@ -79,19 +108,15 @@ def series_payload(
         return answer
     answer["run_id"] = run_id
     if results is not None and results.get("timeseries") is not None:
-        rows = [r for r in results["timeseries"] if r.get("endpoint") is None]
+        rows = [_chart_row(r) for r in results["timeseries"] if r.get("endpoint") is None and r["t"] > since_t]
         answer["ended"] = True
         answer["interval_s"] = timeline.interval_s if timeline is not None else None
-    else:
-        if timeline is None:
-            return answer
+    elif timeline is not None:
         answer["interval_s"] = timeline.interval_s
-        first = max(0, math.floor(since_t / timeline.interval_s) + 1) if since_t > -math.inf else 0
+        rows = [r for r in (cache or RowCache()).rows(timeline, series) if r["t"] > since_t]
+    else:
         rows = []
-        for index in range(first, timeline.written_intervals):
-            total = interval_rows(index, series.get(index), timeline.interval_s, gauges=timeline.gauges.get(index))
-            rows.append(total[0])
-    answer["rows"] = [_chart_row(r) for r in rows if r["t"] > since_t]
+    answer["rows"] = rows
     return answer
 
 

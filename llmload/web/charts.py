@@ -32,7 +32,7 @@ from typing import Any
 
 from flask import Response, request
 
-from llmload.exporters.web_charts import FAILURE_COLUMNS, form_fields, script_tags, series_payload
+from llmload.exporters.web_charts import FAILURE_COLUMNS, RowCache, form_fields, script_tags, series_payload
 from llmload.runtime import Runtime
 from llmload.series import IntervalSeries
 
@@ -61,6 +61,7 @@ def install(environment: Environment) -> None:
         return
     base = str(getattr(environment.parsed_options, "web_base_path", "") or "").rstrip("/")
     app = web_ui.app
+    cache = RowCache()
 
     def timeseries_json() -> Response:
         runtime: Runtime | None = getattr(environment, "llmload", None)
@@ -75,7 +76,7 @@ def install(environment: Environment) -> None:
         else:
             payload = series_payload(
                 runtime.run_id, state, timeline=runtime.timeline, series=runtime.series, results=runtime.results,
-                since_t=since_t,
+                since_t=since_t, cache=cache,
             )  # fmt: skip
         return Response(json.dumps(payload), mimetype="application/json", headers={"Cache-Control": "no-store"})
 

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from llmload.exporters.timeseries import Timeline
-from llmload.exporters.web_charts import CHART_COLUMNS, FAILURE_COLUMNS, form_fields, script_tags, series_payload
+from llmload.exporters.web_charts import (
+    CHART_COLUMNS,
+    FAILURE_COLUMNS,
+    RowCache,
+    form_fields,
+    script_tags,
+    series_payload,
+)
 from llmload.options import OPTIONS, OptionSpec
 from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
 from llmload.series import IntervalSeries
@@ -62,9 +69,12 @@ def test_series_payload_gives_complete_intervals_only_as_total_rows_with_increas
     assert all(list(row) == list(CHART_COLUMNS) for row in rows)
     assert [row["output_tokens_per_s"] for row in rows] == [10.0, 20.0, 30.0]
     assert [row["in_flight_requests"] for row in rows] == [0, 1, 2]
-    assert rows[1]["timeout"] == 1 and rows[1]["failed"] == 1 and rows[0]["failed"] == 0
+    assert rows[1]["timeout"] == 1
+    assert rows[1]["failed"] == 1
+    assert rows[0]["failed"] == 0
     assert rows[0]["ttft_p50_s"] == pytest.approx(0.05, rel=0.05)
-    assert "timeout" in FAILURE_COLUMNS and "cancelled" not in FAILURE_COLUMNS
+    assert "timeout" in FAILURE_COLUMNS
+    assert "cancelled" not in FAILURE_COLUMNS
 
 
 def test_series_payload_since_t_gives_only_later_rows() -> None:
@@ -109,4 +119,20 @@ def test_page_config_cannot_close_its_script_element() -> None:
     tags = script_tags({"base": "/x", "fields": {"a": {"label": "</script><b>", "help": "", "default": ""}}})
     data = tags.split('type="application/json">', 1)[1].split("</script>", 1)[0]
     assert json.loads(data)["fields"]["a"]["label"] == "</script><b>"
-    assert 'src="/x/llmload/static/chart.umd.min.js"' in tags and 'src="/x/llmload/static/llmtab.js"' in tags
+    assert 'src="/x/llmload/static/chart.umd.min.js"' in tags
+    assert 'src="/x/llmload/static/llmtab.js"' in tags
+
+
+def test_row_cache_computes_each_complete_interval_once_and_starts_over_for_new_series() -> None:
+    timeline, series = _run(2)
+    cache = RowCache()
+    first = _payload(timeline, series, cache=cache)["rows"]
+    series.add(0, _timeout())  # a late report for interval 0: the cache keeps its first figures
+    again = _payload(timeline, series, cache=cache)["rows"]
+    assert again == first
+    assert again[0]["failed"] == 0
+    timeline.due_rows(series, 3.0)  # interval 2 completes
+    assert [row["t"] for row in _payload(timeline, series, cache=cache)["rows"]] == [0.0, 1.0, 2.0]
+    after_reset = IntervalSeries.empty()  # RESET: a new series
+    assert all(row["succeeded"] == 0 for row in _payload(timeline, after_reset, cache=cache)["rows"])
+    assert _payload(timeline, series)["rows"][0]["failed"] == 1  # without the cache: computed afresh
