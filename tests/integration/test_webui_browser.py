@@ -61,6 +61,9 @@ def _run_in_browser(driver: Any, ui: WebUI, results: Path) -> None:
     _wait(driver, lambda d: "llmload-sim" in _tab_cells(d))
     ui.wait(lambda s: s["state"] == "stopped" and results.exists(), "the run to end")
     document = json.loads(results.read_text())
+    series = json.loads(ui.get("/llmload/timeseries.json"))  # the master's series, merged from both workers
+    assert series["ended"] is True
+    assert sum(row["succeeded"] for row in series["rows"]) == document["requests"]["succeeded"]
     succeeded = str(document["requests"]["succeeded"])
     _wait(driver, lambda d: succeeded in _tab_cells(d))
 
