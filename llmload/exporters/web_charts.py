@@ -23,7 +23,7 @@ __all__ = ["CHART_COLUMNS", "FAILURE_COLUMNS", "RowCache", "form_fields", "scrip
 
 
 FAILURE_COLUMNS: tuple[str, ...] = tuple(o.value for o in Outcome if o.is_failure)
-"""Failure outcomes, one count column each (the "failures by category" chart)."""
+"""Failure outcomes, one count column each (the failures chart)."""
 
 CHART_COLUMNS: tuple[str, ...] = (
     "t",

@@ -25,7 +25,7 @@
       { title: "ITL p99 (ms)", series: [["itl_p99_s", "p99", 1000]] },
       { title: "In-flight requests and users",
         series: [["in_flight_requests", "in flight", 1], ["users", "users", 1, [6, 4]]] },
-      { title: "Failures by category (per interval)", bar: true, series: failures },
+      { title: "Failures per interval, by outcome", bar: true, series: failures },
     ];
   }
 
