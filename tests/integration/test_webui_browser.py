@@ -24,6 +24,7 @@ from tests.integration.browser import screenshot as _screenshot
 from tests.integration.browser import set_field as _set_field
 from tests.integration.browser import tab_cells as _tab_cells
 from tests.integration.browser import wait as _wait
+from tests.integration.procs import final_results_written
 from tests.integration.webui import WebUI, web_ui
 
 pytestmark = pytest.mark.integration
@@ -59,7 +60,7 @@ def _run_in_browser(driver: Any, ui: WebUI, results: Path) -> None:
     _by_text(driver, "//button[@type='submit']").click()
     _by_text(driver, "//button[@role='tab'][normalize-space()='LLM']").click()
     _wait(driver, lambda d: "llmload-sim" in _tab_cells(d))
-    ui.wait(lambda s: s["state"] == "stopped" and results.exists(), "the run to end")
+    ui.wait(lambda s: s["state"] == "stopped" and final_results_written(results), "the run to end")
     document = json.loads(results.read_text())
     series = json.loads(ui.get("/llmload/timeseries.json"))  # the master's series, merged from both workers
     assert series["ended"] is True

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.integration.browser import by_text, chromium, screenshot, set_field, tab_cells, wait
-from tests.integration.procs import free_port
+from tests.integration.procs import final_results_written, free_port
 from tests.integration.webui import WebUI, web_ui
 
 pytestmark = pytest.mark.integration
@@ -128,7 +128,7 @@ def _edit_hides_llmload_fields(driver: Any, ui: WebUI) -> None:
 
 def _stop_and_report(driver: Any, ui: WebUI, results: Path, tmp_path: Path) -> None:
     by_text(driver, "//button[normalize-space()='Stop']").click()
-    ui.wait(lambda s: s["state"] == "stopped" and results.exists(), "the run to stop", 60)
+    ui.wait(lambda s: s["state"] == "stopped" and final_results_written(results), "the run to stop", 60)
     document = json.loads(results.read_text())
     assert document["run"]["options"]["max_tokens"] == 24  # the form's value, kept through the EDIT
     final = _series(ui)
