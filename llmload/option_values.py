@@ -211,6 +211,7 @@ class OptionSpec:
         if_unset: when set, a blank value is refused with this message instead of taking the default.
         field: the ``RunConfig`` attribute it sets; "" = ``dest``; None = read by a cross-field rule.
         launch_only: used once when the process starts (not in the web UI's form, where it would do nothing).
+        label: the web UI form's label, in the field's terms (e.g. "SLO (goodput)"); required.
     """
 
     flag: str
@@ -226,6 +227,11 @@ class OptionSpec:
     if_unset: str | None = None
     field: str | None = ""
     launch_only: bool = False
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.label.strip():
+            raise ValueError(f"{self.flag} needs a label for the web UI form (OptionSpec(..., label=...))")
 
     @property
     def dest(self) -> str:
