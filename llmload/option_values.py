@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from llmload.errors import ConfigError
 from llmload.goodput import SLO, parse_slo
+from llmload.thresholds import Threshold, parse_thresholds
 
 __all__ = [
     "LengthSpec",
@@ -38,6 +39,7 @@ __all__ = [
     "server_metrics",
     "slo",
     "text",
+    "thresholds",
 ]
 
 Parse = Callable[[str, str], Any]
@@ -160,6 +162,11 @@ def slo(_flag: str, value: str) -> SLO:
     return parse_slo(value)
 
 
+def thresholds(flag_name: str, value: str) -> tuple[Threshold, ...]:
+    """``--abort-on``: one expression per line (see ``llmload.thresholds``)."""
+    return parse_thresholds(flag_name, value)
+
+
 def length(*, keyword: str = "") -> Parse:
     """``N`` or ``MIN:MAX`` (positive integers) as a ``LengthSpec``; ``keyword`` (e.g. ``dataset``) passes through."""
 
@@ -204,6 +211,7 @@ class OptionSpec:
         if_unset: when set, a blank value is refused with this message instead of taking the default.
         field: the ``RunConfig`` attribute it sets; "" = ``dest``; None = read by a cross-field rule.
         launch_only: used once when the process starts (not in the web UI's form, where it would do nothing).
+        label: the web UI form's label, in the field's terms (e.g. "SLO (goodput)"); required.
     """
 
     flag: str
@@ -219,6 +227,11 @@ class OptionSpec:
     if_unset: str | None = None
     field: str | None = ""
     launch_only: bool = False
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.label.strip():
+            raise ValueError(f"{self.flag} needs a label for the web UI form (OptionSpec(..., label=...))")
 
     @property
     def dest(self) -> str:

@@ -23,8 +23,8 @@ GROUPS = (_MODEL, _REPLY, _LOAD, _DETAILS, _SERVER, _TOKENS, _RESULTS, _PROM)
 """Option groups in the order of ``llmload options`` and of the web UI form."""
 
 
-def _switch(flag: str, help: str, group: str) -> OptionSpec:
-    return OptionSpec(flag, help, group, False, v.flag, is_flag=True)
+def _switch(flag: str, help: str, group: str, label: str) -> OptionSpec:
+    return OptionSpec(flag, help, group, False, v.flag, is_flag=True, label=label)
 
 
 DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -47,6 +47,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "listed by GET /v1/models. Never used to find a tokenizer.",
         _MODEL,
         metavar="NAME",
+        label="Model",
     ),
     OptionSpec(
         "--prompt",
@@ -55,6 +56,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         DEFAULT_PROMPT,
         metavar="TEXT",
         if_unset="--prompt must not be empty; pass e.g. --prompt 'Tell me a joke'",
+        label="Prompt",
     ),
     OptionSpec(
         "--dataset",
@@ -62,6 +64,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         '"max_tokens"), or ShareGPT JSON. Replaces --prompt.',
         _MODEL,
         metavar="PATH",
+        label="Dataset file",
     ),
     OptionSpec(
         "--dataset-format",
@@ -71,6 +74,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         v.choice("auto", "jsonl", "sharegpt"),
         metavar="FORMAT",
         choices=("auto", "jsonl", "sharegpt"),
+        label="Dataset format",
     ),
     OptionSpec(
         "--input-tokens",
@@ -80,6 +84,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=v.length(),
         metavar="N",
         field=None,
+        label="Input tokens (prompt length)",
     ),
     OptionSpec(
         "--input-tokens-stddev",
@@ -88,6 +93,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=_TOKENS_STDDEV,
         metavar="S",
         field=None,
+        label="Input tokens std. dev.",
     ),
     # ── reply length and sampling ──
     OptionSpec(
@@ -98,6 +104,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         v.positive_int(),
         metavar="N",
         if_unset="--max-tokens is required; pass e.g. --max-tokens 128",
+        label="Max tokens (reply length)",
     ),
     OptionSpec(
         "--output-tokens",
@@ -107,6 +114,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=v.length(keyword="dataset"),
         metavar="M",
         field=None,
+        label="Output tokens (reply length, overrides max tokens)",
     ),
     OptionSpec(
         "--output-tokens-stddev",
@@ -115,6 +123,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=_TOKENS_STDDEV,
         metavar="S",
         field=None,
+        label="Output tokens std. dev.",
     ),
     OptionSpec(
         "--temperature",
@@ -122,13 +131,20 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _REPLY,
         parse=_NON_NEGATIVE,
         metavar="T",
+        label="Temperature",
     ),
     _switch(
         "--ignore-eos",
         "Send ignore_eos=true so every reply has exactly max_tokens (vLLM/SGLang/llama.cpp extension).",
         _REPLY,
+        label="Ignore EOS (every reply max tokens long)",
     ),
-    _switch("--no-stream", "Send non-streaming requests (TTFT then equals E2E and is not reported).", _REPLY),
+    _switch(
+        "--no-stream",
+        "Send non-streaming requests (TTFT then equals E2E and is not reported).",
+        _REPLY,
+        label="Non-streaming requests",
+    ),
     OptionSpec(
         "--stream-usage",
         "Ask for stream_options.include_usage (token counts from the server). auto: ask, and when the "
@@ -139,6 +155,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         v.choice("auto", "on", "off"),
         "MODE",
         choices=("auto", "on", "off"),
+        label="Ask for usage in the stream",
     ),
     OptionSpec(
         "--max-tokens-field",
@@ -148,6 +165,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         v.choice("max_tokens", "max_completion_tokens"),
         "FIELD",
         choices=("max_tokens", "max_completion_tokens"),
+        label="Reply-length field name",
     ),
     OptionSpec(
         "--extra-body",
@@ -156,6 +174,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _REPLY,
         parse=v.extra_body,
         metavar="JSON",
+        label="Extra request body (JSON)",
     ),
     # ── load ──
     OptionSpec(
@@ -165,6 +184,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _LOAD,
         parse=v.positive_int(unset_means=_UNSET_NO_LIMIT),
         metavar="N",
+        label="Number of requests",
     ),
     OptionSpec(
         "--request-rate",
@@ -175,6 +195,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=v.rate,
         metavar="R",
         field=None,
+        label="Request rate (req/s, open loop)",
     ),
     OptionSpec(
         "--arrival",
@@ -184,6 +205,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="KIND",
         choices=("", "poisson", "constant", "gamma"),
         field=None,
+        label="Arrival distribution",
     ),
     OptionSpec(
         "--burstiness",
@@ -192,6 +214,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=v.number(float, lambda x: 0 < x < math.inf, "a finite number > 0", "0.5"),
         metavar="B",
         field=None,
+        label="Burstiness (gamma shape)",
     ),
     OptionSpec(
         "--max-concurrency",
@@ -200,6 +223,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=v.positive_int(unset_means=_UNSET_NO_LIMIT, zero="leave it unset for no cap (0 never means unlimited)"),
         metavar="N",
         field=None,
+        label="Max concurrency (requests in flight)",
     ),
     OptionSpec(
         "--warmup-requests",
@@ -208,6 +232,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         0,
         _at_least(0, "20"),
         metavar="K",
+        label="Warm-up requests (not measured)",
     ),
     OptionSpec(
         "--max-retry-after",
@@ -218,6 +243,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _SECONDS,
         "S",
         field="max_retry_after_s",
+        label="Longest throttling pause (s)",
     ),
     # ── workload details ──
     OptionSpec(
@@ -227,6 +253,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         0,
         _at_least(0, "256"),
         metavar="K",
+        label="Shared prefix (tokens)",
     ),
     OptionSpec(
         "--turns",
@@ -235,6 +262,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         1,
         _at_least(1, "4"),
         metavar="T",
+        label="Turns per conversation",
     ),
     OptionSpec(
         "--seed",
@@ -243,6 +271,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         0,
         v.number(int, lambda _x: True, "an integer", "42"),
         metavar="N",
+        label="Seed",
     ),
     # ── server and connection ──
     OptionSpec(
@@ -252,14 +281,21 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _SERVER,
         "OPENAI_API_KEY",
         metavar="VAR",
+        label="API key environment variable",
     ),
     OptionSpec(
         "--api-key-file",
         "File whose first line is the API key (instead of --api-key-env).",
         _SERVER,
         metavar="PATH",
+        label="API key file",
     ),
-    _switch("--insecure", "Do not verify the server's TLS certificate (printed as a warning).", _SERVER),
+    _switch(
+        "--insecure",
+        "Do not verify the server's TLS certificate (printed as a warning).",
+        _SERVER,
+        label="Skip TLS certificate check",
+    ),
     OptionSpec(
         "--header",
         "Extra HTTP header 'Name: value' on every request; repeat the option for several. locust.conf: "
@@ -272,6 +308,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         is_secret=True,
         repeatable=True,
         field="headers",
+        label="Extra HTTP headers",
     ),
     OptionSpec(
         "--api-key-header",
@@ -279,6 +316,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _SERVER,
         parse=v.header_name,
         metavar="NAME",
+        label="API key header name",
     ),
     OptionSpec(
         "--endpoint-path",
@@ -287,13 +325,24 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _SERVER,
         parse=v.endpoint_path,
         metavar="PATH",
+        label="Endpoint path",
     ),
     _switch(
         "--ignore-proxy-env",
         "Connect to the target directly even when HTTP_PROXY / HTTPS_PROXY / ALL_PROXY are set.",
         _SERVER,
+        label="Ignore proxy environment variables",
     ),
-    OptionSpec("--connect-timeout", "Seconds to establish a connection.", _SERVER, 30.0, _SECONDS, "S", field=None),
+    OptionSpec(
+        "--connect-timeout",
+        "Seconds to establish a connection.",
+        _SERVER,
+        30.0,
+        _SECONDS,
+        "S",
+        field=None,
+        label="Connect timeout (s)",
+    ),
     OptionSpec(
         "--read-timeout",
         "Longest silence in seconds between two reads of a reply.",
@@ -302,6 +351,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _SECONDS,
         "S",
         field=None,
+        label="Read timeout (s)",
     ),
     OptionSpec(
         "--request-timeout",
@@ -311,12 +361,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _SECONDS,
         "S",
         field=None,
+        label="Request timeout (s)",
     ),
     _switch(
         "--skip-preflight",
         "Do not probe the server before load (GET /v1/models is still used "
         "to find the model when --model is not given).",
         _SERVER,
+        label="Skip preflight probe",
     ),
     OptionSpec(
         "--server-metrics",
@@ -327,6 +379,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "auto",
         v.server_metrics,
         "auto|off|URL[,URL...]",
+        label="Server metrics to scrape",
     ),
     # ── tokens and goodput ──
     OptionSpec(
@@ -336,11 +389,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "when the server sends no usage and makes synthetic prompts exact. Never taken from --model.",
         _TOKENS,
         metavar="PATH_OR_NAME",
+        label="Tokenizer",
     ),
     _switch(
         "--allow-download",
         "Let --tokenizer download from the Hugging Face hub (off: local files and cache only).",
         _TOKENS,
+        label="Allow tokenizer download",
     ),
     OptionSpec(
         "--slo",
@@ -348,9 +403,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _TOKENS,
         parse=v.slo,
         metavar="LIST",
+        label="SLO (goodput)",
     ),
     # ── results ──
-    OptionSpec("--results-json", "Write the end-of-run results to this JSON file.", _RESULTS, metavar="PATH"),
+    OptionSpec(
+        "--results-json",
+        "Write the end-of-run results to this JSON file.",
+        _RESULTS,
+        metavar="PATH",
+        label="Results JSON file",
+    ),
     OptionSpec(
         "--html-report",
         "Write a self-contained HTML report of the run (summary, latency distributions, time series when recorded, "
@@ -358,6 +420,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "with: llmload report results.json [other.json] -o PATH.",
         _RESULTS,
         metavar="PATH",
+        label="HTML report file",
     ),
     OptionSpec(
         "--requests-log",
@@ -365,6 +428,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "writes PATH with its worker index inserted before the extension).",
         _RESULTS,
         metavar="PATH",
+        label="Per-request log file",
     ),
     OptionSpec(
         "--timeseries",
@@ -372,6 +436,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "row; the same rows as the results' timeseries).",
         _RESULTS,
         metavar="PATH",
+        label="Time-series file (JSON lines)",
     ),
     OptionSpec(
         "--timeseries-interval",
@@ -382,6 +447,31 @@ OPTIONS: tuple[OptionSpec, ...] = (
         v.number(float, lambda x: 0.1 <= x < math.inf, "a finite number of seconds >= 0.1", "10"),
         "S",
         field="timeseries_interval_s",
+        label="Time-series interval (s)",
+    ),
+    OptionSpec(
+        "--checkpoint-interval",
+        "Rewrite the --results-json file every S seconds during the run (atomically; marked partial, no "
+        "verdict), so a killed process leaves results at most S seconds old. 0: only at the end.",
+        _RESULTS,
+        300.0,
+        v.number(float, lambda x: 0 <= x < math.inf, "a finite number of seconds >= 0 (0: off)", "300"),
+        "S",
+        field="checkpoint_interval_s",
+        label="Checkpoint interval (s)",
+    ),
+    OptionSpec(
+        "--abort-on",
+        "Stop the run early, exit status 1, when a condition holds on the time series for a while, e.g. "
+        "'error_ratio>0.05 for 5m' or 'ttft_p99>10s for 10m'; repeat for several. Metrics: error_ratio, "
+        "throttled_ratio, ttft/itl/tpot/e2e_p50/p90/p99 (with s or ms), output_tok_s, total_tok_s, req_s.",
+        _RESULTS,
+        (),
+        v.thresholds,
+        "EXPR",
+        repeatable=True,
+        field="abort_on",
+        label="Abort on (stop early when)",
     ),
     OptionSpec(
         "--max-failure-ratio",
@@ -390,6 +480,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         0.01,
         v.number(float, lambda x: 0.0 <= x <= 1.0, "a number from 0 to 1", "0.01"),
         "R",
+        label="Max failure ratio (exit status 1 above)",
     ),
     # ── Prometheus exporter ──
     OptionSpec(
@@ -401,6 +492,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         v.number(int, lambda x: 0 <= x <= 65535, "a port number from 0 to 65535 (0: off)", "9646"),
         "PORT",
         launch_only=True,
+        label="Prometheus port",
     ),
     OptionSpec(
         "--prometheus-host",
@@ -410,6 +502,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         lambda _flag, value: value.strip(),
         "ADDR",
         launch_only=True,
+        label="Prometheus listen address",
     ),
     OptionSpec(
         "--prometheus-grace",
@@ -421,6 +514,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "S",
         field="prometheus_grace_s",
         launch_only=True,
+        label="Prometheus grace (s)",
     ),
 )
 

@@ -11,8 +11,10 @@ probe). A problem is answered as Locust answers its own form errors
 starts: no ``test_start``, no spawn message to any worker. ``test_start``
 then finds the run already prepared for the same host and options.
 
-During a run (EDIT), Locust changes users and spawn rate only; a post that
-changes an llmload value is refused with the names of the changed fields
+During a run (EDIT), Locust changes users and spawn rate only. The page's
+script (``llmload.web.charts``) hides llmload's fields in the EDIT dialog and
+does not post them; a post that still changes an llmload value (a script, a
+page without the script) is refused with the names of the changed fields
 instead of being ignored.
 """
 
@@ -38,6 +40,7 @@ from llmload.plan import users_short_of_workers
 from llmload.runtime import Runtime
 from llmload.series import FoldedTotal, IntervalSeries
 from llmload.stats import LLMStats
+from llmload.thresholds import ThresholdWatch
 
 __all__ = ["install", "on_reset_stats", "posted_options"]
 
@@ -156,6 +159,9 @@ def on_reset_stats(environment: Environment, **_kw: Any) -> None:
         runtime.local_total = FoldedTotal()
     runtime.reset_at_unix = time.time()
     runtime.failure_samples.clear()
+    runtime.live_rows = []  # checkpoints hold the rows measured after the reset, like the summary
+    if runtime.watch is not None:  # --abort-on windows restart: rows before the reset no longer count
+        runtime.watch = ThresholdWatch(runtime.watch.thresholds, runtime.watch.interval_s)
     if runtime.window_delta is not None:
         runtime.window_delta = LLMStats.empty()
     if runtime.export is not None:
