@@ -205,11 +205,11 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         stop_process_services(runtime)
     options = environment.parsed_options
     checkpoints.stop(runtime)  # a checkpoint write in progress finishes before the final results
-    timeseries = live.finish_timeline(environment, runtime)
+    timeseries, drift = live.finish_timeline(environment, runtime)
     scraper, runtime.server_scraper = runtime.server_scraper, None
     # the last server-metrics scrape, after the final reports
     server = None if scraper is None else scraper.finish()
-    outcome = checkpoints.run_outcome(environment, runtime, timeseries=timeseries, server=server)
+    outcome = checkpoints.run_outcome(environment, runtime, timeseries=timeseries, server=server, drift=drift)
     results = build_results(outcome)
     runtime.results = results
     if runtime.config.results_json:
