@@ -7,7 +7,7 @@ STAMP := $(VENV)/.llmload-installed
 PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: install demo test test-all test-real bench lint check clean image lock
+.PHONY: install demo test test-all test-real bench lint check clean image lock screenshots
 
 $(STAMP): pyproject.toml constraints.txt
 	@if [ -z "$(PYTHON)" ]; then echo "llmload needs Python >= 3.11 (python3.11 or newer on PATH); install it, e.g. apt-get install python3 python3-venv" >&2; exit 1; fi
@@ -51,6 +51,10 @@ test-real: install
 	@test -x "$(REALSERVER_DIR)/setup.sh" || { echo "real-server kit not found: $(REALSERVER_DIR)/setup.sh; set LLMLOAD_REALSERVER_DIR" >&2; exit 1; }
 	"$(REALSERVER_DIR)/setup.sh"
 	LLMLOAD_REAL=1 LLMLOAD_REALSERVER_DIR="$(REALSERVER_DIR)" $(PY) -m pytest -q -s -m real tests/real
+
+# The web UI and HTML report pictures in docs/ (README), taken by the browser tests in headless chromium.
+screenshots: install
+	LLMLOAD_SCREENSHOTS=1 $(PY) -m pytest -q tests/integration/test_webui_browser.py tests/integration/test_webui_charts.py
 
 bench: install
 	$(PY) bench/run_bench.py

@@ -50,6 +50,7 @@ def run_outcome(
     timeseries: Sequence[Mapping[str, Any]],
     server: Mapping[str, Any] | None = None,
     checkpoint_at_s: float | None = None,
+    drift: Mapping[str, Any] | None = None,
 ) -> RunOutcome:
     """The ``RunOutcome`` of the current run as of now (master or single process).
 
@@ -59,6 +60,7 @@ def run_outcome(
         timeseries: the time-series rows to include.
         server: the server-metrics section, or None.
         checkpoint_at_s: seconds since the run's start of a checkpoint; None at the run's end.
+        drift: the drift section (``llmload.drift``), or None (checkpoints).
     """
     runner = environment.runner
     options = environment.parsed_options
@@ -83,6 +85,8 @@ def run_outcome(
         server=server,
         aborted=runtime.aborted.as_dict() if runtime.aborted is not None else None,
         checkpoint_at_s=checkpoint_at_s,
+        drift=drift,
+        worker_clocks=dict(runtime.worker_clocks) if isinstance(runner, MasterRunner) else {},
     )
 
 

@@ -40,6 +40,7 @@ import gevent.event
 import gevent.lock
 
 from llmload import preflight
+from llmload.clock import align_to_master, note_worker_clock
 from llmload.config import RunConfig
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.load import SendFigures
@@ -102,11 +103,12 @@ def on_test_start(environment: Environment, **_kw: Any) -> None:
 def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     """Worker: read the master's plan and start this worker's share of the run.
 
-    The worker's time-series clock starts now, when the master's spawn
-    message has arrived (``llmload.series``).
+    The worker's clocks are set from the plan, as it arrives: its run start
+    on its monotonic clock and on the master's wall clock, and its estimated
+    wall-clock offset (``llmload.clock.align_to_master``).
     """
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
-    runtime.run_started_s = time.perf_counter()
+    arrived_s, arrived_unix = time.perf_counter(), time.time()
     options = environment.parsed_options
     raw_plan = getattr(options, _PLAN, None)
     plan_error = None
@@ -117,6 +119,9 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
         log.error("llmload: %s; this worker sends no load", exc)
     if plan.run_id and plan.run_id == runtime.ended_run_id:
         return  # a spawn message after this run ended here: its users stop without sending
+    start = align_to_master(plan.started_at_unix, plan.planned_after_s, now_s=arrived_s, now_unix=arrived_unix)
+    runtime.run_started_s, runtime.started_at_unix = start.started_s, start.started_at_unix
+    runtime.clock_offset_s = start.clock_offset_s
     try:
         runtime.config = RunConfig.from_options(options)
     except ConfigError as exc:  # the master checks options first; a worker never raises out of test_start
@@ -164,8 +169,9 @@ def _start_master_or_local(environment: Environment) -> None:
     runtime.series = IntervalSeries.empty()
     runtime.local_total = None if isinstance(runner, MasterRunner) else FoldedTotal()
     runtime.worker_in_flight = {}
-    runtime.run_started_s = time.perf_counter()
-    runtime.started_at_unix = time.time()
+    runtime.worker_clocks = {}
+    runtime.worker_rss_bytes = {}
+    runtime.run_started_s, runtime.started_at_unix = time.perf_counter(), time.time()
     runtime.results = None
     runtime.blocked = None
     runtime.lost_workers = []
@@ -210,6 +216,8 @@ def _start_master_or_local(environment: Environment) -> None:
                 str(runner.get_worker_index(c.id)): share
                 for c, share in zip(workers, split(runtime.config, len(workers)), strict=True)
             },
+            started_at_unix=runtime.started_at_unix,
+            planned_after_s=time.perf_counter() - runtime.run_started_s,
         )
         setattr(options, _PLAN, plan_to_wire(plan))
         gevent.spawn(_watch_workers, environment, runtime.run_id)
@@ -278,6 +286,9 @@ def take_report(runtime: Runtime) -> WorkerReport:
         in_flight=runtime.in_flight,
         sends=runtime.send_figures().as_wire(),
         series=series,
+        clock_offset_s=runtime.clock_offset_s,
+        rss_bytes=runtime.rss_bytes(),
+        taken_at_unix=time.time(),
     )
 
 
@@ -312,6 +323,17 @@ def merge_report(runtime: Runtime, client_id: str, payload: object) -> None:
     if runtime.timeline is not None:
         runtime.timeline.note_merged(changed)
     runtime.worker_in_flight[client_id] = report.in_flight
+    if report.rss_bytes is not None:
+        runtime.worker_rss_bytes[client_id] = report.rss_bytes
+    warning = note_worker_clock(
+        runtime.worker_clocks,
+        client_id,
+        upper_s=report.clock_offset_s,
+        taken_at_unix=report.taken_at_unix,
+        received_at_unix=time.time(),
+    )
+    if warning is not None:
+        log.warning("llmload: %s", warning)
     if runtime.export is not None:
         feed(runtime.export, client_id, report.stats, report.in_flight)
 

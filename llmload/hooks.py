@@ -38,7 +38,7 @@ from llmload.exporters.results import build_results, write_results_json
 from llmload.exporters.timeseries_files import write_csv_files
 from llmload.interrupt import Interrupter
 from llmload.launch import note_request_limit, prepare, stop_process_services
-from llmload.options import GROUPS, OPTIONS, OptionSpec
+from llmload.options import GROUPS, OPTIONS
 from llmload.runtime import Runtime
 
 __all__ = ["add_arguments", "install"]
@@ -87,13 +87,6 @@ class _Choices(tuple[str, ...]):
         return True
 
 
-def _form_help(spec: OptionSpec) -> str:
-    """The help the web form shows; a field that starts blank also says what blank means (its default)."""
-    if spec.locust_default in ("", None) and spec.default_text != "none":
-        return f"{spec.help} Default: {spec.default_text}."
-    return spec.help
-
-
 def add_arguments(parser: Any) -> None:
     """Add llmload's options to Locust's parser (CLI, ``locust.conf``, ``LOCUST_*`` env, web UI).
 
@@ -113,7 +106,7 @@ def add_arguments(parser: Any) -> None:
                     type=str,
                     default=spec.locust_default,
                     env_var=spec.env,
-                    help=_form_help(spec),
+                    help=spec.help,
                     metavar=spec.metavar,
                     choices=_Choices(spec.choices) if spec.choices else None,
                 )
@@ -260,11 +253,11 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         stop_process_services(runtime)
     options = environment.parsed_options
     checkpoints.stop(runtime)  # a checkpoint write in progress finishes before the final results
-    timeseries = live.finish_timeline(environment, runtime)
+    timeseries, drift = live.finish_timeline(environment, runtime)
     scraper, runtime.server_scraper = runtime.server_scraper, None
     # the last server-metrics scrape, after the final reports
     server = None if scraper is None else scraper.finish()
-    outcome = checkpoints.run_outcome(environment, runtime, timeseries=timeseries, server=server)
+    outcome = checkpoints.run_outcome(environment, runtime, timeseries=timeseries, server=server, drift=drift)
     results = build_results(outcome)
     runtime.results = results
     if runtime.config.results_json:

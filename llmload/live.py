@@ -39,6 +39,7 @@ import gevent.event
 import gevent.lock
 
 from llmload.credentials import public_url
+from llmload.drift import RSS_GAUGE, drift_section
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.sections import client_saturated
 from llmload.exporters.timeseries import Row, Timeline, progress_line
@@ -250,19 +251,26 @@ def start_timeline(
     runtime.timeline_task = gevent.spawn(_tick_timeline_forever, environment, runtime, stop_run)
 
 
-def _gauges(environment: Environment, runtime: Runtime) -> dict[str, int]:
-    """The gauges of one sample; further gauges (e.g. server metrics) join here, named in ``Timeline.extra_columns``."""
+def _gauges(environment: Environment, runtime: Runtime) -> dict[str, int | None]:
+    """The gauges of one sample; further gauges (e.g. server metrics) join here, named in ``Timeline.extra_columns``.
+
+    ``client_rss_bytes``: this process's resident memory, or on a master the
+    largest of its workers' (as of their latest reports; null before one).
+    """
     runner = environment.runner
     if isinstance(runner, MasterRunner):
+        rss = runtime.worker_rss_bytes.values()
         return {
             "in_flight_requests": sum(runtime.worker_in_flight.values()),
             "users": int(runner.user_count),
             "workers": int(runner.worker_count),
+            RSS_GAUGE: max(rss) if rss else None,
         }
     return {
         "in_flight_requests": runtime.in_flight,
         "users": int(runner.user_count) if runner is not None else 0,
         "workers": 0,
+        RSS_GAUGE: runtime.rss_bytes(),
     }
 
 
@@ -335,16 +343,17 @@ def _stop_timeline(runtime: Runtime) -> None:
         task.kill(block=True, timeout=_STOP_LIVE_TIMEOUT_S)
 
 
-def finish_timeline(environment: Environment, runtime: Runtime) -> list[Row]:
-    """At the stop (master or single process): write the last rows and return every row of the run.
+def finish_timeline(environment: Environment, runtime: Runtime) -> tuple[list[Row], dict[str, Any] | None]:
+    """At the stop (master or single process): write the last rows; return every row of the run and its drift.
 
     Intervals written before all their requests arrived are written again
     (the later line replaces the earlier one) and a warning says how many.
+    The drift section (``llmload.drift``) is None when no timeline ran.
     """
     _stop_timeline(runtime)
     timeline = runtime.timeline
     if timeline is None:
-        return []
+        return [], None
     end_s = time.perf_counter() - runtime.run_started_s
     if interval_index(end_s, timeline.interval_s) not in timeline.gauges:  # the stop began a new interval
         timeline.sample(end_s, _gauges(environment, runtime))
@@ -359,4 +368,5 @@ def finish_timeline(environment: Environment, runtime: Runtime) -> list[Row]:
     if runtime.timeseries_log is not None:
         runtime.timeseries_log.close()
         runtime.timeseries_log = None
-    return timeline.rows(runtime.series, end_s)
+    drift = drift_section(runtime.series, timeline.interval_s, end_s, timeline.gauges)
+    return timeline.rows(runtime.series, end_s), drift

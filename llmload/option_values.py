@@ -217,6 +217,7 @@ class OptionSpec:
         launch_only: used once when the process starts (not in the web UI's form, where it would do nothing).
         shown: the default as users read it (``llmload options``, the web form's help, the README's
             options table), when ``default`` alone does not say it (e.g. ``not set: closed loop``); "" = derived.
+        label: the web UI form's label, in the field's terms (e.g. "SLO (goodput)"); required.
     """
 
     flag: str
@@ -246,6 +247,12 @@ class OptionSpec:
         if isinstance(self.default, float):
             return f"{self.default:g}"
         return str(self.default)
+
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.label.strip():
+            raise ValueError(f"{self.flag} needs a label for the web UI form (OptionSpec(..., label=...))")
 
     @property
     def dest(self) -> str:

@@ -24,8 +24,8 @@ GROUPS = (_MODEL, _REPLY, _LOAD, _DETAILS, _SERVER, _TOKENS, _RESULTS, _PROM)
 """Option groups in the order of ``llmload options`` and of the web UI form."""
 
 
-def _switch(flag: str, help: str, group: str, shown: str = "") -> OptionSpec:
-    return OptionSpec(flag, help, group, False, v.flag, is_flag=True, shown=shown)
+def _switch(flag: str, help: str, group: str, label: str, shown: str = "") -> OptionSpec:
+    return OptionSpec(flag, help, group, False, v.flag, is_flag=True, label=label, shown=shown)
 
 
 DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -50,6 +50,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _MODEL,
         metavar="NAME",
         shown="the first model GET /v1/models lists",
+        label="Model",
     ),
     OptionSpec(
         "--prompt",
@@ -59,6 +60,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="TEXT",
         shown=f'"{DEFAULT_PROMPT}"',
         if_unset="--prompt must not be empty; pass e.g. --prompt 'Tell me a joke'",
+        label="Prompt",
     ),
     OptionSpec(
         "--dataset",
@@ -66,6 +68,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         '"max_tokens"), or ShareGPT JSON. Replaces --prompt.',
         _MODEL,
         metavar="PATH",
+        label="Dataset file",
     ),
     OptionSpec(
         "--dataset-format",
@@ -76,6 +79,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="FORMAT",
         choices=("auto", "jsonl", "sharegpt"),
         shown="auto (.json or a leading [: ShareGPT)",
+        label="Dataset format",
     ),
     OptionSpec(
         "--input-tokens",
@@ -85,6 +89,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=v.length(),
         metavar="N",
         field=None,
+        label="Input tokens (prompt length)",
     ),
     OptionSpec(
         "--input-tokens-stddev",
@@ -94,6 +99,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="S",
         field=None,
         shown="0",
+        label="Input tokens std. dev.",
     ),
     # ── reply length and sampling ──
     OptionSpec(
@@ -104,6 +110,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         v.positive_int(),
         metavar="N",
         if_unset="--max-tokens is required; pass e.g. --max-tokens 128",
+        label="Max tokens (reply length)",
     ),
     OptionSpec(
         "--output-tokens",
@@ -114,6 +121,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="M",
         field=None,
         shown="--max-tokens (or a JSONL line's own max_tokens)",
+        label="Output tokens (reply length, overrides max tokens)",
     ),
     OptionSpec(
         "--output-tokens-stddev",
@@ -123,6 +131,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="S",
         field=None,
         shown="0",
+        label="Output tokens std. dev.",
     ),
     OptionSpec(
         "--temperature",
@@ -131,17 +140,20 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=_NON_NEGATIVE,
         metavar="T",
         shown="the server's default (not sent)",
+        label="Temperature",
     ),
     _switch(
         "--ignore-eos",
         "Send ignore_eos=true so every reply has exactly max_tokens (vLLM/SGLang/llama.cpp extension).",
         _REPLY,
+        label="Ignore EOS (every reply max tokens long)",
     ),
     _switch(
         "--no-stream",
         "Send non-streaming requests (TTFT and ITL are then unknown).",
         _REPLY,
-        "off: streaming",
+        label="Non-streaming requests",
+        shown="off: streaming",
     ),
     OptionSpec(
         "--stream-usage",
@@ -153,6 +165,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         v.choice("auto", "on", "off"),
         "MODE",
         choices=("auto", "on", "off"),
+        label="Ask for usage in the stream",
     ),
     OptionSpec(
         "--max-tokens-field",
@@ -162,6 +175,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         v.choice("max_tokens", "max_completion_tokens"),
         "FIELD",
         choices=("max_tokens", "max_completion_tokens"),
+        label="Reply-length field name",
     ),
     OptionSpec(
         "--extra-body",
@@ -170,6 +184,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _REPLY,
         parse=v.extra_body,
         metavar="JSON",
+        label="Extra request body (JSON)",
     ),
     # ── load ──
     OptionSpec(
@@ -180,6 +195,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=v.positive_int(unset_means=_UNSET_NO_LIMIT),
         metavar="N",
         shown="no limit",
+        label="Number of requests",
     ),
     OptionSpec(
         "--request-rate",
@@ -192,6 +208,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="R",
         field=None,
         shown="not set: closed loop",
+        label="Request rate (req/s, open loop)",
     ),
     OptionSpec(
         "--arrival",
@@ -202,6 +219,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         choices=("", "poisson", "constant", "gamma"),
         field=None,
         shown="poisson (with --request-rate)",
+        label="Arrival distribution",
     ),
     OptionSpec(
         "--burstiness",
@@ -211,6 +229,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="B",
         field=None,
         shown="1 (with --arrival gamma)",
+        label="Burstiness (gamma shape)",
     ),
     OptionSpec(
         "--max-concurrency",
@@ -224,6 +243,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="N",
         field=None,
         shown="the number of users",
+        label="Max concurrency (requests in flight)",
     ),
     OptionSpec(
         "--warmup-requests",
@@ -232,6 +252,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         0,
         _at_least(0, "20"),
         metavar="K",
+        label="Warm-up requests (not measured)",
     ),
     OptionSpec(
         "--max-retry-after",
@@ -243,6 +264,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _SECONDS,
         "S",
         field="max_retry_after_s",
+        label="Longest throttling pause (s)",
     ),
     # ── workload details ──
     OptionSpec(
@@ -252,6 +274,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         0,
         _at_least(0, "256"),
         metavar="K",
+        label="Shared prefix (tokens)",
     ),
     OptionSpec(
         "--turns",
@@ -262,6 +285,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         1,
         _at_least(1, "4"),
         metavar="T",
+        label="Turns per conversation",
     ),
     OptionSpec(
         "--seed",
@@ -270,6 +294,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         0,
         v.number(int, lambda _x: True, "an integer", "42"),
         metavar="N",
+        label="Seed",
     ),
     # ── server and connection ──
     OptionSpec(
@@ -279,6 +304,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _SERVER,
         "OPENAI_API_KEY",
         metavar="VAR",
+        label="API key environment variable",
     ),
     OptionSpec(
         "--api-key-file",
@@ -286,12 +312,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _SERVER,
         metavar="PATH",
         shown="not used",
+        label="API key file",
     ),
     _switch(
         "--insecure",
         "Do not verify the server's TLS certificate (printed as a warning).",
         _SERVER,
-        "off: certificates verified",
+        shown="off: certificates verified",
+        label="Skip TLS certificate check",
     ),
     OptionSpec(
         "--header",
@@ -306,6 +334,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         is_secret=True,
         repeatable=True,
         field="headers",
+        label="Extra HTTP headers",
     ),
     OptionSpec(
         "--api-key-header",
@@ -315,6 +344,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=header_name,
         metavar="NAME",
         shown="Authorization: Bearer",
+        label="API key header name",
     ),
     OptionSpec(
         "--endpoint-path",
@@ -324,14 +354,25 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=v.endpoint_path,
         metavar="PATH",
         shown="/v1/chat/completions or /v1/completions",
+        label="Endpoint path",
     ),
     _switch(
         "--ignore-proxy-env",
         "Connect to the target directly even when HTTP_PROXY / HTTPS_PROXY / ALL_PROXY are set.",
         _SERVER,
-        "off: proxy variables honoured",
+        shown="off: proxy variables honoured",
+        label="Ignore proxy environment variables",
     ),
-    OptionSpec("--connect-timeout", "Seconds to establish a connection.", _SERVER, 30.0, _SECONDS, "S", field=None),
+    OptionSpec(
+        "--connect-timeout",
+        "Seconds to establish a connection.",
+        _SERVER,
+        30.0,
+        _SECONDS,
+        "S",
+        field=None,
+        label="Connect timeout (s)",
+    ),
     OptionSpec(
         "--read-timeout",
         "Longest silence in seconds between two reads of a reply (keep-alive comments count as data).",
@@ -340,6 +381,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _SECONDS,
         "S",
         field=None,
+        label="Read timeout (s)",
     ),
     OptionSpec(
         "--request-timeout",
@@ -349,12 +391,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _SECONDS,
         "S",
         field=None,
+        label="Request timeout (s)",
     ),
     _switch(
         "--skip-preflight",
         "Skip the probe requests before load (GET /v1/models still runs).",
         _SERVER,
-        "off: preflight on",
+        shown="off: preflight on",
+        label="Skip preflight probe",
     ),
     OptionSpec(
         "--server-metrics",
@@ -365,6 +409,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "auto",
         v.server_metrics,
         "auto|off|URL[,URL...]",
+        label="Server metrics to scrape",
     ),
     # ── tokens and goodput ──
     OptionSpec(
@@ -375,12 +420,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _TOKENS,
         metavar="PATH_OR_NAME",
         shown="none: counts from server usage",
+        label="Tokenizer",
     ),
     _switch(
         "--allow-download",
         "Let --tokenizer download from the Hugging Face hub (off: local files and cache only).",
         _TOKENS,
-        "off: no hub request at all",
+        shown="off: no hub request at all",
+        label="Allow tokenizer download",
     ),
     OptionSpec(
         "--slo",
@@ -388,6 +435,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _TOKENS,
         parse=v.slo,
         metavar="LIST",
+        label="SLO (goodput)",
     ),
     # ── results ──
     OptionSpec(
@@ -396,6 +444,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _RESULTS,
         metavar="PATH",
         shown=_NOT_WRITTEN,
+        label="Results JSON file",
     ),
     OptionSpec(
         "--html-report",
@@ -405,6 +454,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _RESULTS,
         metavar="PATH",
         shown=_NOT_WRITTEN,
+        label="HTML report file",
     ),
     OptionSpec(
         "--requests-log",
@@ -413,6 +463,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _RESULTS,
         metavar="PATH",
         shown=_NOT_WRITTEN,
+        label="Per-request log file",
     ),
     OptionSpec(
         "--timeseries",
@@ -421,6 +472,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _RESULTS,
         metavar="PATH",
         shown=_NOT_WRITTEN,
+        label="Time-series file (JSON lines)",
     ),
     OptionSpec(
         "--timeseries-interval",
@@ -431,6 +483,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         v.number(float, lambda x: 0.1 <= x < math.inf, "a finite number of seconds >= 0.1", "10"),
         "S",
         field="timeseries_interval_s",
+        label="Time-series interval (s)",
     ),
     OptionSpec(
         "--checkpoint-interval",
@@ -441,6 +494,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         v.number(float, lambda x: 0 <= x < math.inf, "a finite number of seconds >= 0 (0: off)", "300"),
         "S",
         field="checkpoint_interval_s",
+        label="Checkpoint interval (s)",
     ),
     OptionSpec(
         "--abort-on",
@@ -453,6 +507,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "EXPR",
         repeatable=True,
         field="abort_on",
+        label="Abort on (stop early when)",
     ),
     OptionSpec(
         "--max-failure-ratio",
@@ -462,6 +517,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         0.01,
         v.number(float, lambda x: 0.0 <= x <= 1.0, "a number from 0 to 1", "0.01"),
         "R",
+        label="Max failure ratio (exit status 1 above)",
     ),
     # ── Prometheus exporter ──
     OptionSpec(
@@ -473,6 +529,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         v.number(int, lambda x: 0 <= x <= 65535, "a port number from 0 to 65535 (0: off)", "9646"),
         "PORT",
         launch_only=True,
+        label="Prometheus port",
     ),
     OptionSpec(
         "--prometheus-host",
@@ -483,6 +540,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "ADDR",
         launch_only=True,
         shown="all interfaces",
+        label="Prometheus listen address",
     ),
     OptionSpec(
         "--prometheus-grace",
@@ -494,6 +552,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "S",
         field="prometheus_grace_s",
         launch_only=True,
+        label="Prometheus grace (s)",
     ),
 )
 

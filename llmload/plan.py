@@ -116,6 +116,10 @@ class RunPlan:
         workers: number of planned workers (the prompt stream's stride).
         limited: ``--num-requests`` was given (a worker left out of the plan gets quota 0).
         shares: each planned worker's share, by Locust worker index (as str).
+        started_at_unix: the master's wall-clock run start (the run's one
+            timeline; ``llmload.clock``); 0 = unknown (an older master).
+        planned_after_s: seconds from the master's run start to building this
+            plan, on the master's monotonic clock.
     """
 
     run_id: str = ""
@@ -127,6 +131,8 @@ class RunPlan:
     workers: int = 0
     limited: bool = False
     shares: dict[str, WorkerShare] = field(default_factory=dict)
+    started_at_unix: float = 0.0
+    planned_after_s: float = 0.0
 
     def share_for(self, worker_index: str) -> WorkerShare:
         """This worker's share; a worker not in the plan sends nothing of a limited run."""

@@ -19,6 +19,7 @@ import gevent.event
 import gevent.lock
 
 from llmload.arrivals import ArrivalSchedule
+from llmload.clock import OffsetEstimate
 from llmload.config import RunConfig
 from llmload.exporters.load import SendFigures
 from llmload.exporters.prometheus_server import PrometheusExporter
@@ -248,7 +249,8 @@ class Runtime:
         url_authorization: ``Authorization: Basic`` value for ``user:password@`` in ``-H``
             (``llmload.credentials``); the host itself is kept without them.
         token_counter: local tokenizer, used only when the server sends no usage.
-        started_at_unix: wall-clock start of the current run.
+        started_at_unix: start of the current run on the run's timeline (the
+            master's wall clock; ``llmload.clock``), the same instant as ``run_started_s``.
         blocked: why the run must not send load (failed preflight), or None.
         idle: never set; users with nothing to send park on it until the runner stops them.
         workload: the prompt source (``--dataset`` or ``--input-tokens``), built before load; None = plain ``--prompt``.
@@ -317,7 +319,11 @@ class Runtime:
     series: IntervalSeries = field(default_factory=IntervalSeries.empty)
     # single process (the default): its run totals, folded from ``series`` (``run_stats``); None on a master or worker
     local_total: FoldedTotal | None = field(default_factory=FoldedTotal)
-    run_started_s: float = 0.0  # time.perf_counter() at this process's test_start (llmload.series)
+    run_started_s: float = 0.0  # time.perf_counter() at this run's start (llmload.series, llmload.clock)
+    clock_offset_s: float | None = None  # worker: its wall clock minus the master's (llmload.clock)
+    worker_clocks: dict[str, OffsetEstimate] = field(default_factory=dict)  # master: each worker's clock offset
+    worker_rss_bytes: dict[str, int] = field(default_factory=dict)  # master: as of each worker's latest report
+    _process: object = field(default=None, init=False, repr=False)  # psutil.Process of this process, on first use
     timeline: Timeline | None = None  # master or single process: the intervals written so far
     timeseries_log: TimeseriesLog | None = None  # --timeseries
     timeline_task: gevent.Greenlet[[], None] | None = None  # master or single process: the interval ticks
@@ -431,6 +437,25 @@ class Runtime:
     def has_unreported(self) -> bool:
         """True when something was counted since the last ``take_delta``."""
         return not (self.series.is_empty() and self.stats.is_empty())
+
+    def now_unix(self) -> float:
+        """Now on the run's timeline: Unix seconds of the master's wall clock, read off this process's monotonic clock.
+
+        Every request stamp (``RequestRecord.started_at_unix``) comes from
+        here, so no span depends on this machine's wall clock (``llmload.clock``).
+        """
+        return self.started_at_unix + (time.perf_counter() - self.run_started_s)
+
+    def rss_bytes(self) -> int | None:
+        """This process's resident memory now (bytes); None when psutil cannot read it."""
+        import psutil
+
+        try:
+            if not isinstance(self._process, psutil.Process):
+                self._process = psutil.Process()
+            return int(self._process.memory_info().rss)
+        except psutil.Error:
+            return None
 
     def interval_now(self) -> int:
         """The time-series interval this process's clock is in now (``llmload.series``)."""

@@ -7,12 +7,12 @@ own monotonic clock (``time.perf_counter``) relative to its own run start, so
 the series never depends on wall clocks agreeing between machines:
 
 - a single process measures from its ``test_start``;
-- a worker measures from its own ``test_start``, which Locust fires when the
-  master's first ``spawn`` message of the run arrives. A worker's zero is
-  therefore the master's zero plus the one-way delivery of that message
-  (milliseconds on a LAN, never the offset between the machines' wall
-  clocks), so a request lands at most that much early in the master's
-  timeline.
+- a worker measures from the master's zero as its plan tells it
+  (``llmload.clock.align_to_master``): the plan's arrival, set back by how
+  long after its run start the master built the plan. A worker's zero is
+  therefore the master's zero plus the plan's delivery time (milliseconds on
+  a LAN, never the offset between the machines' wall clocks), so a request
+  lands at most that much early in the master's timeline.
 
 Every value is an ``LLMStats`` delta, so merging two series is merging their
 statistics interval by interval: associative and commutative with the empty

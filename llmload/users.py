@@ -95,6 +95,7 @@ class LLMUser(User):
                 total_timeout_s=config.timeouts.total_s,
                 keep_text=config.turns > 1,
                 compare_tokens=runtime.token_counter is not None,
+                wall_clock=runtime.now_unix,
             )
         return client
 
@@ -236,7 +237,7 @@ class LLMUser(User):
             record = RequestRecord(
                 endpoint=self.endpoint,
                 model=runtime.model or "",
-                started_at_unix=time.time(),
+                started_at_unix=runtime.now_unix(),
                 outcome=Outcome.SKIPPED,
                 error=ErrorInfo(f"skipped: {type(exc).__name__}", cause[:500]),
             )

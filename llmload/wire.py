@@ -207,6 +207,11 @@ def _optional_float(raw: dict[str, Any], key: str, path: str) -> float | None:
     return float(value)
 
 
+def _float_or_zero(raw: dict[str, Any], key: str, path: str) -> float:
+    """An optional number field (absent or None: 0.0, what older peers mean by leaving it out)."""
+    return (_optional_float(raw, key, path) if key in raw else None) or 0.0
+
+
 def _enum_counts(raw: dict[str, Any], key: str, path: str, parse: Callable[[str], Enum]) -> dict[Enum, int]:
     out: dict[Enum, int] = {}
     for name, n in _dict(raw, key, path).items():
@@ -332,6 +337,14 @@ class WorkerReport:
             time on the worker's clock (``llmload.series``); on the wire as
             ``[{"i": index, "stats": to_wire(...)}, ...]``, optional (absent:
             empty) so older workers still merge.
+        clock_offset_s: the worker's wall clock minus the master's, as the
+            worker estimated it at its run start (an upper bound,
+            ``llmload.clock``); None = unknown (optional on the wire).
+        rss_bytes: the worker process's resident memory when the report was
+            taken; None = unknown (optional on the wire).
+        taken_at_unix: the worker's own wall clock when the report was taken
+            (a lower bound of its clock offset, ``llmload.clock.OffsetEstimate``);
+            None = unknown (optional on the wire).
     """
 
     run_id: str
@@ -340,6 +353,9 @@ class WorkerReport:
     in_flight: int = 0
     sends: dict[str, Any] = field(default_factory=dict)
     series: IntervalSeries = field(default_factory=IntervalSeries.empty)
+    clock_offset_s: float | None = None
+    rss_bytes: int | None = None
+    taken_at_unix: float | None = None
 
 
 def report_to_wire(report: WorkerReport) -> dict[str, Any]:
@@ -352,6 +368,9 @@ def report_to_wire(report: WorkerReport) -> dict[str, Any]:
         "in_flight": report.in_flight,
         "sends": dict(report.sends),
         "series": [{"i": i, "stats": to_wire(stats)} for i, stats in report.series.items()],
+        "clock_offset_s": report.clock_offset_s,
+        "rss_bytes": report.rss_bytes,
+        "taken_at_unix": report.taken_at_unix,
     }
 
 
@@ -361,6 +380,12 @@ def report_run_id(payload: object) -> str | None:
     return run_id if isinstance(run_id, str) else None
 
 
+_REPORT_KEYS = {
+    "v", "run_id", "stats", "cpu_saturated_s", "in_flight", "sends", "series", "clock_offset_s", "rss_bytes",
+    "taken_at_unix",
+}  # fmt: skip
+
+
 def report_from_wire(payload: object) -> WorkerReport:
     """Decode ``report_to_wire``'s output.
 
@@ -368,7 +393,7 @@ def report_from_wire(payload: object) -> WorkerReport:
         WireFormatError: wrong version or shape (the message names the field).
     """
     raw = _envelope(payload, "report")
-    _check_keys(raw, {"v", "run_id", "stats", "cpu_saturated_s", "in_flight", "sends", "series"}, "report")
+    _check_keys(raw, _REPORT_KEYS, "report")
     cpu = _optional_float(raw, "cpu_saturated_s", "report") if "cpu_saturated_s" in raw else None
     in_flight = raw.get("in_flight", 0)
     sends = raw.get("sends", {})
@@ -381,6 +406,9 @@ def report_from_wire(payload: object) -> WorkerReport:
         in_flight=_count(in_flight, "report.in_flight"),
         sends=sends,
         series=_series_from_wire(raw.get("series", [])),
+        clock_offset_s=_optional_float(raw, "clock_offset_s", "report") if "clock_offset_s" in raw else None,
+        rss_bytes=None if raw.get("rss_bytes") is None else _count(raw["rss_bytes"], "report.rss_bytes"),
+        taken_at_unix=_optional_float(raw, "taken_at_unix", "report") if "taken_at_unix" in raw else None,
     )
 
 
@@ -400,7 +428,7 @@ def _series_from_wire(raw: object) -> IntervalSeries:
 _SHARE_FIELDS = ("rank", "quota_requests", "warmup_requests", "rate_per_s", "concurrency")
 _PLAN_KEYS = {
     "v", "run_id", "model", "url_authorization", "proxy_note", "blocked", "users_per_worker", "workers", "limited",
-    "shares",
+    "shares", "started_at_unix", "planned_after_s",
 }  # fmt: skip
 
 
@@ -417,6 +445,8 @@ def plan_to_wire(plan: RunPlan) -> dict[str, Any]:
         "workers": plan.workers,
         "limited": plan.limited,
         "shares": {index: {name: getattr(s, name) for name in _SHARE_FIELDS} for index, s in plan.shares.items()},
+        "started_at_unix": plan.started_at_unix,
+        "planned_after_s": plan.planned_after_s,
     }
 
 
@@ -456,6 +486,8 @@ def plan_from_wire(payload: object) -> RunPlan:
         workers=_int_field(raw, "workers", "plan"),
         limited=limited,
         shares=shares,
+        started_at_unix=_float_or_zero(raw, "started_at_unix", "plan"),
+        planned_after_s=_float_or_zero(raw, "planned_after_s", "plan"),
     )
 
 

@@ -174,6 +174,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         if load.get("warning"):
             lines.append(f"WARNING: {load['warning']}")
     lines.extend(_client_lines(results))
+    lines.extend(_drift_lines(results.get("drift")))
     lines.extend(_server_lines(results))
     if results.get("client_saturated") and (results.get("client_cpu_saturated_s") or 0) > 0:
         lines.append(
@@ -208,6 +209,49 @@ def _client_lines(results: dict[str, Any]) -> list[str]:
             "processes (--processes N) or machines, or fewer users per process"
         )
     return lines
+
+
+_DRIFT_LINES = (
+    ("ttft_p99_s", "TTFT P99 (ms)", 1e3, ".2f"),
+    ("itl_p99_s", "ITL P99 (ms)", 1e3, ".2f"),
+    ("e2e_p99_s", "E2E P99 (ms)", 1e3, ".2f"),
+    ("output_tokens_per_s", "Output tok/s", 1.0, ".1f"),
+    ("error_ratio", "Error ratio", 1.0, ".3f"),
+    ("client_rss_bytes", "Client RSS (MiB)", 2.0**-20, ".1f"),
+)
+
+
+def _drift_lines(drift: Mapping[str, Any] | None) -> list[str]:
+    """The drift block: each metric's first and last stretch, its change, and DRIFT past its tolerance."""
+    if not drift:
+        return []
+    if not drift.get("judged"):
+        return [_row("Drift:", str(drift.get("note") or "not judged"))]
+    first, last = drift["first"], drift["last"]
+    lines = [_section(f"Drift (first vs last {drift['stretch_share']:.0%})")]
+    lines.append(
+        _row("Stretches (s):", f"{first['from_s']:g}-{first['to_s']:g} vs {last['from_s']:g}-{last['to_s']:g}")
+    )
+    metrics = drift.get("metrics") or {}
+    for name, label, scale, spec in _DRIFT_LINES:
+        m = metrics.get(name)
+        if m is None:
+            continue
+        values = " -> ".join("n/a" if v is None else f"{v * scale:{spec}}" for v in (m["first"], m["last"]))
+        lines.append(_row(f"{label}:", f"{values}  {_change(m)}"))
+    if drift.get("flagged"):
+        lines.append(f"WARNING: drift beyond tolerance: {', '.join(drift['flagged'])}")
+    return lines
+
+
+def _change(metric: Mapping[str, Any]) -> str:
+    change, limit = metric["change"], metric["tolerance"]
+    if metric["relative"]:
+        text, bound = ("n/a" if change is None else f"{change:+.0%}"), f"{limit:+.0%}"
+    else:
+        text, bound = ("n/a" if change is None else f"{change:+.3f}"), f"{limit:+.3g}"
+    flag = "  DRIFT" if metric["flagged"] else "" if metric.get("enough_samples", True) else "  (few samples)"
+    return f"{text} (tolerance {bound}){flag}"
 
 
 def _server_lines(results: Mapping[str, Any]) -> list[str]:

@@ -17,9 +17,11 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   not in the total, their causes in ``errors``; with ``--num-requests N``,
   total + cancelled + skipped = N. 429 replies, and 503 replies with
   ``Retry-After`` or a rate-limit body, are ``throttled`` failures.
-- ``duration_s``: last end - first send over finished requests (wall clock,
-  across all workers). This is vLLM ``benchmark_serving``'s ``duration``
-  measured on the requests themselves, so ramp-up idle time is excluded.
+- ``duration_s``: last end - first send over finished requests, across all
+  workers, on the run's one timeline (each worker's monotonic clock mapped
+  onto the master's wall clock, ``llmload.clock``; no worker's wall clock
+  counts). This is vLLM ``benchmark_serving``'s ``duration`` measured on the
+  requests themselves, so ramp-up idle time is excluded.
 - ``throughput.requests_per_s``: succeeded / duration_s (vLLM
   ``request_throughput``). ``output_tokens_per_s``: completion tokens of
   successes / duration_s (vLLM ``output_throughput``). ``total_tokens_per_s``:
@@ -64,6 +66,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmload.clock import OffsetEstimate
 from llmload.config import LengthSpec, RunConfig
 from llmload.credentials import public_header
 from llmload.exporters.load import SendFigures, load_section
@@ -106,6 +109,9 @@ class RunOutcome:
         sends: the open-loop send figures, combined over processes.
         timeseries: the per-interval rows (``llmload.exporters.timeseries``), run-wide.
         server: the inference server's metrics over the run (``llmload.servermetrics.summarise``), or None.
+        drift: the first stretch of the run against the last (``llmload.drift.drift_section``), or None.
+        worker_clocks: per worker id, the bracket of its wall clock minus the
+            master's (``llmload.clock.OffsetEstimate``); empty for one process.
         aborted: the ``--abort-on`` threshold that stopped the run (``llmload.thresholds.Breach.as_dict``), or None.
         checkpoint_at_s: a checkpoint taken this many seconds into a run still going (a partial
             document, no verdict); None for the run's end.
@@ -126,6 +132,8 @@ class RunOutcome:
     sends: SendFigures = field(default_factory=SendFigures)
     timeseries: tuple[dict[str, Any], ...] = ()
     server: Mapping[str, Any] | None = None
+    drift: Mapping[str, Any] | None = None
+    worker_clocks: Mapping[str, OffsetEstimate] = field(default_factory=dict)
     aborted: Mapping[str, Any] | None = None
     checkpoint_at_s: float | None = None
 
@@ -138,7 +146,8 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
     ``errors``, ``tokens``, ``duration_s``, ``send_span_s``, ``throughput``,
     ``latency``, ``client``), ``by_endpoint`` (the same sections plus
     ``endpoint`` and ``model`` per key; empty when only one key was
-    measured), ``timeseries`` (the per-interval rows), ``lost_workers``
+    measured), ``timeseries`` (the per-interval rows), ``drift`` (the
+    first stretch against the last, null when no run started), ``lost_workers``
     (only when some were lost), ``blocked`` (only when no load was sent),
     ``client_saturated``, ``client_cpu_saturated_s``, ``load``, ``server``
     (the inference server's metrics with the cross-check, null without
@@ -158,6 +167,8 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
         "workers": outcome.workers,
         "num_requests": config.num_requests,
         "started_at_unix": outcome.started_at_unix,
+        "workers_clock_offset_s": {w: c.offset_s for w, c in sorted(outcome.worker_clocks.items())},
+        "workers_clock_offset_error_s": {w: c.error_s for w, c in sorted(outcome.worker_clocks.items())},
         "options": public_options(config),
     }
     total = stats.total()
@@ -168,6 +179,7 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
         else []
     )
     results["timeseries"] = [dict(row) for row in outcome.timeseries]
+    results["drift"] = None if outcome.drift is None else dict(outcome.drift)
     if outcome.lost_workers:
         results["lost_workers"] = list(outcome.lost_workers)
     if outcome.blocked:

@@ -21,11 +21,13 @@ start (``llmload.series`` says how workers' clocks are aligned). A row holds:
   buckets and rule as the results; never averages of percentiles).
 - ``read_lag_p99_s``: the client's read lag over the interval's reads.
 - gauges, total row only (null in per-key rows): ``in_flight_requests``,
-  ``users``, ``workers``, as of the interval's last sample (the master
-  samples every half second; a worker's in-flight count is as of its latest
-  report). Further gauge columns (e.g. server metrics) are added by passing
-  their names as ``extra_columns`` and their values in the samples: this is
-  the one place for extra columns.
+  ``users``, ``workers``, ``client_rss_bytes`` (the load generator's resident
+  memory: the process's own, or on a master the largest worker's), as of the
+  interval's last sample (the master samples every half second; a worker's
+  in-flight count and memory are as of its latest report). Further gauge
+  columns (e.g. server metrics) are added by passing their names as
+  ``extra_columns`` and their values in the samples: this is the one place
+  for extra columns.
 
 Null means unknown (no request to measure), never 0. Summing ``succeeded``,
 ``failed``, ``cancelled``, ``prompt_tokens`` or ``output_tokens`` over the
@@ -48,6 +50,7 @@ __all__ = [
     "DEFAULT_INTERVAL_S",
     "GAUGE_COLUMNS",
     "QUANTILE_METRICS",
+    "RSS_COLUMN",
     "Row",
     "Timeline",
     "columns",
@@ -68,7 +71,10 @@ QUANTILE_METRICS: tuple[tuple[str, str], ...] = (
 )
 """(column prefix, ``EndpointStats`` histogram) of the latency quantile columns."""
 
-GAUGE_COLUMNS = ("in_flight_requests", "users", "workers")
+RSS_COLUMN = "client_rss_bytes"
+"""The gauge of the load generator's resident memory (bytes)."""
+
+GAUGE_COLUMNS = ("in_flight_requests", "users", "workers", RSS_COLUMN)
 """Gauges the master samples for every interval (total row only)."""
 
 Row = dict[str, Any]

@@ -1,12 +1,12 @@
-"""llmload in Locust's web UI: the start form's checks, RESET, and the LLM tabs."""
+"""llmload in Locust's web UI: the start form's checks, RESET, the LLM tabs and their charts."""
 
 from __future__ import annotations
 
 from locust.env import Environment
 
-from llmload.web import form, tab
+from llmload.web import charts, form, tab
 
-__all__ = ["form", "install", "tab"]
+__all__ = ["charts", "form", "install", "tab"]
 
 
 def install(environment: Environment) -> None:
@@ -22,3 +22,4 @@ def install(environment: Environment) -> None:
         web_ui.app.jinja_env.policies["json.dumps_kwargs"] = {"sort_keys": False}
     form.install(environment)
     tab.install(environment)
+    charts.install(environment)

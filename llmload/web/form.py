@@ -11,8 +11,10 @@ probe). A problem is answered as Locust answers its own form errors
 starts: no ``test_start``, no spawn message to any worker. ``test_start``
 then finds the run already prepared for the same host and options.
 
-During a run (EDIT), Locust changes users and spawn rate only; a post that
-changes an llmload value is refused with the names of the changed fields
+During a run (EDIT), Locust changes users and spawn rate only. The page's
+script (``llmload.web.charts``) hides llmload's fields in the EDIT dialog and
+does not post them; a post that still changes an llmload value (a script, a
+page without the script) is refused with the names of the changed fields
 instead of being ignored.
 """
 

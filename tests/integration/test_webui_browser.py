@@ -6,80 +6,34 @@ form; the corrected form starts a run; the LLM tab's table fills; the run
 ends by itself (``--num-requests``) and the LLM run tab shows the verdict;
 the Download Data tab links the results JSON, which is the run's. Skips with
 the reason when chromium, chromium-driver or Selenium is missing (``.ci/run``
-installs them). Screenshots go to ``docs/`` when ``LLMLOAD_SCREENSHOTS=1``.
+installs them). Screenshots go to ``docs/`` when ``LLMLOAD_SCREENSHOTS=1`` (``make screenshots``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.integration.browser import by_text as _by_text
+from tests.integration.browser import chromium
+from tests.integration.browser import screenshot as _screenshot
+from tests.integration.browser import set_field as _set_field
+from tests.integration.browser import tab_cells as _tab_cells
+from tests.integration.browser import wait as _wait
 from tests.integration.procs import final_results_written
-from tests.integration.test_sim import REPO_ROOT
 from tests.integration.webui import WebUI, web_ui
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-WAIT_S = 60
-
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (the dev extra)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1500,1000"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(WAIT_S)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
-
-
-def _wait(driver: Any, condition: Any) -> Any:
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    return WebDriverWait(driver, WAIT_S).until(condition)
-
-
-def _by_text(driver: Any, xpath: str) -> Any:
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-
-    return _wait(driver, ec.element_to_be_clickable((By.XPATH, xpath)))
-
-
-def _set_field(driver: Any, name: str, value: str) -> None:
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
-
-    field = driver.find_element(By.NAME, name)
-    field.send_keys(Keys.CONTROL, "a")
-    field.send_keys(Keys.DELETE)
-    field.send_keys(value)
-
-
-def _screenshot(driver: Any, name: str) -> None:
-    if os.environ.get("LLMLOAD_SCREENSHOTS") == "1":
-        driver.save_screenshot(str(REPO_ROOT / "docs" / name))
-
-
-def _tab_cells(driver: Any) -> list[str]:
-    from selenium.webdriver.common.by import By
-
-    return [cell.text for cell in driver.find_elements(By.CSS_SELECTOR, "table td")]
 
 
 def test_browser_invalid_value_refused_with_processes_2_then_run_fills_the_llm_tab(
@@ -108,9 +62,11 @@ def _run_in_browser(driver: Any, ui: WebUI, results: Path) -> None:
     _wait(driver, lambda d: "llmload-sim" in _tab_cells(d))
     ui.wait(lambda s: s["state"] == "stopped" and final_results_written(results), "the run to end")
     document = json.loads(results.read_text())
+    series = json.loads(ui.get("/llmload/timeseries.json"))  # the master's series, merged from both workers
+    assert series["ended"] is True
+    assert sum(row["succeeded"] for row in series["rows"]) == document["requests"]["succeeded"]
     succeeded = str(document["requests"]["succeeded"])
     _wait(driver, lambda d: succeeded in _tab_cells(d))
-    _screenshot(driver, "webui-llm-tab.png")
 
     _by_text(driver, "//button[@role='tab'][normalize-space()='LLM run']").click()
     _wait(driver, lambda d: "Verdict" in _tab_cells(d))

@@ -25,7 +25,9 @@ from typing import Any
 
 import pytest
 
+from llmload.clock import OffsetEstimate
 from llmload.config import LengthSpec, RunConfig
+from llmload.drift import drift_section
 from llmload.exporters.load import SendFigures
 from llmload.exporters.results import RunOutcome, build_results
 from llmload.exporters.timeseries import Timeline
@@ -196,7 +198,22 @@ def closed_loop() -> dict[str, Any]:
             run_of(fixture("tgi.txt"), fixture("tgi.txt")),
         ]
     )
-    return _results(stats, config, lost_workers=("w1",), cpu_saturated_s=6.0, timeseries=rows, server=server)
+    long_series = IntervalSeries.empty()
+    for index in range(12):
+        long_series.slot(index).merge_in(stats)
+    drift = drift_section(
+        long_series, 10.0, 120.0, {0: {"client_rss_bytes": 1 << 20}, 11: {"client_rss_bytes": 1 << 21}}
+    )
+    return _results(
+        stats,
+        config,
+        lost_workers=("w1",),
+        cpu_saturated_s=6.0,
+        timeseries=rows,
+        server=server,
+        drift=drift,
+        worker_clocks={"w1": OffsetEstimate(upper_s=0.004, lower_s=0.0), "w2": OffsetEstimate(upper_s=-300.0)},
+    )
 
 
 def open_loop(*, kept_up: bool = False) -> dict[str, Any]:
@@ -205,7 +222,9 @@ def open_loop(*, kept_up: bool = False) -> dict[str, Any]:
     for i in range(20):
         stats.add(_ok(T0 + i * 0.5, delay_s=0.001 if kept_up else 0.02 * i))
     sends = SendFigures(10.0, 10.0, 0.0) if kept_up else SendFigures(10.0, 2.0, 1.5)  # else: rate_shortfall
-    return _results(stats, config, sends=sends)
+    series = IntervalSeries.empty()
+    series.slot(0).merge_in(stats)
+    return _results(stats, config, sends=sends, drift=drift_section(series, 10.0, 10.0))
 
 
 def blocked() -> dict[str, Any]:

@@ -146,6 +146,8 @@ def test_report_run_and_schema() -> None:
         "workers": 2,
         "num_requests": None,
         "started_at_unix": T0 - 1.0,
+        "workers_clock_offset_s": {},
+        "workers_clock_offset_error_s": {},
         "options": public_options(CONFIG),
     }
     assert results["run"]["options"]["max_tokens"] == 3

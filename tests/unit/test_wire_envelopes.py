@@ -31,6 +31,8 @@ def _plan() -> RunPlan:
         workers=3,
         limited=True,
         shares={str(i + 1): s for i, s in enumerate(shares)},
+        started_at_unix=1.75e9,
+        planned_after_s=0.04,
     )
 
 
@@ -38,7 +40,16 @@ def _report() -> WorkerReport:
     stats = LLMStats.empty()
     stats.add(RequestRecord(endpoint="chat", model="m", started_at_unix=1.7e9, outcome=Outcome.TIMEOUT, end_s=1.0))
     stats.add_cancelled("chat", "m", 2)
-    return WorkerReport(run_id="abc123", stats=stats, cpu_saturated_s=1.5, in_flight=3, sends={"behind_s": 0.25})
+    return WorkerReport(
+        run_id="abc123",
+        stats=stats,
+        cpu_saturated_s=1.5,
+        in_flight=3,
+        sends={"behind_s": 0.25},
+        clock_offset_s=-300.02,
+        rss_bytes=80 << 20,
+        taken_at_unix=1.75e9 + 3.5,
+    )
 
 
 def test_plan_envelope_round_trips_through_msgpack_and_json() -> None:
@@ -92,9 +103,25 @@ def test_report_envelope_newer_version_says_upgrade_this_process() -> None:
         report_from_wire(payload)
 
 
+def test_plan_envelope_of_an_older_master_without_its_run_start_reads_as_unknown() -> None:
+    payload = plan_to_wire(_plan())
+    del payload["started_at_unix"], payload["planned_after_s"]
+    plan = plan_from_wire(payload)
+    assert (plan.started_at_unix, plan.planned_after_s) == (0.0, 0.0)
+
+
+def test_report_envelope_of_an_older_worker_without_clock_offset_and_rss_reads_as_unknown() -> None:
+    payload = report_to_wire(_report())
+    del payload["clock_offset_s"], payload["rss_bytes"], payload["taken_at_unix"]
+    report = report_from_wire(payload)
+    assert (report.clock_offset_s, report.rss_bytes, report.taken_at_unix) == (None, None, None)
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
+        ("clock_offset_s", float("nan"), r"report\.clock_offset_s must be a finite number"),
+        ("rss_bytes", -5, r"report\.rss_bytes must be an integer >= 0"),
         ("in_flight", -1, r"report\.in_flight must be an integer >= 0"),
         ("cpu_saturated_s", "x", r"report\.cpu_saturated_s must be a finite number"),
         ("sends", [], r"report\.sends must be a dict"),
