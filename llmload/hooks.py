@@ -39,6 +39,7 @@ from llmload.interrupt import Interrupter
 from llmload.launch import prepare, stop_process_services
 from llmload.options import GROUPS, OPTIONS
 from llmload.runtime import Runtime
+from llmload.series import interval_index
 
 __all__ = ["add_arguments", "install"]
 
@@ -207,8 +208,11 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     options = environment.parsed_options
     if not isinstance(runner, MasterRunner):
         runtime.send_figures_by_process["local"] = runtime.send_figures()
-    timeseries = live.finish_timeline(environment, runtime)
+    end_s = live.run_elapsed_s(runtime)
     scraper, runtime.server_scraper = runtime.server_scraper, None
+    # the last scrape, after the final reports; its deltas go to the run's last interval
+    server = None if scraper is None else scraper.finish(interval_index(end_s, runtime.config.timeseries_interval_s))
+    timeseries = live.finish_timeline(environment, runtime, end_s)
     outcome = RunOutcome(
         stats=runtime.run_stats(),
         config=runtime.config,
@@ -224,7 +228,8 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         cpu_saturated_s=runtime.cpu_saturated_s,
         sends=SendFigures.combine(runtime.send_figures_by_process.values()),
         timeseries=tuple(timeseries),
-        server=None if scraper is None else scraper.finish(),  # the last scrape, after the final reports
+        server=server,
+        server_warnings=() if scraper is None else tuple(scraper.warnings()),
     )
     results = build_results(outcome)
     runtime.results = results

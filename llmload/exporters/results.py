@@ -106,6 +106,7 @@ class RunOutcome:
         sends: the open-loop send figures, combined over processes.
         timeseries: the per-interval rows (``llmload.exporters.timeseries``), run-wide.
         server: the inference server's metrics over the run (``llmload.servermetrics.summarise``), or None.
+        server_warnings: what went wrong with the endpoints given to ``--server-metrics`` (e.g. one never answered).
     """
 
     stats: LLMStats
@@ -123,6 +124,7 @@ class RunOutcome:
     sends: SendFigures = field(default_factory=SendFigures)
     timeseries: tuple[dict[str, Any], ...] = ()
     server: Mapping[str, Any] | None = None
+    server_warnings: tuple[str, ...] = ()
 
 
 def build_results(outcome: RunOutcome) -> dict[str, Any]:
@@ -137,7 +139,7 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
     (only when some were lost), ``blocked`` (only when no load was sent),
     ``client_saturated``, ``client_cpu_saturated_s``, ``load``, ``server``
     (the inference server's metrics with the cross-check, null without
-    them), ``max_failure_ratio``, and the verdict: ``passed``,
+    them), ``server_warnings``, ``max_failure_ratio``, and the verdict: ``passed``,
     ``exit_status`` and ``verdict``.
     """
     config, stats = outcome.config, outcome.stats
@@ -169,6 +171,7 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
     results["client_cpu_saturated_s"] = outcome.cpu_saturated_s
     results["load"] = load_section(config, results, outcome.sends)
     results["server"] = server_section(outcome.server, results)
+    results["server_warnings"] = list(outcome.server_warnings)
     results["max_failure_ratio"] = config.max_failure_ratio
     verdict = judge(results)
     results["passed"] = verdict.passed
