@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 import gevent
+import gevent.event
 
 from llmload.credentials import public_url
 from llmload.errors import ConfigError, ServerMetricsError
@@ -202,6 +203,8 @@ class ServerScraper:
         self._origin_s = origin_s
         self._clock = clock
         self._greenlet: gevent.Greenlet[[], None] | None = None
+        self._round_under_way = gevent.event.Event()
+        self._round_ended = gevent.event.Event()
         self._sink: IntervalSink | None = None
         self.intervals = ServerIntervals()
         """The server columns per interval index."""
@@ -252,6 +255,8 @@ class ServerScraper:
         None when no endpoint ever answered (or none was configured).
         """
         if self._greenlet is not None:
+            if self._round_under_way.is_set():  # a periodic round ends within its bound: keep its reads
+                self._round_ended.wait(self._round_bound_s(self.periodic_timeout_s))
             self._greenlet.kill(block=True, timeout=self._timeout_s)
             self._greenlet = None
         if not self._endpoints:
@@ -287,8 +292,19 @@ class ServerScraper:
         index = self._current_index()
         while True:
             gevent.sleep(max(0.0, (index + 1) * self._interval_s - self._elapsed_s()))
-            self._emit(index, self._scrape_all(self.periodic_timeout_s, sample_gauges=True))
+            self._round_ended.clear()
+            self._round_under_way.set()
+            try:
+                self._emit(index, self._scrape_all(self.periodic_timeout_s, sample_gauges=True))
+            finally:
+                self._round_under_way.clear()
+                self._round_ended.set()
             index = max(index + 1, self._current_index())
+
+    @staticmethod
+    def _round_bound_s(timeout_s: float) -> float:
+        """Longest a round of reads bounded by ``timeout_s`` takes (its reads run concurrently)."""
+        return timeout_s + min(1.0, timeout_s / 2)
 
     def _emit(self, index: int, readings: list[Reading]) -> None:
         columns = self.intervals.add(index, readings)
@@ -299,7 +315,7 @@ class ServerScraper:
         """Read every endpoint concurrently, all done within about ``timeout_s``; failures are counted."""
         began_s = self._elapsed_s()
         jobs = [gevent.spawn(self._read, e.url, timeout_s) for e in self._endpoints]
-        gevent.joinall(jobs, timeout=timeout_s + min(1.0, timeout_s / 2))
+        gevent.joinall(jobs, timeout=self._round_bound_s(timeout_s))
         readings: list[Reading] = []
         for endpoint, job in zip(self._endpoints, jobs, strict=True):
             result = job.value if job.successful() else None
@@ -326,7 +342,9 @@ class ServerScraper:
         snapshot: ServerSnapshot | None = None
         error = None
         try:
-            snapshot = parse_snapshot(self._fetch(url, headers, timeout_s), self._model)
+            text = self._fetch(url, headers, timeout_s)
+            # parsed in gevent's thread pool: a 90 KB page is ~20 ms of CPU, which would stall every greenlet
+            snapshot = gevent.get_hub().threadpool.apply(parse_snapshot, (text, self._model))
         except gevent.Timeout:
             error = f"no answer within {timeout_s:g} s"
         except urllib.error.HTTPError as exc:
