@@ -343,7 +343,6 @@ def start_server_metrics(environment: Environment, runtime: Runtime) -> None:
         model=runtime.model,
         headers=runtime.headers,
         interval_s=config.timeseries_interval_s,
-        origin_s=runtime.run_started_s,
         fetch=routed_fetch(
             ((auto_url,) if auto_url else ()) + extra_urls,
             urllib.request.getproxies_environment(),

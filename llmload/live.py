@@ -249,7 +249,7 @@ def start_timeline(environment: Environment, **_kw: Any) -> None:
     extra_wait_s = 0.0 if scraper is None else scraper.periodic_timeout_s * 1.5 + _SCRAPE_WAIT_EXTRA_S
     runtime.timeline = Timeline(config.timeseries_interval_s, grace_s, SERVER_COLUMNS, extra_wait_s)
     if scraper is not None:
-        scraper.follow(runtime.timeline.add_extra)
+        scraper.follow(runtime.timeline.add_extra, runtime.run_started_s)
     runtime.progress_finished = 0
     if runtime.timeseries_log is not None:
         runtime.timeseries_log.close()

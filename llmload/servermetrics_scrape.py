@@ -225,9 +225,21 @@ class ServerScraper:
             if e.url != self._auto_url and e.run.snapshots == 0 and e.failed_scrapes
         ]
 
-    def follow(self, sink: IntervalSink | None) -> None:
-        """Hand each interval's server columns to ``sink(index, columns)`` as they are read (None: stop)."""
+    def follow(self, sink: IntervalSink | None, origin_s: float | None = None) -> None:
+        """Hand each interval's server columns to ``sink(index, columns)`` as they are read (None: stop).
+
+        Args:
+            sink: where the columns go.
+            origin_s: ``clock()`` at the run's start, when it differs from the
+                constructor's: the periodic reads are aligned to it from now on.
+        """
         self._sink = sink
+        if origin_s is None or origin_s == self._origin_s:
+            return
+        self._origin_s = origin_s
+        if self._greenlet is not None and not self._round_under_way.is_set():
+            self._greenlet.kill(block=False)
+            self._greenlet = gevent.spawn(self._run_periodically)
 
     def start(self) -> None:
         """Read every endpoint once (concurrently, bounded) and start the periodic greenlet."""
@@ -344,7 +356,8 @@ class ServerScraper:
         try:
             text = self._fetch(url, headers, timeout_s)
             # parsed in gevent's thread pool: a 90 KB page is ~20 ms of CPU, which would stall every greenlet
-            snapshot = gevent.get_hub().threadpool.apply(parse_snapshot, (text, self._model))
+            parsed = gevent.get_hub().threadpool.apply(_parse, (text, self._model))
+            snapshot, error = (parsed, None) if isinstance(parsed, ServerSnapshot) else (None, parsed)
         except gevent.Timeout:
             error = f"no answer within {timeout_s:g} s"
         except urllib.error.HTTPError as exc:
@@ -353,3 +366,11 @@ class ServerScraper:
             error = str(exc) or type(exc).__name__
         ended_s = self._elapsed_s()
         return Reading(url, snapshot, (began_s + ended_s) / 2, ended_s - began_s, error)
+
+
+def _parse(text: str, model: str | None) -> ServerSnapshot | str:
+    """``parse_snapshot``, its error as the message (the thread pool would print a raised one's traceback)."""
+    try:
+        return parse_snapshot(text, model)
+    except ServerMetricsError as exc:
+        return str(exc)
