@@ -23,9 +23,11 @@ start (``llmload.series`` says how workers' clocks are aligned). A row holds:
 - gauges, total row only (null in per-key rows): ``in_flight_requests``,
   ``users``, ``workers``, as of the interval's last sample (the master
   samples every half second; a worker's in-flight count is as of its latest
-  report). Further gauge columns (e.g. server metrics) are added by passing
-  their names as ``extra_columns`` and their values in the samples: this is
-  the one place for extra columns.
+  report). Further columns are added by passing their names as
+  ``extra_columns`` and their values in the samples or, for values read
+  elsewhere per interval, ``Timeline.add_extra``: this is the one place for
+  extra columns. The run's server metrics come that way
+  (``llmload.servermetrics.SERVER_COLUMNS``, read at each interval's end).
 
 Null means unknown (no request to measure), never 0. Summing ``succeeded``,
 ``failed``, ``cancelled``, ``prompt_tokens`` or ``output_tokens`` over the
