@@ -7,16 +7,26 @@ STAMP := $(VENV)/.llmload-installed
 PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: install demo test test-all test-real bench lint check clean image
+.PHONY: install demo test test-all test-real bench lint check clean image lock
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@if [ -z "$(PYTHON)" ]; then echo "llmload needs Python >= 3.11 (python3.11 or newer on PATH); install it, e.g. apt-get install python3 python3-venv" >&2; exit 1; fi
 	@echo "== creating $(VENV) with $(PYTHON) and installing llmload[dev]"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# constraints.txt: resolve pyproject.toml's dependencies (with dev) afresh in a throw-away
+# environment and pin what was installed.
+lock:
+	@if [ -z "$(PYTHON)" ]; then echo "llmload needs Python >= 3.11 on PATH" >&2; exit 1; fi
+	@rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/python -m pip install --quiet --disable-pip-version-check '.[dev]'
+	@{ sed -n '1,/^$$/{/^#/p}' constraints.txt; .lock-venv/bin/python -m pip freeze --exclude-editable | grep -v '^llmload'; } > constraints.txt.new
+	@mv constraints.txt.new constraints.txt && rm -rf .lock-venv
+	@echo "constraints.txt: $$(grep -vc '^#' constraints.txt) pins"
 
 demo: install
 	$(VENV)/bin/llmload demo

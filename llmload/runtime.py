@@ -31,9 +31,9 @@ from llmload.proxies import ProxyChoice
 from llmload.record import RequestRecord
 from llmload.series import FoldedTotal, IntervalSeries, interval_index
 from llmload.servermetrics_scrape import ServerScraper
+from llmload.sockets import AddressCache
 from llmload.stats import LLMStats
 from llmload.tokens import TokenCounter
-from llmload.transport import AddressCache
 from llmload.workload import Prompt, PromptStream, Workload
 
 log = logging.getLogger(__name__)

@@ -18,9 +18,10 @@ uses three attributes of gevent's socket (``_sock``, ``_read_event``,
 ``hub``) to skip gevent's per-call timeout; see ``GeventResponse._recv``.
 
 Receive stamps (Linux): the transport turns on ``SO_TIMESTAMPNS`` on each
-plain-TCP socket and reads with ``recvmsg``, so every read carries the
-kernel's receive time of the newest segment it consumed. ``read_lag_s`` is
-how long those bytes had waited in the kernel when ``read_some`` returned:
+plain-TCP socket (``llmload.sockets.StampedSocket``) and reads with
+``recvmsg``, so every read carries the kernel's receive time of the newest
+segment it consumed. ``read_lag_s`` is how long those bytes had waited in the
+kernel when ``read_some`` returned:
 the client subtracts it from its own clock, so a reply that arrived while
 the process was busy elsewhere is still timed when it arrived. For TCP the
 stamp is that of the newest segment consumed, and segments queued behind a
@@ -55,14 +56,9 @@ whose body was not read to the end is closed, never reused.
 from __future__ import annotations
 
 import _socket
-import contextlib
-import errno
 import functools
-import ssl
-import struct
-import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http.client import HTTPException
 from typing import Any
@@ -79,19 +75,23 @@ from llmload.config import Timeouts
 from llmload.credentials import public_query, public_url
 from llmload.errors import ConfigError, ConnectionClosedError, RequestTimeout, TransportError
 from llmload.proxies import ProxyChoice
+from llmload.sockets import (
+    CMSG_BYTES,
+    AddressCache,
+    StampedSocket,
+    Stamps,
+    describe,
+    idle_and_open,
+    never_known_open,
+    stamp_ns,
+    unverified_context,
+)
 
-__all__ = ["AddressCache", "GeventHTTPTransport", "GeventResponse", "HTTPResult"]
+__all__ = ["GeventHTTPTransport", "GeventResponse", "HTTPResult"]
 
 _RECV_BYTES = 16 * 1024  # one recv per read_some; SSE events are ~100-500 bytes
 _GET_BODY_BYTES = 8 * 1024 * 1024
 _USER_AGENT = "llmload"
-# SO_TIMESTAMPNS (Linux asm-generic/socket.h; the same value on x86 and arm): receive
-# stamps as a struct timespec in an SCM_TIMESTAMPNS control message. Python does not
-# export the constant.
-_SO_TIMESTAMPNS = 35
-_TIMESPEC = struct.Struct("@ll")
-_CMSG_BYTES = 64  # room for one timespec control message
-_KERNEL_STAMPS = sys.platform.startswith("linux")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,110 +101,6 @@ class HTTPResult:
     status: int
     content_type: str
     body: bytes
-
-
-class _Stamps:
-    """One transport's connection and the kernel stamp of the newest bytes it received there."""
-
-    __slots__ = ("ns", "sock")
-
-    def __init__(self) -> None:
-        self.ns = 0  # CLOCK_REALTIME ns of the last receive through ``_StampedSocket.recv``; 0 = none
-        self.sock: _StampedSocket | None = None  # the transport's newest connection
-
-
-class _StampedSocket(gevent.socket.socket):  # type: ignore[misc]
-    """A gevent TCP socket whose receives keep the kernel's receive stamp (Linux ``SO_TIMESTAMPNS``).
-
-    geventhttpclient reads the status line and headers through ``recv``, and
-    may release the connection before the response object exists (when the
-    whole reply came with the headers); the stamp is kept on the transport's
-    ``_Stamps``, so body bytes that arrived with the headers are stamped too.
-    """
-
-    __slots__ = ("_stamps",)
-
-    def __init__(self, *args: Any, stamps: _Stamps, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._stamps = stamps
-        stamps.sock = self
-        if _KERNEL_STAMPS:
-            with contextlib.suppress(OSError):  # no stamps then: reads fall back to the monotonic clock
-                self._sock.setsockopt(_socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-
-    def recv(self, *args: Any) -> bytes:
-        """``recv`` as gevent does it (wait for the socket, honour its timeout), keeping the stamp."""
-        bufsize = args[0]
-        flags = args[1] if len(args) > 1 else 0
-        while True:
-            try:
-                data, ancillary, _flags, _address = self._sock.recvmsg(bufsize, _CMSG_BYTES, flags)
-            except BlockingIOError:
-                if self.timeout == 0.0:
-                    raise
-                self._wait(self._read_event)
-                continue
-            self._stamps.ns = _stamp_ns(ancillary)
-            received: bytes = data
-            return received
-
-
-def _stamp_ns(ancillary: list[tuple[int, int, bytes]]) -> int:
-    """The SCM_TIMESTAMPNS stamp in ``ancillary`` as CLOCK_REALTIME nanoseconds; 0 if none."""
-    for _level, kind, value in ancillary:
-        if kind == _SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
-            seconds, nanoseconds = _TIMESPEC.unpack_from(value)
-            return int(seconds * 1_000_000_000 + nanoseconds)
-    return 0
-
-
-class AddressCache:
-    """This process's name resolutions, shared by all its users' transports.
-
-    geventhttpclient resolves the host for every new connection, through
-    gevent's thread pool: a burst of 1,024 first connections means 1,024 thread
-    hand-offs while replies wait to be read. One look-up per host and port is
-    kept for ``ttl_s`` seconds (so a soak run still follows DNS changes).
-    """
-
-    def __init__(self, ttl_s: float = 60.0) -> None:
-        """Create an empty cache whose entries live ``ttl_s`` seconds."""
-        self._ttl_s = ttl_s
-        self._entries: dict[tuple[str, int, int], tuple[float, list[Any]]] = {}
-        self._lock = gevent.lock.Semaphore()  # one name look-up at a time; the others then find it cached
-
-    def resolve(self, host: str, port: int, family: int) -> list[Any]:
-        """``getaddrinfo`` results for a TCP connection to ``host:port`` (cached).
-
-        An IP address is converted at once (no look-up, no thread); a name is
-        looked up through gevent's resolver by one greenlet while the others wait.
-
-        Raises:
-            OSError: the name does not resolve (``socket.gaierror``).
-        """
-        key = (host, port, family)
-        infos = self._fresh(key)
-        if infos is not None:
-            return infos
-        try:
-            infos = _socket.getaddrinfo(
-                host, port, family, _socket.SOCK_STREAM, _socket.SOL_TCP, _socket.AI_NUMERICHOST
-            )
-        except _socket.gaierror:
-            with self._lock:
-                infos = self._fresh(key)
-                if infos is None:
-                    infos = list(
-                        gevent.socket.getaddrinfo(host, port, family, gevent.socket.SOCK_STREAM, gevent.socket.SOL_TCP)
-                    )
-        self._entries[key] = (time.monotonic(), infos)
-        return infos
-
-    def _fresh(self, key: tuple[str, int, int]) -> list[Any] | None:
-        entry = self._entries.get(key)
-        if entry is not None and time.monotonic() - entry[0] < self._ttl_s:
-            return entry[1]
-        return None
 
 
 class _IdleTimeout(Exception):  # noqa: N818 - a signal thrown into the reading greenlet, never escapes
@@ -255,7 +151,7 @@ class GeventResponse:
         # Plain TCP reads through _recv; TLS through gevent's recv (_recv_gevent).
         sock: Any = resp._sock  # None if the whole message came with the headers
         self._raw: _socket.socket | None = None
-        if type(sock) is _StampedSocket:
+        if type(sock) is StampedSocket:
             self._raw = sock._sock
             self._read_event: Any = sock._read_event
             self._hub: Any = sock.hub
@@ -295,7 +191,7 @@ class GeventResponse:
                 raise RequestTimeout(f"{self._where}: no bytes for {self._idle_s:g} s (read idle timeout)") from exc
             except OSError as exc:
                 resp.release()
-                raise TransportError(f"{self._where}: read failed: {_describe(exc)}") from exc
+                raise TransportError(f"{self._where}: read failed: {describe(exc)}") from exc
             try:
                 resp.feed(data)  # b"" signals EOF: completes a read-until-close body, else raises
             except HTTPParseError as exc:
@@ -355,11 +251,11 @@ class GeventResponse:
         while True:
             self._wait_readable()
             try:
-                data, ancillary, _flags, _address = raw.recvmsg(_RECV_BYTES, _CMSG_BYTES)
+                data, ancillary, _flags, _address = raw.recvmsg(_RECV_BYTES, CMSG_BYTES)
             except BlockingIOError:
                 continue  # a spurious wake-up: nothing to read after all
             self._last_read_s = time.monotonic()
-            self._last_stamp_ns = _stamp_ns(ancillary) if ancillary else 0
+            self._last_stamp_ns = stamp_ns(ancillary) if ancillary else 0
             return data
 
     def _wait_readable(self) -> None:
@@ -464,13 +360,13 @@ class GeventHTTPTransport:
         https = parts.scheme == "https"
         extra: dict[str, Any] = {}
         if https and insecure:
-            extra["ssl_context_factory"] = _unverified_context
+            extra["ssl_context_factory"] = unverified_context
         if proxy is not None:
             extra.update(
                 proxy_host=proxy.host, proxy_port=proxy.port, proxy_user=proxy.user, proxy_password=proxy.password
             )
         self._reusable = False  # the pooled connection is kept alive from a complete reply
-        self._stamps = _Stamps()
+        self._stamps = Stamps()
         self._client = HTTPClient(
             parts.hostname,
             port=port,
@@ -489,9 +385,9 @@ class GeventHTTPTransport:
         # only after every other ready greenlet has run (tens of ms in a burst of
         # first requests), after the client took its send time. One non-blocking
         # peek answers the same question (idle keep-alive = nothing to read) at once.
-        pool._is_socket_alive = functools.partial(_idle_and_open, pool._is_socket_alive)
+        pool._is_socket_alive = functools.partial(idle_and_open, pool._is_socket_alive)
         if not https:
-            pool._create_tcp_socket = functools.partial(_StampedSocket, stamps=self._stamps)
+            pool._create_tcp_socket = functools.partial(StampedSocket, stamps=self._stamps)
         if addresses is not None:
             family = _socket.AF_INET if pool.disable_ipv6 else 0
             host_name, host_port = pool._connection_host, pool._connection_port
@@ -511,7 +407,7 @@ class GeventHTTPTransport:
             TransportError: refused, DNS or TLS failure.
         """
         kept = self._stamps.sock
-        if self._reusable and kept is not None and _idle_and_open(_closed, kept):
+        if self._reusable and kept is not None and idle_and_open(never_known_open, kept):
             return  # the kept-alive connection in the pool is still open: post() writes at once
         pool: Any = self._client._connection_pool
         try:
@@ -523,7 +419,7 @@ class GeventHTTPTransport:
             ) from exc
         except (OSError, RuntimeError) as exc:
             # RuntimeError also carries a refused CONNECT ("Proxy CONNECT failed: HTTP/1.1 407 ...")
-            raise TransportError(f"connect to {self._origin}{self._via} failed: {_describe(exc)}") from exc
+            raise TransportError(f"connect to {self._origin}{self._via} failed: {describe(exc)}") from exc
         pool.return_socket(sock)
 
     def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> GeventResponse:
@@ -585,71 +481,13 @@ class GeventHTTPTransport:
             ) from exc
         except (OSError, HTTPException, RuntimeError, ValueError) as exc:
             # RuntimeError: name did not resolve to any address; ValueError: invalid path or header.
-            raise TransportError(f"{where} failed: {_describe(exc)}") from exc
+            raise TransportError(f"{where} failed: {describe(exc)}") from exc
         response = GeventResponse(resp, where=where, idle_s=self._timeouts.idle_s, stamp_ns=self._stamps.ns)
         response.on_close = self._note_reusable
         return response
 
     def _note_reusable(self, reusable: bool) -> None:
         self._reusable = reusable
-
-
-def _idle_and_open(fallback: Callable[[Any], bool], sock: Any) -> bool:
-    """True when a pooled connection is open and has nothing to read (a FIN or stray bytes: not reusable).
-
-    Other sockets than these two kinds keep geventhttpclient's own check (``fallback``).
-    """
-    if isinstance(sock, gevent.ssl.SSLSocket | ssl.SSLSocket):  # gevent's, or the stdlib's when unpatched
-        return _tls_idle_and_open(sock)
-    if type(sock) is not _StampedSocket:
-        return fallback(sock)
-    raw = sock._sock
-    try:
-        raw.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    return False
-
-
-def _tls_idle_and_open(sock: Any) -> bool:
-    """True when a pooled TLS connection is open and holds no application data.
-
-    TLS 1.3 servers send session tickets just after the handshake: a fresh
-    connection is then readable, and a readability check (geventhttpclient's)
-    discards the connection ``connect`` opened, so the request opens another
-    one inside its timed region. A non-blocking TLS read consumes such records:
-    "want read" means nothing else was there.
-    """
-    if sock.fileno() < 0:
-        return False
-    try:
-        raw = getattr(sock, "_sock", sock)  # gevent's SSL socket wraps the OS socket; the stdlib's is one
-        peeked = _socket.socket.recv(raw, 1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)  # raw bytes, not decrypted
-    except BlockingIOError:
-        buffered: int = sock.pending()  # decrypted bytes already read from the socket
-        return buffered == 0
-    except OSError:
-        return False
-    if not peeked:
-        return False  # FIN
-    timeout = sock.gettimeout()
-    sock.settimeout(0.0)
-    try:
-        sock.recv(1)
-    except ssl.SSLWantReadError:
-        return True  # only TLS records without application data (session tickets)
-    except (OSError, ValueError):
-        return False
-    finally:
-        sock.settimeout(timeout)
-    return False  # application data or a clean TLS close
-
-
-def _closed(_sock: Any) -> bool:
-    """The verdict on a connection ``_idle_and_open`` cannot peek at: not known open."""
-    return False
 
 
 def _media_type(value: str | list[str] | None) -> str:
@@ -659,18 +497,3 @@ def _media_type(value: str | list[str] | None) -> str:
     if not value:
         return ""
     return value.split(";", 1)[0].strip().lower()
-
-
-def _describe(exc: BaseException) -> str:
-    code = getattr(exc, "errno", None)
-    name = errno.errorcode.get(code, "") if isinstance(code, int) else ""
-    text = str(exc) or type(exc).__name__
-    return f"{name} {text}" if name and name not in text else text
-
-
-def _unverified_context(**_: Any) -> gevent.ssl.SSLContext:
-    """TLS context for ``insecure=True``: no certificate or host name check."""
-    context = gevent.ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = gevent.ssl.CERT_NONE
-    return context

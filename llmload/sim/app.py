@@ -25,6 +25,7 @@ from llmload.sim.config import SimConfig
 from llmload.sim.engine import Engine, Sequence
 from llmload.sim.faults import (
     IMMEDIATE_FAULTS,
+    NO_FAULT,
     RETRY_AFTER_S,
     ErrorShape,
     FaultKind,
@@ -78,6 +79,7 @@ class SimApp:
         self._clock = clock
         self._wall_clock = wall_clock
         self._accepted = 0
+        self._started_s = clock()
         created = int(wall_clock())
         self._models_body = json.dumps(
             {
@@ -147,7 +149,11 @@ class SimApp:
             return self._error(start_response, endpoint.value, parsed)
         self._accepted += 1
         cfg = self._config
-        fault = plan_faults(cfg.faults, cfg.seed, self._accepted, parsed.stream)
+        fault = (
+            plan_faults(cfg.faults, cfg.seed, self._accepted, parsed.stream)
+            if received_s - self._started_s >= cfg.faults.faults_after_s
+            else NO_FAULT
+        )
         m = self._metrics.endpoints[endpoint]
         if fault.failure in IMMEDIATE_FAULTS:
             m.faults[fault.failure].inc()

@@ -111,6 +111,9 @@ class FaultConfig:
         stall_first_token_s: length of a stall, seconds.
         overload_rate: share answered ``overload_status`` with ``Retry-After``.
         overload_status: 429 (rate limited) or 503 (unavailable).
+        faults_after_s: faults begin this many seconds after the simulator
+            started; requests accepted before then get none (a server that
+            breaks mid-run, for soak tests and thresholds).
     """
 
     fail_rate: float = 0.0
@@ -123,6 +126,7 @@ class FaultConfig:
     stall_first_token_s: float = 0.0
     overload_rate: float = 0.0
     overload_status: int = 429
+    faults_after_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in (*_FAILURE_RATES, "stall_rate"):
@@ -141,6 +145,10 @@ class FaultConfig:
             raise ConfigError(f"--overload-status must be 429 or 503, got {self.overload_status}")
         if not (math.isfinite(self.stall_first_token_s) and self.stall_first_token_s >= 0):
             raise ConfigError(f"--stall-first-token-s must be seconds >= 0, got {self.stall_first_token_s}")
+        if not (math.isfinite(self.faults_after_s) and self.faults_after_s >= 0):
+            raise ConfigError(
+                f"--faults-after must be seconds >= 0, got {self.faults_after_s}; e.g. --faults-after 900"
+            )
         if (self.stall_rate > 0) != (self.stall_first_token_s > 0):
             raise ConfigError(
                 f"--stall-rate ({self.stall_rate}) and --stall-first-token-s ({self.stall_first_token_s}) "
@@ -262,6 +270,14 @@ def add_fault_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=d.overload_status,
         help=f"429 or 503, sent with Retry-After: {RETRY_AFTER_S}",
+    )
+    g.add_argument(
+        "--faults-after",
+        type=float,
+        default=d.faults_after_s,
+        metavar="S",
+        dest="faults_after_s",
+        help="faults begin S seconds after the simulator starts (a server that breaks mid-run); 0 = from the start",
     )
 
 

@@ -112,6 +112,12 @@ class Run:
         assert len(marked) == 1, log[-3000:]
         assert json.loads(marked[-1].removeprefix(RESULTS_LINE_PREFIX)) == results
         assert results["exit_status"] == status
+        # the time series and the HTML report are on the results volume beside the results file
+        volume = self.results_path().parent
+        rows = [json.loads(line) for line in (volume / "timeseries.jsonl").read_text().splitlines()]
+        totals = {row["t"]: row for row in rows if row["endpoint"] is None}  # a later line replaces an earlier one
+        assert sum(row["succeeded"] for row in totals.values()) == results["requests"]["succeeded"], log[-3000:]
+        assert "<html" in (volume / "report.html").read_text()[:500].lower()
         return status, results
 
 

@@ -23,8 +23,9 @@ from llmload.errors import TransportError
 from llmload.payloads import build_chat_request
 from llmload.proxies import route
 from llmload.record import Outcome
+from llmload.sockets import KERNEL_STAMPS
 from llmload.testing import CF, ROLE, C, Framing, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
-from llmload.transport import _KERNEL_STAMPS, GeventHTTPTransport
+from llmload.transport import GeventHTTPTransport
 from tests.integration.forward_proxy import ForwardProxy
 from tests.integration.procs import locust_argv
 from tests.integration.test_sim import REPO_ROOT
@@ -237,7 +238,7 @@ def test_nc06_plain_http_through_a_proxy_keeps_kernel_receive_stamps():
     for record in records:
         assert record.completion_tokens.value == 2
         # the socket to the proxy is an ordinary TCP socket: reads carry the kernel's receive stamps
-        if _KERNEL_STAMPS:
+        if KERNEL_STAMPS:
             assert record.unstamped_reads == 0
             assert len(record.read_lags_s) >= 2
 

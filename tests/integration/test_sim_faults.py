@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import gevent
 import pytest
 
 from llmload.client import StreamingClient
@@ -103,6 +104,17 @@ def test_fault_fail_rate_gives_http_500_error_counted_by_sim(gevent_ready, sim, 
     assert injected(samples, "fail") == 3
     assert completed(samples) == 0
     assert metric_sum(samples, "llmload_sim_completion_tokens_total") == 0
+
+
+def test_fault_faults_after_starts_failing_requests_mid_run(gevent_ready, sim):
+    # a server that breaks mid-run: healthy for the first second, then every request fails
+    url = sim("--fail-rate", "1", "--faults-after", "1")
+    records = run_requests(url, [completion_request()] * 2)
+    gevent.sleep(1.2)
+    records += run_requests(url, [completion_request()] * 2)
+    assert [r.outcome for r in records] == [Outcome.OK, Outcome.OK, Outcome.HTTP_ERROR, Outcome.HTTP_ERROR]
+    samples = metrics(url)
+    assert (injected(samples, "fail"), completed(samples)) == (2, 2)
 
 
 @pytest.mark.parametrize("shape", ["openai", "vllm"])
@@ -328,6 +340,7 @@ def test_fault_decisions_reproduce_with_seed(gevent_ready, sim):
         (["--fail-status", "200"], "--fail-status must be an HTTP error status 400-599, got 200"),
         (["--overload-status", "500"], "--overload-status must be 429 or 503, got 500"),
         (["--stall-rate", "0.5"], "--stall-rate (0.5) and --stall-first-token-s (0.0) go together"),
+        (["--faults-after", "-1"], "--faults-after must be seconds >= 0, got -1.0"),
     ],
 )
 def test_fault_bad_option_exits_2_naming_the_flag(args, message):

@@ -13,8 +13,9 @@ from llmload.config import Timeouts
 from llmload.errors import ConfigError, TransportError
 from llmload.payloads import build_chat_request
 from llmload.record import Outcome
+from llmload.sockets import AddressCache
 from llmload.testing import CF, ROLE, C, Ending, Framing, Reply, ScriptedServer, W, json_reply, sse
-from llmload.transport import AddressCache, GeventHTTPTransport
+from llmload.transport import GeventHTTPTransport
 from tests.conftest import near
 
 pytestmark = pytest.mark.integration
