@@ -124,12 +124,12 @@ def test_server_metrics_per_interval_columns_add_up_to_the_run(sim_url, tmp_path
     results, _ = run(
         sim_url,
         tmp_path,
-        *("--num-requests", "400", "--timeseries-interval", "1", "--timeseries", str(series)),
+        *("--num-requests", "600", "--timeseries-interval", "2", "--timeseries", str(series)),
         *("--csv", str(tmp_path / "run")),
         *(["--processes", processes] if processes else []),
     )
     server, rows = results["server"], _total_rows(results["timeseries"])
-    assert results["requests"]["succeeded"] == 400
+    assert results["requests"]["succeeded"] == 600
     assert server["generation_tokens"] == results["tokens"]["completion"] > 0
     assert sum(r["server_generation_tokens"] or 0 for r in rows) == server["generation_tokens"]
     assert sum(r["server_prompt_tokens"] or 0 for r in rows) == server["prompt_tokens"]
@@ -137,7 +137,9 @@ def test_server_metrics_per_interval_columns_add_up_to_the_run(sim_url, tmp_path
     assert len(read) >= len(rows) - 1  # a read for each interval (the stop's read closes the last one)
     assert all(r["server_scrape_s"] < 2.0 for r in read)
     assert all(r["server_scrape_failures"] == 0 or r["server_generation_tokens"] is None for r in read)
-    under_load = [r for r in read if r["server_running_requests"] is not None and r["succeeded"] > 0]
+    # reads that answered while the load ran (a read bounded by 0.5 s can fail on a very busy machine: counted)
+    under_load = [r for r in read[:-1] if r["server_running_requests"] is not None and r["succeeded"] > 0]
+    assert under_load, [(r["server_scrape_s"], r["server_scrape_failures"]) for r in read]
     assert any(r["server_running_requests"] > 0 for r in under_load)
     assert all(0.0 <= r["server_kv_cache_usage"] <= 1.0 for r in under_load)
     rated = [r for r in rows if r["server_generation_tokens_per_s"] is not None]
