@@ -16,6 +16,7 @@ from llmload.errors import ConfigError
 from llmload.goodput import SLO
 from llmload.option_values import LengthSpec, parse_rate
 from llmload.options import OPTIONS, OptionSpec, default
+from llmload.thresholds import Threshold
 
 __all__ = ["OPTIONS", "LengthSpec", "OpenLoop", "OptionSpec", "RunConfig", "Timeouts", "parse_rate"]
 
@@ -105,6 +106,8 @@ class RunConfig:
         insecure: skip TLS certificate verification.
         ignore_proxy_env: connect directly whatever the proxy variables say.
         max_failure_ratio: failed/finished above this → exit status 1.
+        checkpoint_interval_s: seconds between partial rewrites of ``results_json`` during the run, 0 = none.
+        abort_on: ``--abort-on`` thresholds that stop the run early (``llmload.thresholds``).
         max_retry_after_s: closed loop: longest pause of a user after a throttled reply.
         skip_preflight: skip the probe requests before load.
         requests_log: per-request JSON lines path, or None.
@@ -150,6 +153,8 @@ class RunConfig:
     insecure: bool = False
     ignore_proxy_env: bool = False
     max_failure_ratio: float = default("--max-failure-ratio")
+    checkpoint_interval_s: float = default("--checkpoint-interval")
+    abort_on: tuple[Threshold, ...] = default("--abort-on")
     max_retry_after_s: float = default("--max-retry-after")
     skip_preflight: bool = False
     requests_log: str | None = None

@@ -26,14 +26,12 @@ from typing import Any
 
 import gevent
 
-from llmload import cluster, live, web
+from llmload import checkpoints, cluster, live, web
 from llmload.config import RunConfig
-from llmload.credentials import public_url
 from llmload.errors import ConfigError, LLMLoadError
 from llmload.exporters.console import results_line, summary_lines
 from llmload.exporters.html import ReportError, write_html_report
-from llmload.exporters.load import SendFigures
-from llmload.exporters.results import RunOutcome, build_results, write_results_json
+from llmload.exporters.results import build_results, write_results_json
 from llmload.exporters.timeseries_files import write_csv_files
 from llmload.interrupt import Interrupter
 from llmload.launch import prepare, stop_process_services
@@ -60,7 +58,8 @@ def _bind(environment: Environment) -> None:
     """Register the run listeners, bound to this environment (Locust calls init once per process)."""
     ev = environment.events
     ev.test_start.add_listener(cluster.on_test_start)
-    ev.test_start.add_listener(live.start_timeline)
+    ev.test_start.add_listener(functools.partial(live.start_timeline, stop_run=cluster.finish_run))
+    ev.test_start.add_listener(checkpoints.start)  # after the timeline: checkpoints read its rows
     ev.test_stopping.add_listener(cluster.on_test_stopping)
     ev.test_stop.add_listener(_on_test_stop)
     ev.test_stop.add_listener(_on_test_stopped)
@@ -206,28 +205,16 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     if not isinstance(runner, MasterRunner):
         stop_process_services(runtime)
     options = environment.parsed_options
-    if not isinstance(runner, MasterRunner):
-        runtime.send_figures_by_process["local"] = runtime.send_figures()
+    checkpoints.stop(runtime)  # a checkpoint write in progress finishes before the final results
     end_s = live.run_elapsed_s(runtime)
     scraper, runtime.server_scraper = runtime.server_scraper, None
-    # the last scrape, after the final reports; its deltas go to the run's last interval
+    # the last server-metrics scrape, after the final reports; its deltas go to the run's last interval
     server = None if scraper is None else scraper.finish(interval_index(end_s, runtime.config.timeseries_interval_s))
     timeseries = live.finish_timeline(environment, runtime, end_s)
-    outcome = RunOutcome(
-        stats=runtime.run_stats(),
-        config=runtime.config,
-        run_id=runtime.run_id,
-        host=public_url(environment.host or ""),
-        user_classes=tuple(sorted(u.__name__ for u in environment.user_classes)),
-        model=runtime.model or "",
-        users=int(getattr(options, "num_users", 0) or 0),
-        workers=len(runtime.planned_workers) if isinstance(runner, MasterRunner) else 0,
-        started_at_unix=runtime.started_at_unix,
-        blocked=runtime.blocked,
-        lost_workers=tuple(runtime.lost_workers),
-        cpu_saturated_s=runtime.cpu_saturated_s,
-        sends=SendFigures.combine(runtime.send_figures_by_process.values()),
-        timeseries=tuple(timeseries),
+    outcome = checkpoints.run_outcome(
+        environment,
+        runtime,
+        timeseries=timeseries,
         server=server,
         server_warnings=() if scraper is None else tuple(scraper.warnings()),
     )

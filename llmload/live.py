@@ -13,7 +13,8 @@ Time series (``llmload.exporters.timeseries``): the master (or the single
 process) holds the run's ``IntervalSeries`` (``Runtime.series``, merged from
 the workers' reports) and ticks every half second: it samples the gauges
 (in-flight requests, users, workers) and, once an interval is complete,
-appends its rows to ``--timeseries`` and logs one progress line. The
+appends its rows to ``--timeseries``, logs one progress line and checks the
+``--abort-on`` thresholds on them (``llmload.thresholds``). The
 server-metrics scraper (``llmload.servermetrics_scrape``, its own greenlet)
 reads the server at each interval's end and hands the interval's server
 columns to the timeline; a row waits for them at most the read's bound
@@ -51,6 +52,7 @@ from llmload.runtime import ExportState, Runtime
 from llmload.series import interval_index
 from llmload.servermetrics import SERVER_COLUMNS
 from llmload.stats import LLMStats
+from llmload.thresholds import ThresholdWatch
 from llmload.version import __version__
 from llmload.wire import WorkerReport, report_to_wire
 
@@ -227,11 +229,14 @@ _REPORT_GRACE_EXTRA_S = 1.0  # beyond the workers' report interval
 _SCRAPE_WAIT_EXTRA_S = 0.25  # beyond a server read's bound
 
 
-def start_timeline(environment: Environment, **_kw: Any) -> None:
+def start_timeline(
+    environment: Environment, *, stop_run: Callable[[Environment], None] | None = None, **_kw: Any
+) -> None:
     """Master or single process, at each run start: a new timeline, ``--timeseries`` file and tick greenlet.
 
     A ``--timeseries`` file that cannot be opened is logged as an error; the
-    run and the results' ``timeseries`` go on without it.
+    run and the results' ``timeseries`` go on without it. ``stop_run`` ends
+    the run when an ``--abort-on`` threshold fires (the normal stop path).
     """
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     runner = environment.runner
@@ -251,6 +256,9 @@ def start_timeline(environment: Environment, **_kw: Any) -> None:
     if scraper is not None:
         scraper.follow(runtime.timeline.add_extra, runtime.run_started_s)
     runtime.progress_finished = 0
+    runtime.live_rows = []
+    runtime.aborted = None
+    runtime.watch = ThresholdWatch(config.abort_on, config.timeseries_interval_s) if config.abort_on else None
     if runtime.timeseries_log is not None:
         runtime.timeseries_log.close()
     runtime.timeseries_log = None
@@ -259,7 +267,7 @@ def start_timeline(environment: Environment, **_kw: Any) -> None:
             runtime.timeseries_log = TimeseriesLog(config.timeseries)
         except OSError as exc:
             log.error("llmload: --timeseries %s cannot be written (%s); pass a writable path", config.timeseries, exc)
-    runtime.timeline_task = gevent.spawn(_tick_timeline_forever, environment, runtime)
+    runtime.timeline_task = gevent.spawn(_tick_timeline_forever, environment, runtime, stop_run)
 
 
 def _gauges(environment: Environment, runtime: Runtime) -> dict[str, int]:
@@ -278,15 +286,41 @@ def _gauges(environment: Environment, runtime: Runtime) -> dict[str, int]:
     }
 
 
-def _tick_timeline_forever(environment: Environment, runtime: Runtime) -> None:
-    """Sample the gauges (at least twice per interval, so each interval has a sample) and write due rows."""
+def _tick_timeline_forever(
+    environment: Environment, runtime: Runtime, stop_run: Callable[[Environment], None] | None
+) -> None:
+    """Sample the gauges (at least twice per interval, so each interval has a sample), write and check due rows."""
     timeline = runtime.timeline
     tick_s = min(_TIMELINE_TICK_S, timeline.interval_s / 2) if timeline is not None else _TIMELINE_TICK_S
     while timeline is not None:
         now_s = time.perf_counter() - runtime.run_started_s
         timeline.sample(now_s, _gauges(environment, runtime))
-        _write(environment, runtime, timeline.due_rows(runtime.series, now_s))
+        rows = timeline.due_rows(runtime.series, now_s)
+        _write(environment, runtime, rows)
+        runtime.live_rows.extend(rows)
+        _check_thresholds(environment, runtime, rows, stop_run)
         gevent.sleep(tick_s)
+
+
+def _check_thresholds(
+    environment: Environment, runtime: Runtime, rows: list[Row], stop_run: Callable[[Environment], None] | None
+) -> None:
+    """Feed completed rows to the ``--abort-on`` watch; the first breach stops the run (once)."""
+    if runtime.watch is None or runtime.aborted is not None or not rows:
+        return
+    breach = runtime.watch.observe(rows)
+    if breach is None:
+        return
+    runtime.aborted = breach
+    log.warning(
+        "llmload: --abort-on %r held from %.0f s to %.0f s of the run (values %s); stopping the run",
+        breach.threshold,
+        breach.from_s,
+        breach.at_s,
+        ", ".join(f"{v:.4g}" for v in breach.values[-5:]),
+    )
+    if stop_run is not None:
+        gevent.spawn(stop_run, environment)
 
 
 def _write(environment: Environment, runtime: Runtime, rows: list[Row], *, progress_from_t: float = 0.0) -> None:

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from llmload.errors import ConfigError
 from llmload.goodput import SLO, parse_slo
+from llmload.thresholds import Threshold, parse_thresholds
 
 __all__ = [
     "LengthSpec",
@@ -38,6 +39,7 @@ __all__ = [
     "server_metrics",
     "slo",
     "text",
+    "thresholds",
 ]
 
 Parse = Callable[[str, str], Any]
@@ -158,6 +160,11 @@ def rate(_flag: str, value: str) -> float:
 def slo(_flag: str, value: str) -> SLO:
     """``--slo`` (see ``llmload.goodput.parse_slo``)."""
     return parse_slo(value)
+
+
+def thresholds(flag_name: str, value: str) -> tuple[Threshold, ...]:
+    """``--abort-on``: one expression per line (see ``llmload.thresholds``)."""
+    return parse_thresholds(flag_name, value)
 
 
 def length(*, keyword: str = "") -> Parse:

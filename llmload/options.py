@@ -384,6 +384,28 @@ OPTIONS: tuple[OptionSpec, ...] = (
         field="timeseries_interval_s",
     ),
     OptionSpec(
+        "--checkpoint-interval",
+        "Rewrite the --results-json file every S seconds during the run (atomically; marked partial, no "
+        "verdict), so a killed process leaves results at most S seconds old. 0: only at the end.",
+        _RESULTS,
+        300.0,
+        v.number(float, lambda x: 0 <= x < math.inf, "a finite number of seconds >= 0 (0: off)", "300"),
+        "S",
+        field="checkpoint_interval_s",
+    ),
+    OptionSpec(
+        "--abort-on",
+        "Stop the run early, exit status 1, when a condition holds on the time series for a while, e.g. "
+        "'error_ratio>0.05 for 5m' or 'ttft_p99>10s for 10m'; repeat for several. Metrics: error_ratio, "
+        "throttled_ratio, ttft/itl/tpot/e2e_p50/p90/p99 (with s or ms), output_tok_s, total_tok_s, req_s.",
+        _RESULTS,
+        (),
+        v.thresholds,
+        "EXPR",
+        repeatable=True,
+        field="abort_on",
+    ),
+    OptionSpec(
         "--max-failure-ratio",
         "Exit with status 1 when failed / finished requests exceed this ratio (0..1).",
         _RESULTS,

@@ -23,7 +23,7 @@ from llmload.config import RunConfig
 from llmload.exporters.load import SendFigures
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
-from llmload.exporters.timeseries import Timeline
+from llmload.exporters.timeseries import Row, Timeline
 from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.exporters.window import SlidingWindow
 from llmload.payloads import LLMRequest
@@ -33,6 +33,7 @@ from llmload.series import FoldedTotal, IntervalSeries, interval_index
 from llmload.servermetrics_scrape import ServerScraper
 from llmload.sockets import AddressCache
 from llmload.stats import LLMStats
+from llmload.thresholds import Breach, ThresholdWatch
 from llmload.tokens import TokenCounter
 from llmload.workload import Prompt, PromptStream, Workload
 
@@ -322,6 +323,11 @@ class Runtime:
     timeline_task: gevent.Greenlet[[], None] | None = None  # master or single process: the interval ticks
     worker_in_flight: dict[str, int] = field(default_factory=dict)  # master: as of each worker's latest report
     progress_finished: int = 0  # requests finished in the intervals the progress lines covered so far
+    live_rows: list[Row] = field(default_factory=list)  # rows of the intervals written so far
+    watch: ThresholdWatch | None = None  # --abort-on thresholds, master or single process
+    aborted: Breach | None = None  # the threshold that stopped the current run
+    checkpoint_task: gevent.Greenlet[[], None] | None = None  # --checkpoint-interval writes
+    checkpoint_stop: gevent.event.Event = field(default_factory=gevent.event.Event)
     failure_samples: dict[str, str] = field(default_factory=dict)  # error category -> first message (Failures tab)
     reset_at_unix: float | None = None  # master/single process: when the web UI's RESET last cleared the statistics
     # Prometheus exporter (--prometheus-port)

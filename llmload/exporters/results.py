@@ -107,6 +107,9 @@ class RunOutcome:
         timeseries: the per-interval rows (``llmload.exporters.timeseries``), run-wide.
         server: the inference server's metrics over the run (``llmload.servermetrics.summarise``), or None.
         server_warnings: what went wrong with the endpoints given to ``--server-metrics`` (e.g. one never answered).
+        aborted: the ``--abort-on`` threshold that stopped the run (``llmload.thresholds.Breach.as_dict``), or None.
+        checkpoint_at_s: a checkpoint taken this many seconds into a run still going (a partial
+            document, no verdict); None for the run's end.
     """
 
     stats: LLMStats
@@ -125,6 +128,8 @@ class RunOutcome:
     timeseries: tuple[dict[str, Any], ...] = ()
     server: Mapping[str, Any] | None = None
     server_warnings: tuple[str, ...] = ()
+    aborted: Mapping[str, Any] | None = None
+    checkpoint_at_s: float | None = None
 
 
 def build_results(outcome: RunOutcome) -> dict[str, Any]:
@@ -139,8 +144,10 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
     (only when some were lost), ``blocked`` (only when no load was sent),
     ``client_saturated``, ``client_cpu_saturated_s``, ``load``, ``server``
     (the inference server's metrics with the cross-check, null without
-    them), ``server_warnings``, ``max_failure_ratio``, and the verdict: ``passed``,
-    ``exit_status`` and ``verdict``.
+    them), ``server_warnings``, ``max_failure_ratio``, ``aborted`` (null unless an ``--abort-on``
+    threshold stopped the run), ``partial`` and ``checkpoint_at_s`` (a
+    checkpoint of a run still going: ``passed`` and ``exit_status`` null),
+    and the verdict: ``passed``, ``exit_status`` and ``verdict``.
     """
     config, stats = outcome.config, outcome.stats
     results: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
@@ -173,9 +180,12 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
     results["server"] = server_section(outcome.server, results)
     results["server_warnings"] = list(outcome.server_warnings)
     results["max_failure_ratio"] = config.max_failure_ratio
+    results["aborted"] = dict(outcome.aborted) if outcome.aborted is not None else None
+    results["partial"] = outcome.checkpoint_at_s is not None
+    results["checkpoint_at_s"] = outcome.checkpoint_at_s
     verdict = judge(results)
-    results["passed"] = verdict.passed
-    results["exit_status"] = verdict.exit_status
+    results["passed"] = None if results["partial"] else verdict.passed
+    results["exit_status"] = None if results["partial"] else verdict.exit_status
     results["verdict"] = verdict.text
     return results
 
@@ -222,11 +232,33 @@ class Verdict:
 
 
 def judge(results: dict[str, Any]) -> Verdict:
-    """The verdict on a results document (its ``requests``, ``blocked`` and ``max_failure_ratio``)."""
-    if results.get("blocked"):
-        return Verdict(2, f"BLOCKED before load: {results['blocked']}; no request was sent; exit status 2")
+    """The verdict on a results document (``requests``, ``blocked``, ``aborted``, ``partial``, ``max_failure_ratio``).
+
+    A partial document (a checkpoint) gets exit status 1 and a text that says
+    no verdict exists yet; ``build_results`` writes its ``passed`` and
+    ``exit_status`` as null.
+    """
     requests = results["requests"]
     finished, failed, succeeded = requests["total"], requests["failed"], requests["succeeded"]
+    if results.get("partial"):
+        at_s = float(results.get("checkpoint_at_s") or 0.0)
+        return Verdict(
+            1,
+            f"PARTIAL: checkpoint {at_s:.0f} s into a run that had not ended (so far {succeeded}/{finished} "
+            "requests succeeded); no verdict yet. The run's end replaces this file: if it is still partial, "
+            "the process was stopped before its end",
+        )
+    if results.get("blocked"):
+        return Verdict(2, f"BLOCKED before load: {results['blocked']}; no request was sent; exit status 2")
+    aborted = results.get("aborted")
+    if aborted:
+        values = ", ".join(f"{v:.4g}" for v in aborted["values"][-5:])
+        more = f" (last 5 of {len(aborted['values'])})" if len(aborted["values"]) > 5 else ""
+        return Verdict(
+            1,
+            f"FAILED: aborted {aborted['at_s']:.0f} s into the run by --abort-on {aborted['threshold']!r} "
+            f"(held from {aborted['from_s']:.0f} s; values {values}{more}); exit status 1",
+        )
     limit = float(results.get("max_failure_ratio") or 0.0)
     skipped = requests.get("skipped", 0)
     if skipped:
@@ -283,6 +315,8 @@ def public_options(config: RunConfig) -> dict[str, Any]:
             "total": config.timeouts.total_s,
         },
         "request": request_options(config),
+        "abort_on": [threshold.text for threshold in config.abort_on],
+        "checkpoint_interval_s": config.checkpoint_interval_s,
     }
 
 

@@ -38,6 +38,7 @@ from llmload.plan import users_short_of_workers
 from llmload.runtime import Runtime
 from llmload.series import FoldedTotal, IntervalSeries
 from llmload.stats import LLMStats
+from llmload.thresholds import ThresholdWatch
 
 __all__ = ["install", "on_reset_stats", "posted_options"]
 
@@ -156,6 +157,9 @@ def on_reset_stats(environment: Environment, **_kw: Any) -> None:
         runtime.local_total = FoldedTotal()
     runtime.reset_at_unix = time.time()
     runtime.failure_samples.clear()
+    runtime.live_rows = []  # checkpoints hold the rows measured after the reset, like the summary
+    if runtime.watch is not None:  # --abort-on windows restart: rows before the reset no longer count
+        runtime.watch = ThresholdWatch(runtime.watch.thresholds, runtime.watch.interval_s)
     if runtime.window_delta is not None:
         runtime.window_delta = LLMStats.empty()
     if runtime.export is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from tests.integration.test_sim import REPO_ROOT
 
-__all__ = ["free_port", "locust_argv", "run_locust", "web_ui_stop"]
+__all__ = ["final_results_written", "free_port", "locust_argv", "run_locust", "web_ui_stop"]
 
 
 def free_port() -> int:
@@ -62,6 +63,13 @@ def web_ui_stop(port: int, results: Path, *, timeout_s: float = 30) -> None:
     with urllib.request.urlopen(stop, timeout=timeout_s) as answer:
         assert answer.status == 200
     deadline = time.monotonic() + timeout_s
-    while not results.exists():
-        assert time.monotonic() < deadline, f"no results file within {timeout_s:g} s of STOP"
+    while not final_results_written(results):
+        assert time.monotonic() < deadline, f"no final results file within {timeout_s:g} s of STOP"
         time.sleep(0.2)
+
+
+def final_results_written(results: Path) -> bool:
+    """True once ``results`` holds the run's final document (checkpoints during the run say ``partial``)."""
+    if not results.exists():
+        return False
+    return json.loads(results.read_text()).get("partial") is False

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.procs import final_results_written
 from tests.integration.test_sim import REPO_ROOT
 from tests.integration.webui import WebUI, web_ui
 
@@ -105,7 +106,7 @@ def _run_in_browser(driver: Any, ui: WebUI, results: Path) -> None:
     _by_text(driver, "//button[@type='submit']").click()
     _by_text(driver, "//button[@role='tab'][normalize-space()='LLM']").click()
     _wait(driver, lambda d: "llmload-sim" in _tab_cells(d))
-    ui.wait(lambda s: s["state"] == "stopped" and results.exists(), "the run to end")
+    ui.wait(lambda s: s["state"] == "stopped" and final_results_written(results), "the run to end")
     document = json.loads(results.read_text())
     succeeded = str(document["requests"]["succeeded"])
     _wait(driver, lambda d: succeeded in _tab_cells(d))

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from llmload.options import OPTIONS
+from tests.integration.procs import final_results_written
 from tests.integration.test_sim import metric_sum, metrics
 from tests.integration.webui import WebUI, web_ui
 
@@ -42,7 +43,7 @@ def _run_to_the_end(ui: WebUI, results: Path, n: int) -> dict[str, object]:
     answer = ui.swarm(max_tokens="8")
     assert answer["success"] is True, answer
     ui.wait(
-        lambda s: s["state"] == "stopped" and s["stats"][-1]["num_requests"] >= n and results.exists(),
+        lambda s: s["state"] == "stopped" and s["stats"][-1]["num_requests"] >= n and final_results_written(results),
         "the --num-requests run to stop and report",
     )
     assert ui.aggregated()["num_requests"] == n

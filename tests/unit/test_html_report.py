@@ -139,7 +139,15 @@ def test_html_report_renders_every_section_in_each_readme_mode(mode):
     verdict_class = next(attrs["class"] for _, attrs in page.tags if attrs.get("id") == "verdict-0")
     assert (
         verdict_class
-        == "verdict " + {"blocked": "blocked", "failed": "failed", "closed": "failed", "open": "passed"}[mode]
+        == "verdict "
+        + {
+            "blocked": "blocked",
+            "failed": "failed",
+            "closed": "failed",
+            "open": "passed",
+            "aborted": "failed",
+            "partial": "partial",
+        }[mode]
     )
     canvases = [attrs["id"] for attrs in page.with_attr("data-chart")]
     assert canvases[:4] == ["cdf-ttft_s", "cdf-itl_s", "cdf-tpot_s", "cdf-e2e_s"]

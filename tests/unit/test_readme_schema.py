@@ -36,6 +36,7 @@ from llmload.servermetrics import SERVER_COLUMNS, summarise
 from llmload.stats import LLMStats
 from llmload.sweep import parse_sweep, step_section, sweep_document
 from llmload.testing import failed_record
+from llmload.thresholds import parse_thresholds
 from tests.unit.test_servermetrics import fixture, run_of, vllm_text
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -227,6 +228,21 @@ def failed() -> dict[str, Any]:
     return _results(stats, dataclasses.replace(RunConfig(), max_failure_ratio=1.0))
 
 
+def aborted() -> dict[str, Any]:
+    config = dataclasses.replace(RunConfig(), abort_on=parse_thresholds("--abort-on", "error_ratio>0.2 for 2s"))
+    breach = {"threshold": "error_ratio>0.2 for 2s", "at_s": 4.0, "from_s": 2.0, "values": [1.0, 0.9]}
+    stats = LLMStats.empty()
+    stats.add(_ok(T0))
+    stats.add(failed_record(start_unix=T0 + 1, end_s=0.01))
+    return _results(stats, config, aborted=breach)
+
+
+def partial() -> dict[str, Any]:
+    stats = LLMStats.empty()
+    stats.add(_ok(T0))
+    return _results(stats, RunConfig(), checkpoint_at_s=300.2)
+
+
 def sweep_file() -> dict[str, Any]:
     steps = [
         step_section(5.0, open_loop(kept_up=True)),
@@ -236,7 +252,14 @@ def sweep_file() -> dict[str, Any]:
     return sweep_document(parse_sweep("rate=5,10,inf"), steps, ttft_p99_limit_s=0.01)
 
 
-MODES = {"closed": closed_loop, "open": open_loop, "blocked": blocked, "failed": failed}
+MODES = {
+    "closed": closed_loop,
+    "open": open_loop,
+    "blocked": blocked,
+    "failed": failed,
+    "aborted": aborted,
+    "partial": partial,
+}
 
 
 def _found(document: dict[str, Any]) -> dict[str, bool]:
