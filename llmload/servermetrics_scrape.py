@@ -354,10 +354,7 @@ class ServerScraper:
         snapshot: ServerSnapshot | None = None
         error = None
         try:
-            text = self._fetch(url, headers, timeout_s)
-            # parsed in gevent's thread pool: a 90 KB page is ~20 ms of CPU, which would stall every greenlet
-            parsed = gevent.get_hub().threadpool.apply(_parse, (text, self._model))
-            snapshot, error = (parsed, None) if isinstance(parsed, ServerSnapshot) else (None, parsed)
+            snapshot = parse_snapshot(self._fetch(url, headers, timeout_s), self._model)
         except gevent.Timeout:
             error = f"no answer within {timeout_s:g} s"
         except urllib.error.HTTPError as exc:
@@ -367,10 +364,3 @@ class ServerScraper:
         ended_s = self._elapsed_s()
         return Reading(url, snapshot, (began_s + ended_s) / 2, ended_s - began_s, error)
 
-
-def _parse(text: str, model: str | None) -> ServerSnapshot | str:
-    """``parse_snapshot``, its error as the message (the thread pool would print a raised one's traceback)."""
-    try:
-        return parse_snapshot(text, model)
-    except ServerMetricsError as exc:
-        return str(exc)
