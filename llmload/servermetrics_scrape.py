@@ -363,4 +363,3 @@ class ServerScraper:
             error = str(exc) or type(exc).__name__
         ended_s = self._elapsed_s()
         return Reading(url, snapshot, (began_s + ended_s) / 2, ended_s - began_s, error)
-
