@@ -49,6 +49,7 @@ def run_outcome(
     *,
     timeseries: Sequence[Mapping[str, Any]],
     server: Mapping[str, Any] | None = None,
+    server_warnings: Sequence[str] = (),
     checkpoint_at_s: float | None = None,
     drift: Mapping[str, Any] | None = None,
 ) -> RunOutcome:
@@ -59,6 +60,7 @@ def run_outcome(
         runtime: its llmload state.
         timeseries: the time-series rows to include.
         server: the server-metrics section, or None.
+        server_warnings: the scraper's warnings (``ServerScraper.warnings``).
         checkpoint_at_s: seconds since the run's start of a checkpoint; None at the run's end.
         drift: the drift section (``llmload.drift``), or None (checkpoints).
     """
@@ -83,6 +85,7 @@ def run_outcome(
         sends=SendFigures.combine(sends.values()),
         timeseries=tuple(dict(row) for row in timeseries),
         server=server,
+        server_warnings=tuple(server_warnings),
         aborted=runtime.aborted.as_dict() if runtime.aborted is not None else None,
         checkpoint_at_s=checkpoint_at_s,
         drift=drift,

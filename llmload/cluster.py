@@ -189,6 +189,9 @@ def _start_master_or_local(environment: Environment) -> None:
         gevent.spawn(finish_run, environment)
     else:
         start_server_metrics(environment, runtime)
+    # the time series counts from here: preflight and the server's first read (up to its timeout) came before
+    runtime.run_started_s = time.perf_counter()
+    runtime.started_at_unix = time.time()
     limit = runtime.config.num_requests
     if isinstance(runner, MasterRunner):
         workers = sorted(

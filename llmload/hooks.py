@@ -40,6 +40,7 @@ from llmload.interrupt import Interrupter
 from llmload.launch import note_request_limit, prepare, stop_process_services
 from llmload.options import GROUPS, OPTIONS
 from llmload.runtime import Runtime
+from llmload.series import interval_index
 
 __all__ = ["add_arguments", "install"]
 
@@ -253,11 +254,19 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         stop_process_services(runtime)
     options = environment.parsed_options
     checkpoints.stop(runtime)  # a checkpoint write in progress finishes before the final results
-    timeseries, drift = live.finish_timeline(environment, runtime)
+    end_s = live.run_elapsed_s(runtime)
     scraper, runtime.server_scraper = runtime.server_scraper, None
-    # the last server-metrics scrape, after the final reports
-    server = None if scraper is None else scraper.finish()
-    outcome = checkpoints.run_outcome(environment, runtime, timeseries=timeseries, server=server, drift=drift)
+    # the last server-metrics scrape, after the final reports; its deltas go to the run's last interval
+    server = None if scraper is None else scraper.finish(interval_index(end_s, runtime.config.timeseries_interval_s))
+    timeseries, drift = live.finish_timeline(environment, runtime, end_s)
+    outcome = checkpoints.run_outcome(
+        environment,
+        runtime,
+        timeseries=timeseries,
+        server=server,
+        drift=drift,
+        server_warnings=() if scraper is None else tuple(scraper.warnings()),
+    )
     results = build_results(outcome)
     runtime.results = results
     if runtime.config.results_json:

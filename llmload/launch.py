@@ -329,7 +329,8 @@ def stop_process_services(runtime: Runtime) -> None:
 def start_server_metrics(environment: Environment, runtime: Runtime) -> None:
     """Start scraping the server's metrics (``--server-metrics``; master or single process), after preflight.
 
-    The first scrape is taken here, before any load; each URL goes the way
+    The first scrape is taken here, before any load; then one at the end of
+    every time-series interval (counted from the run's start); each URL goes the way
     ``llmload.proxies.route`` decides for it, as the load does for the target.
     ``runtime.server_scraper`` stays None when nothing is to be scraped (off, or the target has no ``/metrics``).
     """
@@ -342,6 +343,7 @@ def start_server_metrics(environment: Environment, runtime: Runtime) -> None:
         extra_urls,
         model=runtime.model,
         headers=runtime.headers,
+        interval_s=config.timeseries_interval_s,
         fetch=routed_fetch(
             ((auto_url,) if auto_url else ()) + extra_urls,
             urllib.request.getproxies_environment(),

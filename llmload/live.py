@@ -14,7 +14,11 @@ process) holds the run's ``IntervalSeries`` (``Runtime.series``, merged from
 the workers' reports) and ticks every half second: it samples the gauges
 (in-flight requests, users, workers) and, once an interval is complete,
 appends its rows to ``--timeseries``, logs one progress line and checks the
-``--abort-on`` thresholds on them (``llmload.thresholds``). An interval
+``--abort-on`` thresholds on them (``llmload.thresholds``). The
+server-metrics scraper (``llmload.servermetrics_scrape``, its own greenlet)
+reads the server at each interval's end and hands the interval's server
+columns to the timeline; a row waits for them at most the read's bound
+(plus a quarter second) past its grace. An interval
 is complete ``grace_s`` after its end: at once in a single process (requests
 are counted as they finish); on a master, after the workers' report interval
 plus a second (0.5 s live reports with the Prometheus exporter, else
@@ -47,12 +51,22 @@ from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.exporters.window import RunView, SlidingWindow
 from llmload.runtime import ExportState, Runtime
 from llmload.series import interval_index
+from llmload.servermetrics import SERVER_COLUMNS
 from llmload.stats import LLMStats
 from llmload.thresholds import ThresholdWatch
 from llmload.version import __version__
 from llmload.wire import WorkerReport, report_to_wire
 
-__all__ = ["feed", "finish_timeline", "on_quit", "on_test_start", "on_test_stop", "start_exporter", "start_timeline"]
+__all__ = [
+    "feed",
+    "finish_timeline",
+    "on_quit",
+    "on_test_start",
+    "on_test_stop",
+    "run_elapsed_s",
+    "start_exporter",
+    "start_timeline",
+]
 
 log = logging.getLogger("llmload")
 
@@ -213,6 +227,7 @@ def on_quit(environment: Environment, **_kw: Any) -> None:
 _TIMELINE_TICK_S = 0.5
 _LOCAL_GRACE_S = 0.1  # a single process counts each request as it finishes
 _REPORT_GRACE_EXTRA_S = 1.0  # beyond the workers' report interval
+_SCRAPE_WAIT_EXTRA_S = 0.25  # beyond a server read's bound
 
 
 def start_timeline(
@@ -235,7 +250,12 @@ def start_timeline(
         grace_s = report_s + _REPORT_GRACE_EXTRA_S
     else:
         grace_s = _LOCAL_GRACE_S
-    runtime.timeline = Timeline(config.timeseries_interval_s, grace_s)
+    scraper = runtime.server_scraper
+    # a row waits for its server read (bounded by the read's timeout), never the other way round
+    extra_wait_s = 0.0 if scraper is None else scraper.periodic_timeout_s * 1.5 + _SCRAPE_WAIT_EXTRA_S
+    runtime.timeline = Timeline(config.timeseries_interval_s, grace_s, SERVER_COLUMNS, extra_wait_s)
+    if scraper is not None:
+        scraper.follow(runtime.timeline.add_extra, runtime.run_started_s)
     runtime.progress_finished = 0
     runtime.live_rows = []
     runtime.aborted = None
@@ -343,18 +363,27 @@ def _stop_timeline(runtime: Runtime) -> None:
         task.kill(block=True, timeout=_STOP_LIVE_TIMEOUT_S)
 
 
-def finish_timeline(environment: Environment, runtime: Runtime) -> tuple[list[Row], dict[str, Any] | None]:
+def run_elapsed_s(runtime: Runtime) -> float:
+    """Seconds since this process's run start (the time series' clock)."""
+    return time.perf_counter() - runtime.run_started_s
+
+
+def finish_timeline(
+    environment: Environment, runtime: Runtime, end_s: float | None = None
+) -> tuple[list[Row], dict[str, Any] | None]:
     """At the stop (master or single process): write the last rows; return every row of the run and its drift.
 
-    Intervals written before all their requests arrived are written again
-    (the later line replaces the earlier one) and a warning says how many.
-    The drift section (``llmload.drift``) is None when no timeline ran.
+    Intervals written before all their requests (or their server read) arrived
+    are written again (the later line replaces the earlier one) and the log
+    says how many. ``end_s``: the run's end on the time series' clock (default:
+    now). The drift section (``llmload.drift``) is None when no timeline ran.
     """
     _stop_timeline(runtime)
     timeline = runtime.timeline
     if timeline is None:
         return [], None
-    end_s = time.perf_counter() - runtime.run_started_s
+    if end_s is None:
+        end_s = run_elapsed_s(runtime)
     if interval_index(end_s, timeline.interval_s) not in timeline.gauges:  # the stop began a new interval
         timeline.sample(end_s, _gauges(environment, runtime))
     new_from_t = timeline.written_intervals * timeline.interval_s
@@ -364,6 +393,12 @@ def finish_timeline(environment: Environment, runtime: Runtime) -> tuple[list[Ro
             "llmload: %d time-series interval(s) received requests after their rows were written "
             "(a worker reported late); --timeseries has them again with the complete figures",
             timeline.late_intervals,
+        )
+    if timeline.late_extra_intervals:
+        log.info(
+            "llmload: %d time-series interval(s) got their server metrics after their rows were written; "
+            "--timeseries has them again with the server columns",
+            timeline.late_extra_intervals,
         )
     if runtime.timeseries_log is not None:
         runtime.timeseries_log.close()

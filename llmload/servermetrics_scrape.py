@@ -1,9 +1,12 @@
 """Scrape inference-server ``/metrics`` endpoints during a run (the master or the single process; never workers).
 
-Each endpoint is read before the load starts, every ``SCRAPE_INTERVAL_S`` while
-it runs (a gevent greenlet) and once after it ends. Every read is bounded by
-``SCRAPE_TIMEOUT_S``; a slow or failing endpoint costs at most that at the start
-and at the end, never fails the run, and is reported (``server.endpoints[]``).
+Each endpoint is read before the load starts, at the end of every time-series
+interval while it runs (its own gevent greenlet; each read bounded by a quarter
+of the interval, at most ``SCRAPE_TIMEOUT_S``) and once after it ends (bounded
+by ``SCRAPE_TIMEOUT_S``). A slow or failing endpoint costs at most that at the
+start and at the end, never delays the time series' ticks or the load, never
+fails the run, and is reported (``server.endpoints[]``, the intervals'
+``server_scrape_failures``).
 Each URL goes the way the load would go to it (``llmload.proxies.route``: the
 proxy variables, ``NO_PROXY`` and ``--ignore-proxy-env``), never by urllib's
 own reading of the environment. Parsing and mapping are
@@ -14,23 +17,28 @@ from __future__ import annotations
 
 import base64
 import logging
+import math
 import ssl
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 import gevent
+import gevent.event
 
 from llmload.credentials import public_url
 from llmload.errors import ConfigError, ServerMetricsError
 from llmload.proxies import ProxyChoice, route
-from llmload.servermetrics import Endpoint, ServerSnapshot, parse_snapshot, summarise
+from llmload.servermetrics import Endpoint, Reading, ServerIntervals, ServerSnapshot, parse_snapshot, summarise
 
 __all__ = [
+    "PERIODIC_TIMEOUT_SHARE",
     "SCRAPE_INTERVAL_S",
     "SCRAPE_TIMEOUT_S",
     "Fetch",
+    "IntervalSink",
     "ServerScraper",
     "fetch_text",
     "metrics_urls",
@@ -40,13 +48,17 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SCRAPE_INTERVAL_S = 10.0
-"""Seconds between scrapes while the load runs; the time-series interval once it has an option."""
+"""Default seconds between scrapes while the load runs (the run passes ``--timeseries-interval``)."""
 SCRAPE_TIMEOUT_S = 2.0
-"""Longest wait for one scrape (connect + whole answer), well under the interval."""
+"""Longest wait for one scrape (connect + whole answer) before and after the load."""
+PERIODIC_TIMEOUT_SHARE = 0.25
+"""A periodic scrape waits at most this share of the interval (and at most ``SCRAPE_TIMEOUT_S``)."""
 _MAX_BODY_BYTES = 32 << 20
 
 Fetch = Callable[[str, Mapping[str, str], float], str]
 """``(url, headers, timeout_s) → body text``; raises ``OSError``, ``gevent.Timeout`` or ``ServerMetricsError``."""
+IntervalSink = Callable[[int, dict[str, float | int | None]], None]
+"""``(interval index, server columns)``: where each interval's server columns go (the timeline)."""
 
 
 def metrics_urls(host: str, setting: str) -> tuple[str | None, tuple[str, ...]]:
@@ -144,7 +156,15 @@ def routed_fetch(urls: tuple[str, ...], proxies: Mapping[str, str], *, ignore: b
 
 
 class ServerScraper:
-    """Scrapes one run's endpoints: ``start()`` before the load, ``finish()`` after it.
+    """Scrapes one run's endpoints: ``start()`` before the load, at each interval's end, ``finish()`` after it.
+
+    The periodic reads run in their own greenlet, at each end of a time-series
+    interval (``origin_s + k * interval_s``), each bounded by
+    ``periodic_timeout_s`` (a quarter of the interval, at most ``timeout_s``):
+    a slow endpoint never delays the timeline's ticks or the load, and a read
+    that fails is counted (``failed_scrapes``, ``server_scrape_failures``),
+    never raised. Each round becomes that interval's server columns
+    (``llmload.servermetrics.ServerIntervals``), handed to the ``follow`` sink.
 
     Args:
         auto_url: the target's own ``/metrics`` (kept only if it answers Prometheus text at the start).
@@ -152,8 +172,10 @@ class ServerScraper:
         model: served model name, to pick series labelled ``model_name``.
         headers: sent to ``auto_url`` only (the target's credentials), never to extra URLs.
         fetch: the HTTP read (tests pass a fake).
-        interval_s: seconds between scrapes while the load runs.
-        timeout_s: bound of every scrape.
+        interval_s: seconds between periodic reads (the time-series interval).
+        timeout_s: bound of the reads before and after the load.
+        origin_s: ``clock()`` at the run's start (intervals count from it); None: when ``start`` is called.
+        clock: monotonic seconds (``time.perf_counter``).
     """
 
     def __init__(
@@ -166,6 +188,8 @@ class ServerScraper:
         fetch: Fetch = fetch_text,
         interval_s: float = SCRAPE_INTERVAL_S,
         timeout_s: float = SCRAPE_TIMEOUT_S,
+        origin_s: float | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._auto_url = auto_url
         self._endpoints = [Endpoint(url=u) for u in ((auto_url,) if auto_url else ()) + extra_urls]
@@ -174,7 +198,16 @@ class ServerScraper:
         self._fetch = fetch
         self._interval_s = interval_s
         self._timeout_s = timeout_s
-        self._greenlet: gevent.Greenlet | None = None
+        self.periodic_timeout_s = min(timeout_s, interval_s * PERIODIC_TIMEOUT_SHARE)
+        """Bound of each periodic read (s)."""
+        self._origin_s = origin_s
+        self._clock = clock
+        self._greenlet: gevent.Greenlet[[], None] | None = None
+        self._round_under_way = gevent.event.Event()
+        self._round_ended = gevent.event.Event()
+        self._sink: IntervalSink | None = None
+        self.intervals = ServerIntervals()
+        """The server columns per interval index."""
         self.notes: list[str] = []
         """What happened to endpoints that were dropped (e.g. no ``/metrics`` on the target)."""
 
@@ -183,31 +216,68 @@ class ServerScraper:
         """Whether any endpoint is still scraped."""
         return bool(self._endpoints)
 
+    def warnings(self) -> list[str]:
+        """One line per URL given to ``--server-metrics`` (not ``auto``) that never answered Prometheus text."""
+        return [
+            f"--server-metrics {e.url} never answered with Prometheus text ({e.failed_scrapes} scrape(s) failed, "
+            f"last: {e.error}); no server metrics from it: check the URL is a /metrics page the master can reach"
+            for e in self._endpoints
+            if e.url != self._auto_url and e.run.snapshots == 0 and e.failed_scrapes
+        ]
+
+    def follow(self, sink: IntervalSink | None, origin_s: float | None = None) -> None:
+        """Hand each interval's server columns to ``sink(index, columns)`` as they are read (None: stop).
+
+        Args:
+            sink: where the columns go.
+            origin_s: ``clock()`` at the run's start, when it differs from the
+                constructor's: the periodic reads are aligned to it from now on.
+        """
+        self._sink = sink
+        if origin_s is None or origin_s == self._origin_s:
+            return
+        self._origin_s = origin_s
+        if self._greenlet is not None and not self._round_under_way.is_set():
+            self._greenlet.kill(block=False)
+            self._greenlet = gevent.spawn(self._run_periodically)
+
     def start(self) -> None:
         """Read every endpoint once (concurrently, bounded) and start the periodic greenlet."""
-        results = self._scrape_all()
-        for endpoint, ok in zip(list(self._endpoints), results, strict=True):
-            endpoint.start_ok = ok
-            if endpoint.url == self._auto_url and not ok:
+        if self._origin_s is None:
+            self._origin_s = self._clock()
+        readings = self._scrape_all(self._timeout_s)
+        for endpoint, reading in zip(list(self._endpoints), readings, strict=True):
+            endpoint.start_ok = reading.snapshot is not None
+            if endpoint.url == self._auto_url and not endpoint.start_ok:
                 note = f"no Prometheus metrics at {endpoint.url} ({endpoint.error}); server metrics off for it"
                 self.notes.append(note)
                 log.info("llmload: %s", note)
                 self._endpoints.remove(endpoint)
+        self.intervals.baseline(readings)
         if self._endpoints:
             self._greenlet = gevent.spawn(self._run_periodically)
 
-    def finish(self) -> dict[str, object] | None:
+    def finish(self, final_index: int | None = None) -> dict[str, object] | None:
         """Stop the periodic scrapes, read every endpoint once more, and return the ``server`` section.
+
+        Args:
+            final_index: the run's last interval, which the last read's deltas
+                are added to; None: when the read is taken.
 
         None when no endpoint ever answered (or none was configured).
         """
         if self._greenlet is not None:
+            if self._round_under_way.is_set():  # a periodic round ends within its bound: keep its reads
+                self._round_ended.wait(self._round_bound_s(self.periodic_timeout_s))
             self._greenlet.kill(block=True, timeout=self._timeout_s)
             self._greenlet = None
         if not self._endpoints:
             return None
-        for endpoint, ok in zip(self._endpoints, self._scrape_all(), strict=True):
-            endpoint.end_ok = ok
+        index = self._current_index() if final_index is None else final_index
+        readings = self._scrape_all(self._timeout_s)
+        for endpoint, reading in zip(self._endpoints, readings, strict=True):
+            endpoint.end_ok = reading.snapshot is not None
+        self._emit(index, readings)
         section = summarise(self._endpoints)
         if section is not None:
             notes = section.get("notes")
@@ -223,36 +293,73 @@ class ServerScraper:
                 )
         return section
 
-    def _run_periodically(self) -> None:
-        while True:
-            gevent.sleep(self._interval_s)
-            self._scrape_all(sample_gauges=True)
+    def _elapsed_s(self) -> float:
+        return self._clock() - (self._origin_s or 0.0)
 
-    def _scrape_all(self, *, sample_gauges: bool = False) -> list[bool]:
-        jobs = [gevent.spawn(self._read, e.url) for e in self._endpoints]
-        gevent.joinall(jobs, timeout=self._timeout_s + 1.0)
-        ok: list[bool] = []
+    def _current_index(self) -> int:
+        return max(0, math.floor(self._elapsed_s() / self._interval_s))
+
+    def _run_periodically(self) -> None:
+        """Read every endpoint at each interval's end; interval k ends at ``(k + 1) * interval_s``."""
+        index = self._current_index()
+        while True:
+            gevent.sleep(max(0.0, (index + 1) * self._interval_s - self._elapsed_s()))
+            self._round_ended.clear()
+            self._round_under_way.set()
+            try:
+                self._emit(index, self._scrape_all(self.periodic_timeout_s, sample_gauges=True))
+            finally:
+                self._round_under_way.clear()
+                self._round_ended.set()
+            index = max(index + 1, self._current_index())
+
+    @staticmethod
+    def _round_bound_s(timeout_s: float) -> float:
+        """Longest a round of reads bounded by ``timeout_s`` takes (its reads run concurrently)."""
+        return timeout_s + min(1.0, timeout_s / 2)
+
+    def _emit(self, index: int, readings: list[Reading]) -> None:
+        columns = self.intervals.add(index, readings)
+        if self._sink is not None:
+            self._sink(index, columns)
+
+    def _scrape_all(self, timeout_s: float, *, sample_gauges: bool = False) -> list[Reading]:
+        """Read every endpoint concurrently, all done within about ``timeout_s``; failures are counted."""
+        began_s = self._elapsed_s()
+        jobs = [gevent.spawn(self._read, e.url, timeout_s) for e in self._endpoints]
+        gevent.joinall(jobs, timeout=self._round_bound_s(timeout_s))
+        readings: list[Reading] = []
         for endpoint, job in zip(self._endpoints, jobs, strict=True):
             result = job.value if job.successful() else None
             if not job.ready():
                 job.kill(block=False)
-                result = "timed out"
-            if isinstance(result, ServerSnapshot):
-                endpoint.run.add(result, sample_gauges=sample_gauges)
-                ok.append(True)
+                result = None
+            if isinstance(result, Reading) and result.snapshot is not None:
+                endpoint.run.add(result.snapshot, sample_gauges=sample_gauges)
+                readings.append(result)
+                continue
+            endpoint.failed_scrapes += 1
+            if isinstance(result, Reading):
+                endpoint.error = result.error
+                readings.append(result)
             else:
-                endpoint.failed_scrapes += 1
-                endpoint.error = str(result or job.exception or "failed")
-                ok.append(False)
-        return ok
+                endpoint.error = "timed out" if job.exception is None else str(job.exception)
+                waited_s = self._elapsed_s() - began_s
+                readings.append(Reading(endpoint.url, None, began_s + waited_s / 2, waited_s, endpoint.error))
+        return readings
 
-    def _read(self, url: str) -> ServerSnapshot | str:
+    def _read(self, url: str, timeout_s: float) -> Reading:
         headers = self._headers if url == self._auto_url else {}
+        began_s = self._elapsed_s()
+        snapshot: ServerSnapshot | None = None
+        error = None
         try:
-            return parse_snapshot(self._fetch(url, headers, self._timeout_s), self._model)
+            snapshot = parse_snapshot(self._fetch(url, headers, timeout_s), self._model)
         except gevent.Timeout:
-            return f"no answer within {self._timeout_s:g} s"
+            error = f"no answer within {timeout_s:g} s"
         except urllib.error.HTTPError as exc:
-            return f"HTTP {exc.code}"
+            error = f"HTTP {exc.code}"
         except (OSError, ServerMetricsError, UnicodeError) as exc:
-            return str(exc) or type(exc).__name__
+            error = str(exc) or type(exc).__name__
+        ended_s = self._elapsed_s()
+        return Reading(url, snapshot, (began_s + ended_s) / 2, ended_s - began_s, error)

@@ -176,6 +176,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     lines.extend(_client_lines(results))
     lines.extend(_drift_lines(results.get("drift")))
     lines.extend(_server_lines(results))
+    lines.extend(f"WARNING: {warning}" for warning in results.get("server_warnings") or [])
     if results.get("client_saturated") and (results.get("client_cpu_saturated_s") or 0) > 0:
         lines.append(
             f"WARNING: load generator saturated (CPU > 90% for {results['client_cpu_saturated_s']} s): "

@@ -7,7 +7,8 @@ value from the documents reaches the page escaped (Jinja2 autoescaping for
 the markup, ``tojson`` for the chart data). The page shows the verdict and
 warnings, the summary table (with deltas B − A when comparing), latency
 distributions, the time series (``timeseries`` rows, when the document has
-them), failures by category, server metrics (``server``, when collected) and
+them; the server's gauges and tok/s beside the client's when they were
+scraped: ``SERVER_CHARTS``), failures by category, server metrics (``server``, when collected) and
 the configuration (``run.options``, already free of secrets).
 
 Latency distributions: the results document carries, per latency, the
@@ -35,12 +36,14 @@ from llmload.exporters.console import summary_lines
 __all__ = [
     "CHART_LIBRARY",
     "LATENCY_METRICS",
+    "SERVER_CHARTS",
     "CompareRow",
     "ReportError",
     "compare_rows",
     "latency_cdf_points",
     "load_results",
     "render_report",
+    "server_charts",
     "write_html_report",
 ]
 
@@ -49,6 +52,31 @@ CHART_LIBRARY = ("web", "static", "chart.umd.min.js")
 
 LATENCY_METRICS = (("ttft_s", "TTFT"), ("ttfc_s", "TTFC"), ("itl_s", "ITL"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"))
 """Latency keys of ``results["latency"]`` shown by the report, with their labels."""
+
+SERVER_CHARTS: tuple[tuple[str, str, tuple[tuple[str, str], ...], float], ...] = (
+    (
+        "ts-server-tokens",
+        "Output tokens/s: client vs server",
+        (
+            ("output_tokens_per_s", "client (requests finished)"),
+            ("server_generation_tokens_per_s", "server (generated)"),
+        ),
+        1,
+    ),
+    (
+        "ts-server-requests",
+        "Server running / waiting requests",
+        (("server_running_requests", "running"), ("server_waiting_requests", "waiting")),
+        1,
+    ),
+    ("ts-server-kv", "Server KV-cache usage (%)", (("server_kv_cache_usage", "KV-cache usage"),), 100),
+    ("ts-server-gpu", "GPU utilisation (%)", (("server_gpu_utilization", "GPU utilisation"),), 100),
+    ("ts-server-gpu-memory", "GPU memory used (GiB)", (("server_gpu_memory_used_bytes", "memory used"),), 2.0**-30),
+    ("ts-server-gpu-power", "GPU power (W)", (("server_gpu_power_w", "power"),), 1),
+)
+"""Server time-series charts: (canvas id, title, (row field, legend label) pairs, display scale).
+
+A chart is drawn when some run has a value in one of its ``server_`` fields."""
 
 _CDF_METRICS = ("ttft_s", "itl_s", "tpot_s", "e2e_s")
 _CDF_QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
@@ -148,6 +176,25 @@ def _total_rows(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     rows = document.get("timeseries") or []
     total = [row for row in rows if isinstance(row, Mapping) and row.get("endpoint") is None]
     return sorted(total, key=lambda row: _number(row.get("t")) or 0.0)
+
+
+def server_charts(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The ``SERVER_CHARTS`` that some document's total rows have server values for, ready for the template."""
+    rows = [row for doc in documents for row in _total_rows(doc)]
+    shown = []
+    for chart_id, title, fields, scale in SERVER_CHARTS:
+        server_fields = [name for name, _ in fields if name.startswith("server_")]
+        if any(_number(row.get(name)) is not None for row in rows for name in server_fields):
+            shown.append(
+                {
+                    "id": chart_id,
+                    "title": title,
+                    "fields": ",".join(name for name, _ in fields),
+                    "labels": ",".join(label for _, label in fields),
+                    "scale": repr(scale),
+                }
+            )
+    return shown
 
 
 def _run_label(document: Mapping[str, Any], index: int, count: int, names: Sequence[str] | None) -> str:
@@ -262,6 +309,7 @@ def render_report(documents: Sequence[Mapping[str, Any]], names: Sequence[str] |
         latency_metrics=LATENCY_METRICS,
         chart_data=chart_data,
         has_timeseries=any(run["timeseries"] for run in chart_data["runs"]),
+        server_charts=server_charts(documents),
         chart_js=_asset(*CHART_LIBRARY),
         report_js=_asset("exporters", "templates", "report.js"),
     )

@@ -112,6 +112,7 @@ class RunOutcome:
         drift: the first stretch of the run against the last (``llmload.drift.drift_section``), or None.
         worker_clocks: per worker id, the bracket of its wall clock minus the
             master's (``llmload.clock.OffsetEstimate``); empty for one process.
+        server_warnings: what went wrong with the endpoints given to ``--server-metrics`` (e.g. one never answered).
         aborted: the ``--abort-on`` threshold that stopped the run (``llmload.thresholds.Breach.as_dict``), or None.
         checkpoint_at_s: a checkpoint taken this many seconds into a run still going (a partial
             document, no verdict); None for the run's end.
@@ -134,6 +135,7 @@ class RunOutcome:
     server: Mapping[str, Any] | None = None
     drift: Mapping[str, Any] | None = None
     worker_clocks: Mapping[str, OffsetEstimate] = field(default_factory=dict)
+    server_warnings: tuple[str, ...] = ()
     aborted: Mapping[str, Any] | None = None
     checkpoint_at_s: float | None = None
 
@@ -151,7 +153,7 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
     (only when some were lost), ``blocked`` (only when no load was sent),
     ``client_saturated``, ``client_cpu_saturated_s``, ``load``, ``server``
     (the inference server's metrics with the cross-check, null without
-    them), ``max_failure_ratio``, ``aborted`` (null unless an ``--abort-on``
+    them), ``server_warnings``, ``max_failure_ratio``, ``aborted`` (null unless an ``--abort-on``
     threshold stopped the run), ``partial`` and ``checkpoint_at_s`` (a
     checkpoint of a run still going: ``passed`` and ``exit_status`` null),
     and the verdict: ``passed``, ``exit_status`` and ``verdict``.
@@ -188,6 +190,7 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
     results["client_cpu_saturated_s"] = outcome.cpu_saturated_s
     results["load"] = load_section(config, results, outcome.sends)
     results["server"] = server_section(outcome.server, results)
+    results["server_warnings"] = list(outcome.server_warnings)
     results["max_failure_ratio"] = config.max_failure_ratio
     results["aborted"] = dict(outcome.aborted) if outcome.aborted is not None else None
     results["partial"] = outcome.checkpoint_at_s is not None

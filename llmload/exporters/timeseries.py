@@ -24,10 +24,12 @@ start (``llmload.series`` says how workers' clocks are aligned). A row holds:
   ``users``, ``workers``, ``client_rss_bytes`` (the load generator's resident
   memory: the process's own, or on a master the largest worker's), as of the
   interval's last sample (the master samples every half second; a worker's
-  in-flight count and memory are as of its latest report). Further gauge
-  columns (e.g. server metrics) are added by passing their names as
-  ``extra_columns`` and their values in the samples: this is the one place
-  for extra columns.
+  in-flight count and memory are as of its latest report). Further columns
+  are added by passing their names as ``extra_columns`` and their values in
+  the samples or, for values read elsewhere per interval,
+  ``Timeline.add_extra``: this is the one place for extra columns. The run's
+  server metrics come that way (``llmload.servermetrics.SERVER_COLUMNS``,
+  read at each interval's end).
 
 Null means unknown (no request to measure), never 0. Summing ``succeeded``,
 ``failed``, ``cancelled``, ``prompt_tokens`` or ``output_tokens`` over the
@@ -231,27 +233,50 @@ class Timeline:
     few seconds). A report that still arrives later for an interval already
     written makes that interval *late*: its rows are written again at the end
     (the later line replaces the earlier one) and ``late_intervals`` counts it.
+
+    Values read elsewhere for an interval (the server's metrics, read at its
+    end) come through ``add_extra``; with ``extra_wait_s`` > 0 an interval
+    whose extra values have not come yet waits up to that much longer. Extra
+    values that come after their interval was written make it late too
+    (``late_extra_intervals``).
     """
 
-    __slots__ = ("_gauges", "_late", "_next", "extra_columns", "grace_s", "interval_s")
+    __slots__ = (
+        "_extra",
+        "_gauges",
+        "_late",
+        "_late_extra",
+        "_next",
+        "extra_columns",
+        "extra_wait_s",
+        "grace_s",
+        "interval_s",
+    )
 
-    def __init__(self, interval_s: float, grace_s: float = 0.0, extra_columns: Sequence[str] = ()) -> None:
+    def __init__(
+        self, interval_s: float, grace_s: float = 0.0, extra_columns: Sequence[str] = (), extra_wait_s: float = 0.0
+    ) -> None:
         """Create a timeline with nothing written.
 
         Raises:
-            ValueError: ``interval_s`` is not a positive finite number or ``grace_s`` is negative.
+            ValueError: ``interval_s`` is not a positive finite number, or ``grace_s`` or ``extra_wait_s`` is negative.
         """
         if not 0.0 < interval_s < math.inf:
             raise ValueError(f"--timeseries-interval must be a positive number of seconds, got {interval_s!r}")
         if not 0.0 <= grace_s < math.inf:
             raise ValueError(f"grace must be a finite number of seconds >= 0, got {grace_s!r}")
+        if not 0.0 <= extra_wait_s < math.inf:
+            raise ValueError(f"extra_wait_s must be a finite number of seconds >= 0, got {extra_wait_s!r}")
         self.interval_s = interval_s
         self.grace_s = grace_s
+        self.extra_wait_s = extra_wait_s
         self.extra_columns = tuple(extra_columns)
         columns(self.extra_columns)
         self._next = 0
         self._gauges: dict[int, Gauges] = {}
+        self._extra: dict[int, Gauges] = {}
         self._late: set[int] = set()
+        self._late_extra: set[int] = set()
 
     @property
     def gauges(self) -> Mapping[int, Gauges]:
@@ -268,19 +293,38 @@ class Timeline:
         """Intervals written before all their requests arrived (rewritten at the end)."""
         return len(self._late)
 
+    @property
+    def late_extra_intervals(self) -> int:
+        """Intervals written before their extra values came (rewritten at the end)."""
+        return len(self._late_extra - self._late)
+
     def sample(self, now_s: float, gauges: Gauges) -> None:
         """Keep ``gauges`` (sampled ``now_s`` seconds after the start) as the latest of its interval."""
         self._gauges[interval_index(now_s, self.interval_s)] = dict(gauges)
+
+    def add_extra(self, index: int, values: Gauges) -> None:
+        """Set the extra columns of interval ``index`` (replacing earlier ones); a written interval becomes late."""
+        self._extra[index] = dict(values)
+        if index < self._next:
+            self._late_extra.add(index)
 
     def note_merged(self, indices: Iterable[int]) -> None:
         """A report added requests to ``indices``; those already written become late."""
         self._late.update(i for i in indices if i < self._next)
 
+    def _all_gauges(self) -> dict[int, Gauges]:
+        return {i: {**self._gauges.get(i, {}), **self._extra.get(i, {})} for i in self._gauges.keys() | self._extra}
+
     def due_rows(self, series: IntervalSeries, now_s: float) -> list[Row]:
-        """Rows of the intervals that became due by ``now_s``, each interval once."""
+        """Rows of the intervals that became due by ``now_s``, each interval once, in order."""
         due = int((now_s - self.grace_s) // self.interval_s)  # intervals [0, due) ended grace_s ago
+        if self.extra_wait_s > 0:
+            waited = int((now_s - self.grace_s - self.extra_wait_s) // self.interval_s)
+            first_missing = next((i for i in range(max(self._next, waited), due) if i not in self._extra), due)
+            due = max(waited, first_missing)
         if due <= self._next:
             return []
+        gauges = self._all_gauges()
         rows = []
         for index in range(self._next, due):
             rows.extend(
@@ -288,7 +332,7 @@ class Timeline:
                     index,
                     series.get(index),
                     self.interval_s,
-                    gauges=self._gauges.get(index),
+                    gauges=gauges.get(index),
                     extra_columns=self.extra_columns,
                 )
             )
@@ -298,12 +342,13 @@ class Timeline:
     def final_rows(self, series: IntervalSeries, end_s: float) -> list[Row]:
         """At the stop: rows of late intervals again, then of every interval not written yet."""
         first_new = self._next
-        rows = [r for r in self.rows(series, end_s) if r["t"] in {i * self.interval_s for i in sorted(self._late)}]
+        late_t = {i * self.interval_s for i in sorted(self._late | self._late_extra)}
+        rows = [r for r in self.rows(series, end_s) if r["t"] in late_t]
         new = series_rows(
             series,
             self.interval_s,
             end_s=end_s,
-            gauges=self._gauges,
+            gauges=self._all_gauges(),
             extra_columns=self.extra_columns,
             first_index=first_new,
         )
@@ -312,7 +357,9 @@ class Timeline:
 
     def rows(self, series: IntervalSeries, end_s: float) -> list[Row]:
         """Every row of the run (the results' ``timeseries``): intervals 0 through the one holding ``end_s``."""
-        return series_rows(series, self.interval_s, end_s=end_s, gauges=self._gauges, extra_columns=self.extra_columns)
+        return series_rows(
+            series, self.interval_s, end_s=end_s, gauges=self._all_gauges(), extra_columns=self.extra_columns
+        )
 
 
 def _duration(seconds: float) -> str:

@@ -11,10 +11,12 @@ The common vocabulary (gauges, counters, histograms) is listed in ``names``.
 
 Modules: ``names`` (the mapping table and where each name comes from),
 ``snapshot`` (``parse_snapshot``: one scrape), ``run`` (``ServerRun``,
-``summarise``, ``cross_check``); the results section and the summary block are
+``summarise``, ``cross_check``), ``intervals`` (``ServerIntervals``: the
+time series' server columns); the results section and the summary block are
 built by ``llmload.exporters.results`` and ``.console``).
 """
 
+from llmload.servermetrics.intervals import SERVER_COLUMNS, Reading, ServerIntervals
 from llmload.servermetrics.names import GAUGES, HISTOGRAMS, NAMES, ServerKind
 from llmload.servermetrics.run import Endpoint, ServerRun, cross_check, summarise
 from llmload.servermetrics.snapshot import BucketCounts, ServerSnapshot, parse_snapshot
@@ -23,8 +25,11 @@ __all__ = [
     "GAUGES",
     "HISTOGRAMS",
     "NAMES",
+    "SERVER_COLUMNS",
     "BucketCounts",
     "Endpoint",
+    "Reading",
+    "ServerIntervals",
     "ServerKind",
     "ServerRun",
     "ServerSnapshot",

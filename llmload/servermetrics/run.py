@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from llmload.servermetrics.names import GAUGES, HISTOGRAMS, ServerKind
 from llmload.servermetrics.snapshot import BucketCounts, ServerSnapshot
 
-__all__ = ["Endpoint", "ServerRun", "cross_check", "summarise"]
+__all__ = ["Endpoint", "ServerRun", "counter_increase", "cross_check", "summarise"]
 
 
 @dataclass(slots=True)
@@ -59,7 +59,7 @@ class ServerRun:
             return
         for name, value in snap.values.items():
             if name not in GAUGES:
-                self.counters[name] = self.counters.get(name, 0.0) + _increase(last.values.get(name), value)
+                self.counters[name] = self.counters.get(name, 0.0) + counter_increase(last.values.get(name), value)
         for name, hist in snap.histograms.items():
             before = last.histograms.get(name)
             step = hist if before is None else (hist.minus(before) or hist)
@@ -73,7 +73,7 @@ class ServerRun:
         return {"mean": stats.total / stats.samples, "max": stats.max, "samples": stats.samples}
 
 
-def _increase(before: float | None, now: float) -> float:
+def counter_increase(before: float | None, now: float) -> float:
     """A counter's increase between two reads; a decrease means it was reset and restarted from 0."""
     if before is None or now < before:
         return now

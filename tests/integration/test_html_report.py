@@ -38,6 +38,12 @@ def test_locust_run_with_html_report_writes_the_report_of_its_results(tmp_path):
     assert str(markupsafe.escape(results["verdict"])) in page
     assert 'data-path="requests.succeeded"' in page
     assert results["requests"]["succeeded"] == 8
+    # the sim publishes vLLM metrics: the report charts the server beside the client
+    assert 'id="ts-server-tokens"' in page
+    assert 'id="ts-server-requests"' in page
+    data = json.loads(_Page(page).scripts[0])
+    server_gen = [row["server_generation_tokens"] for row in data["runs"][0]["timeseries"]]
+    assert sum(g or 0 for g in server_gen) == results["server"]["generation_tokens"] == results["tokens"]["completion"]
     rebuilt = tmp_path / "rebuilt.html"
     cli = subprocess.run(
         [sys.executable, "-m", "llmload", "report", str(results_path), "-o", str(rebuilt)],

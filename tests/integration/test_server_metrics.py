@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import socket
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from llmload.testing import Reply, ScriptedServer
 from tests.integration.procs import run_locust
 from tests.integration.test_sim import start_sim, stop_sim
 
@@ -102,3 +104,111 @@ def test_server_metrics_hanging_and_wrong_endpoints_only_warn(sim_url, tmp_path)
     assert "not Prometheus text" in wrong["error"]
     assert "WARNING: server metrics incomplete" in stdout
     assert elapsed_s < 60  # two bounded scrapes of 2 s, never the run's limit
+
+
+def _total_rows(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["endpoint"] is None]
+
+
+@pytest.mark.parametrize("processes", [None, "2"])
+def test_server_metrics_per_interval_columns_add_up_to_the_run(sim_url, tmp_path, processes):
+    """Every interval's total row gets the server's gauges and token rates, read at the interval's end.
+
+    The intervals' server token deltas add up to the run's server deltas exactly (each is the
+    increase between two consecutive reads of the same counter, from the read before the load to
+    the one after it). Per interval they differ from the client's tokens: the server counts tokens as
+    it generates them, up to the moment of the read (a few ms after the interval's end), while
+    the client counts a request's tokens in the interval it finished; only the sums must agree.
+    """
+    series = tmp_path / "ts.jsonl"
+    results, _ = run(
+        sim_url,
+        tmp_path,
+        *("--num-requests", "600", "--timeseries-interval", "2", "--timeseries", str(series)),
+        *("--csv", str(tmp_path / "run")),
+        *(["--processes", processes] if processes else []),
+    )
+    server, rows = results["server"], _total_rows(results["timeseries"])
+    assert results["requests"]["succeeded"] == 600
+    assert server["generation_tokens"] == results["tokens"]["completion"] > 0
+    assert sum(r["server_generation_tokens"] or 0 for r in rows) == server["generation_tokens"]
+    assert sum(r["server_prompt_tokens"] or 0 for r in rows) == server["prompt_tokens"]
+    read = [r for r in rows if r["server_scrape_s"] is not None]
+    assert len(read) >= len(rows) - 1  # a read for each interval (the stop's read closes the last one)
+    assert all(r["server_scrape_s"] < 2.0 for r in read)
+    assert all(r["server_scrape_failures"] == 0 or r["server_generation_tokens"] is None for r in read)
+    # reads that answered while the load ran (a read bounded by 0.5 s can fail on a very busy machine: counted)
+    under_load = [r for r in read[:-1] if r["server_running_requests"] is not None and r["succeeded"] > 0]
+    assert under_load, [(r["server_scrape_s"], r["server_scrape_failures"]) for r in read]
+    assert any(r["server_running_requests"] > 0 for r in under_load)
+    assert all(0.0 <= r["server_kv_cache_usage"] <= 1.0 for r in under_load)
+    rated = [r for r in rows if r["server_generation_tokens_per_s"] is not None]
+    assert rated
+    assert all(r["server_generation_tokens_per_s"] > 0 for r in rated if r["server_generation_tokens"])
+    assert all(r["server_running_requests"] is None for r in results["timeseries"] if r["endpoint"] is not None)
+    # the JSONL carries the same columns (an interval written again later replaces the earlier line)
+    latest = {}
+    for line in series.read_text().splitlines():
+        row = json.loads(line)
+        latest[(row["t"], row["endpoint"], row["model"])] = row
+    assert sorted(_total_rows(list(latest.values())), key=lambda r: r["t"]) == rows
+    history = (tmp_path / "run_llm_stats_history.csv").read_text().splitlines()
+    assert history[0].endswith(",server_scrape_s,server_scrape_failures")
+    durations = sorted(r["server_scrape_s"] for r in read)
+    print(
+        f"\nserver reads per interval: {len(read)}/{len(rows)}, read time median "
+        f"{durations[len(durations) // 2] * 1e3:.1f} ms, max {durations[-1] * 1e3:.1f} ms"
+    )
+
+
+def test_server_metrics_hanging_url_changes_nothing_but_a_warning(sim_url, tmp_path):
+    """A --server-metrics URL that never answers: a summary warning, null server columns, rows on schedule."""
+    hanging = ScriptedServer(Reply(headers_at_ms=120_000))  # takes the request, never answers
+    hanging.start()
+    try:
+        url = f"{hanging.base_url}/metrics"
+        series = tmp_path / "ts.jsonl"
+        out = tmp_path / "run.json"
+        began = time.monotonic()
+        proc = run_locust(
+            [
+                *("-f", "locustfiles/chat.py", "--headless", "-H", sim_url, "-u", "8", "-r", "8", "-t", "4s"),
+                *("--max-tokens", "32", "--timeseries-interval", "1", "--timeseries", str(series)),
+                *("--server-metrics", url, "--results-json", str(out), "--max-failure-ratio", "1"),
+            ],
+            timeout_s=90,
+        )
+        elapsed_s = time.monotonic() - began
+        requests_seen = len(hanging.requests)
+    finally:
+        hanging.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["server"] is None
+    (warning,) = results["server_warnings"]
+    assert warning.startswith(f"--server-metrics {url} never answered with Prometheus text")
+    assert f"WARNING: {warning}" in proc.stdout
+    assert results["requests"]["succeeded"] > 0
+    rows = _total_rows(results["timeseries"])
+    assert [r["t"] for r in rows] == [float(i) for i in range(len(rows))]
+    assert all(r["users"] is not None for r in rows)  # every interval was sampled
+    assert all(r["server_running_requests"] is None and r["server_generation_tokens"] is None for r in rows)
+    full = [r for r in rows[:-1] if r["server_scrape_s"] is not None]
+    assert full
+    assert all(r["server_scrape_failures"] == 1 for r in full)
+    assert all(r["server_scrape_s"] <= 0.25 + 0.125 + 0.1 for r in full)  # each round within its bound
+    assert requests_seen >= 2 + len(full)  # the start, every interval's end, the stop
+    # each progress line came after its interval's end, within grace + the read's bound + a tick (0.5 s):
+    # the hanging reads delayed no tick
+    started = results["run"]["started_at_unix"]
+    stamps = [_log_time(line) - started for line in proc.stderr.splitlines() if "output tok/s" in line]
+    assert len(stamps) == len(rows)
+    for k, stamp in enumerate(stamps[:-1]):
+        assert k + 1 - 0.05 < stamp < k + 1 + 0.1 + 0.625 + 0.5 + 0.3, (k, stamps)
+    assert elapsed_s < 60  # 4 s of load, the start and stop reads of at most 2 s each
+
+
+def _log_time(line: str) -> float:
+    """Seconds of a Locust log line's timestamp ("[2026-11-30 13:27:05,182] ...")."""
+    stamp = line[1 : line.index("]")]
+    return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()

@@ -82,6 +82,18 @@ def test_timeseries_single_process_sums_equal_totals_and_files_agree(sim_url, tm
     with (tmp_path / "run_llm_stats_history.csv").open(newline="") as f:
         history = list(csv.DictReader(f))
     assert len(history) == len(results["timeseries"])
+    # the server's columns (the sim publishes vLLM names): read at each interval's end, in all three outputs
+    totals = _totals(results["timeseries"])
+    server_gen = [r["server_generation_tokens"] for r in totals]
+    assert sum(g or 0 for g in server_gen) == results["server"]["generation_tokens"] > 0
+    # a read bounded by a quarter of the 0.5 s interval may fail on a busy machine: then it is counted
+    for row in totals:
+        if row["server_generation_tokens"] is None:
+            assert row["server_scrape_failures"] is None or row["server_scrape_failures"] > 0
+    by_t = {float(h["t"]): h for h in history if h["endpoint"] == ""}
+    for row in totals:
+        cell = by_t[row["t"]]["server_running_requests"]
+        assert (cell == "") is (row["server_running_requests"] is None)
     with (tmp_path / "run_llm_stats.csv").open(newline="") as f:
         (total,) = list(csv.DictReader(f))
     assert int(total["succeeded"]) == results["requests"]["succeeded"]

@@ -112,3 +112,17 @@ def test_summary_server_block_prints_the_cross_check_and_ttft_split_under_a_head
         "WARNING: server metrics incomplete; failed scrapes: http://127.0.0.1:9/metrics (no answer within 2 s)" in text
     )
     assert lines[-1] == results["verdict"]  # the verdict stays last
+
+
+def test_summary_warns_about_a_server_metrics_url_that_never_answered() -> None:
+    from llmload.exporters.results import RunOutcome, build_results
+    from tests.unit.test_results import CONFIG
+
+    warning = "--server-metrics http://127.0.0.1:9/metrics never answered with Prometheus text (2 scrape(s) failed"
+    results = build_results(RunOutcome(_scenario(), config=CONFIG, server=None, server_warnings=(warning,)))
+    assert results["server"] is None
+    assert results["server_warnings"] == [warning]
+    lines = summary_lines(results)
+    assert f"WARNING: {warning}" in lines
+    assert "--- Server" not in "\n".join(lines)
+    assert lines[-1] == results["verdict"]

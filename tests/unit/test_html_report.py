@@ -23,6 +23,7 @@ from llmload.exporters.html import (
     render_report,
     write_html_report,
 )
+from llmload.servermetrics import SERVER_COLUMNS
 from llmload.servermetrics.names import GAUGES
 from tests.unit.test_readme_schema import MODES, closed_loop, open_loop, sweep_file
 
@@ -70,6 +71,12 @@ def _ts_row(t: float, endpoint: str | None, succeeded: int, failed: int, scale: 
         for q, factor in (("p50", 1.0), ("p90", 1.5), ("p99", 2.0)):
             row[f"{metric}_{q}_s"] = 0.01 * scale * factor if succeeded else None
     row |= {"in_flight_requests": 4 if endpoint is None else None, "users": 4 if endpoint is None else None}
+    row |= dict.fromkeys(SERVER_COLUMNS)
+    if endpoint is None and succeeded:  # the server read at the interval's end (total row only)
+        row |= {"server_running_requests": 3.0, "server_waiting_requests": 1.0, "server_kv_cache_usage": 0.25}
+        row |= {"server_generation_tokens": 31 * succeeded, "server_generation_tokens_per_s": 3.1 * succeeded}
+        row |= {"server_prompt_tokens": 10 * succeeded, "server_prompt_tokens_per_s": 1.0 * succeeded}
+        row |= {"server_scrape_s": 0.004, "server_scrape_failures": 0}
     return row
 
 
@@ -178,7 +185,7 @@ def test_html_report_draws_time_series_and_server_metrics_when_present():
     text = render_report([document])
     page = _Page(text)
     series = [attrs for attrs in page.with_attr("data-chart") if attrs["data-chart"] == "timeseries"]
-    assert len(series) == 7
+    assert len(series) == 7 + 3  # the client's, then the server's: tok/s, running/waiting, KV cache
     rows = _chart_data(page)["runs"][0]["timeseries"]
     assert [row["t"] for row in rows] == [0.0, 10.0, 20.0]  # the run total only, per-endpoint rows left out
     assert all(row["endpoint"] is None for row in rows)
@@ -190,8 +197,49 @@ def test_html_report_draws_time_series_and_server_metrics_when_present():
     assert "running_requests" in text
     assert "+0.80" in text
     assert "Not collected" not in text
-    assert "gpu_power_w" not in text  # a gauge never sampled is left out, not shown as n/a
+    assert "<td>gpu_power_w</td>" not in text  # a gauge never sampled is left out, not shown as n/a
+    assert "ts-server-gpu" not in text  # and gets no chart
     assert "<td>preemptions</td>" in text
+
+
+def test_html_report_charts_server_gauges_and_server_vs_client_tokens_per_s():
+    document = with_timeseries_and_server(closed_loop())
+    page = _Page(render_report([document]))
+    charts = {attrs["id"]: attrs for attrs in page.with_attr("data-chart")}
+    tokens = charts["ts-server-tokens"]
+    assert tokens["data-fields"] == "output_tokens_per_s,server_generation_tokens_per_s"
+    assert tokens["data-labels"] == "client (requests finished),server (generated)"
+    assert charts["ts-server-requests"]["data-fields"] == "server_running_requests,server_waiting_requests"
+    kv = charts["ts-server-kv"]
+    assert (kv["data-fields"], kv["data-scale"]) == ("server_kv_cache_usage", "100")
+    rows = _chart_data(page)["runs"][0]["timeseries"]
+    assert [r["server_generation_tokens_per_s"] for r in rows] == [15.5, 21.7, None]  # the chart's data, null gaps
+    assert [r["server_kv_cache_usage"] for r in rows] == [0.25, 0.25, None]
+
+
+def test_html_report_has_no_server_charts_without_server_columns():
+    document = with_timeseries_and_server(closed_loop())
+    for row in document["timeseries"]:
+        row.update(dict.fromkeys(SERVER_COLUMNS))  # --server-metrics off: the columns are null
+    text = render_report([document])
+    assert "ts-server-" not in text
+    assert "Server, beside the client" not in text
+
+
+def test_html_report_compare_charts_the_server_series_of_both_runs():
+    a = with_timeseries_and_server(closed_loop())
+    b = copy.deepcopy(a)
+    for row in b["timeseries"]:
+        if row["server_kv_cache_usage"] is not None:
+            row["server_kv_cache_usage"] = 0.5
+    page = _Page(render_report([a, b], names=["seqs 8", "seqs 16"]))
+    assert {"ts-server-tokens", "ts-server-requests", "ts-server-kv"} <= page.ids()
+    runs = _chart_data(page)["runs"]
+    assert [run["label"] for run in runs] == ["seqs 8", "seqs 16"]
+    assert [[r["server_kv_cache_usage"] for r in run["timeseries"]] for run in runs] == [
+        [0.25, 0.25, None],
+        [0.5, 0.5, None],
+    ]
 
 
 def test_html_report_references_no_remote_script_or_stylesheet():
@@ -383,7 +431,7 @@ def test_html_report_charts_render_in_headless_chromium(tmp_path, compare):
     body = next(attrs for tag, attrs in page.tags if tag == "body")
     canvases = page.with_attr("data-chart")
     assert body.get("data-chart-errors") == ""
-    assert body.get("data-charts-rendered") == str(len(canvases)) == "11"
+    assert body.get("data-charts-rendered") == str(len(canvases)) == "14"
     for canvas in canvases:
         assert canvas.get("data-rendered") == "1", canvas["id"]
         assert int(canvas.get("data-painted-pixels") or 0) > 2000, canvas["id"]  # axes, labels and lines drawn

@@ -34,7 +34,7 @@ from llmload.exporters.timeseries import Timeline
 from llmload.goodput import SLO
 from llmload.record import ITLKind, RequestRecord, TokenCount, TokenSource
 from llmload.series import IntervalSeries
-from llmload.servermetrics import summarise
+from llmload.servermetrics import SERVER_COLUMNS, summarise
 from llmload.stats import LLMStats
 from llmload.sweep import parse_sweep, step_section, sweep_document
 from llmload.testing import failed_record
@@ -188,8 +188,9 @@ def closed_loop() -> dict[str, Any]:
     stats.add_cancelled("chat", "m", 2)
     series = IntervalSeries.empty()
     series.slot(1).merge_in(stats)
-    timeline = Timeline(10.0)
+    timeline = Timeline(10.0, extra_columns=SERVER_COLUMNS)
     timeline.sample(12.0, {"in_flight_requests": 3, "users": 4, "workers": 2})
+    timeline.add_extra(1, {"server_running_requests": 3, "server_generation_tokens": 60})
     rows = tuple(timeline.rows(series, 15.0))
     server = summarise(
         [
@@ -213,6 +214,7 @@ def closed_loop() -> dict[str, Any]:
         server=server,
         drift=drift,
         worker_clocks={"w1": OffsetEstimate(upper_s=0.004, lower_s=0.0), "w2": OffsetEstimate(upper_s=-300.0)},
+        server_warnings=("--server-metrics http://127.0.0.1:9/metrics never answered",),
     )
 
 

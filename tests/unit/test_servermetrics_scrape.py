@@ -33,6 +33,8 @@ class FakeFetch:
             gevent.sleep(self.delay_s)
         queue = self.answers[url]
         answer = queue.pop(0) if len(queue) > 1 else queue[0]
+        if isinstance(answer, HangingAnswer):
+            gevent.sleep(answer.seconds)
         if isinstance(answer, BaseException):
             raise answer
         return str(answer)
@@ -58,9 +60,9 @@ def test_metrics_urls(host, setting, expected):
 
 def test_scraper_deltas_from_start_to_finish_and_gauges_while_running():
     fetch = FakeFetch({AUTO: [vllm(100, 1000), vllm(150, 1500, running=4), vllm(160, 1600, running=8)]})
-    scraper = ServerScraper(AUTO, (), model="m", headers={"Authorization": "Bearer k"}, fetch=fetch, interval_s=0.05)
+    scraper = ServerScraper(AUTO, (), model="m", headers={"Authorization": "Bearer k"}, fetch=fetch, interval_s=0.8)
     scraper.start()
-    gevent.sleep(0.08)  # one periodic scrape
+    gevent.sleep(1.0)  # one periodic scrape (bounded by 0.2 s)
     section = scraper.finish()
     assert section is not None
     assert section["kind"] == "vllm"
@@ -130,3 +132,84 @@ def test_routed_fetch_makes_an_unusable_proxy_variable_that_urls_reported_failur
     scraper.start()
     assert scraper.finish() is None  # the endpoint never answered: no server section, and not fatal
     assert "2 of 2 scrapes of https://gpu.example/metrics failed (last: HTTPS_PROXY=" in caplog.text
+
+
+class Sink:
+    """Records each interval's columns and when they came (s since the scraper's origin)."""
+
+    def __init__(self, origin_s: float) -> None:
+        self.origin_s = origin_s
+        self.calls: list[tuple[int, float, dict]] = []
+
+    def __call__(self, index: int, columns: dict) -> None:
+        self.calls.append((index, time.perf_counter() - self.origin_s, columns))
+
+
+def test_scraper_reads_at_each_interval_end_and_the_deltas_add_up_to_the_run():
+    gens = [vllm(0, 0)] + [vllm(10 * i, 100 * i, running=i) for i in range(1, 6)]
+    fetch = FakeFetch({AUTO: gens})
+    origin = time.perf_counter()
+    scraper = ServerScraper(AUTO, (), model="m", fetch=fetch, interval_s=0.6, origin_s=origin)
+    sink = Sink(origin)
+    scraper.follow(sink)
+    scraper.start()
+    gevent.sleep(1.5 - (time.perf_counter() - origin))  # rounds at 0.6 s (interval 0) and 1.2 s (interval 1)
+    section = scraper.finish(final_index=2)
+    assert [index for index, _, _ in sink.calls] == [0, 1, 2]
+    for index, at_s, _ in sink.calls[:2]:
+        assert (index + 1) * 0.6 <= at_s < (index + 1) * 0.6 + 0.3  # at the interval's end, within its bound
+    gen = [cols["server_generation_tokens"] for _, _, cols in sink.calls]
+    assert gen == [100, 100, 100]
+    assert sum(gen) == section["generation_tokens"]
+    assert [cols["server_running_requests"] for _, _, cols in sink.calls] == [1, 2, 3]
+    assert scraper.periodic_timeout_s == pytest.approx(0.15)  # a quarter of the interval
+    assert scraper.intervals.columns(1) == sink.calls[1][2]
+
+
+def test_scraper_hanging_endpoint_never_delays_the_rounds_and_is_counted():
+    fetch = FakeFetch({AUTO: [vllm(0, 0), vllm(5, 50), vllm(9, 90)], DCGM: [HangingAnswer(30.0)]})
+    origin = time.perf_counter()
+    scraper = ServerScraper(AUTO, (DCGM,), model="m", fetch=fetch, interval_s=0.8, timeout_s=0.2, origin_s=origin)
+    sink = Sink(origin)
+    scraper.follow(sink)
+    scraper.start()  # bounded by timeout_s = 0.2 s (+ 0.1 s slack)
+    gevent.sleep(1.8 - (time.perf_counter() - origin))
+    section = scraper.finish(final_index=2)
+    (index, at_s, cols), *_ = sink.calls
+    assert index == 0
+    assert at_s < 0.8 + 0.2 + 0.1 + 0.1  # the round's bound: 0.2 s timeout + 0.1 s slack (+ scheduling)
+    assert cols["server_generation_tokens"] == 50  # the target's figures are there
+    assert cols["server_scrape_failures"] == 1
+    assert cols["server_scrape_s"] >= 0.2
+    assert section["endpoints"][1]["failed_scrapes"] == 4  # start, two rounds, end
+    (warning,) = scraper.warnings()
+    assert warning.startswith(f"--server-metrics {DCGM} never answered with Prometheus text (4 scrape(s) failed")
+
+
+def test_scraper_auto_target_without_metrics_gives_no_warning():
+    fetch = FakeFetch({AUTO: [OSError("HTTP 404")]})
+    scraper = ServerScraper(AUTO, (), model="m", fetch=fetch)
+    scraper.start()
+    assert scraper.finish() is None
+    assert scraper.warnings() == []
+
+
+def test_scraper_finish_keeps_the_round_under_way():
+    fetch = FakeFetch({AUTO: [vllm(0, 0), vllm(1, 10), vllm(2, 20)]})
+    origin = time.perf_counter()
+    scraper = ServerScraper(AUTO, (), model="m", fetch=fetch, interval_s=0.8, origin_s=origin)
+    sink = Sink(origin)
+    scraper.follow(sink)
+    scraper.start()
+    fetch.delay_s = 0.1  # the round at 0.8 s takes 0.1 s (its bound is 0.2 s)
+    gevent.sleep(0.84 - (time.perf_counter() - origin))
+    scraper.finish(final_index=1)
+    assert [(index, cols["server_generation_tokens"]) for index, _, cols in sink.calls] == [(0, 10), (1, 10)]
+
+
+class HangingAnswer(BaseException):
+    """Marker: FakeFetch sleeps this long instead of answering."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds

@@ -14,6 +14,7 @@ from llmload.exporters.timeseries import (
 from llmload.histogram import LatencyHistogram
 from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
 from llmload.series import IntervalSeries
+from llmload.servermetrics import SERVER_COLUMNS
 from llmload.stats import LLMStats
 
 
@@ -152,6 +153,36 @@ def test_timeline_rows_are_the_whole_run() -> None:
     timeline.sample(1.2, {"users": 2})
     totals = [r for r in timeline.rows(series, 1.5) if r["endpoint"] is None]
     assert [(r["t"], r["interval_s"], r["users"]) for r in totals] == [(0.0, 1.0, None), (1.0, 0.5, 2)]
+
+
+def test_timeline_row_waits_for_its_server_columns_at_most_extra_wait() -> None:
+    timeline = Timeline(1.0, grace_s=0.1, extra_columns=SERVER_COLUMNS, extra_wait_s=0.5)
+    series = IntervalSeries.empty()
+    series.add(0, _ok())
+    assert timeline.due_rows(series, 1.2) == []  # grace over, the server read of interval 0 not in yet
+    timeline.add_extra(0, {"server_running_requests": 7, "server_generation_tokens": 40})
+    total, by_key = timeline.due_rows(series, 1.3)
+    assert (total["t"], total["server_running_requests"], total["server_generation_tokens"]) == (0.0, 7, 40)
+    assert total["server_kv_cache_usage"] is None  # not read: null
+    assert by_key["server_running_requests"] is None  # server columns are in the total row only
+    assert timeline.due_rows(series, 2.5) == []  # interval 1 waits for its read ...
+    (late_total,) = timeline.due_rows(series, 2.6)  # ... until grace + extra_wait_s, then goes without
+    assert (late_total["t"], late_total["server_running_requests"]) == (1.0, None)
+    timeline.add_extra(1, {"server_running_requests": 3})  # the read came after all
+    assert timeline.late_extra_intervals == 1
+    assert timeline.late_intervals == 0  # no request came late
+    final = [r for r in timeline.final_rows(series, 2.7) if r["endpoint"] is None]
+    assert [(r["t"], r["server_running_requests"]) for r in final] == [(1.0, 3), (2.0, None)]
+
+
+def test_timeline_server_columns_follow_the_gauges_in_every_row() -> None:
+    timeline = Timeline(1.0, extra_columns=SERVER_COLUMNS)
+    series = IntervalSeries.empty()
+    timeline.sample(0.5, {"users": 2, "in_flight_requests": 1, "workers": 0})
+    timeline.add_extra(0, {"server_waiting_requests": 4})
+    (row,) = timeline.rows(series, 0.8)
+    assert tuple(row) == columns(SERVER_COLUMNS)
+    assert (row["users"], row["server_waiting_requests"]) == (2, 4)
 
 
 def test_timeline_refuses_bad_interval() -> None:

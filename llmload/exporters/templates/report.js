@@ -31,7 +31,7 @@
     });
   }
 
-  function seriesDatasets(fields, scale) {
+  function seriesDatasets(fields, scale, labels) {
     var sets = [];
     data.runs.forEach(function (run, r) {
       fields.forEach(function (field, f) {
@@ -39,7 +39,8 @@
           var v = row[field];
           return { x: row.t, y: (v === null || v === undefined) ? null : v * scale };
         });
-        var label = data.runs.length > 1 ? run.label + ": " + field : field;
+        var name = labels ? labels[f] : field;
+        var label = data.runs.length > 1 ? run.label + ": " + name : name;
         sets.push(dataset(label, points, data.runs.length > 1 ? r * fields.length + f : f, r));
       });
     });
@@ -62,7 +63,11 @@
       xTitle = canvas.dataset.title;
       yTitle = "requests at or below (%)";
     } else {
-      datasets = seriesDatasets(canvas.dataset.fields.split(","), Number(canvas.dataset.scale));
+      datasets = seriesDatasets(
+        canvas.dataset.fields.split(","),
+        Number(canvas.dataset.scale),
+        canvas.dataset.labels ? canvas.dataset.labels.split(",") : null
+      );
       xTitle = "seconds since the run's start";
       yTitle = canvas.dataset.title;
     }
