@@ -261,7 +261,7 @@ class StreamingClient:
         error = read_server_error(obj, None, http_body=True)
         kind = error.kind if error is not None else None
         message = error.message if error is not None else body.decode("utf-8", "replace")
-        failure = classify_status(status, kind)
+        failure = classify_status(status, kind, response.retry_after)
         if failure.outcome is Outcome.THROTTLED:
             record.retry_after_s = parse_retry_after(response.retry_after, self._wall_clock())
         _fail(record, failure.outcome, failure.category, message, t, status=status)

@@ -11,7 +11,7 @@
     │   │   ├── RequestTimeout         connect or read-idle timeout
     │   │   └── ConnectionClosedError  peer closed the connection before the end of the HTTP message
     │   ├── HTTPStatusError  non-2xx status
-    │   │   └── ThrottledError   429 or 503: the server asks the client to slow down
+    │   │   └── ThrottledError   429, or 503 with Retry-After: the server asks the client to slow down
     │   └── StreamError      the body could not be read as a valid reply
     │       ├── SSEProtocolError   malformed SSE or JSON
     │       └── ServerStreamError  the server sent an error object in a 2xx body
@@ -83,7 +83,7 @@ class HTTPStatusError(RequestError):
 
 
 class ThrottledError(HTTPStatusError):
-    """The server answered 429 or 503: it asks the client to slow down."""
+    """The server answered 429 (or 503 with ``Retry-After`` or a rate-limit body): it asks the client to slow down."""
 
 
 class StreamError(RequestError):

@@ -2,7 +2,8 @@
 
 One table, ``FAILURES``, maps (phase, exception) to the record's outcome and
 error category; ``classify_status`` does the same for a non-2xx response
-(``429`` and ``503`` are ``THROTTLED``: the server asks clients to slow down).
+(``429``, and ``503`` with ``Retry-After`` or a rate-limit error body, are
+``THROTTLED``: the server asks clients to slow down).
 ``error_of`` gives the exception of the ``llmload.errors`` tree that
 stands for a failed record in Locust's ``request`` event.
 """
@@ -31,6 +32,7 @@ from llmload.stream import ReplyFailure
 
 __all__ = [
     "FAILURES",
+    "RETRY_AFTER_JITTER",
     "THROTTLING_STATUSES",
     "Failure",
     "IncompleteReplyError",
@@ -40,6 +42,7 @@ __all__ = [
     "classify_status",
     "error_of",
     "grouped_error",
+    "is_throttling",
     "parse_retry_after",
     "skip_pause_s",
     "throttle_pause_s",
@@ -116,7 +119,13 @@ propagates.
 """
 
 THROTTLING_STATUSES = frozenset({429, 503})
-"""Statuses by which a server asks clients to slow down (``Outcome.THROTTLED``); other non-2xx: ``HTTP_ERROR``."""
+"""Statuses by which a server may ask clients to slow down: 429 always, 503 only as ``classify_status`` says."""
+
+_THROTTLING_KINDS = ("ratelimit", "throttl", "overload", "toomanyrequests", "quotaexceeded")
+"""Words of an error body's type/code (lower case, without ``_``, ``-`` and spaces) that name throttling."""
+
+RETRY_AFTER_JITTER = 0.1
+"""Closed loop, throttled with ``Retry-After``: the pause is the asked delay plus up to this share of it."""
 
 _OUTCOME_ERRORS: Mapping[Outcome, type[RequestError]] = {
     Outcome.HTTP_ERROR: HTTPStatusError,
@@ -140,9 +149,31 @@ def classify(phase: Phase, exc: Exception) -> Failure | None:
     return None
 
 
-def classify_status(status: int, kind: str | None) -> Failure:
-    """The failure a non-2xx ``status`` makes of a request; ``kind``: the error type/code the body named, if any."""
-    outcome = Outcome.THROTTLED if status in THROTTLING_STATUSES else Outcome.HTTP_ERROR
+def is_throttling(status: int, kind: str | None, retry_after: str | None) -> bool:
+    """True when a non-2xx reply asks the client to slow down rather than reporting a fault.
+
+    429 always. 503 only with a ``Retry-After`` header or an error body whose
+    type/code names rate limiting or overload (``rate_limit_exceeded``,
+    ``RateLimitError``, ``overloaded``, ``throttled`` …): a bare 503 from a
+    server or proxy whose backend is down is a failure (``HTTP_ERROR``), not throttling.
+    """
+    if status == 429:
+        return True
+    if status != 503:
+        return False
+    if retry_after is not None:
+        return True
+    squashed = (kind or "").lower().replace("_", "").replace("-", "").replace(" ", "")
+    return any(word in squashed for word in _THROTTLING_KINDS)
+
+
+def classify_status(status: int, kind: str | None, retry_after: str | None = None) -> Failure:
+    """The failure a non-2xx ``status`` makes of a request (``THROTTLED`` as ``is_throttling`` says).
+
+    ``kind``: the error type/code the body named, if any; ``retry_after``: the
+    ``Retry-After`` header's value, None if absent.
+    """
+    outcome = Outcome.THROTTLED if is_throttling(status, kind, retry_after) else Outcome.HTTP_ERROR
     return Failure(outcome, f"HTTP {status} {kind}" if kind else f"HTTP {status}", status=status)
 
 
@@ -198,13 +229,15 @@ def skip_pause_s(streak: int) -> float:
 def throttle_pause_s(retry_after_s: float | None, streak: int, cap_s: float, jitter: float) -> float:
     """Seconds a closed-loop user pauses after the ``streak``-th throttled reply in a row (``streak`` >= 1).
 
-    The server's ``Retry-After`` when it sent one; else exponential back-off
-    with jitter: ``BACKOFF_FIRST_S`` × 2^(streak − 1) × (0.5 + jitter / 2),
+    The server's ``Retry-After`` when it sent one, plus jitter of up to
+    ``RETRY_AFTER_JITTER`` of it (users told the same delay must not retry in
+    lockstep): ``retry_after_s`` × (1 + 0.1 × jitter); else exponential
+    back-off with jitter: ``BACKOFF_FIRST_S`` × 2^(streak − 1) × (0.5 + jitter / 2),
     i.e. 0.5-1 s, 1-2 s, 2-4 s, …; never more than ``cap_s``
     (``--max-retry-after``). ``jitter`` is uniform in [0, 1).
     """
     if retry_after_s is not None:
-        return min(retry_after_s, cap_s)
+        return min(retry_after_s * (1.0 + RETRY_AFTER_JITTER * jitter), cap_s)
     return min(cap_s, BACKOFF_FIRST_S * 2.0 ** min(streak - 1, 30)) * (0.5 + jitter / 2)
 
 

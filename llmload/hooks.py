@@ -17,11 +17,14 @@ from locust.event import Events
 from locust.runners import MasterRunner, WorkerRunner
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import signal
 import sys
 import threading
+import time
+import uuid
 from typing import Any
 
 import gevent
@@ -34,7 +37,7 @@ from llmload.exporters.html import ReportError, write_html_report
 from llmload.exporters.results import build_results, write_results_json
 from llmload.exporters.timeseries_files import write_csv_files
 from llmload.interrupt import Interrupter
-from llmload.launch import prepare, stop_process_services
+from llmload.launch import note_request_limit, prepare, stop_process_services
 from llmload.options import GROUPS, OPTIONS
 from llmload.runtime import Runtime
 from llmload.series import interval_index
@@ -130,7 +133,7 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
         if is_worker:  # the master's options arrive with the first spawn message
             config = RunConfig()
         else:
-            _fatal(environment, str(exc))
+            _fatal(environment, str(exc), _options_unread(options))
             return
     runtime = Runtime(config=config)
     environment.llmload = runtime  # type: ignore[attr-defined]
@@ -145,14 +148,19 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
     try:
         live.start_exporter(environment, runtime)
     except ConfigError as exc:
-        _fatal(environment, str(exc))
+        _fatal(environment, str(exc), runtime)
         return
     if options is not None and getattr(options, "headless", False):
         # Fail before any load: options, tokenizer and the target are checked now.
         try:
             prepare(environment, runtime)
         except LLMLoadError as exc:
-            _fatal(environment, str(exc))
+            _fatal(environment, str(exc), runtime)
+        except KeyboardInterrupt:  # Ctrl-C while preflight waits (e.g. a server that never answers)
+            runtime.stopping = True
+            _fatal(environment, INTERRUPTED_IN_PREFLIGHT, runtime, interrupted=True)
+        else:
+            note_request_limit(options, runtime.config)
 
 
 def _install_interrupter(environment: Environment, runtime: Runtime) -> None:
@@ -168,13 +176,53 @@ def _install_interrupter(environment: Environment, runtime: Runtime) -> None:
     runtime.interrupt_main = interrupter.forward
 
 
-def _fatal(environment: Environment, message: str) -> None:
-    sys.stderr.write(f"llmload: error: {message}\n")
+INTERRUPTED_IN_PREFLIGHT = "interrupted (Ctrl-C) during preflight, before any load"
+
+
+def _options_unread(options: Any) -> Runtime:
+    """A runtime for a run whose options were refused: defaults, but the ``--results-json`` path as given."""
+    raw = getattr(options, "results_json", None)
+    path = raw.strip() if isinstance(raw, str) and raw.strip() else None
+    return Runtime(config=dataclasses.replace(RunConfig(), results_json=path))
+
+
+def _fatal(environment: Environment, message: str, runtime: Runtime, *, interrupted: bool = False) -> None:
+    """Stop the process before any load: one line on stderr, the blocked results, exit status 2.
+
+    The results (``blocked``: ``message``, verdict ``BLOCKED``) go to
+    ``--results-json`` when given and, headless on a non-terminal, as the
+    ``LLMLOAD_RESULTS`` line, as for any run that ended.
+    """
+    line = f"llmload: {message}; no request was sent" if interrupted else f"llmload: error: {message}"
+    sys.stderr.write(line + "\n")
     sys.stderr.flush()
+    _write_blocked_results(environment, runtime, message)
     environment.process_exit_code = 2
     if getattr(environment.parsed_options, "processes", None):
         _stop_forked_workers()
     sys.exit(2)
+
+
+def _write_blocked_results(environment: Environment, runtime: Runtime, reason: str) -> None:
+    """Build the results of a run blocked at ``init`` and write them where the run would have (never raises)."""
+    options = environment.parsed_options
+    config = runtime.config
+    runtime.run_id = uuid.uuid4().hex[:12]
+    runtime.started_at_unix = time.time()
+    runtime.blocked = reason
+    runtime.model = runtime.model or config.model
+    results = build_results(checkpoints.run_outcome(environment, runtime, timeseries=()))
+    runtime.results = results
+    if config.results_json:
+        try:
+            write_results_json(config.results_json, results)
+        except (OSError, ValueError) as exc:
+            log.error(
+                "llmload: --results-json %s: the blocked run's results were not written (%s)", config.results_json, exc
+            )
+    if getattr(options, "headless", False) and not sys.stdout.isatty():
+        sys.stdout.write(results_line(results) + "\n")
+        sys.stdout.flush()
 
 
 def _stop_forked_workers() -> None:

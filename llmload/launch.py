@@ -30,7 +30,7 @@ from llmload.credentials import public_url, secret_query_names, split_credential
 from llmload.errors import ConfigError
 from llmload.exporters.requests_log import RequestsLog, worker_path
 from llmload.payloads import LLMRequest
-from llmload.plan import WorkerShare, split_run
+from llmload.plan import RequestLimitNote, WorkerShare, split_run
 from llmload.record import RequestRecord
 from llmload.runtime import CpuMonitor, Runtime, SendWindow, WarmupGate
 from llmload.servermetrics_scrape import ServerScraper, metrics_urls, routed_fetch
@@ -41,6 +41,7 @@ from llmload.workload import build_workload
 __all__ = [
     "choose_route",
     "load_local_parts",
+    "note_request_limit",
     "prepare",
     "split",
     "start_open_loop",
@@ -352,3 +353,14 @@ def start_server_metrics(environment: Environment, runtime: Runtime) -> None:
     )
     scraper.start()
     runtime.server_scraper = scraper if scraper.active else None
+
+
+def note_request_limit(options: argparse.Namespace | None, config: RunConfig) -> None:
+    """Headless run bounded by ``--num-requests`` without ``-t``: install ``RequestLimitNote`` (once per process)."""
+    logger = logging.getLogger("locust.main")
+    for old in [f for f in logger.filters if isinstance(f, RequestLimitNote)]:
+        logger.removeFilter(old)
+    if options is None or not getattr(options, "headless", False) or getattr(options, "run_time", None):
+        return
+    if config.num_requests is not None:
+        logger.addFilter(RequestLimitNote(config.num_requests))

@@ -29,8 +29,6 @@ __all__ = [
     "endpoint_path",
     "extra_body",
     "flag",
-    "header_name",
-    "headers",
     "length",
     "number",
     "parse_rate",
@@ -97,21 +95,26 @@ def number(convert: Callable[[str], Any], valid: Callable[[Any], bool], requirem
     return parse
 
 
-def positive_int(*, unset_means: str = "", zero: str = "") -> Parse:
-    """A positive integer; ``unset_means`` is said when a value <= 0 is refused, ``zero`` replaces that for 0."""
+def positive_int(*, unset_means: str = "", zero: str = "", example: str = "300") -> Parse:
+    """A positive integer; ``unset_means`` is said when a value <= 0 is refused, ``zero`` replaces that for 0.
+
+    Every refusal ends with an accepted value: ``pass e.g. {flag} {example}``.
+    """
 
     def parse(flag_name: str, value: str) -> int:
         try:
             result = int(value.strip())
         except ValueError:
             raise ConfigError(
-                f"{flag_name} must be a positive integer, got {value!r}; pass e.g. {flag_name} 300"
+                f"{flag_name} must be a positive integer, got {value!r}; pass e.g. {flag_name} {example}"
             ) from None
         if result == 0 and zero:
-            raise ConfigError(f"{flag_name} must be a positive integer, got 0; {zero}")
+            raise ConfigError(f"{flag_name} must be a positive integer, got 0; {zero}; pass e.g. {flag_name} {example}")
         if result <= 0:
             hint = f" {unset_means}" if unset_means else ""
-            raise ConfigError(f"{flag_name} must be a positive integer, got {result}.{hint} Pass e.g. {flag_name} 300")
+            raise ConfigError(
+                f"{flag_name} must be a positive integer, got {result}.{hint} Pass e.g. {flag_name} {example}"
+            )
         return result
 
     return parse
@@ -207,10 +210,13 @@ class OptionSpec:
         choices: offered as a dropdown in the web UI (``""`` = unset); the parser checks the value.
         is_flag: a switch without a value.
         is_secret: masked in the web UI.
-        repeatable: may be given several times (Locust collects a list; the parser gets one per line).
+        repeatable: may be given several times (Locust collects a list); the parser gets each line of each
+            value on its own and returns a tuple; the option's value is their concatenation.
         if_unset: when set, a blank value is refused with this message instead of taking the default.
         field: the ``RunConfig`` attribute it sets; "" = ``dest``; None = read by a cross-field rule.
         launch_only: used once when the process starts (not in the web UI's form, where it would do nothing).
+        shown: the default as users read it (``llmload options``, the web form's help, the README's
+            options table), when ``default`` alone does not say it (e.g. ``not set: closed loop``); "" = derived.
         label: the web UI form's label, in the field's terms (e.g. "SLO (goodput)"); required.
     """
 
@@ -227,6 +233,21 @@ class OptionSpec:
     if_unset: str | None = None
     field: str | None = ""
     launch_only: bool = False
+    shown: str = ""
+
+    @property
+    def default_text(self) -> str:
+        """The default in words: ``shown``, else ``off`` (switches), ``none`` (no value), or the value (``30``)."""
+        if self.shown:
+            return self.shown
+        if self.is_flag:
+            return "off"
+        if self.default is None or self.default in ("", ()):
+            return "none"
+        if isinstance(self.default, float):
+            return f"{self.default:g}"
+        return str(self.default)
+
     label: str = ""
 
     def __post_init__(self) -> None:
@@ -263,6 +284,8 @@ class OptionSpec:
         Raises:
             ConfigError: naming the flag, the value and an accepted example.
         """
+        if self.repeatable:
+            return self._values(raw)
         if isinstance(raw, (list, tuple)):
             raw = "\n".join(str(item) for item in raw)
         raw_text = None if raw is None else str(raw)
@@ -271,6 +294,22 @@ class OptionSpec:
                 raise ConfigError(self.if_unset)
             return self.default
         return self.parse(self.flag, raw_text)
+
+    def _values(self, raw: object) -> Any:
+        """A repeatable option: each line (LF) of each value given is parsed on its own; the results are concatenated.
+
+        Locust hands the environment variable over as one list item, like one
+        value given on the command line, so LF is the separator in both (the
+        documented ``LOCUST_HEADER`` form: one per line). Each line reaches the
+        parser whole (a CR in it is the parser's to refuse).
+        """
+        texts = [str(item) for item in raw] if isinstance(raw, (list, tuple)) else [] if raw is None else [str(raw)]
+        items = [line for text in texts for line in text.split("\n") if line.strip()]
+        if not items:
+            if self.if_unset is not None:
+                raise ConfigError(self.if_unset)
+            return self.default
+        return tuple(part for item in items for part in self.parse(self.flag, item))
 
 
 def server_metrics(flag_name: str, value: str) -> str:
@@ -286,37 +325,6 @@ def server_metrics(flag_name: str, value: str) -> str:
                 f"pass e.g. {flag_name} auto,http://gpu-host:9400/metrics"
             )
     return ",".join(parts)
-
-
-def headers(flag_name: str, value: str) -> tuple[tuple[str, str], ...]:
-    """One ``Name: value`` header per line (the option repeated gives several lines)."""
-    pairs: list[tuple[str, str]] = []
-    for line in value.splitlines():
-        if not line.strip():
-            continue
-        name, sep, field_value = line.partition(":")
-        name = name.strip()
-        if not sep or not name or any(c in name for c in ' \t()<>@,;\\"/[]?={}'):
-            raise ConfigError(
-                f"{flag_name} must be 'Name: value', got {_redacted_header(line)!r}; "
-                f"pass e.g. {flag_name} 'api-key: KEY'"
-            )
-        pairs.append((name, field_value.strip()))
-    return tuple(pairs)
-
-
-def _redacted_header(line: str) -> str:
-    """A header as given, with its value hidden (it may be a credential)."""
-    name, sep, rest = line.partition(":")
-    return f"{name}: ***" if sep and rest.strip() else line[:40]
-
-
-def header_name(flag_name: str, value: str) -> str:
-    """An HTTP header name (no spaces or separators)."""
-    name = value.strip()
-    if not name or any(c in name for c in ' \t:()<>@,;\\"/[]?={}'):
-        raise ConfigError(f"{flag_name} must be a header name, got {value!r}; pass e.g. {flag_name} api-key")
-    return name
 
 
 def endpoint_path(flag_name: str, value: str) -> str:

@@ -13,6 +13,7 @@ import textwrap
 from typing import Any
 
 from llmload import option_values as v
+from llmload.header_values import header_name, headers
 from llmload.option_values import OptionSpec
 
 __all__ = ["DEFAULT_PROMPT", "GROUPS", "OPTIONS", "OptionSpec", "default", "describe"]
@@ -23,8 +24,8 @@ GROUPS = (_MODEL, _REPLY, _LOAD, _DETAILS, _SERVER, _TOKENS, _RESULTS, _PROM)
 """Option groups in the order of ``llmload options`` and of the web UI form."""
 
 
-def _switch(flag: str, help: str, group: str, label: str) -> OptionSpec:
-    return OptionSpec(flag, help, group, False, v.flag, is_flag=True, label=label)
+def _switch(flag: str, help: str, group: str, label: str, shown: str = "") -> OptionSpec:
+    return OptionSpec(flag, help, group, False, v.flag, is_flag=True, label=label, shown=shown)
 
 
 DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -33,6 +34,7 @@ _SECONDS = v.number(float, lambda x: 0 < x < math.inf, "a finite number of secon
 _NON_NEGATIVE = v.number(float, lambda x: 0 <= x < math.inf, "a finite number >= 0", "0.7")
 _TOKENS_STDDEV = v.number(float, lambda x: 0 <= x < math.inf, "a number of tokens >= 0", "64")
 _UNSET_NO_LIMIT = "Leave it unset for no limit."
+_NOT_WRITTEN = "not written"
 
 
 def _at_least(minimum: int, example: str) -> v.Parse:
@@ -43,10 +45,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     # ── model and prompt ──
     OptionSpec(
         "--model",
-        "Served model name sent in each request. Default: the first model "
-        "listed by GET /v1/models. Never used to find a tokenizer.",
+        "Served model name sent in each request; checked against GET /v1/models before any load. "
+        "Never used to find a tokenizer.",
         _MODEL,
         metavar="NAME",
+        shown="the first model GET /v1/models lists",
         label="Model",
     ),
     OptionSpec(
@@ -55,6 +58,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _MODEL,
         DEFAULT_PROMPT,
         metavar="TEXT",
+        shown=f'"{DEFAULT_PROMPT}"',
         if_unset="--prompt must not be empty; pass e.g. --prompt 'Tell me a joke'",
         label="Prompt",
     ),
@@ -68,12 +72,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--dataset-format",
-        "auto, jsonl or sharegpt.",
+        "Format of --dataset: auto, jsonl or sharegpt.",
         _MODEL,
         "auto",
         v.choice("auto", "jsonl", "sharegpt"),
         metavar="FORMAT",
         choices=("auto", "jsonl", "sharegpt"),
+        shown="auto (.json or a leading [: ShareGPT)",
         label="Dataset format",
     ),
     OptionSpec(
@@ -93,6 +98,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=_TOKENS_STDDEV,
         metavar="S",
         field=None,
+        shown="0",
         label="Input tokens std. dev.",
     ),
     # ── reply length and sampling ──
@@ -114,6 +120,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=v.length(keyword="dataset"),
         metavar="M",
         field=None,
+        shown="--max-tokens (or a JSONL line's own max_tokens)",
         label="Output tokens (reply length, overrides max tokens)",
     ),
     OptionSpec(
@@ -123,14 +130,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse=_TOKENS_STDDEV,
         metavar="S",
         field=None,
+        shown="0",
         label="Output tokens std. dev.",
     ),
     OptionSpec(
         "--temperature",
-        "Sampling temperature (>= 0). Default: the server's default.",
+        "Sampling temperature (>= 0).",
         _REPLY,
         parse=_NON_NEGATIVE,
         metavar="T",
+        shown="the server's default (not sent)",
         label="Temperature",
     ),
     _switch(
@@ -141,9 +150,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     _switch(
         "--no-stream",
-        "Send non-streaming requests (TTFT then equals E2E and is not reported).",
+        "Send non-streaming requests (TTFT and ITL are then unknown).",
         _REPLY,
         label="Non-streaming requests",
+        shown="off: streaming",
     ),
     OptionSpec(
         "--stream-usage",
@@ -179,50 +189,60 @@ OPTIONS: tuple[OptionSpec, ...] = (
     # ── load ──
     OptionSpec(
         "--num-requests",
-        "Send exactly N requests over all workers together; the run ends "
-        "when all N have finished. Empty: no request limit (use -t).",
+        "Send exactly N requests over all workers together; the run ends when all N have finished "
+        "(succeeded or failed), or when -t elapses first.",
         _LOAD,
         parse=v.positive_int(unset_means=_UNSET_NO_LIMIT),
         metavar="N",
+        shown="no limit",
         label="Number of requests",
     ),
     OptionSpec(
         "--request-rate",
         "Open loop: send R requests per second over all workers together "
         "(a positive number, or inf: every request eligible at once, bounded by --max-concurrency "
-        "and users). Unset: closed loop, each user sends its next request when the last ends.",
+        "and users; 0 and negative values are refused). Not set: closed loop, each user sends its next "
+        "request when the last ends.",
         _LOAD,
         parse=v.rate,
         metavar="R",
         field=None,
+        shown="not set: closed loop",
         label="Request rate (req/s, open loop)",
     ),
     OptionSpec(
         "--arrival",
-        "Inter-arrival distribution for --request-rate: poisson, constant or gamma. Unset: poisson.",
+        "Inter-arrival distribution with --request-rate: poisson, constant or gamma.",
         _LOAD,
         parse=v.choice("poisson", "constant", "gamma"),
         metavar="KIND",
         choices=("", "poisson", "constant", "gamma"),
         field=None,
+        shown="poisson (with --request-rate)",
         label="Arrival distribution",
     ),
     OptionSpec(
         "--burstiness",
-        "Gamma shape for --arrival gamma (1 = Poisson, < 1 burstier). Unset: 1.",
+        "Gamma shape with --arrival gamma (1 = Poisson, < 1 burstier, > 1 more regular).",
         _LOAD,
         parse=v.number(float, lambda x: 0 < x < math.inf, "a finite number > 0", "0.5"),
         metavar="B",
         field=None,
+        shown="1 (with --arrival gamma)",
         label="Burstiness (gamma shape)",
     ),
     OptionSpec(
         "--max-concurrency",
-        "Cap on requests in flight over all workers together (positive integer). Unset: the number of users.",
+        "Cap on requests in flight over all workers together (positive integer; split across workers).",
         _LOAD,
-        parse=v.positive_int(unset_means=_UNSET_NO_LIMIT, zero="leave it unset for no cap (0 never means unlimited)"),
+        parse=v.positive_int(
+            unset_means="Leave it unset for no cap beyond the users.",
+            zero="leave it unset for no cap beyond the users (0 never means unlimited)",
+            example="64",
+        ),
         metavar="N",
         field=None,
+        shown="the number of users",
         label="Max concurrency (requests in flight)",
     ),
     OptionSpec(
@@ -237,7 +257,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "--max-retry-after",
         "Closed loop: longest pause in seconds a user makes after a throttled reply (429/503), "
-        "whether the server's Retry-After asked for more or it sent none (exponential back-off from 1 s).",
+        "whether the server's Retry-After (plus 0-10% jitter) asked for more or it sent none "
+        "(exponential back-off from 1 s).",
         _LOAD,
         60.0,
         _SECONDS,
@@ -257,7 +278,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--turns",
-        "Multi-turn chat: each user keeps a conversation of T turns (history and replies grow), then starts a new one.",
+        "Multi-turn: each user's conversation lasts T turns; each turn sends the conversation so far (earlier "
+        "prompts and replies) plus a new prompt (chat: as messages; completions: joined into one prompt text); "
+        "after T turns, or a failed turn, it starts a new one.",
         _DETAILS,
         1,
         _at_least(1, "4"),
@@ -277,7 +300,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "--api-key-env",
         "Name of the environment variable that holds the API key "
-        "(sent as 'Authorization: Bearer'). Unset or empty variable: no key sent.",
+        "(sent as 'Authorization: Bearer'; never printed or written). Unset or empty variable: no key sent.",
         _SERVER,
         "OPENAI_API_KEY",
         metavar="VAR",
@@ -285,25 +308,28 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--api-key-file",
-        "File whose first line is the API key (instead of --api-key-env).",
+        "File whose first line is the API key (instead of --api-key-env; an empty first line is refused).",
         _SERVER,
         metavar="PATH",
+        shown="not used",
         label="API key file",
     ),
     _switch(
         "--insecure",
         "Do not verify the server's TLS certificate (printed as a warning).",
         _SERVER,
+        shown="off: certificates verified",
         label="Skip TLS certificate check",
     ),
     OptionSpec(
         "--header",
         "Extra HTTP header 'Name: value' on every request; repeat the option for several. locust.conf: "
         "header = [api-key: KEY, x-trace: on]; LOCUST_HEADER: one header per line. Values of credential "
-        "headers are never printed.",
+        "headers are never printed. Refused: framing headers (Content-Length, Transfer-Encoding, Host, "
+        "Connection ...) and a CR or other control character in a value (a line feed starts another header).",
         _SERVER,
         (),
-        v.headers,
+        headers,
         "'NAME: VALUE'",
         is_secret=True,
         repeatable=True,
@@ -312,10 +338,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--api-key-header",
-        "Send the API key as 'NAME: KEY' instead of 'Authorization: Bearer KEY' (gateways: api-key, x-api-key).",
+        "Send the API key as 'NAME: KEY' instead of 'Authorization: Bearer KEY' (gateways: api-key, x-api-key); "
+        "the key is never printed or written.",
         _SERVER,
-        parse=v.header_name,
+        parse=header_name,
         metavar="NAME",
+        shown="Authorization: Bearer",
         label="API key header name",
     ),
     OptionSpec(
@@ -325,12 +353,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _SERVER,
         parse=v.endpoint_path,
         metavar="PATH",
+        shown="/v1/chat/completions or /v1/completions",
         label="Endpoint path",
     ),
     _switch(
         "--ignore-proxy-env",
         "Connect to the target directly even when HTTP_PROXY / HTTPS_PROXY / ALL_PROXY are set.",
         _SERVER,
+        shown="off: proxy variables honoured",
         label="Ignore proxy environment variables",
     ),
     OptionSpec(
@@ -345,7 +375,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--read-timeout",
-        "Longest silence in seconds between two reads of a reply.",
+        "Longest silence in seconds between two reads of a reply (keep-alive comments count as data).",
         _SERVER,
         300.0,
         _SECONDS,
@@ -365,9 +395,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     _switch(
         "--skip-preflight",
-        "Do not probe the server before load (GET /v1/models is still used "
-        "to find the model when --model is not given).",
+        "Skip the probe requests before load (GET /v1/models still runs).",
         _SERVER,
+        shown="off: preflight on",
         label="Skip preflight probe",
     ),
     OptionSpec(
@@ -389,12 +419,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "when the server sends no usage and makes synthetic prompts exact. Never taken from --model.",
         _TOKENS,
         metavar="PATH_OR_NAME",
+        shown="none: counts from server usage",
         label="Tokenizer",
     ),
     _switch(
         "--allow-download",
         "Let --tokenizer download from the Hugging Face hub (off: local files and cache only).",
         _TOKENS,
+        shown="off: no hub request at all",
         label="Allow tokenizer download",
     ),
     OptionSpec(
@@ -408,9 +440,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     # ── results ──
     OptionSpec(
         "--results-json",
-        "Write the end-of-run results to this JSON file.",
+        "Write the end-of-run results to this JSON file (also for a run blocked before load).",
         _RESULTS,
         metavar="PATH",
+        shown=_NOT_WRITTEN,
         label="Results JSON file",
     ),
     OptionSpec(
@@ -420,6 +453,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "with: llmload report results.json [other.json] -o PATH.",
         _RESULTS,
         metavar="PATH",
+        shown=_NOT_WRITTEN,
         label="HTML report file",
     ),
     OptionSpec(
@@ -428,6 +462,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "writes PATH with its worker index inserted before the extension).",
         _RESULTS,
         metavar="PATH",
+        shown=_NOT_WRITTEN,
         label="Per-request log file",
     ),
     OptionSpec(
@@ -436,11 +471,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "row; the same rows as the results' timeseries).",
         _RESULTS,
         metavar="PATH",
+        shown=_NOT_WRITTEN,
         label="Time-series file (JSON lines)",
     ),
     OptionSpec(
         "--timeseries-interval",
-        "Length of one time-series interval in seconds (results' timeseries, --timeseries, "
+        "Length of one time-series interval in seconds, >= 0.1 (results' timeseries, --timeseries, "
         "--csv history and the progress line in the log).",
         _RESULTS,
         10.0,
@@ -475,7 +511,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--max-failure-ratio",
-        "Exit with status 1 when failed / finished requests exceed this ratio (0..1).",
+        "Exit with status 1 when failed / finished requests exceed this ratio (0..1; throttled requests count "
+        "as failed); a run where nothing succeeded also exits 1.",
         _RESULTS,
         0.01,
         v.number(float, lambda x: 0.0 <= x <= 1.0, "a number from 0 to 1", "0.01"),
@@ -496,12 +533,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--prometheus-host",
-        "Address the Prometheus exporter listens on. Empty: all interfaces.",
+        "Address the Prometheus exporter listens on.",
         _PROM,
         "",
         lambda _flag, value: value.strip(),
         "ADDR",
         launch_only=True,
+        shown="all interfaces",
         label="Prometheus listen address",
     ),
     OptionSpec(
@@ -542,15 +580,9 @@ def describe(width: int = 100) -> str:
         lines += ["", f"{group}:"]
         for spec in (s for s in OPTIONS if s.group == group):
             name = spec.flag if spec.is_flag else f"{spec.flag} {spec.metavar}"
-            if spec.is_flag:
-                shown = "off"
-            elif spec.default is None or spec.default in ("", ()):
-                shown = "unset"
-            else:
-                shown = repr(spec.default) if " " in str(spec.default) else str(spec.default)
             lines.append(f"  {name}")
             lines += textwrap.wrap(spec.help, width, initial_indent=indent, subsequent_indent=indent)
             if spec.choices:
                 lines.append(f"{indent}one of: {', '.join(c for c in spec.choices if c)}")
-            lines.append(f"{indent}default: {shown}; env: {spec.env}")
+            lines.append(f"{indent}default: {spec.default_text}; env: {spec.env}")
     return "\n".join(lines) + "\n"

@@ -8,9 +8,10 @@ process plans for one worker.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
-__all__ = ["RunPlan", "WorkerShare", "split_run", "users_per_worker", "users_short_of_workers"]
+__all__ = ["RequestLimitNote", "RunPlan", "WorkerShare", "split_run", "users_per_worker", "users_short_of_workers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,3 +140,29 @@ class RunPlan:
         if share is not None:
             return share
         return WorkerShare(quota_requests=0 if self.limited else None)
+
+
+class RequestLimitNote(logging.Filter):
+    """Rewrites Locust's "No run time limit set, use CTRL+C to interrupt" when ``--num-requests`` ends the run.
+
+    Locust logs that line (logger ``locust.main``) for every headless run
+    without ``-t``, although a ``--num-requests`` run ends on its own. A
+    standard ``logging.Filter`` on that logger replaces its text; any other
+    record passes unchanged (if Locust rewords the line, it is shown as is).
+    """
+
+    LOCUST_TEXT = "No run time limit set, use CTRL+C to interrupt"
+
+    def __init__(self, num_requests: int) -> None:
+        """Say that the run ends after ``num_requests`` requests."""
+        super().__init__()
+        self.text = (
+            f"llmload: no -t time limit: the run ends when --num-requests {num_requests} requests have finished "
+            "(Ctrl-C stops it earlier)"
+        )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Replace the text of Locust's line; keep every record."""
+        if record.msg == self.LOCUST_TEXT:
+            record.msg, record.args = self.text, ()
+        return True

@@ -43,8 +43,8 @@ class Outcome(Enum):
 
     OK = "ok"
     EMPTY = "empty"  # 2xx and well-formed, but no generated token at all (not a success with TTFT 0)
-    HTTP_ERROR = "http_error"  # non-2xx status other than 429 and 503
-    THROTTLED = "throttled"  # 429 or 503: the server asks the client to slow down
+    HTTP_ERROR = "http_error"  # non-2xx status that is not throttling (a 503 without Retry-After included)
+    THROTTLED = "throttled"  # 429, or 503 with Retry-After or a rate-limit body: the server asks to slow down
     TRANSPORT_ERROR = "transport_error"  # refused, reset, DNS
     TIMEOUT = "timeout"  # connect, idle-between-bytes or total timeout
     STREAM_ERROR = "stream_error"  # malformed SSE/JSON, stream ended before completion

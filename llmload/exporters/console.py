@@ -53,7 +53,8 @@ def _row(label: str, text: str) -> str:
 
 
 def _section(title: str) -> str:
-    return f"{'-' * 3} {title} ".ljust(_WIDTH, "-")
+    """``--- title ---…`` to the summary's width (a title too long for it still ends with ``---``)."""
+    return f"--- {title} ".ljust(_WIDTH - 3, "-") + "---"
 
 
 def format_summary(results: Mapping[str, Any]) -> str:
@@ -260,7 +261,7 @@ def _server_lines(results: Mapping[str, Any]) -> list[str]:
     if not server:
         return []
     urls = ", ".join(e["url"] for e in server["endpoints"] if e["scrapes"])
-    lines = [_section(f"Server ({server['kind']}: {urls})")]
+    lines = [_section(f"Server ({server['kind']})"), _row("Metrics scraped from:", urls or "n/a")]
     gauges = server["gauges"]
     for key, label, scale, unit in _GAUGE_LINES:
         g = gauges[key]

@@ -70,7 +70,7 @@ from prometheus_client.core import (
 )
 
 from llmload.credentials import public_url
-from llmload.exporters.sections import PERCENTILES
+from llmload.exporters.sections import CPU_SATURATION_S, PERCENTILES, READ_LAG_LIMIT_S
 from llmload.exporters.window import RunView, WindowView
 from llmload.histogram import GAMMA, LatencyHistogram
 from llmload.record import Outcome, TokenSource
@@ -112,6 +112,12 @@ _HISTOGRAMS = (
     ("tpot_s", "time_per_output_token_seconds", "(last token - first token) / (completion tokens - 1), successes"),
     ("e2e_s", "request_duration_seconds", "Time from send to the end of the reply (E2E), successes"),
 )
+_SATURATED_HELP = (
+    f"1 when a load-generating process ran above 90% CPU for {CPU_SATURATION_S:g} s or more, or the client's "
+    f"P99 read lag so far exceeds {READ_LAG_LIMIT_S * 1e3:g} ms (it read replies late): latencies may be the client's"
+)
+"""HELP of ``llmload_client_saturated``: the gauge follows ``sections.client_saturated`` (CPU or read lag)."""
+
 _READ_LAG = (
     "read_lag_s",
     "client_read_lag_seconds",
@@ -172,7 +178,7 @@ class LLMLoadCollector:
         yield GaugeMetricFamily("llmload_workers", "Connected Locust workers (0: single process)", value=view.workers)
         yield GaugeMetricFamily(
             "llmload_client_saturated",
-            "1 when a load-generating process ran above 90% CPU for 5 s or more: latencies are the client's",
+            _SATURATED_HELP,
             value=1.0 if view.client_saturated else 0.0,
         )
         yield GaugeMetricFamily(

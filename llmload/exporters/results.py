@@ -15,8 +15,8 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   everything else. ``EMPTY`` replies are failures (as vLLM does).
   ``requests.skipped``: requests the client could not build, send or measure;
   not in the total, their causes in ``errors``; with ``--num-requests N``,
-  total + cancelled + skipped = N. 429 and 503 replies are ``throttled``
-  failures.
+  total + cancelled + skipped = N. 429 replies, and 503 replies with
+  ``Retry-After`` or a rate-limit body, are ``throttled`` failures.
 - ``duration_s``: last end - first send over finished requests, across all
   workers, on the run's one timeline (each worker's monotonic clock mapped
   onto the master's wall clock, ``llmload.clock``; no worker's wall clock

@@ -42,9 +42,6 @@ CHART_COLUMNS: tuple[str, ...] = (
 """The columns of the route's rows: a subset of the time series' total row."""
 
 
-_UNSET_EXPLAINED = ("Default:", "Unset", "Empty:", "unset for no")
-
-
 def _chart_row(row: Row) -> dict[str, Any]:
     return {name: row.get(name) for name in CHART_COLUMNS}
 
@@ -123,19 +120,14 @@ def series_payload(
 def form_fields(options: tuple[OptionSpec, ...] = OPTIONS) -> dict[str, dict[str, str]]:
     """Per form field (``dest``): ``{"label", "help", "default"}`` for the web UI's "Custom parameters".
 
-    ``default`` is the declared default as text (switches: "off"), or "" when
-    the option has none and its help already says what unset means.
+    ``default`` is the default in words, as ``llmload options`` and the README
+    say it (``OptionSpec.default_text``: e.g. "not set: closed loop", "off: streaming").
     """
     fields = {}
     for spec in options:
         if spec.launch_only:
             continue
-        if spec.is_flag:
-            shown = "off"
-        elif spec.default is None or spec.default in ("", ()):
-            shown = "" if any(word in spec.help for word in _UNSET_EXPLAINED) else "unset"
-        else:
-            shown = str(spec.default)
+        shown = spec.default_text
         fields[spec.dest] = {"label": spec.label, "help": spec.help, "default": shown}
     return fields
 

@@ -210,4 +210,9 @@ def test_abort_on_bad_expression_is_refused_before_load(tmp_path: Path) -> None:
         "llmload: error: --abort-on 'ttft_p99>10 for 10m': ttft_p99 is a latency: give its unit, s or ms; "
         "pass e.g. --abort-on 'ttft_p99>10s for 10m'" in proc.stderr
     )
-    assert not (tmp_path / "r.json").exists()
+    # a run refused before load writes the blocked results, never a partial or passing one
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["requests"]["total"] == 0
+    assert results["exit_status"] == 2
+    assert results["blocked"].startswith("--abort-on 'ttft_p99>10 for 10m': ttft_p99 is a latency")
+    assert results["verdict"].startswith("BLOCKED before load: --abort-on")

@@ -66,3 +66,28 @@ def test_a_terminal_gets_the_summary_without_the_results_line(tmp_path):
     shown = b"".join(chunks).decode("utf-8", "replace")
     assert "PASSED: 4/4 requests succeeded" in shown
     assert RESULTS_LINE_PREFIX not in shown
+
+
+def test_num_requests_run_without_time_limit_does_not_say_no_limit_use_ctrl_c(tmp_path):
+    """Locust logs "No run time limit set, use CTRL+C to interrupt" for every headless run without -t,
+    although --num-requests ends this one on its own: llmload says what ends it instead."""
+    base_url, sim = start_sim()
+    try:
+        out = run_locust(
+            [*("-f", "locustfiles/chat.py", "--headless", "-H", base_url, "-u", "2", "-r", "2"),
+             *("--num-requests", "4", "--max-tokens", "8")],
+            timeout_s=90,
+        )  # fmt: skip
+        timed = run_locust(
+            ["-f", "locustfiles/chat.py", "--headless", "-H", base_url, "-u", "1", "-r", "1", "-t", "1s",
+             "--max-tokens", "8"],
+            timeout_s=90,
+        )  # fmt: skip
+    finally:
+        stop_sim(sim)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "No run time limit set" not in out.stderr
+    assert "llmload: no -t time limit: the run ends when --num-requests 4 requests have finished" in out.stderr
+    assert timed.returncode == 0, timed.stderr[-2000:]
+    assert "Run time limit set to 1 seconds" in timed.stderr
+    assert "--num-requests" not in timed.stderr

@@ -25,8 +25,17 @@ _RATE_LIMITED = json.dumps({"error": {"code": "rate_limit_exceeded", "message": 
 class ThrottleWindow:
     """The first POST streams normally; every POST in the next ``window_s`` gets ``status`` at once; then normal."""
 
-    def __init__(self, status: int, *, window_s: float = 2.0, retry_after: str | None = "1") -> None:
+    def __init__(
+        self,
+        status: int,
+        *,
+        window_s: float = 2.0,
+        retry_after: str | None = "1",
+        body: str = _RATE_LIMITED,
+        delay_ms: float = 0,
+    ) -> None:
         self.status, self.window_s, self.retry_after = status, window_s, retry_after
+        self.body, self.delay_ms = body, delay_ms
         self._lock = threading.Lock()
         self._first_s: float | None = None
         self.in_window = 0
@@ -43,8 +52,10 @@ class ThrottleWindow:
                 headers = {"Content-Type": "application/json"}
                 if self.retry_after is not None:
                     headers["Retry-After"] = self.retry_after
-                body = _RATE_LIMITED.encode()
-                return Reply([W(0, body)], status=self.status, headers=headers, framing=Framing.CONTENT_LENGTH)
+                body = self.body.encode()
+                return Reply(
+                    [W(self.delay_ms, body)], status=self.status, headers=headers, framing=Framing.CONTENT_LENGTH
+                )
         return Reply([W(2, sse(C({"content": "a"}), CF("stop"), U(3, 1), "[DONE]"))])
 
 
@@ -94,6 +105,18 @@ def test_nc09_max_retry_after_caps_the_pause(tmp_path):
     # an hour asked, half a second honoured: about four throttled requests in 2 s, and service resumed
     assert 2 <= results["requests"]["by_outcome"]["throttled"] <= 6
     assert results["requests"]["succeeded"] >= 2
+
+
+def test_nc09_bare_503_without_retry_after_is_a_failure_not_throttling(tmp_path):
+    down = json.dumps({"error": {"message": "upstream connect error", "type": "ServiceUnavailableError"}})
+    script = ThrottleWindow(503, window_s=1.0, retry_after=None, body=down, delay_ms=50)
+    with ScriptedServer(script) as server:
+        results, output = _run(server, tmp_path, "-u", "1", "-t", "3s")
+    by_outcome = results["requests"]["by_outcome"]
+    assert by_outcome["throttled"] == 0
+    assert 1 <= by_outcome["http_error"] == script.in_window  # no back-off: an outage is not a rate limit
+    assert [(e["category"], e["status"]) for e in results["errors"]] == [("HTTP 503 ServiceUnavailableError", 503)]
+    assert "Throttled (429/503):" not in output
 
 
 def test_nc09_open_loop_schedule_is_not_changed_by_throttling(tmp_path):

@@ -188,7 +188,7 @@ def test_client_http_error_without_json_keeps_body_as_message():
 
 
 @pytest.mark.parametrize(
-    ("status", "retry_after", "expected_s"), [(429, "2", 2.0), (503, None, None), (429, "x", None)]
+    ("status", "retry_after", "expected_s"), [(429, "2", 2.0), (503, "3", 3.0), (429, None, None), (429, "x", None)]
 )
 def test_client_throttled_reply_keeps_its_retry_after(status, retry_after, expected_s):
     response = FakeResponse([b'{"error": {"message": "slow down"}}'], status, "application/json")
@@ -519,3 +519,13 @@ def test_delta_template_is_not_learned_from_ambiguous_or_final_deltas():
     assert _template(T('say "hi"')) is None  # escaped by the encoder
     assert _template(TF("stop")) is None
     assert _template(TU("one", 1, None)) is None  # usage changes from chunk to chunk
+
+
+def test_nc09_client_bare_503_without_retry_after_is_an_http_error_not_throttling():
+    response = FakeResponse([b"<html>no healthy upstream</html>"], 503, "text/html")
+    response.retry_after = None
+    record = StreamingClient(FakeTransport(response), clock=StepClock()).run(CHAT)
+    assert record.outcome is Outcome.HTTP_ERROR
+    assert record.retry_after_s is None
+    assert record.error is not None
+    assert (record.error.category, record.error.status) == ("HTTP 503", 503)

@@ -81,7 +81,7 @@ def test_results_line_is_one_marked_line_that_reads_back_as_the_document() -> No
     assert json.loads(line.removeprefix(RESULTS_LINE_PREFIX)) == results
 
 
-def test_summary_server_block_prints_the_cross_check_and_ttft_split() -> None:
+def test_summary_server_block_prints_the_cross_check_and_ttft_split_under_a_header_as_wide_as_the_others() -> None:
     from llmload.exporters.results import RunOutcome, build_results
     from llmload.servermetrics import Endpoint, parse_snapshot, summarise
     from tests.unit.test_results import CONFIG
@@ -96,7 +96,14 @@ def test_summary_server_block_prints_the_cross_check_and_ttft_split() -> None:
     results = build_results(RunOutcome(_scenario(), config=CONFIG, server=summarise([target, hanging])))
     lines = summary_lines(results)
     text = "\n".join(lines)
-    assert "--- Server (vllm: http://127.0.0.1:1/metrics) " in text
+    assert "--- Server (vllm) " in text
+    assert any(
+        line.startswith("Metrics scraped from:") and line.endswith(" http://127.0.0.1:1/metrics") for line in lines
+    )
+    headers = [line for line in text.splitlines() if line.startswith("--- ")]
+    assert len(headers) >= 6  # the latency blocks and the server block
+    assert {len(line) for line in headers} == {len(headers[0])}  # the server block's dashes match the others
+    assert all(line.endswith(" ---") or line.endswith("----") for line in headers)
     assert any(line.startswith("Running requests mean / max:") and line.endswith("3.0 / 3.0") for line in lines)
     assert "Tokens: client = server" in text
     ttft_split = next(line for line in lines if line.startswith("TTFT client − server mean / p50 (ms):"))

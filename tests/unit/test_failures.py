@@ -18,12 +18,14 @@ from llmload.errors import (
 )
 from llmload.failures import (
     FAILURES,
+    RETRY_AFTER_JITTER,
     IncompleteReplyError,
     Phase,
     TotalTimeout,
     classify,
     classify_status,
     error_of,
+    is_throttling,
     parse_retry_after,
     skip_pause_s,
     throttle_pause_s,
@@ -137,16 +139,52 @@ def test_parse_retry_after_seconds_and_http_date():
     assert parse_retry_after("-3", now) is None
 
 
-@pytest.mark.parametrize("status", [429, 503])
-def test_classify_status_throttling_statuses_are_their_own_outcome(status):
-    failure = classify_status(status, None)
-    assert (failure.outcome, failure.category, failure.status) == (Outcome.THROTTLED, f"HTTP {status}", status)
+def test_classify_status_429_is_throttled_with_or_without_retry_after():
+    for retry_after in (None, "1"):
+        failure = classify_status(429, None, retry_after)
+        assert (failure.outcome, failure.category, failure.status) == (Outcome.THROTTLED, "HTTP 429", 429)
+
+
+# NC-09 ("same for 503 with Retry-After"): a 503 asks to slow down only when it says so.
+@pytest.mark.parametrize(
+    ("kind", "retry_after", "outcome"),
+    [
+        (None, "1", Outcome.THROTTLED),  # Retry-After: the server asks for a pause
+        (None, "Tue, 14 Nov 2023 22:13:25 GMT", Outcome.THROTTLED),
+        ("rate_limit_exceeded", None, Outcome.THROTTLED),  # a gateway's rate-limit body
+        ("RateLimitError", None, Outcome.THROTTLED),
+        ("overloaded_error", None, Outcome.THROTTLED),
+        ("Too Many Requests", None, Outcome.THROTTLED),
+        (None, None, Outcome.HTTP_ERROR),  # a bare 503: the backend is down, not throttling
+        ("ServiceUnavailableError", None, Outcome.HTTP_ERROR),
+        ("no healthy upstream", None, Outcome.HTTP_ERROR),
+    ],
+)
+def test_nc09_a_503_is_throttled_only_with_retry_after_or_a_rate_limit_body(kind, retry_after, outcome):
+    failure = classify_status(503, kind, retry_after)
+    assert (failure.outcome, failure.status) == (outcome, 503)
+    assert is_throttling(503, kind, retry_after) is (outcome is Outcome.THROTTLED)
+
+
+def test_classify_status_other_statuses_are_never_throttled_even_with_retry_after():
+    for status in (500, 502, 504, 404):
+        assert classify_status(status, "rate_limit_exceeded", "1").outcome is Outcome.HTTP_ERROR
 
 
 def test_throttle_pause_honours_retry_after_up_to_the_cap():
-    assert throttle_pause_s(1.0, 1, 60.0, 0.99) == 1.0
+    assert throttle_pause_s(1.0, 1, 60.0, 0.0) == 1.0
     assert throttle_pause_s(3600.0, 1, 60.0, 0.0) == 60.0
+    assert throttle_pause_s(3600.0, 1, 60.0, 0.99) == 60.0  # jitter never passes the cap
     assert throttle_pause_s(0.0, 5, 60.0, 0.5) == 0.0
+
+
+def test_throttle_pause_with_retry_after_adds_up_to_ten_percent_jitter_so_users_do_not_retry_in_lockstep():
+    pauses = [throttle_pause_s(1.0, 1, 60.0, j / 100) for j in range(100)]
+    assert min(pauses) == 1.0
+    assert max(pauses) == pytest.approx(1.099)
+    assert all(1.0 <= p < 1.0 + RETRY_AFTER_JITTER for p in pauses)
+    assert len(set(pauses)) == 100  # 100 users told "Retry-After: 1" spread over 1.0-1.1 s
+    assert throttle_pause_s(10.0, 1, 10.5, 0.99) == 10.5  # capped by --max-retry-after
 
 
 def test_throttle_pause_without_retry_after_doubles_with_jitter_and_stays_under_the_cap():

@@ -397,6 +397,16 @@ def test_client_saturation_and_lost_workers_gauges():
     assert busy.get_sample_value("llmload_lost_workers") == 1.0
 
 
+def test_client_saturated_help_names_both_causes_cpu_and_read_lag():
+    from prometheus_client.exposition import generate_latest
+
+    text = generate_latest(_registry(_view(LLMStats.empty()))).decode()
+    (help_line,) = [line for line in text.splitlines() if line.startswith("# HELP llmload_client_saturated ")]
+    assert "90% CPU for 5 s" in help_line
+    assert "read lag" in help_line
+    assert "2 ms" in help_line
+
+
 def test_read_lag_histogram_resolves_lags_below_a_millisecond():
     from llmload.exporters.prometheus import LAG_BUCKET_EDGES_S
 

@@ -101,9 +101,14 @@ def test_b6_every_form_field_has_a_label_in_the_fields_terms_its_full_help_and_d
     assert fields["max_tokens"] == {
         "label": "Max tokens (reply length)", "help": "max_tokens per request (positive integer).", "default": "128",
     }  # fmt: skip
-    assert fields["slo"]["default"] == "unset"
-    assert fields["no_stream"]["default"] == "off"
-    assert fields["model"]["default"] == ""  # its help says what unset means
+    assert fields["slo"]["default"] == "none"
+    assert fields["no_stream"]["default"] == "off: streaming"
+    assert fields["model"]["default"] == "the first model GET /v1/models lists"
+    # never "unset": the default llmload options and the README show
+    assert fields["arrival"]["default"] == "poisson (with --request-rate)"
+    assert fields["burstiness"]["default"] == "1 (with --arrival gamma)"
+    assert fields["request_rate"]["default"] == "not set: closed loop"
+    assert all(field["default"] == spec.default_text for field, spec in zip(fields.values(), in_form, strict=True))
     labels = [field["label"] for field in fields.values()]
     assert len(set(labels)) == len(labels)
     assert all(field["help"] == spec.help for field, spec in zip(fields.values(), in_form, strict=True))
