@@ -15,6 +15,7 @@ import markupsafe
 import pytest
 
 from llmload.cli import main as cli_main
+from llmload.drift import drift_section
 from llmload.exporters.html import (
     ReportError,
     compare_rows,
@@ -23,8 +24,10 @@ from llmload.exporters.html import (
     render_report,
     write_html_report,
 )
+from llmload.series import IntervalSeries
 from llmload.servermetrics import SERVER_COLUMNS
 from llmload.servermetrics.names import GAUGES
+from llmload.testing import ok_record
 from tests.unit.test_readme_schema import MODES, closed_loop, open_loop, sweep_file
 
 SECTIONS = ("warnings", "summary", "latency", "timeseries", "failures", "server", "configuration")
@@ -435,3 +438,41 @@ def test_html_report_charts_render_in_headless_chromium(tmp_path, compare):
     for canvas in canvases:
         assert canvas.get("data-rendered") == "1", canvas["id"]
         assert int(canvas.get("data-painted-pixels") or 0) > 2000, canvas["id"]  # axes, labels and lines drawn
+
+
+def _drifting_series() -> tuple[IntervalSeries, float]:
+    """20 intervals of 10 s: the first two with TTFT 50 ms, the last two with 500 ms; 120 requests each."""
+    series = IntervalSeries.empty()
+    for index in range(20):
+        ttft_s = 0.5 if index >= 18 else 0.05
+        for _ in range(120):
+            series.add(index, ok_record((ttft_s, ttft_s + 0.01, ttft_s + 0.02), end_s=ttft_s + 0.03))
+    return series, 200.0
+
+
+def test_html_report_shows_the_drift_table_with_flagged_metrics():
+    series, end_s = _drifting_series()
+    document = closed_loop()
+    document["drift"] = drift_section(series, 10.0, end_s)
+    assert "ttft_p99_s" in document["drift"]["flagged"]
+    text = render_report([document])
+    drift = text[text.index('<section id="drift">') : text.index('<section id="failures">')]
+    row = drift[drift.index('data-metric="ttft_p99_s"') :].split("</tr>")[0]
+    assert "DRIFT" in row
+    assert "+900%" in row  # 50 ms -> 500 ms, within the histogram's 1 %
+    assert "+25%" in row  # the tolerance
+    assert 'class="flagged"' in drift
+    error_row = drift[drift.index('data-metric="error_ratio"') :].split("</tr>")[0]
+    assert "DRIFT" not in error_row
+
+
+def test_html_report_says_when_drift_was_not_judged_or_is_absent():
+    series, _ = _drifting_series()
+    short = closed_loop()
+    short["drift"] = drift_section(series, 10.0, 50.0)  # 5 intervals: too short to judge
+    assert short["drift"]["judged"] is False
+    text = render_report([short])
+    assert f"Not judged: {markupsafe.escape(short['drift']['note'])}" in text
+    absent = closed_loop()
+    absent["drift"] = None
+    assert "No drift section in this results file" in render_report([absent])
