@@ -74,7 +74,7 @@ def _form_labels(driver: Any, ui: WebUI) -> None:
     assert not [text for text in labels if text.startswith(("Slo", "Ignore Eos", "Max Tokens"))]  # Locust's own
     helps = [p.text for p in driver.find_elements("css selector", "p.llmload-help")]
     assert "max_tokens per request (positive integer). Default: 128" in helps
-    assert any(text.startswith("Service-level objectives in seconds") and "Default: unset" in text for text in helps)
+    assert any(text.startswith("Service-level objectives in seconds") and "Default: none" in text for text in helps)
     screenshot(driver, "webui-form.png")
     set_field(driver, "maxTokens", "24")
     by_text(driver, "//button[@type='submit']").click()
