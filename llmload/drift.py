@@ -154,8 +154,8 @@ def drift_section(
         return section
     first_range = range(stretch)
     last_range = range(count - stretch, count)
-    first = _figures(series, first_range, interval_s, gauges or {})
-    last = _figures(series, last_range, interval_s, gauges or {})
+    first = _figures(series, first_range, interval_s, end_s, gauges or {})
+    last = _figures(series, last_range, interval_s, end_s, gauges or {})
     metrics = {}
     for name, tolerance in TOLERANCES.items():
         (first_value, first_n), (last_value, last_n) = first[name], last[name]
@@ -173,20 +173,21 @@ def drift_section(
         }
     section.update(
         judged=True,
-        first=_span(first_range, interval_s),
-        last=_span(last_range, interval_s),
+        first=_span(first_range, interval_s, end_s),
+        last=_span(last_range, interval_s, end_s),
         metrics=metrics,
         flagged=[name for name, m in metrics.items() if m["flagged"]],
     )
     return section
 
 
-def _span(indices: range, interval_s: float) -> dict[str, float]:
-    return {"from_s": indices.start * interval_s, "to_s": indices.stop * interval_s}
+def _span(indices: range, interval_s: float, end_s: float) -> dict[str, float]:
+    """The stretch in seconds since the start; it ends at the run's end when the stop cut its last interval."""
+    return {"from_s": indices.start * interval_s, "to_s": min(indices.stop * interval_s, end_s)}
 
 
 def _figures(
-    series: IntervalSeries, indices: range, interval_s: float, gauges: Mapping[int, Gauges]
+    series: IntervalSeries, indices: range, interval_s: float, end_s: float, gauges: Mapping[int, Gauges]
 ) -> dict[str, tuple[float | None, int]]:
     """Each metric's value over the stretch ``indices`` and how many samples it rests on."""
     merged = LLMStats.empty()
@@ -194,7 +195,8 @@ def _figures(
         merged.merge_in(series.get(index))
     total: EndpointStats = merged.total()
     finished = total.finished
-    seconds = len(indices) * interval_s
+    span = _span(indices, interval_s, end_s)
+    seconds = span["to_s"] - span["from_s"]  # a last interval the stop cut short counts its own length
     rss = [v for i in indices if (v := (gauges.get(i) or {}).get(RSS_GAUGE)) is not None]
     return {
         "ttft_p99_s": (total.ttft_s.quantile(0.99), total.ttft_s.count),

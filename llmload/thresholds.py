@@ -102,6 +102,15 @@ def _refuse(flag: str, raw: str, why: str, fix: str, *, more: bool = False) -> C
     return ConfigError(f"{flag} {raw!r}: {why}; pass e.g. {flag} {fix!r}{examples}")
 
 
+def _duration_fix(text: str) -> str:
+    """``text`` if it is a valid duration, else a valid one close to it (for a suggested fix)."""
+    compact = text.replace(" ", "")
+    parts = _DURATION_PART.findall(compact)
+    if compact and "".join(n + u for n, u in parts) == compact:
+        return compact
+    return f"{compact}s" if re.fullmatch(r"[0-9]*\.?[0-9]+", compact) else "5m"
+
+
 def _duration_s(flag: str, raw: str, condition: str, text: str) -> float:
     """``90s``, ``5m``, ``1h30m`` … in seconds (> 0); ``condition`` is the part before ``for`` (for the fix)."""
     compact = text.replace(" ", "")
@@ -120,8 +129,14 @@ def _value(flag: str, raw: str, metric: str, text: str, *, head: str, tail: str)
     """The limit in the row's unit, checked against the metric's kind (``head``, ``tail``: around it, for fixes)."""
     match = _VALUE.match(text)
     if match is None:
-        raise _refuse(flag, raw, f"the value {text!r} is not a number (with a unit for latencies)", _example(metric))
+        negative = _VALUE.match(text.lstrip()[1:]) if text.lstrip().startswith("-") else None
+        why = f"the value {text!r} " + ("is negative" if negative else "is not a number (with a unit for latencies)")
+        raise _refuse(flag, raw, why, _example(metric))
     number, unit = float(match.group(1)), (match.group(2) or "").lower()
+    if not math.isfinite(number):
+        raise _refuse(
+            flag, raw, f"the value {text!r} is not a finite number: the threshold could never fire", _example(metric)
+        )
     if metric in _LATENCY:
         if unit not in ("s", "ms"):
             raise _refuse(flag, raw, f"{metric} is a latency: give its unit, s or ms", f"{head}{text}s{tail}")
@@ -171,7 +186,8 @@ def parse_threshold(raw: str, flag: str = "--abort-on") -> Threshold:
         raise _refuse(flag, raw, f"comparison {op!r} is not one of >, >=, <, <=", _example(metric))
     if not value_text:
         raise _refuse(flag, raw, f"no value after {op!r}", _example(metric))
-    value = _value(flag, raw, metric, value_text, head=f"{metric}{op}", tail=f" for {rest[0].strip()}" if rest else "")
+    tail = f" for {_duration_fix(rest[0].strip())}" if rest else ""
+    value = _value(flag, raw, metric, value_text, head=f"{metric}{op}", tail=tail)
     for_s = None
     if rest:
         for_s = _duration_s(flag, raw, condition.strip(), rest[0].strip())

@@ -283,6 +283,10 @@ class Timeline:
         """The samples per interval index (the latest sample of each interval)."""
         return self._gauges
 
+    def columns_of(self, index: int) -> Gauges:
+        """Interval ``index``'s gauge samples and extra columns together (what its total row shows)."""
+        return {**self._gauges.get(index, {}), **self._extra.get(index, {})}
+
     @property
     def written_intervals(self) -> int:
         """Intervals whose rows were given by ``due_rows`` or ``final_rows`` (0 .. this - 1)."""

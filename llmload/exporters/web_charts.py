@@ -38,8 +38,12 @@ CHART_COLUMNS: tuple[str, ...] = (
     "itl_p99_s",
     "in_flight_requests",
     "users",
+    "server_generation_tokens_per_s",
+    "server_running_requests",
+    "server_waiting_requests",
+    "server_kv_cache_usage",
 )
-"""The columns of the route's rows: a subset of the time series' total row."""
+"""The columns of the route's rows: a subset of the time series' total row (server columns null when not read)."""
 
 
 def _chart_row(row: Row) -> dict[str, Any]:
@@ -68,7 +72,13 @@ class RowCache:
         if timeline is not self._timeline or series is not self._series:
             self._timeline, self._series, self._rows = timeline, series, []
         for index in range(len(self._rows), timeline.written_intervals):
-            total = interval_rows(index, series.get(index), timeline.interval_s, gauges=timeline.gauges.get(index))
+            total = interval_rows(
+                index,
+                series.get(index),
+                timeline.interval_s,
+                gauges=timeline.columns_of(index),
+                extra_columns=timeline.extra_columns,
+            )
             self._rows.append(_chart_row(total[0]))
         return self._rows
 

@@ -74,7 +74,7 @@ def _form_labels(driver: Any, ui: WebUI) -> None:
     assert not [text for text in labels if text.startswith(("Slo", "Ignore Eos", "Max Tokens"))]  # Locust's own
     helps = [p.text for p in driver.find_elements("css selector", "p.llmload-help")]
     assert "max_tokens per request (positive integer). Default: 128" in helps
-    assert any(text.startswith("Service-level objectives in seconds") and "Default: unset" in text for text in helps)
+    assert any(text.startswith("Service-level objectives in seconds") and "Default: none" in text for text in helps)
     screenshot(driver, "webui-form.png")
     set_field(driver, "maxTokens", "24")
     by_text(driver, "//button[@type='submit']").click()
@@ -84,7 +84,7 @@ def _charts_fill(driver: Any, ui: WebUI, metrics_port: int) -> None:
     by_text(driver, "//button[@role='tab'][normalize-space()='LLM']").click()
     wait(driver, lambda d: "llmload-sim" in tab_cells(d))
     canvases = wait(driver, lambda d: d.find_elements("css selector", "#llmload-charts canvas"))
-    assert len(canvases) == 5
+    assert len(canvases) == 7  # two of them the server's, shown once its metrics were read
     deadline = time.monotonic() + 60
     while len(rows := _series(ui)["rows"]) < MIN_ROWS:
         assert time.monotonic() < deadline, f"fewer than {MIN_ROWS} time-series rows within 60 s: {rows}"
@@ -97,6 +97,10 @@ def _charts_fill(driver: Any, ui: WebUI, metrics_port: int) -> None:
     assert times[0] == 0.0
     assert all(row["output_tokens_per_s"] > 0 for row in payload["rows"][1:])  # interval 0 holds the ramp
     assert sum(row["failed"] for row in payload["rows"]) == sum(row["http_error"] for row in payload["rows"])
+    # the sim's /metrics is read at every interval's end (--server-metrics auto): its charts are shown
+    assert any(row["server_running_requests"] is not None for row in payload["rows"]), payload["rows"]
+    assert any(row["server_generation_tokens_per_s"] for row in payload["rows"]), payload["rows"]
+    wait(driver, lambda d: all(c.is_displayed() for c in d.find_elements("css selector", "#llmload-charts canvas")))
     later = json.loads(ui.get(f"/llmload/timeseries.json?since_t={times[-2]}"))["rows"]
     assert [row["t"] for row in later][:1] == times[-1:]
     wait(driver, lambda d: min(_chart_points(d)) >= MIN_ROWS - 1)

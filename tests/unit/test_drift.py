@@ -134,6 +134,17 @@ def test_drift_leaves_out_a_last_interval_cut_short_by_the_stop():
     assert kept["metrics"]["ttft_p99_s"]["flagged"] is True
 
 
+def test_drift_rates_of_a_kept_last_interval_cut_short_use_its_own_length():
+    # the 11th interval ran 6 s of its 10 at the same pace (0.6 of the requests): output tok/s did not fall
+    intervals = [_interval()] * 10 + [_interval(n=MIN_SAMPLES * 6 // 10)]
+    drift = drift_section(_series(intervals), INTERVAL_S, 106.0)
+    assert drift["last"] == {"from_s": 100.0, "to_s": 106.0}  # not past the run's end
+    tok = drift["metrics"]["output_tokens_per_s"]
+    assert tok["last"] == pytest.approx(tok["first"])
+    assert tok["flagged"] is False
+    assert "output_tokens_per_s" not in drift["flagged"]
+
+
 def test_drift_relative_change_from_zero_is_unknown():
     intervals = [_interval(n=0, failed=5)] * 18 + [_interval()] * 2
     tok = drift_section(_series(intervals), INTERVAL_S, 200.0)["metrics"]["output_tokens_per_s"]

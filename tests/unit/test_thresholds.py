@@ -177,3 +177,20 @@ def test_threshold_per_key_rows_are_ignored_and_first_breach_wins():
 def test_threshold_watch_refuses_a_bad_interval():
     with pytest.raises(ValueError, match="interval must be a positive number of seconds"):
         ThresholdWatch([], 0.0)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        # the suggested fix is itself valid: the missing duration unit is fixed with the missing latency unit
+        ("ttft_p99>10 for 5", "pass e.g. --abort-on 'ttft_p99>10s for 5s'"),
+        ("output_tok_s<-5", "the value '-5' is negative"),
+        ("e2e_p99>=1e309s", "is not a finite number: the threshold could never fire"),
+    ],
+)
+def test_abort_on_refusals_name_the_fault_and_suggest_a_valid_expression(raw, message):
+    with pytest.raises(ConfigError) as caught:
+        parse_threshold(raw)
+    assert message in str(caught.value)
+    suggested = str(caught.value).split("pass e.g. --abort-on ", 1)[1].split("'")[1]
+    assert parse_threshold(suggested).text == suggested  # the fix it suggests is accepted

@@ -19,6 +19,7 @@ from llmload.exporters.web_charts import (
 from llmload.options import OPTIONS, OptionSpec
 from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
 from llmload.series import IntervalSeries
+from llmload.servermetrics import SERVER_COLUMNS
 
 
 def _ok(e2e_s: float, completion: int) -> RequestRecord:
@@ -141,3 +142,19 @@ def test_row_cache_computes_each_complete_interval_once_and_starts_over_for_new_
     after_reset = IntervalSeries.empty()  # RESET: a new series
     assert all(row["succeeded"] == 0 for row in _payload(timeline, after_reset, cache=cache)["rows"])
     assert _payload(timeline, series)["rows"][0]["failed"] == 1  # without the cache: computed afresh
+
+
+def test_chart_rows_carry_the_server_columns_read_at_each_interval_end() -> None:
+    timeline, series = Timeline(1.0, extra_columns=SERVER_COLUMNS), IntervalSeries.empty()
+    for index in range(3):
+        series.add(index, _ok(0.2, 10))
+        timeline.sample(index + 0.5, {"in_flight_requests": 1, "users": 4, "workers": 0})
+    timeline.add_extra(0, {"server_running_requests": 3, "server_kv_cache_usage": 0.25})
+    timeline.add_extra(1, {"server_generation_tokens_per_s": 42.0})
+    timeline.due_rows(series, 3.0)
+    rows = _payload(timeline, series, cache=RowCache())["rows"]
+    assert [(r["server_running_requests"], r["server_kv_cache_usage"]) for r in rows] == [(3, 0.25), (None, None)] + [
+        (None, None)
+    ] * (len(rows) - 2)
+    assert rows[1]["server_generation_tokens_per_s"] == 42.0
+    assert rows[0]["in_flight_requests"] == 1  # the gauge samples are kept beside the extra columns

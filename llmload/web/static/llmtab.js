@@ -20,12 +20,16 @@
   function chartSpecs() {
     var failures = cfg.failure_columns.map(function (c) { return [c, c.replace(/_/g, " "), 1]; });
     return [
-      { title: "Output tok/s", series: [["output_tokens_per_s", "output tok/s", 1]] },
+      { title: "Output tok/s", series: [["output_tokens_per_s", "client", 1],
+        ["server_generation_tokens_per_s", "server (its /metrics)", 1, [6, 4]]] },
       { title: "TTFT (ms)", series: [["ttft_p50_s", "p50", 1000], ["ttft_p99_s", "p99", 1000]] },
       { title: "ITL p99 (ms)", series: [["itl_p99_s", "p99", 1000]] },
       { title: "In-flight requests and users",
         series: [["in_flight_requests", "in flight", 1], ["users", "users", 1, [6, 4]]] },
       { title: "Failures per interval, by outcome", bar: true, series: failures },
+      { title: "Server: running and waiting requests", optional: true,
+        series: [["server_running_requests", "running", 1], ["server_waiting_requests", "waiting", 1, [6, 4]]] },
+      { title: "Server: KV-cache usage (%)", optional: true, series: [["server_kv_cache_usage", "KV cache", 100]] },
     ];
   }
 
@@ -60,7 +64,8 @@
     var grid = el("div", { style: "display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:16px" });
     panel.appendChild(grid);
     live.charts = chartSpecs().map(function (spec) {
-      var box = el("div", { style: "position:relative;height:220px" });
+      // a server chart shows once the server's metrics were read (--server-metrics)
+      var box = el("div", { style: "position:relative;height:220px" + (spec.optional ? ";display:none" : "") });
       var canvas = el("canvas", { "data-llmload-chart": spec.title });
       box.appendChild(canvas);
       grid.appendChild(box);
@@ -76,7 +81,7 @@
           animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
           plugins: {
             title: { display: true, text: spec.title },
-            legend: { display: spec.series.length > 1, labels: { filter: spec.bar ? hasData : undefined } },
+            legend: { display: spec.series.length > 1, labels: { filter: spec.bar ? hasData : hasValues } },
           },
           scales: {
             x: { type: "linear", stacked: !!spec.bar, title: { display: true, text: "s since start" } },
@@ -84,9 +89,13 @@
           },
         },
       });
-      return { spec: spec, chart: chart };
+      return { spec: spec, chart: chart, box: box };
     });
     return panel;
+  }
+
+  function hasValues(item, data) {  // a line chart's legend leaves out series never read (e.g. no server metrics)
+    return data.datasets[item.datasetIndex].data.some(function (p) { return p.y !== null; });
   }
 
   function hasData(item, data) {  // the failures legend names the categories that occurred only
@@ -101,6 +110,9 @@
           return { x: r.t, y: v === null || v === undefined ? null : v * s[2] };
         });
       });
+      if (c.spec.optional && c.box.style.display === "none" && c.chart.data.datasets.some(function (d) {
+        return d.data.some(function (p) { return p.y !== null; });
+      })) { c.box.style.display = ""; }
       c.chart.update("none");
     });
     var status = document.getElementById("llmload-charts-status");
