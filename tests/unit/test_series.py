@@ -3,24 +3,15 @@
 import pytest
 
 from llmload.errors import WireFormatError
-from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.record import ErrorInfo, Outcome, RequestRecord
 from llmload.series import IntervalSeries, interval_index
 from llmload.stats import LLMStats
+from llmload.testing import ok_record, spaced_s
 from llmload.wire import WorkerReport, report_from_wire, report_to_wire
 
 
 def _ok(completion: int = 3, ttft_s: float = 0.1, model: str = "m") -> RequestRecord:
-    times = [ttft_s + 0.02 * i for i in range(completion)]
-    return RequestRecord(
-        endpoint="chat",
-        model=model,
-        started_at_unix=1_700_000_000.0,
-        token_times_s=times,
-        first_content_s=times[0],
-        end_s=times[-1] + 0.01,
-        prompt_tokens=TokenCount(10, TokenSource.SERVER),
-        completion_tokens=TokenCount(completion, TokenSource.SERVER),
-    )
+    return ok_record(spaced_s(ttft_s, 0.02, completion), model=model, prompt_tokens=10)
 
 
 def _failed() -> RequestRecord:

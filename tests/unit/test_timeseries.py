@@ -12,24 +12,15 @@ from llmload.exporters.timeseries import (
     series_rows,
 )
 from llmload.histogram import LatencyHistogram
-from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.record import ErrorInfo, Outcome, RequestRecord
 from llmload.series import IntervalSeries
 from llmload.servermetrics import SERVER_COLUMNS
 from llmload.stats import LLMStats
+from llmload.testing import ok_record, spaced_s
 
 
 def _ok(completion: int = 3, ttft_s: float = 0.1, model: str = "m", prompt: int = 10) -> RequestRecord:
-    times = [ttft_s + 0.02 * i for i in range(completion)]
-    return RequestRecord(
-        endpoint="chat",
-        model=model,
-        started_at_unix=1_700_000_000.0,
-        token_times_s=times,
-        first_content_s=times[0],
-        end_s=times[-1] + 0.01,
-        prompt_tokens=TokenCount(prompt, TokenSource.SERVER),
-        completion_tokens=TokenCount(completion, TokenSource.SERVER),
-    )
+    return ok_record(spaced_s(ttft_s, 0.02, completion), model=model, prompt_tokens=prompt)
 
 
 def _failed(outcome: Outcome = Outcome.HTTP_ERROR) -> RequestRecord:
