@@ -36,10 +36,10 @@ from benchlib import private_master_port, start_sim
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from llmload.aggregate.stats import LLMStats  # noqa: E402
 from llmload.exporters.prometheus_server import PrometheusExporter  # noqa: E402
 from llmload.exporters.window import RunView, SlidingWindow  # noqa: E402
-from llmload.record import RequestRecord, TokenCount, TokenSource  # noqa: E402
-from llmload.stats import LLMStats  # noqa: E402
+from llmload.request.record import RequestRecord, TokenCount, TokenSource  # noqa: E402
 
 PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"

@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from llmload.aggregate.series import IntervalSeries
 from llmload.exporters.timeseries import Timeline
 from llmload.exporters.web_charts import RowCache, series_payload
-from llmload.record import RequestRecord, TokenCount, TokenSource
-from llmload.series import IntervalSeries
+from llmload.request.record import RequestRecord, TokenCount, TokenSource
 
 RUN_S = 3600
 TOKENS = 20

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from llmload.config import RunConfig, Timeouts
+from llmload.aggregate.histogram import LatencyHistogram
+from llmload.aggregate.stats import LLMStats
 from llmload.errors import (
     ConfigError,
     DatasetError,
@@ -25,13 +26,12 @@ from llmload.errors import (
     TransportError,
     WireFormatError,
 )
-from llmload.histogram import LatencyHistogram
-from llmload.record import ErrorInfo, ITLKind, Outcome, RequestRecord, TokenCount, TokenSource
-from llmload.sse import SSEDecoder, SSEEvent
-from llmload.stats import LLMStats
+from llmload.request.record import ErrorInfo, ITLKind, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.request.sse import SSEDecoder, SSEEvent
+from llmload.settings.config import RunConfig, Timeouts
 
 if TYPE_CHECKING:
-    from llmload.users import ChatUser, CompletionUser
+    from llmload.edge.users import ChatUser, CompletionUser
 
 from llmload.version import __version__ as __version__
 
@@ -65,7 +65,7 @@ __all__ = [
     "WireFormatError",
 ]
 
-_LAZY = {"ChatUser": "llmload.users", "CompletionUser": "llmload.users"}
+_LAZY = {"ChatUser": "llmload.edge.users", "CompletionUser": "llmload.edge.users"}
 
 
 def __getattr__(name: str) -> Any:

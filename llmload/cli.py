@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "options":
-        from llmload.options import describe
+        from llmload.settings.options import describe
 
         sys.stdout.write(describe())
         return 0

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmload.config import parse_rate
 from llmload.errors import ConfigError
+from llmload.settings.config import parse_rate
 
 __all__ = [
     "DEFAULT_MAX_E2E_S",

@@ -1,7 +1,7 @@
 """Chat clients: `locust -f locustfiles/chat.py -H http://HOST:PORT` (see README)."""
 
-from llmload import hooks
-from llmload.users import ChatUser
+from llmload.edge import hooks
+from llmload.edge.users import ChatUser
 
 hooks.install()
 

@@ -1,7 +1,7 @@
 """Completion clients: `locust -f locustfiles/completions.py -H http://HOST:PORT` (see README)."""
 
-from llmload import hooks
-from llmload.users import CompletionUser
+from llmload.edge import hooks
+from llmload.edge.users import CompletionUser
 
 hooks.install()
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from llmload.record import RequestRecord
+from llmload.request.record import RequestRecord
 from llmload.testing import ReceivedRequest, Reply, ScriptedServer, SendLog
 
 # No hub access from any test, even if something tries to load a tokenizer by name.
@@ -137,10 +137,10 @@ class _FirstCallClock:
 @pytest.fixture
 def run_scripted(gevent_ready: None) -> Callable[..., ScriptedRun]:
     """Run one request through ScriptedServer → GeventHTTPTransport → StreamingClient."""
-    from llmload.client import StreamingClient
-    from llmload.config import Timeouts
-    from llmload.payloads import build_chat_request
-    from llmload.transport import GeventHTTPTransport
+    from llmload.net.transport import GeventHTTPTransport
+    from llmload.request.client import StreamingClient
+    from llmload.request.payloads import build_chat_request
+    from llmload.settings.config import Timeouts
 
     def run(
         reply: Reply,

@@ -2,7 +2,7 @@
 
 ``render_report([doc])`` and ``render_report([a, b])`` return one HTML page
 that opens offline: the charting library (Chart.js, vendored in
-``llmload/web/static``) and the page's own script are inlined, and every
+``llmload/edge/web/static``) and the page's own script are inlined, and every
 value from the documents reaches the page escaped (Jinja2 autoescaping for
 the markup, ``tojson`` for the chart data). The page shows the verdict and
 warnings, the summary table (with deltas B − A when comparing), latency
@@ -47,7 +47,7 @@ __all__ = [
     "write_html_report",
 ]
 
-CHART_LIBRARY = ("web", "static", "chart.umd.min.js")
+CHART_LIBRARY = ("edge", "web", "static", "chart.umd.min.js")
 """Path of the vendored Chart.js bundle inside the ``llmload`` package (shared with the web UI)."""
 
 LATENCY_METRICS = (("ttft_s", "TTFT"), ("ttfc_s", "TTFC"), ("itl_s", "ITL"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"))

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llmload.config import RunConfig
+from llmload.settings.config import RunConfig
 
 __all__ = ["RATE_TOLERANCE", "SendFigures", "load_section"]
 

@@ -29,7 +29,7 @@ the results JSON (``requests.by_outcome``, ``errors``, ``tokens``,
   ``llmload_request_duration_seconds`` (E2E) ``{endpoint,model}`` over
   successes (names follow vLLM's server-side metrics), and
   ``llmload_client_read_lag_seconds`` over every kernel-stamped read of
-  finished requests (the client's own delay, see ``llmload.transport``).
+  finished requests (the client's own delay, see ``llmload.net.transport``).
 - gauges ``llmload_users``, ``llmload_in_flight_requests``, ``llmload_workers``
   (connected workers; 0 for a single process), ``llmload_run_start_time_seconds``.
 - live window gauges ``{endpoint,model}``: ``llmload_window_output_tokens_per_second``,
@@ -45,7 +45,7 @@ the results JSON (``requests.by_outcome``, ``errors``, ``tokens``,
   removed from the host URL).
 
 Histogram buckets: the exported edges are every second edge of
-``llmload.histogram``'s log buckets, ``GAMMA**k`` for even ``k`` from -346 to
+``llmload.aggregate.histogram``'s log buckets, ``GAMMA**k`` for even ``k`` from -346 to
 320 (0.988 ms … 602 s, 334 edges, ratio ``GAMMA**2`` ≈ 1.0408 between
 neighbours). Because each exported edge is also an internal edge, every
 cumulative count ``le=e`` is exact: the number of values ``<= e``. Prometheus'
@@ -69,12 +69,12 @@ from prometheus_client.core import (
     Metric,
 )
 
-from llmload.credentials import public_url
+from llmload.aggregate.histogram import GAMMA, LatencyHistogram
+from llmload.aggregate.stats import LLMStats
 from llmload.exporters.sections import CPU_SATURATION_S, PERCENTILES, READ_LAG_LIMIT_S
 from llmload.exporters.window import RunView, WindowView
-from llmload.histogram import GAMMA, LatencyHistogram
-from llmload.record import Outcome, TokenSource
-from llmload.stats import LLMStats
+from llmload.request.record import Outcome, TokenSource
+from llmload.settings.credentials import public_url
 
 __all__ = [
     "BUCKET_EDGES_S",

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from llmload.record import RequestRecord
+from llmload.request.record import RequestRecord
 
 __all__ = ["RequestsLog", "worker_path"]
 

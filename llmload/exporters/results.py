@@ -19,7 +19,7 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   ``Retry-After`` or a rate-limit body, are ``throttled`` failures.
 - ``duration_s``: last end - first send over finished requests, across all
   workers, on the run's one timeline (each worker's monotonic clock mapped
-  onto the master's wall clock, ``llmload.clock``; no worker's wall clock
+  onto the master's wall clock, ``llmload.run.clock``; no worker's wall clock
   counts). This is vLLM ``benchmark_serving``'s ``duration`` measured on the
   requests themselves, so ramp-up idle time is excluded.
 - ``throughput.requests_per_s``: succeeded / duration_s (vLLM
@@ -32,7 +32,7 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   between token events, never including TTFT; TPOT = (last - first token) /
   (completion tokens - 1); E2E = send → end of reply (vLLM definitions).
   Percentiles are nearest-rank estimates within 1% (see
-  ``llmload.histogram``); ``max`` is exact.
+  ``llmload.aggregate.histogram``); ``max`` is exact.
 - ``goodput`` (with ``--slo``, else null): ``requests_per_s`` = requests that
   succeeded and met every objective / ``duration_s``; ``share`` = the same
   count / finished requests (failures count as not meeting them); ``slo`` = the
@@ -66,13 +66,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmload.clock import OffsetEstimate
-from llmload.config import LengthSpec, RunConfig
-from llmload.credentials import public_header
+from llmload.aggregate.stats import LLMStats
 from llmload.exporters.load import SendFigures, load_section
 from llmload.exporters.sections import client_saturated, stats_sections
+from llmload.run.clock import OffsetEstimate
 from llmload.servermetrics import cross_check
-from llmload.stats import LLMStats
+from llmload.settings.config import LengthSpec, RunConfig
+from llmload.settings.credentials import public_header
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -109,11 +109,12 @@ class RunOutcome:
         sends: the open-loop send figures, combined over processes.
         timeseries: the per-interval rows (``llmload.exporters.timeseries``), run-wide.
         server: the inference server's metrics over the run (``llmload.servermetrics.summarise``), or None.
-        drift: the first stretch of the run against the last (``llmload.drift.drift_section``), or None.
+        drift: the first stretch of the run against the last (``llmload.exporters.drift.drift_section``), or None.
         worker_clocks: per worker id, the bracket of its wall clock minus the
-            master's (``llmload.clock.OffsetEstimate``); empty for one process.
+            master's (``llmload.run.clock.OffsetEstimate``); empty for one process.
         server_warnings: what went wrong with the endpoints given to ``--server-metrics`` (e.g. one never answered).
-        aborted: the ``--abort-on`` threshold that stopped the run (``llmload.thresholds.Breach.as_dict``), or None.
+        aborted: the ``--abort-on`` threshold that stopped the run
+            (``llmload.settings.thresholds.Breach.as_dict``), or None.
         checkpoint_at_s: a checkpoint taken this many seconds into a run still going (a partial
             document, no verdict); None for the run's end.
     """

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any, TypeVar
 
-from llmload.goodput import SLO
-from llmload.histogram import LatencyHistogram
-from llmload.record import Outcome, TokenSource
-from llmload.stats import LATENCY_HISTOGRAM_NAMES, EndpointStats
+from llmload.aggregate.histogram import LatencyHistogram
+from llmload.aggregate.stats import LATENCY_HISTOGRAM_NAMES, EndpointStats
+from llmload.request.record import Outcome, TokenSource
+from llmload.settings.goodput import SLO
 
 __all__ = [
     "CPU_SATURATION_S",

@@ -4,7 +4,7 @@ Every ``interval_s`` seconds of the run gives one *total* row (``endpoint``
 and ``model`` null) and one row per (endpoint, model) that had a request
 finish in the interval. Requests belong to the interval in which they
 finished, on the measuring process's monotonic clock relative to its run
-start (``llmload.series`` says how workers' clocks are aligned). A row holds:
+start (``llmload.aggregate.series`` says how workers' clocks are aligned). A row holds:
 
 - ``t``: start of the interval, seconds since the run's start; the row covers
   ``[t, t + interval_s)``. ``interval_s`` is the configured length, except for
@@ -42,11 +42,11 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from llmload.aggregate.histogram import LatencyHistogram
+from llmload.aggregate.series import IntervalSeries, interval_index
+from llmload.aggregate.stats import EndpointStats, LLMStats
 from llmload.exporters.sections import PERCENTILES
-from llmload.histogram import LatencyHistogram
-from llmload.record import Outcome
-from llmload.series import IntervalSeries, interval_index
-from llmload.stats import EndpointStats, LLMStats
+from llmload.request.record import Outcome
 
 __all__ = [
     "DEFAULT_INTERVAL_S",

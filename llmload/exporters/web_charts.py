@@ -1,9 +1,9 @@
-"""Plain values behind the web UI's live charts and form labels (``llmload.web.charts`` serves them).
+"""Plain values behind the web UI's live charts and form labels (``llmload.edge.web.charts`` serves them).
 
 - ``series_payload``: the answer of ``/llmload/timeseries.json``, the run's
   per-interval total rows (``CHART_COLUMNS``): complete intervals only while
   the run goes; the results' rows, last partial interval included, once it ended.
-- ``form_fields``: label, help and default of each form field, from ``llmload.options``.
+- ``form_fields``: label, help and default of each form field, from ``llmload.settings.options``.
 - ``script_tags``: what is added to Locust's index page.
 """
 
@@ -14,10 +14,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from llmload.aggregate.series import IntervalSeries
 from llmload.exporters.timeseries import Row, Timeline, interval_rows
-from llmload.options import OPTIONS, OptionSpec
-from llmload.record import Outcome
-from llmload.series import IntervalSeries
+from llmload.request.record import Outcome
+from llmload.settings.options import OPTIONS, OptionSpec
 
 __all__ = ["CHART_COLUMNS", "FAILURE_COLUMNS", "RowCache", "form_fields", "script_tags", "series_payload"]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from llmload.aggregate.stats import EndpointStats, LLMStats
 from llmload.exporters.sections import stats_sections
-from llmload.goodput import SLO
-from llmload.stats import EndpointStats, LLMStats
+from llmload.settings.goodput import SLO
 
 __all__ = ["ENDPOINT_COLUMNS", "RUN_COLUMNS", "RunFacts", "endpoint_rows", "run_rows"]
 

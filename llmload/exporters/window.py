@@ -5,7 +5,7 @@ merged statistics, the live window and the runner's gauges. Live outputs
 (today the Prometheus collector) read it and nothing else.
 
 The master (or the single process) gets its statistics as deltas: each
-worker ships what it measured since its previous shipment (``llmload.wire``),
+worker ships what it measured since its previous shipment (``llmload.run.wire``),
 and a standalone runner hands over its recent records every half second. The
 window keeps, per source, the deltas that arrived in the last ``length_s``
 seconds and merges them on demand, so live quantiles come from the same
@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from llmload.stats import LLMStats, StatsKey
+from llmload.aggregate.stats import LLMStats, StatsKey
 
 __all__ = ["DEFAULT_WINDOW_S", "RunView", "SlidingWindow", "WindowView"]
 

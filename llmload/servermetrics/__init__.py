@@ -1,6 +1,6 @@
 """Inference-server metrics: read a ``/metrics`` text, map known servers onto one vocabulary, sum up a run.
 
-Pure: text in, values out (the scraping greenlet is ``llmload.servermetrics_scrape``).
+Pure: text in, values out (the scraping greenlet is ``llmload.net.scrape``).
 ``parse_snapshot`` parses with ``prometheus_client``'s parser, detects the server
 kind and reads the common quantities below; ``ServerRun`` turns the snapshots of
 one endpoint over a run into counter deltas (reset-safe), gauge mean/max and

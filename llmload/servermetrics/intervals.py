@@ -1,6 +1,6 @@
 """Server metrics per time-series interval: gauges, token-counter deltas and rates, from successive scrapes.
 
-The master scrapes every endpoint at each interval's end (``llmload.servermetrics_scrape``);
+The master scrapes every endpoint at each interval's end (``llmload.net.scrape``);
 ``ServerIntervals.add`` turns one such round of reads into the interval's
 server columns (``SERVER_COLUMNS``), all null when nothing was read:
 

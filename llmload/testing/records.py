@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
-from llmload.stats import LLMStats
+from llmload.aggregate.stats import LLMStats
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
 
 __all__ = ["T0_UNIX", "failed_record", "ok_record", "spaced_s", "stats_of"]
 

@@ -12,12 +12,12 @@ import json
 
 import pytest
 
-from llmload.chunks import parse_chunk
-from llmload.payloads import build_completion_request
-from llmload.record import ITLKind, Outcome, TokenSource
-from llmload.sse import SSEDecoder
+from llmload.request.chunks import parse_chunk
+from llmload.request.payloads import build_completion_request
+from llmload.request.record import ITLKind, Outcome, TokenSource
+from llmload.request.sse import SSEDecoder
+from llmload.request.tokens import HFTokenCounter
 from llmload.testing import CF, ROLE, TF, TU, C, Ending, Reply, T, U, W, Write, json_reply, sse
-from llmload.tokens import HFTokenCounter
 from tests.conftest import near
 
 pytestmark = [pytest.mark.integration, pytest.mark.timing]

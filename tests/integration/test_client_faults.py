@@ -55,14 +55,14 @@ import json, sys, time
 import gevent
 from locust.env import Environment
 from hypothesis import HealthCheck, example, given, settings, strategies as st
-from llmload.config import RunConfig
+from llmload.settings.config import RunConfig
 import dataclasses
 from llmload.exporters.console import format_summary
 from llmload.exporters.results import RunOutcome, build_results, judge
-from llmload.runtime import RequestBudget, Runtime
+from llmload.edge.runtime import RequestBudget, Runtime
 from llmload.testing import CF, C, Reply, ScriptedServer, U, W, sse
-from llmload.transport import GeventHTTPTransport
-from llmload.users import ChatUser
+from llmload.net.transport import GeventHTTPTransport
+from llmload.edge.users import ChatUser
 
 STEPS = ("arrival", "prompt", "build", "connect", "post-bug", "post-oserror", "record-log", None)
 SKIPPING = {"arrival", "prompt", "build", "connect", "post-bug"}  # the request is never measured
@@ -208,8 +208,8 @@ def test_nc10_property_faults_at_every_step_of_the_request_path_never_hang_or_hi
 
 
 _ALWAYS_FAILING_LOCUSTFILE = """
-from llmload.hooks import install
-from llmload.users import ChatUser
+from llmload.edge.hooks import install
+from llmload.edge.users import ChatUser
 
 
 class BrokenPromptUser(ChatUser):

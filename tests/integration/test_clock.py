@@ -10,13 +10,13 @@ import gevent
 import gevent.monkey
 import pytest
 
-from llmload.client import StreamingClient
-from llmload.config import Timeouts
 from llmload.exporters.results import RunOutcome, build_results
-from llmload.payloads import LLMRequest, build_completion_request
-from llmload.record import Outcome, RequestRecord
+from llmload.net.transport import GeventHTTPTransport
+from llmload.request.client import StreamingClient
+from llmload.request.payloads import LLMRequest, build_completion_request
+from llmload.request.record import Outcome, RequestRecord
+from llmload.settings.config import Timeouts
 from llmload.testing import TF, Reply, ScriptedServer, T, W, json_reply, sse, stats_of
-from llmload.transport import GeventHTTPTransport
 
 pytestmark = [
     pytest.mark.integration,

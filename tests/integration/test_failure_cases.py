@@ -21,14 +21,16 @@ from pathlib import Path
 import gevent
 import pytest
 
-from llmload.client import StreamingClient
-from llmload.config import Timeouts
+from llmload.aggregate.histogram import LatencyHistogram
+from llmload.aggregate.stats import MAX_ERROR_CATEGORIES, LLMStats
+from llmload.edge.runtime import CpuMonitor
 from llmload.exporters.sections import client_saturated
-from llmload.histogram import LatencyHistogram
-from llmload.payloads import build_chat_request
-from llmload.record import Outcome, RequestRecord
-from llmload.runtime import CpuMonitor
-from llmload.stats import MAX_ERROR_CATEGORIES, LLMStats
+from llmload.net.transport import GeventHTTPTransport
+from llmload.request.client import StreamingClient
+from llmload.request.payloads import build_chat_request
+from llmload.request.record import Outcome, RequestRecord
+from llmload.run.wire import to_wire
+from llmload.settings.config import Timeouts
 from llmload.testing import (
     CF,
     ROLE,
@@ -43,8 +45,6 @@ from llmload.testing import (
     json_reply,
     sse,
 )
-from llmload.transport import GeventHTTPTransport
-from llmload.wire import to_wire
 from tests.integration.procs import free_port, locust_argv, run_locust
 from tests.integration.test_sim import REPO_ROOT, metrics, start_sim, stop_sim
 

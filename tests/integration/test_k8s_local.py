@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 K8S = REPO_ROOT / "k8s"
 SECRETS = {"llmload-api-key": {"OPENAI_API_KEY": "sk-local-pods-test"}}
-RESULTS_LINE_PREFIX = "LLMLOAD_RESULTS "  # llmload.hooks.RESULTS_LINE_PREFIX (importing hooks imports Locust)
+RESULTS_LINE_PREFIX = "LLMLOAD_RESULTS "  # llmload.edge.hooks.RESULTS_LINE_PREFIX (importing hooks imports Locust)
 EXIT_TIMEOUT_S = 60.0
 WORKER_EXIT_S = 15.0  # after the master; Locust's workers give up on a silent master after 60 s
 

@@ -12,7 +12,7 @@ import sys
 import gevent
 import pytest
 
-from llmload.arrivals import Arrival, ArrivalSchedule
+from llmload.workload.arrivals import Arrival, ArrivalSchedule
 from tests.integration.procs import locust_argv, run_locust
 from tests.integration.test_sim import REPO_ROOT, metrics, start_sim, stop_sim
 

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from llmload.client import StreamingClient
-from llmload.config import Timeouts
 from llmload.errors import TransportError
-from llmload.payloads import build_chat_request
-from llmload.proxies import route
-from llmload.record import Outcome
-from llmload.sockets import KERNEL_STAMPS
+from llmload.net.sockets import KERNEL_STAMPS
+from llmload.net.transport import GeventHTTPTransport
+from llmload.request.client import StreamingClient
+from llmload.request.payloads import build_chat_request
+from llmload.request.record import Outcome
+from llmload.settings.config import Timeouts
+from llmload.settings.proxies import route
 from llmload.testing import CF, ROLE, C, Framing, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
-from llmload.transport import GeventHTTPTransport
 from tests.integration.forward_proxy import ForwardProxy
 from tests.integration.procs import locust_argv
 from tests.integration.test_sim import REPO_ROOT

@@ -153,10 +153,10 @@ import json, sys
 import gevent, gevent.lock
 from gevent.pool import Group
 from locust.env import Environment
-from llmload.config import RunConfig
-from llmload.runtime import Runtime
+from llmload.settings.config import RunConfig
+from llmload.edge.runtime import Runtime
 from llmload.testing import ROLE, C, Reply, ScriptedServer, W, sse
-from llmload.users import ChatUser
+from llmload.edge.users import ChatUser
 
 when = sys.argv[1]
 with ScriptedServer(Reply(writes=[W(0, sse(ROLE, C({"content": "a"})))])) as server:

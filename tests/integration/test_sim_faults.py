@@ -20,11 +20,11 @@ from typing import Any
 import gevent
 import pytest
 
-from llmload.client import StreamingClient
-from llmload.config import Timeouts
-from llmload.payloads import LLMRequest, build_chat_request, build_completion_request
-from llmload.record import Outcome, RequestRecord, TokenSource
-from llmload.transport import GeventHTTPTransport
+from llmload.net.transport import GeventHTTPTransport
+from llmload.request.client import StreamingClient
+from llmload.request.payloads import LLMRequest, build_chat_request, build_completion_request
+from llmload.request.record import Outcome, RequestRecord, TokenSource
+from llmload.settings.config import Timeouts
 from tests.integration.procs import locust_argv
 from tests.integration.test_sim import REPO_ROOT, TIMEOUT_S, metric_sum, metrics, start_sim, stop_sim
 

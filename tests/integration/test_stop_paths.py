@@ -228,10 +228,10 @@ _USER_SCRIPT = """
 import json, sys
 from locust.env import Environment
 import gevent
-from llmload.config import RunConfig
-from llmload.runtime import Runtime
+from llmload.settings.config import RunConfig
+from llmload.edge.runtime import Runtime
 from llmload.testing import ROLE, C, Ending, Reply, ScriptedServer, W, sse
-from llmload.users import ChatUser
+from llmload.edge.users import ChatUser
 
 how = sys.argv[1]
 with ScriptedServer(Reply(writes=[W(5, sse(ROLE, C({"content": "a"})))], ending=Ending.STALL)) as server:

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from llmload.client import StreamingClient
-from llmload.config import Timeouts
 from llmload.errors import TransportError
-from llmload.payloads import build_chat_request
-from llmload.record import Outcome
+from llmload.net.transport import GeventHTTPTransport
+from llmload.request.client import StreamingClient
+from llmload.request.payloads import build_chat_request
+from llmload.request.record import Outcome
+from llmload.settings.config import Timeouts
 from llmload.testing import CF, ROLE, C, U, sse
-from llmload.transport import GeventHTTPTransport
 
 pytestmark = [pytest.mark.integration]
 

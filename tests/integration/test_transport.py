@@ -8,14 +8,14 @@ import time
 
 import pytest
 
-from llmload.client import StreamingClient
-from llmload.config import Timeouts
 from llmload.errors import ConfigError, TransportError
-from llmload.payloads import build_chat_request
-from llmload.record import Outcome
-from llmload.sockets import AddressCache
+from llmload.net.sockets import AddressCache
+from llmload.net.transport import GeventHTTPTransport
+from llmload.request.client import StreamingClient
+from llmload.request.payloads import build_chat_request
+from llmload.request.record import Outcome
+from llmload.settings.config import Timeouts
 from llmload.testing import CF, ROLE, C, Ending, Framing, Reply, ScriptedServer, W, json_reply, sse
-from llmload.transport import GeventHTTPTransport
 from tests.conftest import near
 
 pytestmark = pytest.mark.integration

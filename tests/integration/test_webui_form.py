@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.options import OPTIONS
+from llmload.settings.options import OPTIONS
 from tests.integration.procs import final_results_written
 from tests.integration.test_sim import metric_sum, metrics
 from tests.integration.webui import WebUI, web_ui

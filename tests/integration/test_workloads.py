@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from llmload.client import StreamingClient
-from llmload.payloads import build_chat_request
-from llmload.record import TokenSource
+from llmload.request.client import StreamingClient
+from llmload.request.payloads import build_chat_request
+from llmload.request.record import TokenSource
+from llmload.request.tokens import HFTokenCounter
 from llmload.testing import CF, TF, C, ReceivedRequest, Reply, ScriptedServer, T, U, W, json_reply, sse
-from llmload.tokens import HFTokenCounter
 from tests.integration.procs import run_locust
 from tests.integration.test_sim import REPO_ROOT, metrics, start_sim, stop_sim
 from tests.unit.test_client import FakeResponse, FakeTransport
@@ -317,7 +317,7 @@ def test_tokenizer_hub_id_in_local_cache_loads_without_any_hub_request(tmp_path,
         hub.listen(8)
         hub.setblocking(False)
         code = (
-            "from llmload.tokens import load_tokenizer\n"
+            "from llmload.request.tokens import load_tokenizer\n"
             "print(load_tokenizer('org/tiny').count('Hello world'))\n"
             "try:\n    load_tokenizer('org/absent')\nexcept Exception as exc:\n    print(exc)\n"
         )

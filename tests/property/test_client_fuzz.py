@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmload.record import Outcome
+from llmload.request.record import Outcome
 from llmload.testing import CF, ROLE, C, U, sse
 from tests.unit.test_client import CHAT, COMPLETION, run
 

@@ -10,12 +10,12 @@ import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmload.histogram import LatencyHistogram
-from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
-from llmload.stats import MAX_ERROR_CATEGORIES, STATS_SCHEMA, EndpointStats, LLMStats
-from llmload.stats_schema import FieldRule, Merge
+from llmload.aggregate.histogram import LatencyHistogram
+from llmload.aggregate.stats import MAX_ERROR_CATEGORIES, STATS_SCHEMA, EndpointStats, LLMStats
+from llmload.aggregate.stats_schema import FieldRule, Merge
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.run.wire import from_wire, to_wire
 from llmload.testing import failed_record, stats_of
-from llmload.wire import from_wire, to_wire
 
 _SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

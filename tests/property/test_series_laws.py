@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from llmload.aggregate.series import IntervalSeries
+from llmload.aggregate.stats import LLMStats
 from llmload.exporters.timeseries import series_rows
-from llmload.record import RequestRecord
-from llmload.series import IntervalSeries
-from llmload.stats import LLMStats
+from llmload.request.record import RequestRecord
 from tests.property.test_merge_laws import _SETTINGS, records
 
 placed = st.lists(st.tuples(st.integers(0, 6), records()), max_size=20)

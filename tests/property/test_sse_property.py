@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmload.sse import SSEDecoder, SSEEvent
+from llmload.request.sse import SSEDecoder, SSEEvent
 
 # ── a straightforward, whole-stream reading of the WHATWG algorithm ──────
 _LINE_END = re.compile(r"\r\n|\r|\n")

@@ -7,9 +7,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmload.chunks import ReplyAccumulator, parse_chunk
-from llmload.sse import SSEDecoder
-from llmload.stream import ReplyReader
+from llmload.request.chunks import ReplyAccumulator, parse_chunk
+from llmload.request.sse import SSEDecoder
+from llmload.request.stream import ReplyReader
 from llmload.testing import ROLE, TF, TU, C, T, U
 
 _PLAIN = st.sampled_from(["a", " b", "x", "é", "data: ", "}", "💡", " the"])
@@ -100,7 +100,7 @@ def test_reply_reader_equals_decoding_every_event(events, cuts, data):
 def test_itl_samples_add_up_to_the_decode_time_whatever_the_chunking(counts, gaps):
     # n tokens in events of random sizes (server-reported per-event counts): exactly
     # n - 1 samples, summing to last - first token time, so mean ITL == TPOT.
-    from llmload.record import RequestRecord, TokenCount, TokenSource
+    from llmload.request.record import RequestRecord, TokenCount, TokenSource
 
     times = [0.1]
     for gap in gaps[: len(counts) - 1]:

@@ -32,7 +32,7 @@ import gevent
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmload.servermetrics_scrape import ServerScraper
+from llmload.net.scrape import ServerScraper
 from tests.integration.procs import locust_argv
 from tests.real.conftest import REPO_ROOT, LlamaServer
 

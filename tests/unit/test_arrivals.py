@@ -9,8 +9,8 @@ import statistics
 
 import pytest
 
-from llmload.arrivals import Arrival, ArrivalSchedule
 from llmload.errors import ConfigError
+from llmload.workload.arrivals import Arrival, ArrivalSchedule
 
 N_GAPS = 20_000
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from llmload.config import RunConfig
+from llmload.aggregate.stats import LLMStats
 from llmload.exporters.checkpoint import CheckpointWriter
 from llmload.exporters.results import RunOutcome, build_results, judge
-from llmload.stats import LLMStats
+from llmload.settings.config import RunConfig
 from llmload.testing import failed_record
 from tests.unit.test_readme_schema import T0, _ok
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmload.chunks import ChunkDelta, ReplyAccumulator, parse_chunk, read_server_error
 from llmload.errors import SSEProtocolError
+from llmload.request.chunks import ChunkDelta, ReplyAccumulator, parse_chunk, read_server_error
 
 
 def test_parse_chunk_reads_multiple_choices_and_usage():

@@ -7,12 +7,12 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from llmload.chunks import parse_chunk
-from llmload.client import StreamingClient
 from llmload.errors import ConnectionClosedError, RequestTimeout, TransportError
-from llmload.payloads import build_chat_request, build_completion_request
-from llmload.record import Outcome, TokenCount, TokenSource
-from llmload.stream import DeltaTemplate
+from llmload.request.chunks import parse_chunk
+from llmload.request.client import StreamingClient
+from llmload.request.payloads import build_chat_request, build_completion_request
+from llmload.request.record import Outcome, TokenCount, TokenSource
+from llmload.request.stream import DeltaTemplate
 from llmload.testing import CF, ROLE, TF, TU, C, T, U, sse
 
 CHAT = build_chat_request(model="m", messages=[{"role": "user", "content": "hello world"}], max_tokens=8)

@@ -1,4 +1,4 @@
-"""Many machines, one timeline: worker stamps and offsets from the master's plan (``llmload.clock``)."""
+"""Many machines, one timeline: worker stamps and offsets from the master's plan (``llmload.run.clock``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmload.clock import (
+from llmload.aggregate.series import IntervalSeries, interval_index
+from llmload.aggregate.stats import LLMStats
+from llmload.edge.runtime import Runtime
+from llmload.exporters.results import RunOutcome, build_results
+from llmload.exporters.timeseries import series_rows
+from llmload.run.clock import (
     CLOCK_OFFSET_WARN_S,
     OffsetEstimate,
     RunStart,
@@ -17,12 +22,7 @@ from llmload.clock import (
     note_worker_clock,
     offset_warning,
 )
-from llmload.config import RunConfig
-from llmload.exporters.results import RunOutcome, build_results
-from llmload.exporters.timeseries import series_rows
-from llmload.runtime import Runtime
-from llmload.series import IntervalSeries, interval_index
-from llmload.stats import LLMStats
+from llmload.settings.config import RunConfig
 from llmload.testing import ok_record
 
 MASTER_START_UNIX = 1_750_000_000.0

@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from llmload.config import OPTIONS, RunConfig, Timeouts
 from llmload.errors import ConfigError
+from llmload.settings.config import OPTIONS, RunConfig, Timeouts
 
 
 def options(**overrides):

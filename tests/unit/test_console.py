@@ -3,10 +3,10 @@
 import json
 from pathlib import Path
 
+from llmload.aggregate.stats import LLMStats
 from llmload.exporters.console import RESULTS_LINE_PREFIX, format_summary, results_line, summary_lines
 from llmload.exporters.results import write_results_json
-from llmload.record import TokenCount, TokenSource
-from llmload.stats import LLMStats
+from llmload.request.record import TokenCount, TokenSource
 from llmload.testing import T0_UNIX as T0
 from llmload.testing import ok_record
 from tests.unit.test_results import _results, _scenario, _with_reads

@@ -4,7 +4,7 @@ import base64
 
 import pytest
 
-from llmload.credentials import TargetURL, public_url, split_credentials
+from llmload.settings.credentials import TargetURL, public_url, split_credentials
 
 
 def _basic(pair: str) -> str:
@@ -38,7 +38,7 @@ def test_p2_unparsable_url_still_loses_its_credentials():
 
 
 def test_nc08_credential_query_values_are_shown_as_stars_other_parameters_as_given():
-    from llmload.credentials import public_query, public_url, secret_query_names
+    from llmload.settings.credentials import public_query, public_url, secret_query_names
 
     url = "https://u:p@gw.example/openai?api-version=2024-06-01&api_key=s1&sig=s2&token=s3"
     assert public_url(url) == "https://gw.example/openai?api-version=2024-06-01&api_key=***&sig=***&token=***"

@@ -1,14 +1,14 @@
-"""Drift: the first stretch of a run against its last, from constructed series (``llmload.drift``)."""
+"""Drift: the first stretch of a run against its last, from constructed series (``llmload.exporters.drift``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from llmload.drift import MIN_INTERVALS, MIN_SAMPLES, TOLERANCES, drift_section
+from llmload.aggregate.series import IntervalSeries
+from llmload.aggregate.stats import LLMStats
 from llmload.exporters.console import summary_lines
+from llmload.exporters.drift import MIN_INTERVALS, MIN_SAMPLES, TOLERANCES, drift_section
 from llmload.exporters.results import RunOutcome, build_results
-from llmload.series import IntervalSeries
-from llmload.stats import LLMStats
 from llmload.testing import failed_record, ok_record
 
 INTERVAL_S = 10.0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from llmload.client import StreamingClient
 from llmload.errors import (
     ConnectionClosedError,
     HTTPStatusError,
@@ -16,7 +15,8 @@ from llmload.errors import (
     ThrottledError,
     TransportError,
 )
-from llmload.failures import (
+from llmload.request.client import StreamingClient
+from llmload.request.failures import (
     FAILURES,
     RETRY_AFTER_JITTER,
     IncompleteReplyError,
@@ -30,9 +30,9 @@ from llmload.failures import (
     skip_pause_s,
     throttle_pause_s,
 )
-from llmload.payloads import build_chat_request
-from llmload.record import ErrorInfo, Outcome, RequestRecord
-from llmload.stream import ReplyFailure
+from llmload.request.payloads import build_chat_request
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord
+from llmload.request.stream import ReplyFailure
 
 
 @pytest.mark.parametrize(

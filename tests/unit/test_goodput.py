@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from llmload.config import RunConfig
+from llmload.aggregate.stats import LLMStats
 from llmload.errors import ConfigError, WireFormatError
 from llmload.exporters.console import format_summary
 from llmload.exporters.results import RunOutcome, build_results
-from llmload.goodput import SLO, parse_slo
-from llmload.record import RequestRecord
-from llmload.stats import LLMStats
+from llmload.request.record import RequestRecord
+from llmload.run.wire import from_wire, to_wire
+from llmload.settings.config import RunConfig
+from llmload.settings.goodput import SLO, parse_slo
 from llmload.testing import T0_UNIX, failed_record, ok_record, spaced_s
-from llmload.wire import from_wire, to_wire
 
 
 def _results(stats: LLMStats, slo: SLO | None = None) -> dict[str, Any]:

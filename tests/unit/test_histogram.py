@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from llmload.histogram import GAMMA, RELATIVE_ACCURACY, ZERO_THRESHOLD_S, LatencyHistogram
+from llmload.aggregate.histogram import GAMMA, RELATIVE_ACCURACY, ZERO_THRESHOLD_S, LatencyHistogram
 
 # Relative slack for floating-point rounding at bucket edges (documented in histogram.py).
 _TOLERANCE = RELATIVE_ACCURACY * (1 + 1e-9)

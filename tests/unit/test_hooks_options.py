@@ -9,7 +9,7 @@ from tests.integration.test_sim import REPO_ROOT
 def test_options_appear_in_the_web_ui_custom_parameters_and_help():
     code = (
         "from locust import argument_parser as ap\n"
-        "from llmload import hooks\n"
+        "from llmload.edge import hooks\n"
         "hooks.install()\n"
         "parser = ap.get_parser()\n"
         "ui = ap.ui_extra_args_dict(['locust', '-f', 'locustfiles/chat.py'])\n"

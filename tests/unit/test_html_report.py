@@ -14,8 +14,9 @@ from typing import Any
 import markupsafe
 import pytest
 
+from llmload.aggregate.series import IntervalSeries
 from llmload.cli import main as cli_main
-from llmload.drift import drift_section
+from llmload.exporters.drift import drift_section
 from llmload.exporters.html import (
     ReportError,
     compare_rows,
@@ -24,7 +25,6 @@ from llmload.exporters.html import (
     render_report,
     write_html_report,
 )
-from llmload.series import IntervalSeries
 from llmload.servermetrics import SERVER_COLUMNS
 from llmload.servermetrics.names import GAUGES
 from llmload.testing import ok_record

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from llmload.interrupt import Interrupter
+from llmload.edge.interrupt import Interrupter
 
 
 class Recorder:
@@ -38,7 +38,7 @@ def test_p1_interrupter_forward_is_idempotent():
 
 _REAL_SIGNAL = """
 import os, signal, gevent
-from llmload.interrupt import Interrupter
+from llmload.edge.interrupt import Interrupter
 main = gevent.getcurrent()
 interrupter = Interrupter(main)
 interrupter.install()

@@ -21,7 +21,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from llmload.options import OPTIONS
+from llmload.settings.options import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"

@@ -4,10 +4,10 @@ import dataclasses
 
 import pytest
 
-from llmload.arrivals import Arrival, ArrivalSchedule
-from llmload.config import RunConfig
+from llmload.edge.runtime import RequestBudget, Runtime, SendWindow
 from llmload.exporters.load import SendFigures, load_section
-from llmload.runtime import RequestBudget, Runtime, SendWindow
+from llmload.settings.config import RunConfig
+from llmload.workload.arrivals import Arrival, ArrivalSchedule
 
 
 def results(total=100, duration=10.0, delay_max=0.02, span=None, cancelled=0):

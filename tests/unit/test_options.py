@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from llmload.config import RunConfig, Timeouts
-from llmload.credentials import public_header
 from llmload.errors import ConfigError
-from llmload.options import GROUPS, OPTIONS, default, describe
-from llmload.preflight import join_url
+from llmload.request.preflight import join_url
+from llmload.settings.config import RunConfig, Timeouts
+from llmload.settings.credentials import public_header
+from llmload.settings.options import GROUPS, OPTIONS, default, describe
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -72,7 +72,7 @@ def test_web_ui_form_follows_the_table_order_with_dropdowns_and_llmload_messages
     code = (
         "import json\n"
         "from locust import argument_parser as ap\n"
-        "from llmload import hooks\n"
+        "from llmload.edge import hooks\n"
         "hooks.install()\n"
         "ui = ap.ui_extra_args_dict(['locust', '-f', 'locustfiles/chat.py', '--arrival', 'GAMMA'])\n"
         "print(json.dumps({'order': list(ui), 'arrival': ui['arrival'], 'usage': ui['stream_usage']['choices']}))\n"

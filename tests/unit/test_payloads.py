@@ -7,7 +7,7 @@ import json
 import pytest
 
 from llmload.errors import ConfigError
-from llmload.payloads import build_chat_request, build_completion_request
+from llmload.request.payloads import build_chat_request, build_completion_request
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello world"}]
 

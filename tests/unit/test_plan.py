@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmload.plan import RunPlan, WorkerShare, split_run, users_per_worker
+from llmload.run.plan import RunPlan, WorkerShare, split_run, users_per_worker
 
 
 def test_split_run_quota_remainder_goes_to_the_first_workers() -> None:
@@ -81,7 +81,7 @@ def test_plan_share_for_a_worker_left_out() -> None:
 
 
 def test_fewer_users_than_workers_is_refused_only_when_a_total_is_shared():
-    from llmload.plan import users_short_of_workers
+    from llmload.run.plan import users_short_of_workers
 
     message = users_short_of_workers(1, 2, ("--num-requests",))
     assert message is not None

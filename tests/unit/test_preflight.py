@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from llmload.errors import ConfigError, TransportError
-from llmload.preflight import ModelList, check_open_files, choose_model, fetch_models
+from llmload.request.preflight import ModelList, check_open_files, choose_model, fetch_models
 
 
 @dataclass

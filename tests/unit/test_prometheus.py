@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from llmload.aggregate.histogram import LatencyHistogram
+from llmload.aggregate.stats import MAX_ERROR_CATEGORIES, LLMStats
 from llmload.exporters.prometheus import BUCKET_EDGES_S, MAX_LABEL_CHARS, histogram_buckets
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.results import RunOutcome, build_results
 from llmload.exporters.window import RunView, SlidingWindow
-from llmload.histogram import LatencyHistogram
-from llmload.record import Outcome, TokenSource
-from llmload.stats import MAX_ERROR_CATEGORIES, LLMStats
+from llmload.request.record import Outcome, TokenSource
 from llmload.testing import T0_UNIX as T0
 from llmload.testing import failed_record, ok_record, spaced_s
 

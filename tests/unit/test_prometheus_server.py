@@ -10,9 +10,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmload.aggregate.stats import LLMStats
 from llmload.errors import ConfigError
 from llmload.exporters.prometheus_server import PrometheusExporter
-from llmload.stats import LLMStats
 from llmload.testing import ok_record, spaced_s
 from tests.unit.test_prometheus import FakeClock, _view
 

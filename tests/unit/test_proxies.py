@@ -1,4 +1,4 @@
-"""llmload.proxies: the proxy environment read as other Python HTTP clients read it."""
+"""llmload.settings.proxies: the proxy environment read as other Python HTTP clients read it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import urllib.request
 import pytest
 
 from llmload.errors import ConfigError
-from llmload.proxies import choose_proxy, route
+from llmload.settings.proxies import choose_proxy, route
 
 PROXY = "http://127.0.0.1:3128"
 

@@ -25,20 +25,20 @@ from typing import Any
 
 import pytest
 
-from llmload.clock import OffsetEstimate
-from llmload.config import LengthSpec, RunConfig
-from llmload.drift import drift_section
+from llmload.aggregate.series import IntervalSeries
+from llmload.aggregate.stats import LLMStats
+from llmload.exporters.drift import drift_section
 from llmload.exporters.load import SendFigures
 from llmload.exporters.results import RunOutcome, build_results
 from llmload.exporters.timeseries import Timeline
-from llmload.goodput import SLO
-from llmload.record import ITLKind, RequestRecord, TokenCount, TokenSource
-from llmload.series import IntervalSeries
+from llmload.request.record import ITLKind, RequestRecord, TokenCount, TokenSource
+from llmload.run.clock import OffsetEstimate
 from llmload.servermetrics import SERVER_COLUMNS, summarise
-from llmload.stats import LLMStats
+from llmload.settings.config import LengthSpec, RunConfig
+from llmload.settings.goodput import SLO
+from llmload.settings.thresholds import parse_thresholds
 from llmload.sweep import parse_sweep, step_section, sweep_document
 from llmload.testing import failed_record
-from llmload.thresholds import parse_thresholds
 from tests.unit.test_servermetrics import fixture, run_of, vllm_text
 
 README = Path(__file__).resolve().parents[2] / "README.md"

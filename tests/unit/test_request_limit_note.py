@@ -6,7 +6,7 @@ import importlib.util
 import logging
 from pathlib import Path
 
-from llmload.plan import RequestLimitNote
+from llmload.run.plan import RequestLimitNote
 
 
 def _record(msg: str) -> logging.LogRecord:

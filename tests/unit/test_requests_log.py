@@ -3,7 +3,7 @@
 import json
 
 from llmload.exporters.requests_log import RequestsLog, worker_path
-from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
 
 
 def test_requests_log_worker_path_inserts_the_index():

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from llmload.config import RunConfig
+from llmload.aggregate.histogram import LatencyHistogram
+from llmload.aggregate.stats import LLMStats
 from llmload.exporters.console import format_summary
 from llmload.exporters.results import (
     SCHEMA_VERSION,
@@ -18,9 +19,8 @@ from llmload.exporters.results import (
     write_results_json,
 )
 from llmload.exporters.sections import CPU_SATURATION_S, client_saturated
-from llmload.histogram import LatencyHistogram
-from llmload.record import Outcome, RequestRecord, TokenCount, TokenSource
-from llmload.stats import LLMStats
+from llmload.request.record import Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.settings.config import RunConfig
 from llmload.testing import T0_UNIX as T0
 from llmload.testing import failed_record, ok_record, stats_of
 

@@ -2,10 +2,10 @@
 
 import time
 
-from llmload.config import RunConfig
-from llmload.record import RequestRecord, TokenCount, TokenSource
-from llmload.runtime import RequestBudget, Runtime
-from llmload.series import FoldedTotal, IntervalSeries
+from llmload.aggregate.series import FoldedTotal, IntervalSeries
+from llmload.edge.runtime import RequestBudget, Runtime
+from llmload.request.record import RequestRecord, TokenCount, TokenSource
+from llmload.settings.config import RunConfig
 
 
 def test_budget_grants_exactly_its_limit_and_reports_done_once():
@@ -93,8 +93,8 @@ def test_closed_budget_grants_nothing_and_reports_nothing():
 
 
 def test_end_run_closes_the_budget_and_remembers_the_run():
-    from llmload.config import RunConfig
-    from llmload.runtime import Runtime
+    from llmload.edge.runtime import Runtime
+    from llmload.settings.config import RunConfig
 
     runtime = Runtime(config=RunConfig())
     runtime.run_id = "r1"

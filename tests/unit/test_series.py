@@ -2,12 +2,12 @@
 
 import pytest
 
+from llmload.aggregate.series import IntervalSeries, interval_index
+from llmload.aggregate.stats import LLMStats
 from llmload.errors import WireFormatError
-from llmload.record import ErrorInfo, Outcome, RequestRecord
-from llmload.series import IntervalSeries, interval_index
-from llmload.stats import LLMStats
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord
+from llmload.run.wire import WorkerReport, report_from_wire, report_to_wire
 from llmload.testing import ok_record, spaced_s
-from llmload.wire import WorkerReport, report_from_wire, report_to_wire
 
 
 def _ok(completion: int = 3, ttft_s: float = 0.1, model: str = "m") -> RequestRecord:

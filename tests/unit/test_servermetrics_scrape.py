@@ -8,7 +8,7 @@ import gevent
 import pytest
 
 from llmload.errors import ServerMetricsError
-from llmload.servermetrics_scrape import ServerScraper, metrics_urls, routed_fetch
+from llmload.net.scrape import ServerScraper, metrics_urls, routed_fetch
 
 
 def vllm(prompt: int, gen: int, running: int = 0) -> str:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from llmload.sse import SSEDecoder, SSEEvent
+from llmload.request.sse import SSEDecoder, SSEEvent
 
 
 def feed_all(*chunks: bytes) -> list[SSEEvent]:

@@ -2,9 +2,9 @@
 
 import pytest
 
-from llmload.histogram import LatencyHistogram
-from llmload.record import ITLKind, Outcome, RequestRecord, TokenCount, TokenSource
-from llmload.stats import MAX_ERROR_CATEGORIES, MAX_ERROR_SAMPLES, OVERFLOW_CATEGORY, ErrorGroup, LLMStats
+from llmload.aggregate.histogram import LatencyHistogram
+from llmload.aggregate.stats import MAX_ERROR_CATEGORIES, MAX_ERROR_SAMPLES, OVERFLOW_CATEGORY, ErrorGroup, LLMStats
+from llmload.request.record import ITLKind, Outcome, RequestRecord, TokenCount, TokenSource
 from llmload.testing import T0_UNIX as T0
 from llmload.testing import failed_record, ok_record, stats_of
 

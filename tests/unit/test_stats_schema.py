@@ -4,11 +4,17 @@ from dataclasses import dataclass
 
 import pytest
 
-from llmload.histogram import LatencyHistogram
-from llmload.record import Outcome
-from llmload.stats import CLIENT_HISTOGRAM_NAMES, LATENCY_HISTOGRAM_NAMES, STATS_SCHEMA, EndpointStats, LLMStats
-from llmload.stats_schema import Merge, counter, counts, histogram, schema_of
-from llmload.wire import from_wire, to_wire
+from llmload.aggregate.histogram import LatencyHistogram
+from llmload.aggregate.stats import (
+    CLIENT_HISTOGRAM_NAMES,
+    LATENCY_HISTOGRAM_NAMES,
+    STATS_SCHEMA,
+    EndpointStats,
+    LLMStats,
+)
+from llmload.aggregate.stats_schema import Merge, counter, counts, histogram, schema_of
+from llmload.request.record import Outcome
+from llmload.run.wire import from_wire, to_wire
 
 
 def test_schema_of_refuses_a_field_without_a_merge_rule() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmload.record import Outcome
-from llmload.stream import ReplyFailure, ReplyReader
+from llmload.request.record import Outcome
+from llmload.request.stream import ReplyFailure, ReplyReader
 from llmload.testing import TF, T, sse
 
 

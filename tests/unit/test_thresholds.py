@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from llmload.config import RunConfig
+from llmload.aggregate.stats import LLMStats
 from llmload.errors import ConfigError
 from llmload.exporters.timeseries import columns, interval_rows
-from llmload.options import OPTIONS
-from llmload.stats import LLMStats
+from llmload.settings.config import RunConfig
+from llmload.settings.options import OPTIONS
+from llmload.settings.thresholds import METRICS, Threshold, ThresholdWatch, parse_threshold, parse_thresholds
 from llmload.testing import failed_record
-from llmload.thresholds import METRICS, Threshold, ThresholdWatch, parse_threshold, parse_thresholds
 from tests.unit.test_config import options
 from tests.unit.test_readme_schema import _ok
 

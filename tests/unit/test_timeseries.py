@@ -2,6 +2,9 @@
 
 import pytest
 
+from llmload.aggregate.histogram import LatencyHistogram
+from llmload.aggregate.series import IntervalSeries
+from llmload.aggregate.stats import LLMStats
 from llmload.exporters.timeseries import (
     GAUGE_COLUMNS,
     Timeline,
@@ -11,11 +14,8 @@ from llmload.exporters.timeseries import (
     progress_line,
     series_rows,
 )
-from llmload.histogram import LatencyHistogram
-from llmload.record import ErrorInfo, Outcome, RequestRecord
-from llmload.series import IntervalSeries
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord
 from llmload.servermetrics import SERVER_COLUMNS
-from llmload.stats import LLMStats
 from llmload.testing import ok_record, spaced_s
 
 

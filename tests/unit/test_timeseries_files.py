@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from llmload.config import RunConfig
+from llmload.aggregate.series import IntervalSeries
 from llmload.exporters.results import RunOutcome, build_results
 from llmload.exporters.timeseries import columns, series_rows
 from llmload.exporters.timeseries_files import STATS_COLUMNS, TimeseriesLog, csv_paths, write_csv_files
-from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
-from llmload.series import IntervalSeries
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.settings.config import RunConfig
 
 
 def _record(model: str, completion: int, *, ok: bool = True) -> RequestRecord:

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from llmload.errors import TokenizerError
-from llmload.record import TokenCount, TokenSource
-from llmload.tokens import HFTokenCounter, load_tokenizer, resolve_completion_tokens, resolve_prompt_tokens
+from llmload.request.record import TokenCount, TokenSource
+from llmload.request.tokens import HFTokenCounter, load_tokenizer, resolve_completion_tokens, resolve_prompt_tokens
 
 
 def test_hf_token_counter_never_adds_bos(tiny_bos_tokenizer):
@@ -66,7 +66,7 @@ def test_load_tokenizer_broken_local_directory_names_the_path(tmp_path):
 
 
 def test_import_llmload_tokens_does_not_import_transformers():
-    code = "import sys, llmload.tokens, llmload.client; print('transformers' in sys.modules)"
+    code = "import sys, llmload.request.tokens, llmload.request.client; print('transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from llmload.aggregate.series import IntervalSeries
 from llmload.exporters.timeseries import Timeline
 from llmload.exporters.web_charts import (
     CHART_COLUMNS,
@@ -16,10 +17,9 @@ from llmload.exporters.web_charts import (
     script_tags,
     series_payload,
 )
-from llmload.options import OPTIONS, OptionSpec
-from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
-from llmload.series import IntervalSeries
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
 from llmload.servermetrics import SERVER_COLUMNS
+from llmload.settings.options import OPTIONS, OptionSpec
 
 
 def _ok(e2e_s: float, completion: int) -> RequestRecord:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from llmload.config import RunConfig
+from llmload.aggregate.stats import LLMStats
 from llmload.exporters.console import summary_lines
 from llmload.exporters.results import RunOutcome, build_results
-from llmload.failures import grouped_error
-from llmload.record import ErrorInfo, Outcome, RequestRecord
-from llmload.stats import LLMStats
+from llmload.request.failures import grouped_error
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord
+from llmload.settings.config import RunConfig
 
 
 def _failed(message: str, category: str = "HTTP 500 InternalServerError") -> RequestRecord:

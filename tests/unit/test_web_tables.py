@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from llmload.aggregate.stats import LLMStats
 from llmload.exporters.web_tables import ENDPOINT_COLUMNS, RunFacts, endpoint_rows, run_rows
-from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
-from llmload.stats import LLMStats
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
 
 
 def _ok(endpoint: str, e2e_s: float, completion: int) -> RequestRecord:

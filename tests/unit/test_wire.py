@@ -8,10 +8,10 @@ from typing import Any
 import msgpack
 import pytest
 
+from llmload.aggregate.stats import MAX_ERROR_CATEGORIES, OVERFLOW_CATEGORY, LLMStats
 from llmload.errors import WireFormatError
-from llmload.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
-from llmload.stats import MAX_ERROR_CATEGORIES, OVERFLOW_CATEGORY, LLMStats
-from llmload.wire import WIRE_VERSION, from_wire, to_wire
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.run.wire import WIRE_VERSION, from_wire, to_wire
 
 T0 = 1_700_000_000.0
 

@@ -5,11 +5,11 @@ import json
 import msgpack
 import pytest
 
+from llmload.aggregate.stats import LLMStats
 from llmload.errors import WireFormatError
-from llmload.plan import RunPlan, split_run
-from llmload.record import Outcome, RequestRecord
-from llmload.stats import LLMStats
-from llmload.wire import (
+from llmload.request.record import Outcome, RequestRecord
+from llmload.run.plan import RunPlan, split_run
+from llmload.run.wire import (
     ENVELOPE_VERSION,
     WorkerReport,
     plan_from_wire,

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from llmload.config import LengthSpec, RunConfig
-from llmload.datasets import Message, load_dataset
 from llmload.errors import ConfigError, DatasetError
-from llmload.tokens import HFTokenCounter
-from llmload.workload import Conversation, Prompt, Workload, build_workload
+from llmload.request.tokens import HFTokenCounter
+from llmload.settings.config import LengthSpec, RunConfig
+from llmload.workload.datasets import Message, load_dataset
+from llmload.workload.prompts import Conversation, Prompt, Workload, build_workload
 
 
 def _jsonl(tmp_path: Path, lines: list[object | str], name: str = "d.jsonl") -> str:

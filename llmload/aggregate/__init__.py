@@ -1,0 +1,1 @@
+"""Mergeable accumulators over RequestRecords: histograms, per-endpoint stats, the time series."""

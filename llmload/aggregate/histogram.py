@@ -1,0 +1,332 @@
+"""Mergeable latency histogram with fixed logarithmic buckets (DDSketch mapping).
+
+Values are seconds, ``>= 0``. Bucket ``i`` holds the values ``x`` with
+``GAMMA**(i-1) < x <= GAMMA**i``, i.e. ``i = ceil(log(x) / log(GAMMA))``, and
+is represented by ``2 * GAMMA**i / (GAMMA + 1)``. With
+``GAMMA = (1 + a) / (1 - a)`` every value in a bucket lies within a relative
+distance ``a`` of that representative, so any quantile estimate is within
+``a = RELATIVE_ACCURACY = 1%`` of the exact value of the same rank (up to
+floating-point rounding at bucket edges, ~1e-15 relative). This is the
+logarithmic mapping and guarantee of DDSketch: Masson, Rim and Lee, "DDSketch:
+A Fast and Fully-Mergeable Quantile Sketch with Relative-Error Guarantees",
+PVLDB 12(12), 2019.
+
+Values below ``ZERO_THRESHOLD_S`` (1 ns) share one zero bucket whose estimate
+is 0 (absolute error < 1 ns). Count, min and max are exact; the sum is kept
+as integer nanoseconds (each ``add``/``add_many`` rounded to 1 ns) so that
+merging is exactly associative and commutative (float addition is not).
+
+``GAMMA`` and ``ZERO_THRESHOLD_S`` are fixed: they are part of wire version 1
+(see ``llmload.run.wire``). Changing them requires a new wire version.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+__all__ = ["GAMMA", "RELATIVE_ACCURACY", "ZERO_THRESHOLD_S", "LatencyHistogram"]
+
+RELATIVE_ACCURACY = 0.01
+GAMMA = (1.0 + RELATIVE_ACCURACY) / (1.0 - RELATIVE_ACCURACY)
+ZERO_THRESHOLD_S = 1e-9
+
+_INV_LOG_GAMMA = 1.0 / math.log(GAMMA)
+_REPRESENTATIVE_FACTOR = 2.0 / (GAMMA + 1.0)
+_NS_PER_S = 1e9
+_INF = math.inf
+# Tolerance on q*n when computing the nearest rank, so that 0.07 * 100
+# (= 7.000000000000001 in binary floating point) means rank 7, not 8.
+_RANK_EPSILON = 1e-9
+
+
+def _representative_s(index: int) -> float:
+    """Return the value reported for bucket ``index``: within 1% of all its members."""
+    return _REPRESENTATIVE_FACTOR * GAMMA**index
+
+
+def _check_q(q: float) -> None:
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile q must be within [0, 1], got {q!r}; pass e.g. 0.99 for p99")
+
+
+class LatencyHistogram:
+    """Sparse log-bucket histogram of durations in seconds.
+
+    Mutable through ``add``/``add_many``/``merge_in``; ``merge`` is pure.
+    ``merge`` is associative and commutative with ``empty()`` as identity,
+    and equality compares the full state (buckets, count, sum, min, max).
+    """
+
+    __slots__ = ("_bins", "_count", "_max_s", "_min_s", "_sum_ns", "_zero_count")
+
+    def __init__(self) -> None:
+        """Create an empty histogram; prefer ``LatencyHistogram.empty()``."""
+        self._bins: dict[int, int] = {}
+        self._zero_count = 0
+        self._count = 0
+        self._sum_ns = 0
+        self._min_s = _INF
+        self._max_s = -_INF
+
+    # ── construction ────────────────────────────────────────────────────
+    @classmethod
+    def empty(cls) -> LatencyHistogram:
+        """Return a histogram without samples (the identity of ``merge``)."""
+        return cls()
+
+    @classmethod
+    def from_buckets(
+        cls,
+        *,
+        buckets: Iterable[tuple[int, int]],
+        zero_count: int,
+        sum_ns: int,
+        min_s: float | None,
+        max_s: float | None,
+    ) -> LatencyHistogram:
+        """Rebuild a histogram from its parts, as produced by ``buckets()`` and the accessors.
+
+        Args:
+            buckets: ``(index, count)`` pairs; indexes unique, counts > 0.
+            zero_count: number of values below ``ZERO_THRESHOLD_S``.
+            sum_ns: exact sum of all values in integer nanoseconds.
+            min_s: smallest value; None exactly when there are no values.
+            max_s: largest value; None exactly when there are no values.
+
+        Raises:
+            ValueError: the parts are inconsistent (the message names the part).
+        """
+        hist = cls()
+        bins = hist._bins
+        total = 0
+        for index, count in buckets:
+            if index in bins:
+                raise ValueError(f"histogram bucket index {index} appears twice; indexes must be unique")
+            if count <= 0:
+                raise ValueError(f"histogram bucket {index} has count {count}; counts must be positive")
+            bins[index] = count
+            total += count
+        if zero_count < 0:
+            raise ValueError(f"histogram zero_count must be >= 0, got {zero_count}")
+        if sum_ns < 0:
+            raise ValueError(f"histogram sum_ns must be >= 0, got {sum_ns}")
+        total += zero_count
+        if total == 0:
+            if min_s is not None or max_s is not None or sum_ns != 0:
+                raise ValueError(f"empty histogram must have min/max None and sum 0, got {min_s!r}/{max_s!r}/{sum_ns}")
+            return hist
+        if min_s is None or max_s is None or not 0.0 <= min_s <= max_s < _INF:
+            raise ValueError(
+                f"histogram with {total} values needs finite 0 <= min <= max, got min={min_s!r} max={max_s!r}"
+            )
+        hist._zero_count = zero_count
+        hist._count = total
+        hist._sum_ns = sum_ns
+        hist._min_s = float(min_s)
+        hist._max_s = float(max_s)
+        return hist
+
+    def copy(self) -> LatencyHistogram:
+        """Return an independent copy."""
+        other = LatencyHistogram()
+        other._bins = self._bins.copy()
+        other._zero_count = self._zero_count
+        other._count = self._count
+        other._sum_ns = self._sum_ns
+        other._min_s = self._min_s
+        other._max_s = self._max_s
+        return other
+
+    # ── recording ───────────────────────────────────────────────────────
+    def add(self, value_s: float) -> None:
+        """Record one duration in seconds.
+
+        Raises:
+            ValueError: ``value_s`` is negative, NaN or infinite.
+        """
+        if ZERO_THRESHOLD_S <= value_s < _INF:
+            index = math.ceil(math.log(value_s) * _INV_LOG_GAMMA)
+            bins = self._bins
+            bins[index] = bins.get(index, 0) + 1
+        elif 0.0 <= value_s < ZERO_THRESHOLD_S:
+            self._zero_count += 1
+        else:
+            raise ValueError(
+                f"latency must be a finite number of seconds >= 0, got {value_s!r}; "
+                "check the clock used to time the request (use time.perf_counter)"
+            )
+        self._count += 1
+        self._sum_ns += round(value_s * _NS_PER_S)
+        # Plain comparisons: about twice as fast as calling min()/max() on this hot path.
+        if value_s < self._min_s:  # noqa: PLR1730
+            self._min_s = value_s
+        if value_s > self._max_s:  # noqa: PLR1730
+            self._max_s = value_s
+
+    def add_many(self, values_s: Iterable[float]) -> None:
+        """Record every duration of ``values_s`` (seconds).
+
+        Like calling ``add`` for each value, but faster (every request's ITL
+        samples go through here); the sum of the batch is rounded to 1 ns once.
+
+        Raises:
+            ValueError: a value is negative, NaN or infinite; the values before
+                it are recorded, the rest are not.
+        """
+        values = values_s if isinstance(values_s, list | tuple) else list(values_s)
+        bins = self._bins
+        get = bins.get
+        log = math.log
+        ceil = math.ceil
+        inv_log_gamma = _INV_LOG_GAMMA
+        n = zero = 0
+        lo = self._min_s
+        hi = self._max_s
+        try:
+            for value_s in values:
+                if ZERO_THRESHOLD_S <= value_s < _INF:
+                    index = ceil(log(value_s) * inv_log_gamma)
+                    bins[index] = get(index, 0) + 1
+                elif 0.0 <= value_s < ZERO_THRESHOLD_S:
+                    zero += 1
+                else:
+                    self.add(value_s)  # raises the same error as add()
+                n += 1
+                if value_s < lo:  # noqa: PLR1730
+                    lo = value_s
+                if value_s > hi:  # noqa: PLR1730
+                    hi = value_s
+        finally:
+            self._count += n
+            self._zero_count += zero
+            self._sum_ns += round(math.fsum(values[:n] if n < len(values) else values) * _NS_PER_S)
+            self._min_s = lo
+            self._max_s = hi
+
+    def merge_in(self, other: LatencyHistogram) -> None:
+        """Add all of ``other``'s values to this histogram, in place."""
+        if other._count == 0:
+            return
+        bins = self._bins
+        for index, count in other._bins.items():
+            bins[index] = bins.get(index, 0) + count
+        self._zero_count += other._zero_count
+        self._count += other._count
+        self._sum_ns += other._sum_ns
+        self._min_s = min(self._min_s, other._min_s)
+        self._max_s = max(self._max_s, other._max_s)
+
+    def merge(self, other: LatencyHistogram) -> LatencyHistogram:
+        """Return a new histogram holding the values of both; neither input changes."""
+        merged = self.copy()
+        merged.merge_in(other)
+        return merged
+
+    # ── reading ─────────────────────────────────────────────────────────
+    @property
+    def count(self) -> int:
+        """Number of recorded values."""
+        return self._count
+
+    @property
+    def zero_count(self) -> int:
+        """Number of values below ``ZERO_THRESHOLD_S``."""
+        return self._zero_count
+
+    @property
+    def sum_ns(self) -> int:
+        """Sum of the values in integer nanoseconds (rounded once per ``add``/``add_many`` call)."""
+        return self._sum_ns
+
+    @property
+    def sum_s(self) -> float:
+        """Sum of the values in seconds."""
+        return self._sum_ns / _NS_PER_S
+
+    @property
+    def mean(self) -> float | None:
+        """Arithmetic mean in seconds (exact to 1 ns); None when empty."""
+        return self._sum_ns / _NS_PER_S / self._count if self._count else None
+
+    @property
+    def min(self) -> float | None:
+        """Smallest value in seconds (exact); None when empty."""
+        return self._min_s if self._count else None
+
+    @property
+    def max(self) -> float | None:
+        """Largest value in seconds (exact); None when empty."""
+        return self._max_s if self._count else None
+
+    def buckets(self) -> list[tuple[int, int]]:
+        """Return the non-empty ``(index, count)`` pairs sorted by index (zero bucket excluded)."""
+        return sorted(self._bins.items())
+
+    def quantile(self, q: float) -> float | None:
+        """Estimate the ``q``-quantile in seconds; None when empty.
+
+        Nearest-rank definition: the value of 1-based rank ``ceil(q * n)``
+        (rank 1 for ``q = 0``). The estimate is the representative of the
+        bucket holding that rank, clamped to ``[min, max]``, so it is within
+        1% of the exact value and p99 never exceeds the maximum (unlike
+        Locust's rounded response-time buckets). Ranks 1 and ``n`` return the
+        exact min and max.
+
+        Raises:
+            ValueError: ``q`` is outside ``[0, 1]``.
+        """
+        return self.quantiles((q,))[0]
+
+    def quantiles(self, qs: Sequence[float]) -> list[float | None]:
+        """Estimate several quantiles in one pass; see ``quantile``.
+
+        Raises:
+            ValueError: a ``q`` is outside ``[0, 1]``.
+        """
+        for q in qs:
+            _check_q(q)
+        n = self._count
+        if n == 0:
+            return [None] * len(qs)
+        ranks = [min(n, max(1, math.ceil(q * n - _RANK_EPSILON))) for q in qs]
+        order = sorted(range(len(qs)), key=ranks.__getitem__)
+        out: list[float | None] = [None] * len(qs)
+        sorted_bins = iter(sorted(self._bins.items()))
+        cumulative = self._zero_count
+        estimate = 0.0
+        for position in order:
+            rank = ranks[position]
+            if rank == n:  # the largest value is known exactly
+                out[position] = self._max_s
+                continue
+            if rank == 1:  # and so is the smallest
+                out[position] = self._min_s
+                continue
+            while cumulative < rank:
+                index, count = next(sorted_bins)
+                cumulative += count
+                estimate = _representative_s(index)
+            out[position] = min(max(estimate, self._min_s), self._max_s)
+        return out
+
+    # ── value semantics ─────────────────────────────────────────────────
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LatencyHistogram):
+            return NotImplemented
+        return (
+            self._count == other._count
+            and self._zero_count == other._zero_count
+            and self._sum_ns == other._sum_ns
+            and self.min == other.min
+            and self.max == other.max
+            and self._bins == other._bins
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return (
+            f"LatencyHistogram(count={self._count}, min_s={self.min!r}, max_s={self.max!r}, "
+            f"buckets={len(self._bins)}, zero_count={self._zero_count})"
+        )

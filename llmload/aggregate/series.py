@@ -1,0 +1,171 @@
+"""Run statistics split into fixed-length intervals by the time each request finished.
+
+An ``IntervalSeries`` maps an interval index ``i`` to the ``LLMStats`` of the
+requests that finished in ``[i * interval_s, (i + 1) * interval_s)`` seconds
+after the run started. The process that measured a request assigns it, on its
+own monotonic clock (``time.perf_counter``) relative to its own run start, so
+the series never depends on wall clocks agreeing between machines:
+
+- a single process measures from its ``test_start``;
+- a worker measures from the master's zero as its plan tells it
+  (``llmload.run.clock.align_to_master``): the plan's arrival, set back by how
+  long after its run start the master built the plan. A worker's zero is
+  therefore the master's zero plus the plan's delivery time (milliseconds on
+  a LAN, never the offset between the machines' wall clocks), so a request
+  lands at most that much early in the master's timeline.
+
+Every value is an ``LLMStats`` delta, so merging two series is merging their
+statistics interval by interval: associative and commutative with the empty
+series as identity, exact (histograms are merged bucket by bucket, never by
+averaging percentiles), and the merge of all intervals equals the statistics
+of every request counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from llmload.aggregate.stats import LLMStats
+from llmload.request.record import RequestRecord
+
+__all__ = ["FoldedTotal", "IntervalSeries", "interval_index"]
+
+
+def interval_index(at_s: float, interval_s: float) -> int:
+    """The interval that holds ``at_s`` seconds after the run start (0 for times before the start).
+
+    Raises:
+        ValueError: ``interval_s`` is not a positive finite number, or ``at_s`` is not finite.
+    """
+    if not 0.0 < interval_s < math.inf:
+        raise ValueError(f"interval must be a positive number of seconds, got {interval_s!r}; e.g. 10")
+    if not math.isfinite(at_s):
+        raise ValueError(f"time since the run start must be finite, got {at_s!r}")
+    return max(0, int(at_s // interval_s))
+
+
+class IntervalSeries:
+    """``LLMStats`` per interval index; only intervals where something was counted are stored.
+
+    Mutable through ``add``/``add_cancelled``/``merge_in``/``take``. Not
+    thread-safe (gevent: callers never yield inside).
+    """
+
+    __slots__ = ("_by_index",)
+
+    def __init__(self) -> None:
+        """Create an empty series; prefer ``IntervalSeries.empty()``."""
+        self._by_index: dict[int, LLMStats] = {}
+
+    @classmethod
+    def empty(cls) -> IntervalSeries:
+        """Return a series with nothing counted (the identity of ``merge_in``)."""
+        return cls()
+
+    def slot(self, index: int) -> LLMStats:
+        """The statistics of interval ``index`` (created empty on first use; not a copy).
+
+        Raises:
+            ValueError: ``index`` is negative.
+        """
+        stats = self._by_index.get(index)
+        if stats is None:
+            if index < 0:
+                raise ValueError(f"interval index must be >= 0, got {index}")
+            stats = self._by_index[index] = LLMStats.empty()
+        return stats
+
+    def add(self, index: int, record: RequestRecord, *, met_slo: bool = False) -> None:
+        """Count one request that finished in interval ``index`` (``LLMStats.add`` rules)."""
+        self.slot(index).add(record, met_slo=met_slo)
+
+    def add_cancelled(self, index: int, endpoint: str, model: str, n: int = 1) -> None:
+        """Count ``n`` requests cancelled at the stop, in interval ``index``."""
+        if n:
+            self.slot(index).add_cancelled(endpoint, model, n)
+
+    def merge_in(self, other: IntervalSeries) -> set[int]:
+        """Add everything in ``other`` to this series, in place; return the indices that changed."""
+        for index, stats in other._by_index.items():
+            self.slot(index).merge_in(stats)
+        return set(other._by_index)
+
+    def take(self) -> IntervalSeries:
+        """Return what was counted since the last call and start afresh (a worker's delta)."""
+        taken = IntervalSeries()
+        taken._by_index, self._by_index = self._by_index, {}
+        return taken
+
+    def is_empty(self) -> bool:
+        """True when nothing was counted."""
+        return not self._by_index
+
+    def indices(self) -> list[int]:
+        """The indices where something was counted, ascending."""
+        return sorted(self._by_index)
+
+    def last_index(self) -> int | None:
+        """The highest index where something was counted; None when empty."""
+        return max(self._by_index) if self._by_index else None
+
+    def get(self, index: int) -> LLMStats:
+        """The statistics of interval ``index`` (not a copy; an empty one when nothing was counted there)."""
+        return self._by_index.get(index) or LLMStats.empty()
+
+    def items(self) -> Iterator[tuple[int, LLMStats]]:
+        """Iterate over ``(index, LLMStats)`` ascending (not copies)."""
+        for index in sorted(self._by_index):
+            yield index, self._by_index[index]
+
+    def total(self) -> LLMStats:
+        """Every interval merged into one new ``LLMStats``."""
+        merged = LLMStats.empty()
+        for stats in self._by_index.values():
+            merged.merge_in(stats)
+        return merged
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, IntervalSeries):
+            return NotImplemented
+        mine = {i: s for i, s in self._by_index.items() if not s.is_empty()}
+        theirs = {i: s for i, s in other._by_index.items() if not s.is_empty()}
+        return mine == theirs
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"IntervalSeries({len(self._by_index)} intervals)"
+
+
+class FoldedTotal:
+    """The run's statistics so far from a series that only grows in its last interval (a single process's own).
+
+    A single process counts each request once, in the interval it finished in
+    (``Runtime.count``); its run totals are that series merged. Intervals
+    before the last one can no longer change, so each is merged into a running
+    total once, when a later interval first appears; a read then costs one
+    merge of that total with the open interval, whatever the run's length.
+    """
+
+    __slots__ = ("_closed", "_through")
+
+    def __init__(self) -> None:
+        """Start with nothing folded."""
+        self._closed = LLMStats.empty()
+        self._through = 0  # intervals below this index are in ``_closed``
+
+    def of(self, series: IntervalSeries) -> LLMStats:
+        """Every interval of ``series`` merged, as a new ``LLMStats``.
+
+        ``series`` must be the same one on every call, changed only in its
+        last interval or later ones (else the folded part is stale).
+        """
+        last = series.last_index()
+        if last is None:
+            return self._closed.merge(LLMStats.empty())
+        for index, stats in series.items():
+            if self._through <= index < last:
+                self._closed.merge_in(stats)
+        self._through = max(self._through, last)
+        return self._closed.merge(series.get(last))

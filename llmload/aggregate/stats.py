@@ -1,0 +1,557 @@
+"""Mergeable run statistics, per (endpoint, model), built from ``RequestRecord``s.
+
+Workers ``add`` records to an ``LLMStats``, ship it as a delta (``llmload.run.wire``)
+and start a fresh one; the master ``merge_in``s every delta. ``merge`` is
+associative and commutative with ``LLMStats.empty()`` as identity, so the
+master's totals equal what one process adding every record would hold
+(property-tested in ``tests/property/test_merge_laws.py``).
+
+Counting rules (definitions follow vLLM ``benchmark_serving`` and guidellm):
+
+- successes (``Outcome.OK``) feed token sums and latency histograms;
+- failures (every other outcome except ``CANCELLED``, including ``EMPTY``)
+  are counted per outcome and grouped by ``ErrorInfo.category``; their partial
+  tokens and timings are excluded (an error after some tokens is no success);
+- cancelled requests (in flight at stop) are only counted;
+- skipped requests (the client could not build, send or measure them) are
+  counted and grouped by category with the failures, nothing else;
+- a token count of ``None`` is counted as "unknown", never as 0.
+
+Memory stays bounded in long failing runs (unique error messages): at most
+``MAX_ERROR_CATEGORIES`` categories and ``MAX_ERROR_SAMPLES`` sample messages
+each. The bound is applied deterministically (keep the lexicographically
+smallest categories/messages) so that merging stays lawful.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from llmload.aggregate.histogram import LatencyHistogram
+from llmload.aggregate.stats_schema import Merge, counter, counts, earliest, error_table, histogram, latest, schema_of
+from llmload.request.record import ITLKind, Outcome, RequestRecord, TokenSource
+
+__all__ = [
+    "CLIENT_HISTOGRAM_NAMES",
+    "HISTOGRAM_NAMES",
+    "LATENCY_HISTOGRAM_NAMES",
+    "MAX_ERROR_CATEGORIES",
+    "MAX_ERROR_SAMPLES",
+    "OVERFLOW_CATEGORY",
+    "STATS_SCHEMA",
+    "EndpointStats",
+    "ErrorGroup",
+    "LLMStats",
+    "StatsKey",
+]
+
+MAX_ERROR_CATEGORIES = 50
+MAX_ERROR_SAMPLES = 3
+OVERFLOW_CATEGORY = "other"
+
+StatsKey = tuple[str, str]
+"""``(endpoint, model)``."""
+
+_K = TypeVar("_K")
+
+
+def _min_status(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+@dataclass(slots=True)
+class ErrorGroup:
+    """Failures sharing one ``ErrorInfo.category``.
+
+    Attributes:
+        count: number of failed requests in the group.
+        status: the smallest HTTP status seen in the group; None if none had one.
+        samples: up to ``MAX_ERROR_SAMPLES`` distinct messages, the
+            lexicographically smallest ones (deterministic, so merging is
+            commutative), sorted.
+    """
+
+    count: int = 0
+    status: int | None = None
+    samples: list[str] = field(default_factory=list)
+
+    def add_sample(self, message: str) -> None:
+        """Keep ``message`` if it is among the smallest distinct messages seen."""
+        samples = self.samples
+        if message in samples:
+            return
+        if len(samples) < MAX_ERROR_SAMPLES:
+            samples.append(message)
+            samples.sort()
+        elif message < samples[-1]:
+            samples[-1] = message
+            samples.sort()
+
+    def merge_in(self, other: ErrorGroup) -> None:
+        """Fold ``other`` into this group, in place."""
+        self.count += other.count
+        self.status = _min_status(self.status, other.status)
+        for message in other.samples:
+            self.add_sample(message)
+
+    def copy(self) -> ErrorGroup:
+        """Return an independent copy."""
+        return ErrorGroup(self.count, self.status, list(self.samples))
+
+    def as_dict(self, category: str) -> dict[str, Any]:
+        """The group as plain values (results ``errors[]`` and the wire form): category, status, count, samples."""
+        return {"category": category, "status": self.status, "count": self.count, "samples": list(self.samples)}
+
+
+def _add_count(counts: dict[_K, int], key: _K, n: int) -> None:
+    counts[key] = counts.get(key, 0) + n
+
+
+def _merge_counts(into: dict[_K, int], other: dict[_K, int]) -> None:
+    for key, n in other.items():
+        into[key] = into.get(key, 0) + n
+
+
+@dataclass(slots=True)
+class EndpointStats:
+    """Counters and histograms for one (endpoint, model).
+
+    Count dictionaries never hold zero entries, so equal statistics compare
+    equal. Times are seconds; ``*_unix`` are wall-clock stamps.
+
+    Attributes:
+        requests_by_outcome: requests per outcome, ``CANCELLED`` included.
+        prompt_tokens_sum: prompt tokens of successes whose count is known.
+        completion_tokens_sum: completion tokens of successes whose count is known.
+        prompt_source_requests: successes per prompt-count source (``UNKNOWN``
+            when the count is None).
+        completion_source_requests: successes per completion-count source.
+        completion_tokens_by_source: completion tokens of successes per source.
+        requested_prompt_tokens_sum: the workload's prompt-length estimates
+            ("requested ISL", before the chat template) over successes that had one.
+        requested_prompt_tokens_count: successes that had such an estimate.
+        ttft_s, ttfc_s, itl_s, tpot_s, e2e_s: histograms over successes
+            (definitions in ``llmload.request.record``); ITL has every sample of
+            ``RequestRecord.itl_samples_s``.
+        dispatch_delay_s, ttft_from_schedule_s, e2e_from_schedule_s: open-loop
+            successes only: the wait between the intended and the actual send,
+            and TTFT/E2E measured from the intended send (coordinated
+            omission made visible; guidellm's ``targeted_start``).
+        read_lag_s: over every body read of finished requests that had a kernel
+            receive stamp: how long its bytes had waited in the kernel before
+            the client read them (the client's own delay, not the server's).
+        connect_s: over finished requests: time to have a connection ready
+            before the send (connection set-up plus client delay; outside
+            TTFT and E2E).
+        unstamped_reads: body reads of finished requests timed by the
+            monotonic clock alone (no kernel stamp).
+        itl_kind_requests: successes with at least one ITL sample, per ITL kind.
+        slo_met_requests: successes that met every ``--slo`` objective (goodput);
+            failures never do.
+        tokenizer_compared_requests: successes with both a server completion
+            count and a local tokenizer count (a diagnostic of how they disagree).
+        tokenizer_disagreed_requests: those of them where the two differ.
+        tokenizer_abs_diff_tokens: sum of |server - tokenizer| over them.
+        requested_compared_requests: successes with both a server prompt count
+            and a requested prompt length (the server adds the chat template).
+        requested_compared_tokens: sum of the requested lengths over them.
+        requested_abs_diff_tokens: sum of |server - requested| over them.
+        errors: failures and skipped requests grouped by category (at most
+            ``MAX_ERROR_CATEGORIES``).
+        first_send_unix: earliest send of a finished request; None if none.
+        last_end_unix: latest end of a finished request; None if none.
+        last_send_unix: latest send of a finished request; None if none (the
+            send span gives the achieved send rate of open-loop runs).
+    """
+
+    requests_by_outcome: dict[Outcome, int] = counts(Outcome, wire="outcomes")
+    prompt_tokens_sum: int = counter(top=True)
+    completion_tokens_sum: int = counter(top=True)
+    prompt_source_requests: dict[TokenSource, int] = counts(TokenSource, wire="prompt_sources")
+    completion_source_requests: dict[TokenSource, int] = counts(TokenSource, wire="completion_sources")
+    completion_tokens_by_source: dict[TokenSource, int] = counts(TokenSource, wire="completion_tokens_by_source")
+    requested_prompt_tokens_sum: int = counter(top=True)
+    requested_prompt_tokens_count: int = counter(top=True)
+    ttft_s: LatencyHistogram = histogram("latency")
+    ttfc_s: LatencyHistogram = histogram("latency")
+    itl_s: LatencyHistogram = histogram("latency")
+    tpot_s: LatencyHistogram = histogram("latency")
+    e2e_s: LatencyHistogram = histogram("latency")
+    dispatch_delay_s: LatencyHistogram = histogram("latency")
+    ttft_from_schedule_s: LatencyHistogram = histogram("latency")
+    e2e_from_schedule_s: LatencyHistogram = histogram("latency")
+    read_lag_s: LatencyHistogram = histogram("client")
+    connect_s: LatencyHistogram = histogram("client")
+    unstamped_reads: int = counter()
+    itl_kind_requests: dict[ITLKind, int] = counts(ITLKind, wire="itl_kinds")
+    slo_met_requests: int = counter()
+    tokenizer_compared_requests: int = counter()
+    tokenizer_disagreed_requests: int = counter()
+    tokenizer_abs_diff_tokens: int = counter()
+    requested_compared_requests: int = counter()
+    requested_compared_tokens: int = counter()
+    requested_abs_diff_tokens: int = counter()
+    errors: dict[str, ErrorGroup] = error_table()
+    first_send_unix: float | None = earliest()
+    last_end_unix: float | None = latest()
+    last_send_unix: float | None = latest()
+
+    # ── derived counts ──────────────────────────────────────────────────
+    @property
+    def succeeded(self) -> int:
+        """Requests with outcome ``OK``."""
+        return self.requests_by_outcome.get(Outcome.OK, 0)
+
+    @property
+    def failed(self) -> int:
+        """Requests with a failure outcome (``EMPTY`` included)."""
+        return sum(n for outcome, n in self.requests_by_outcome.items() if outcome.is_failure)
+
+    @property
+    def cancelled(self) -> int:
+        """Requests still in flight when the run stopped (neither success nor failure)."""
+        return self.requests_by_outcome.get(Outcome.CANCELLED, 0)
+
+    @property
+    def skipped(self) -> int:
+        """Requests the client could not build, send or measure (neither success nor failure)."""
+        return self.requests_by_outcome.get(Outcome.SKIPPED, 0)
+
+    @property
+    def finished(self) -> int:
+        """Successes plus failures; cancelled requests are not finished."""
+        return self.succeeded + self.failed
+
+    @property
+    def prompt_tokens_known_requests(self) -> int:
+        """Successes whose prompt token count is known."""
+        return self.succeeded - self.prompt_source_requests.get(TokenSource.UNKNOWN, 0)
+
+    @property
+    def completion_tokens_known_requests(self) -> int:
+        """Successes whose completion token count is known."""
+        return self.succeeded - self.completion_source_requests.get(TokenSource.UNKNOWN, 0)
+
+    def histograms(self) -> dict[str, LatencyHistogram]:
+        """Return the latency histograms by attribute name (not copies)."""
+        return {name: getattr(self, name) for name in HISTOGRAM_NAMES}
+
+    def is_empty(self) -> bool:
+        """True when nothing was counted."""
+        return not self.requests_by_outcome
+
+    # ── recording ───────────────────────────────────────────────────────
+    def add(self, record: RequestRecord, finished_at_unix: float | None = None, *, met_slo: bool = False) -> None:
+        """Count one request; see ``LLMStats.add``."""
+        outcome = record.outcome
+        counts = self.requests_by_outcome
+        counts[outcome] = counts.get(outcome, 0) + 1
+        if outcome is Outcome.CANCELLED:
+            return
+        if outcome is Outcome.SKIPPED:
+            error = record.error
+            self.add_failure(error.category if error else outcome.value, None, error.message if error else "", 1)
+            return
+        self._extend_span(record, finished_at_unix)
+        if record.read_lags_s:
+            self.read_lag_s.add_many(record.read_lags_s)
+        self.unstamped_reads += record.unstamped_reads
+        if record.connect_s is not None:
+            self.connect_s.add(record.connect_s)
+        if outcome is Outcome.OK:
+            self._add_success(record)
+            if met_slo:
+                self.slo_met_requests += 1
+            return
+        error = record.error
+        if error is None:
+            self.add_failure(outcome.value, None, "", 1)
+        else:
+            self.add_failure(error.category, error.status, error.message, 1)
+
+    def _extend_span(self, record: RequestRecord, finished_at_unix: float | None) -> None:
+        started = record.started_at_unix
+        if record.end_s is not None:
+            end = started + record.end_s
+        elif finished_at_unix is not None:
+            end = finished_at_unix
+        else:
+            end = started + (record.last_token_s or record.headers_s or 0.0)
+        if self.first_send_unix is None or started < self.first_send_unix:
+            self.first_send_unix = started
+        if self.last_end_unix is None or end > self.last_end_unix:
+            self.last_end_unix = end
+        if self.last_send_unix is None or started > self.last_send_unix:
+            self.last_send_unix = started
+
+    def _add_success(self, record: RequestRecord) -> None:
+        prompt = record.prompt_tokens
+        if prompt.value is None:
+            _add_count(self.prompt_source_requests, TokenSource.UNKNOWN, 1)
+        else:
+            _add_count(self.prompt_source_requests, prompt.source, 1)
+            self.prompt_tokens_sum += prompt.value
+        completion = record.completion_tokens
+        if completion.value is None:
+            _add_count(self.completion_source_requests, TokenSource.UNKNOWN, 1)
+        else:
+            _add_count(self.completion_source_requests, completion.source, 1)
+            self.completion_tokens_sum += completion.value
+            if completion.value:
+                _add_count(self.completion_tokens_by_source, completion.source, completion.value)
+        requested = record.requested_prompt_tokens
+        if requested is not None:
+            self.requested_prompt_tokens_sum += requested
+            self.requested_prompt_tokens_count += 1
+            if prompt.value is not None and prompt.source is TokenSource.SERVER:
+                self.requested_compared_requests += 1
+                self.requested_compared_tokens += requested
+                self.requested_abs_diff_tokens += abs(prompt.value - requested)
+        client_count = record.client_completion_tokens
+        if client_count is not None and completion.value is not None and completion.source is TokenSource.SERVER:
+            self.tokenizer_compared_requests += 1
+            if client_count != completion.value:
+                self.tokenizer_disagreed_requests += 1
+                self.tokenizer_abs_diff_tokens += abs(client_count - completion.value)
+
+        ttft = record.ttft_s
+        if ttft is not None:
+            self.ttft_s.add(ttft)
+        if record.ttfc_s is not None:
+            self.ttfc_s.add(record.ttfc_s)
+        tpot = record.tpot_s
+        if tpot is not None:
+            self.tpot_s.add(tpot)
+        if record.end_s is not None:
+            self.e2e_s.add(record.end_s)
+        delay = record.dispatch_delay_s
+        if delay is not None:
+            self.dispatch_delay_s.add(delay)
+            delay += record.connect_s or 0.0  # TTFT and E2E start after the connection is ready
+            if ttft is not None:
+                self.ttft_from_schedule_s.add(delay + ttft)
+            if record.end_s is not None:
+                self.e2e_from_schedule_s.add(delay + record.end_s)
+        itl = record.itl_samples_s()
+        if itl:
+            self.itl_s.add_many(itl)
+            _add_count(self.itl_kind_requests, record.itl_kind, 1)
+
+    def add_failure(self, category: str, status: int | None, message: str, count: int) -> None:
+        """Add ``count`` failures to ``category`` (folded into ``OVERFLOW_CATEGORY`` past the bound).
+
+        Only the error table changes; ``requests_by_outcome`` is the caller's.
+        """
+        errors = self.errors
+        group = errors.get(category)
+        if group is None:
+            group = errors[category] = ErrorGroup()
+            needs_bound = len(errors) > MAX_ERROR_CATEGORIES
+        else:
+            needs_bound = False
+        group.count += count
+        group.status = _min_status(group.status, status)
+        if message:
+            group.add_sample(message)
+        if needs_bound:
+            self.bound_errors()
+
+    def bound_errors(self) -> None:
+        """Fold categories beyond ``MAX_ERROR_CATEGORIES`` into ``OVERFLOW_CATEGORY``.
+
+        When there are more than ``MAX_ERROR_CATEGORIES`` categories, the
+        ``MAX_ERROR_CATEGORIES - 1`` lexicographically smallest ones (other than
+        ``OVERFLOW_CATEGORY``) are kept and all others are merged into
+        ``OVERFLOW_CATEGORY``. A category kept for a union of failures is kept
+        for every part of it, which makes this rule compatible with merging
+        (the result depends only on the multiset of failures).
+        """
+        errors = self.errors
+        if len(errors) <= MAX_ERROR_CATEGORIES:
+            return
+        named = sorted(c for c in errors if c != OVERFLOW_CATEGORY)
+        overflow = errors.pop(OVERFLOW_CATEGORY, None) or ErrorGroup()
+        for category in named[MAX_ERROR_CATEGORIES - 1 :]:
+            overflow.merge_in(errors.pop(category))
+        errors[OVERFLOW_CATEGORY] = overflow
+
+    # ── merging ─────────────────────────────────────────────────────────
+    def merge_in(self, other: EndpointStats) -> None:
+        """Add everything counted in ``other`` to this object, in place (each field by its ``STATS_SCHEMA`` rule)."""
+        for rule in STATS_SCHEMA:
+            name, merge = rule.name, rule.merge
+            theirs = getattr(other, name)
+            if merge is Merge.SUM:
+                if theirs:
+                    setattr(self, name, getattr(self, name) + theirs)
+            elif merge is Merge.COUNTS:
+                _merge_counts(getattr(self, name), theirs)
+            elif merge is Merge.HISTOGRAM:
+                getattr(self, name).merge_in(theirs)
+            elif merge is Merge.EARLIEST or merge is Merge.LATEST:
+                mine = getattr(self, name)
+                if theirs is not None and (
+                    mine is None or (theirs < mine if merge is Merge.EARLIEST else theirs > mine)
+                ):
+                    setattr(self, name, theirs)
+            else:
+                self._merge_errors(theirs)
+
+    def _merge_errors(self, other: dict[str, ErrorGroup]) -> None:
+        errors = self.errors
+        for category, group in other.items():
+            mine = errors.get(category)
+            if mine is None:
+                errors[category] = group.copy()
+            else:
+                mine.merge_in(group)
+        self.bound_errors()
+
+    def merge(self, other: EndpointStats) -> EndpointStats:
+        """Return the combination of both; neither input changes."""
+        merged = self.copy()
+        merged.merge_in(other)
+        return merged
+
+    def copy(self) -> EndpointStats:
+        """Return an independent deep copy."""
+        merged = EndpointStats()
+        merged.merge_in(self)
+        return merged
+
+
+STATS_SCHEMA = schema_of(EndpointStats)
+"""The merge rule and wire placement of every ``EndpointStats`` field, in declaration order."""
+
+LATENCY_HISTOGRAM_NAMES = tuple(r.name for r in STATS_SCHEMA if r.group == "latency")
+"""Attribute names of the latency histograms of ``EndpointStats`` (the results' ``latency``)."""
+
+CLIENT_HISTOGRAM_NAMES = tuple(r.name for r in STATS_SCHEMA if r.group == "client")
+"""Histograms of the client's own delays (the results' ``client``), over every finished request."""
+
+HISTOGRAM_NAMES = LATENCY_HISTOGRAM_NAMES + CLIENT_HISTOGRAM_NAMES
+"""Attribute names of every histogram of ``EndpointStats``."""
+
+
+class LLMStats:
+    """Per-(endpoint, model) statistics of a run or of one worker's delta.
+
+    Mutable through ``add``/``add_cancelled``/``merge_in``; ``merge`` is pure.
+    Keys exist only once something was counted for them.
+    """
+
+    __slots__ = ("_by_key",)
+
+    def __init__(self) -> None:
+        """Create empty statistics; prefer ``LLMStats.empty()``."""
+        self._by_key: dict[StatsKey, EndpointStats] = {}
+
+    @classmethod
+    def empty(cls) -> LLMStats:
+        """Return statistics with nothing counted (the identity of ``merge``)."""
+        return cls()
+
+    @classmethod
+    def from_endpoints(cls, items: Iterable[tuple[StatsKey, EndpointStats]]) -> LLMStats:
+        """Build statistics from ``((endpoint, model), EndpointStats)`` pairs.
+
+        Pairs with the same key are merged; empty ``EndpointStats`` are dropped.
+        The ``EndpointStats`` are copied.
+        """
+        stats = cls()
+        for key, endpoint_stats in items:
+            if not endpoint_stats.is_empty():
+                stats._slot(key).merge_in(endpoint_stats)
+        return stats
+
+    def _slot(self, key: StatsKey) -> EndpointStats:
+        slot = self._by_key.get(key)
+        if slot is None:
+            slot = self._by_key[key] = EndpointStats()
+        return slot
+
+    def add(self, record: RequestRecord, finished_at_unix: float | None = None, *, met_slo: bool = False) -> None:
+        """Count one finished (or cancelled) request.
+
+        Args:
+            record: the request; its outcome decides what is counted (see the
+                module docstring).
+            finished_at_unix: wall-clock time the request ended, used for the
+                run span when the record has no ``end_s`` (failures that never
+                completed). Default: send time plus the last known timing.
+            met_slo: the request met every ``--slo`` objective
+                (``llmload.settings.goodput.SLO.met_by``); counted for successes only.
+
+        Raises:
+            ValueError: a timing in the record is negative or not finite.
+        """
+        key = (record.endpoint, record.model)
+        slot = self._by_key.get(key)
+        if slot is None:
+            slot = self._by_key[key] = EndpointStats()
+        slot.add(record, finished_at_unix, met_slo=met_slo)
+
+    def add_cancelled(self, endpoint: str, model: str, n: int = 1) -> None:
+        """Count ``n`` requests still in flight when the run stopped (neither success nor failure).
+
+        Raises:
+            ValueError: ``n`` is negative.
+        """
+        if n < 0:
+            raise ValueError(f"cancelled request count must be >= 0, got {n}")
+        if n:
+            _add_count(self._slot((endpoint, model)).requests_by_outcome, Outcome.CANCELLED, n)
+
+    def merge_in(self, other: LLMStats) -> None:
+        """Add everything counted in ``other`` to this object, in place (the master's hot path)."""
+        for key, endpoint_stats in other._by_key.items():
+            self._slot(key).merge_in(endpoint_stats)
+
+    def merge(self, other: LLMStats) -> LLMStats:
+        """Return the combination of both; neither input changes."""
+        merged = LLMStats()
+        merged.merge_in(self)
+        merged.merge_in(other)
+        return merged
+
+    def is_empty(self) -> bool:
+        """True when nothing was counted."""
+        return not self._by_key
+
+    def keys(self) -> list[StatsKey]:
+        """Return the ``(endpoint, model)`` keys, sorted."""
+        return sorted(self._by_key)
+
+    def items(self) -> Iterator[tuple[StatsKey, EndpointStats]]:
+        """Iterate over ``(key, EndpointStats)`` sorted by key (not copies)."""
+        for key in sorted(self._by_key):
+            yield key, self._by_key[key]
+
+    def get(self, endpoint: str, model: str) -> EndpointStats:
+        """Return a copy of the statistics for one key (empty if never counted)."""
+        slot = self._by_key.get((endpoint, model))
+        return slot.copy() if slot is not None else EndpointStats()
+
+    def total(self) -> EndpointStats:
+        """Return all keys merged into one new ``EndpointStats``."""
+        merged = EndpointStats()
+        for endpoint_stats in self._by_key.values():
+            merged.merge_in(endpoint_stats)
+        return merged
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LLMStats):
+            return NotImplemented
+        return self._by_key == other._by_key
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{e}/{m}: {s.finished} finished" for (e, m), s in self.items())
+        return f"LLMStats({parts})"

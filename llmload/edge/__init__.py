@@ -1,0 +1,1 @@
+"""The Locust edge: the only modules that import Locust (users, hooks, cluster, live, web UI)."""

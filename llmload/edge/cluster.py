@@ -1,0 +1,476 @@
+"""Master/worker protocol: the run plan, reports, flush, final reports, lost workers.
+
+Master M, workers W; all messages carry the run id:
+
+1. ``test_start`` on M: validate options, preflight ``GET /v1/models``, split
+   the run over the workers (``llmload.run.plan.split_run``) and publish the
+   ``RunPlan`` (``llmload.run.wire.plan_to_wire``) as the parsed option
+   ``llmload_plan`` (Locust ships custom options to workers with every
+   ``spawn`` message, so each W knows its share before its users start).
+2. Every report interval W adds ``{"llmload": WorkerReport}`` (a delta,
+   ``llmload.run.wire.report_to_wire``) to Locust's report; M merges it.
+3. When a W has finished its whole share it sends ``llmload_done``; when all
+   planned workers are done, M stops the run.
+4. On any stop (``--num-requests`` reached, ``-t``, web UI, SIGTERM) M fires
+   ``test_stopping``: it sends ``llmload_flush``; each W stops its users
+   (in-flight requests are counted as cancelled) and answers ``llmload_final``
+   with its last delta; M waits for all of them (bounded) before Locust tells
+   workers to quit. Locust alone stops listening 0.5 s after ``quit`` and
+   drops late reports; this step is why final totals are complete.
+5. A W that stops sending heartbeats mid-run is a lost worker: what it
+   reported stays, the results name it, and a ``--num-requests`` run ends
+   without it.
+
+A single process plans for one worker and keeps no protocol.
+"""
+
+from __future__ import annotations
+
+from locust.env import Environment
+from locust.exception import RPCError, RPCSendError
+from locust.runners import STATE_INIT, STATE_MISSING, STATE_STOPPED, MasterRunner, WorkerRunner
+
+import logging
+import time
+import uuid
+from typing import Any
+
+import gevent
+import gevent.event
+import gevent.lock
+
+from llmload.aggregate.series import FoldedTotal, IntervalSeries
+from llmload.aggregate.stats import LLMStats
+from llmload.edge.launch import (
+    choose_route,
+    load_local_parts,
+    prepare,
+    split,
+    start_open_loop,
+    start_process_services,
+    start_server_metrics,
+    start_workload,
+)
+from llmload.edge.live import feed
+from llmload.edge.runtime import RequestBudget, Runtime
+from llmload.errors import ConfigError, LLMLoadError, WireFormatError
+from llmload.exporters.load import SendFigures
+from llmload.request import preflight
+from llmload.run.clock import align_to_master, note_worker_clock
+from llmload.run.plan import RunPlan, users_per_worker, users_short_of_workers
+from llmload.run.wire import WorkerReport, plan_from_wire, plan_to_wire, report_from_wire, report_run_id, report_to_wire
+from llmload.settings.config import RunConfig
+
+__all__ = [
+    "finish_run",
+    "merge_report",
+    "on_quitting",
+    "on_report_to_master",
+    "on_test_start",
+    "on_test_stopping",
+    "on_worker_report",
+    "register_messages",
+    "take_report",
+]
+
+log = logging.getLogger("llmload")
+
+_PLAN = "llmload_plan"
+_FINAL_WAIT_EXTRA_S = 30.0
+_FINAL_POLL_S = 0.25
+_WATCH_INTERVAL_S = 0.5  # README: a lost worker is noticed within about 5 s (Locust: 4 missed 1 s heartbeats)
+
+
+def register_messages(runner: Any) -> None:
+    """Register llmload's runner messages: the flush on a worker; done, final and live reports on the master."""
+    if isinstance(runner, WorkerRunner):
+        runner.register_message("llmload_flush", _on_flush, concurrent=True)
+    elif isinstance(runner, MasterRunner):
+        runner.register_message("llmload_live", _on_worker_live)
+        runner.register_message("llmload_done", _on_worker_done)
+        runner.register_message("llmload_final", _on_worker_final)
+
+
+def on_test_start(environment: Environment, **_kw: Any) -> None:
+    """Start a run: a worker applies the master's plan; the master plans; a single process plans for itself."""
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        _start_worker(environment, runner)
+    else:
+        _start_master_or_local(environment)
+
+
+def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
+    """Worker: read the master's plan and start this worker's share of the run.
+
+    The worker's clocks are set from the plan, as it arrives: its run start
+    on its monotonic clock and on the master's wall clock, and its estimated
+    wall-clock offset (``llmload.run.clock.align_to_master``).
+    """
+    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    arrived_s, arrived_unix = time.perf_counter(), time.time()
+    options = environment.parsed_options
+    raw_plan = getattr(options, _PLAN, None)
+    plan_error = None
+    try:
+        plan = RunPlan() if raw_plan is None else plan_from_wire(raw_plan)
+    except WireFormatError as exc:
+        plan, plan_error = RunPlan(run_id=str(report_run_id(raw_plan) or "")), str(exc)
+        log.error("llmload: %s; this worker sends no load", exc)
+    if plan.run_id and plan.run_id == runtime.ended_run_id:
+        return  # a spawn message after this run ended here: its users stop without sending
+    start = align_to_master(plan.started_at_unix, plan.planned_after_s, now_s=arrived_s, now_unix=arrived_unix)
+    runtime.run_started_s, runtime.started_at_unix = start.started_s, start.started_at_unix
+    runtime.clock_offset_s = start.clock_offset_s
+    try:
+        runtime.config = RunConfig.from_options(options)
+    except ConfigError as exc:  # the master checks options first; a worker never raises out of test_start
+        plan_error = plan_error or str(exc)
+        log.error("llmload: %s; this worker sends no load", exc)
+    runtime.stopping = False
+    runtime.run_id = plan.run_id
+    runtime.model = plan.model
+    runtime.blocked = plan.blocked or plan_error
+    runtime.url_authorization = plan.url_authorization or runtime.url_authorization
+    try:
+        load_local_parts(runtime)
+        choose_route(runtime, environment.host or "", master_note=plan.proxy_note)
+    except LLMLoadError as exc:
+        runtime.blocked = runtime.blocked or str(exc)
+        log.error("llmload: %s; this worker sends no load", exc)
+    share = plan.share_for(str(runner.worker_index))
+    start_workload(runtime, share, plan.workers)
+    start_open_loop(runtime, share)
+    runtime.stats = LLMStats.empty()
+    runtime.series = IntervalSeries.empty()
+    runtime.local_total = None
+    run_id = runtime.run_id
+    runtime.budget = RequestBudget(
+        share.quota_requests, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id})
+    )
+    users_here = plan.users_per_worker
+    try:
+        raised = preflight.check_open_files(users_here)
+        if raised:
+            log.info("llmload: %s", raised)
+    except ConfigError as exc:
+        runtime.blocked = str(exc)
+        log.error("llmload: %s; this worker sends no load", exc)
+    start_process_services(runtime, runner.worker_index)
+
+
+def _start_master_or_local(environment: Environment) -> None:
+    """Master: prepare, plan and publish the plan; single process: prepare and start its whole run."""
+    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runner = environment.runner
+    options = environment.parsed_options
+    runtime.run_id = uuid.uuid4().hex[:12]
+    runtime.stats = LLMStats.empty()
+    runtime.series = IntervalSeries.empty()
+    runtime.local_total = None if isinstance(runner, MasterRunner) else FoldedTotal()
+    runtime.worker_in_flight = {}
+    runtime.worker_clocks = {}
+    runtime.worker_rss_bytes = {}
+    runtime.run_started_s, runtime.started_at_unix = time.perf_counter(), time.time()
+    runtime.results = None
+    runtime.blocked = None
+    runtime.lost_workers = []
+    runtime.flushed = False
+    runtime.stopping = False
+    runtime.finals_from = set()
+    runtime.cpu_saturated_s = 0.0
+    runtime.send_figures_by_process = {}
+    runtime.reset_at_unix = None  # Locust clears its statistics at a new run too
+    try:
+        prepare(environment, runtime)
+    except LLMLoadError as exc:
+        runtime.blocked = str(exc)
+        log.error("llmload: %s; not sending load", exc)
+        gevent.spawn(finish_run, environment)
+    else:
+        start_server_metrics(environment, runtime)
+    # the time series counts from here: preflight and the server's first read (up to its timeout) came before
+    runtime.run_started_s = time.perf_counter()
+    runtime.started_at_unix = time.time()
+    limit = runtime.config.num_requests
+    if isinstance(runner, MasterRunner):
+        workers = sorted(
+            runner.clients.ready + runner.clients.spawning + runner.clients.running,
+            key=lambda c: runner.get_worker_index(c.id),
+        )
+        runtime.planned_workers = {c.id for c in workers}
+        runtime.done_workers = set()
+        users = int(getattr(options, "num_users", 0) or 0)
+        short = users_short_of_workers(users, len(workers), runtime.config.shared_totals)
+        if short is not None and runtime.blocked is None:
+            runtime.blocked = short
+            log.error("llmload: %s; not sending load", short)
+            gevent.spawn(finish_run, environment)
+        plan = RunPlan(
+            run_id=runtime.run_id,
+            model=runtime.model,
+            url_authorization=runtime.url_authorization,
+            proxy_note=runtime.proxy_note,
+            blocked=runtime.blocked,
+            users_per_worker=users_per_worker(users, len(workers)),
+            workers=len(workers),
+            limited=limit is not None,
+            shares={
+                str(runner.get_worker_index(c.id)): share
+                for c, share in zip(workers, split(runtime.config, len(workers)), strict=True)
+            },
+            started_at_unix=runtime.started_at_unix,
+            planned_after_s=time.perf_counter() - runtime.run_started_s,
+        )
+        setattr(options, _PLAN, plan_to_wire(plan))
+        gevent.spawn(_watch_workers, environment, runtime.run_id)
+    else:
+        (share,) = split(runtime.config, 1)
+        runtime.budget = RequestBudget(share.quota_requests, on_done=lambda: gevent.spawn(finish_run, environment))
+        start_workload(runtime, share, 1)
+        start_open_loop(runtime, share)
+        start_process_services(runtime, None)
+
+
+def _watch_workers(environment: Environment, run_id: str) -> None:
+    """Master: notice workers lost mid-run and end a --num-requests run without them.
+
+    A worker that stops sending heartbeats is marked missing by Locust; what it
+    had reported stays in the totals, its unfinished share is lost, and the
+    results name it under ``lost_workers``.
+    """
+    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runner = environment.runner
+    assert isinstance(runner, MasterRunner)
+    while True:
+        gevent.sleep(_WATCH_INTERVAL_S)
+        if runtime.run_id != run_id or runtime.results is not None or runtime.flushed:
+            return  # the run is stopping: workers leaving now are not lost
+        alive = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
+        for client_id in sorted(runtime.planned_workers - alive - runtime.finals_from):
+            if client_id not in runtime.lost_workers:
+                runtime.lost_workers.append(client_id)
+                log.warning("llmload: worker %s lost mid-run; its unreported requests are missing", client_id)
+        remaining = runtime.planned_workers - set(runtime.lost_workers)
+        if runtime.config.num_requests is not None and remaining <= runtime.done_workers and not runtime.flushed:
+            if runtime.lost_workers:
+                gevent.spawn(finish_run, environment)
+            return
+
+
+def finish_run(environment: Environment) -> None:
+    """Stop the run (headless: quit Locust, web UI: stop the test)."""
+    runner = environment.runner
+    if runner is None:
+        return
+    options = environment.parsed_options
+    if options is not None and getattr(options, "headless", False):
+        runner.quit()
+    else:
+        runner.stop()
+
+
+def on_report_to_master(environment: Environment, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
+    """Worker: put the delta since the last report under Locust's report key ``"llmload"``."""
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    if runtime is None or not runtime.run_id or not isinstance(environment.runner, WorkerRunner):
+        return
+    data["llmload"] = _payload(runtime)
+
+
+def take_report(runtime: Runtime) -> WorkerReport:
+    """A worker's delta since its last report, with its CPU saturation so far."""
+    cpu_s = max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0)
+    stats, series = runtime.take_delta()
+    return WorkerReport(
+        run_id=runtime.run_id,
+        stats=stats,
+        cpu_saturated_s=cpu_s,
+        in_flight=runtime.in_flight,
+        sends=runtime.send_figures().as_wire(),
+        series=series,
+        clock_offset_s=runtime.clock_offset_s,
+        rss_bytes=runtime.rss_bytes(),
+        taken_at_unix=time.time(),
+    )
+
+
+def _payload(runtime: Runtime) -> dict[str, Any]:
+    """The wire form of ``take_report``."""
+    return report_to_wire(take_report(runtime))
+
+
+def on_worker_report(environment: Environment, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
+    """Master: merge the ``"llmload"`` part of a worker's regular report."""
+    payload = data.get("llmload")
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    if payload is None or runtime is None:
+        return
+    merge_report(runtime, client_id, payload)
+
+
+def merge_report(runtime: Runtime, client_id: str, payload: object) -> None:
+    """Master: merge one worker report of this run into the totals and the live view (others are dropped)."""
+    if report_run_id(payload) != runtime.run_id:
+        return  # a late report from a previous run
+    try:
+        report = report_from_wire(payload)
+    except WireFormatError as exc:
+        log.error("llmload: dropped a report from worker %s: %s", client_id, exc)
+        return
+    runtime.cpu_saturated_s = max(runtime.cpu_saturated_s, report.cpu_saturated_s)
+    if report.sends:
+        runtime.send_figures_by_process[client_id] = SendFigures.from_wire(report.sends)
+    runtime.stats.merge_in(report.stats)
+    changed = runtime.series.merge_in(report.series)
+    if runtime.timeline is not None:
+        runtime.timeline.note_merged(changed)
+    runtime.worker_in_flight[client_id] = report.in_flight
+    if report.rss_bytes is not None:
+        runtime.worker_rss_bytes[client_id] = report.rss_bytes
+    warning = note_worker_clock(
+        runtime.worker_clocks,
+        client_id,
+        upper_s=report.clock_offset_s,
+        taken_at_unix=report.taken_at_unix,
+        received_at_unix=time.time(),
+    )
+    if warning is not None:
+        log.warning("llmload: %s", warning)
+    if runtime.export is not None:
+        feed(runtime.export, client_id, report.stats, report.in_flight)
+
+
+def _on_worker_done(environment: Environment, msg: Any, **_kw: Any) -> None:
+    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    if report_run_id(msg.data) != runtime.run_id:
+        return
+    runtime.done_workers.add(msg.node_id)
+    if runtime.planned_workers <= runtime.done_workers:
+        gevent.spawn(finish_run, environment)
+
+
+def _on_worker_final(environment: Environment, msg: Any, **_kw: Any) -> None:
+    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    merge_report(runtime, msg.node_id, msg.data)
+    if report_run_id(msg.data) == runtime.run_id:
+        runtime.finals_from.add(msg.node_id)
+    runtime.pending_finals.discard(msg.node_id)
+    if not runtime.pending_finals:
+        runtime.finals_in.set()
+
+
+def _on_worker_live(environment: Environment, msg: Any, **_kw: Any) -> None:
+    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    merge_report(runtime, msg.node_id, msg.data)
+
+
+def _on_flush(environment: Environment, msg: Any, **_kw: Any) -> None:
+    """Worker: stop users, then send everything not yet reported."""
+    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runner = environment.runner
+    if runner is not None:
+        runtime.end_run()
+        runner.stop()
+        runner.send_message("llmload_final", _payload(runtime))
+
+
+def _finish_worker(runtime: Runtime, runner: WorkerRunner) -> None:
+    """Worker shutting down on its own (Ctrl-C, SIGTERM, lost master): stop the users, send what is left.
+
+    Ctrl-C in a terminal reaches every process of the group, so workers stop
+    before the master's flush arrives; their in-flight requests are counted as
+    cancelled and the final delta goes to the master before Locust's own
+    ``quit`` message (``quitting`` runs listeners in reverse order of
+    registration, so this runs before Locust's). Nothing is sent when the run
+    was already stopped and flushed.
+    """
+    if not runtime.run_id:
+        return
+    runtime.end_run()
+    running = runner.state not in (STATE_INIT, STATE_STOPPED)
+    if running:
+        runner.stop()
+    if not running and not runtime.has_unreported():
+        return
+    try:
+        runner.send_message("llmload_final", _payload(runtime))
+    except (RPCError, RPCSendError) as exc:
+        log.warning("llmload: final report to the master failed (%s); this worker's last requests are missing", exc)
+
+
+def on_test_stopping(environment: Environment, **_kw: Any) -> None:
+    """Mark the stop; the master flushes every connected worker and waits (bounded) for their final reports."""
+    runner = environment.runner
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    if runtime is not None:
+        runtime.stopping = True
+        if not isinstance(runner, MasterRunner):
+            runtime.end_run()
+        if runtime.stopped_at_s is None:
+            runtime.stopped_at_s = time.perf_counter()  # the open-loop schedule's lag is read as of now
+    if not isinstance(runner, MasterRunner) or runtime is None or not runtime.run_id:
+        return
+    deadline_s = time.monotonic() + environment.stop_timeout + _FINAL_WAIT_EXTRA_S
+    if runtime.flushed:
+        # A second stop while the first one waits (Ctrl-C and "the last worker quit" together):
+        # wait for the same final reports, so the results are never built without them.
+        _await_finals(runner, runtime, deadline_s)
+        return
+    runtime.flushed = True
+    targets = {c.id for c in runner.clients.all if c.state != STATE_MISSING} - runtime.finals_from
+    runtime.pending_finals = set(targets)
+    runtime.finals_in = gevent.event.Event()
+    for client_id in targets:
+        runner.send_message("llmload_flush", {"run_id": runtime.run_id}, client_id=client_id)
+    _await_finals(runner, runtime, deadline_s)
+    if runtime.pending_finals:
+        runtime.lost_workers = sorted(set(runtime.lost_workers) | runtime.pending_finals)
+        log.warning(
+            "llmload: no final report from %d worker(s) %s; their last unreported requests are missing",
+            len(runtime.pending_finals),
+            ", ".join(runtime.lost_workers),
+        )
+
+
+def _await_finals(runner: MasterRunner, runtime: Runtime, deadline_s: float) -> None:
+    """Wait (until ``deadline_s``, monotonic) for the final reports still pending.
+
+    A worker that quit on its own has sent its final report before its
+    ``quit`` message (one ordered connection), so a pending worker that is no
+    longer connected is not waited for.
+    """
+    while runtime.pending_finals:
+        connected = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
+        runtime.pending_finals &= connected
+        remaining_s = deadline_s - time.monotonic()
+        if not runtime.pending_finals or remaining_s <= 0:
+            break
+        runtime.finals_in.wait(timeout=min(remaining_s, _FINAL_POLL_S))
+    if not runtime.pending_finals:
+        runtime.finals_in.set()
+
+
+def on_quitting(environment: Environment, **_kw: Any) -> None:
+    """SIGTERM/SIGINT or Ctrl-C mid-run: stop the load and collect results before Locust exits.
+
+    Locust's shutdown fires ``quitting`` and reads the exit code before it stops
+    the runner; stopping here first makes the results file, the summary and the
+    exit code include everything the workers measured.
+    """
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runner = environment.runner
+    if runtime is None or runner is None:
+        return
+    runtime.stopping = True  # the process is going away: a further Ctrl-C changes nothing
+    if isinstance(runner, WorkerRunner):
+        _finish_worker(runtime, runner)
+        return
+    if runtime.run_id and runtime.results is None:
+        log.info("llmload: stopping the load and collecting final reports before exit")
+        if isinstance(runner, MasterRunner):
+            # Locust's "stop" makes workers drop out of the master's list, so its "quit" would
+            # never reach them; the flush (test_stopping) stops their users, "quit" ends them.
+            runner.stop(send_stop_to_client=False)
+        else:
+            runner.stop()

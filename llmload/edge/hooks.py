@@ -1,0 +1,337 @@
+"""Every Locust event listener llmload uses, wired by ``install(events)``.
+
+This module only binds Locust's events to llmload's modules:
+``llmload.edge.cluster`` (the master/worker protocol: plan, reports, flush, final
+reports, lost workers), ``llmload.edge.live`` (the live view behind ``/metrics``)
+and ``llmload.edge.launch`` (options, tokenizer, workload, preflight, the
+server-metrics scraper). What it keeps itself is the process's ``init`` and
+the end of a run (the last server-metrics scrape, results, summary, exit
+status).
+"""
+
+from __future__ import annotations
+
+from locust import events as locust_events
+from locust.env import Environment
+from locust.event import Events
+from locust.runners import MasterRunner, WorkerRunner
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import signal
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+import gevent
+
+from llmload.aggregate.series import interval_index
+from llmload.edge import checkpoints, cluster, live, web
+from llmload.edge.interrupt import Interrupter
+from llmload.edge.launch import note_request_limit, prepare, stop_process_services
+from llmload.edge.runtime import Runtime
+from llmload.errors import ConfigError, LLMLoadError
+from llmload.exporters.console import results_line, summary_lines
+from llmload.exporters.html import ReportError, write_html_report
+from llmload.exporters.results import build_results, write_results_json
+from llmload.exporters.timeseries_files import write_csv_files
+from llmload.settings.config import RunConfig
+from llmload.settings.options import GROUPS, OPTIONS
+
+__all__ = ["add_arguments", "install"]
+
+log = logging.getLogger("llmload")
+
+
+def install(events: Events | None = None) -> None:
+    """Register llmload's listeners on Locust's event hooks (idempotent per ``events``)."""
+    events = events or locust_events
+    if getattr(events, "_llmload_installed", False):
+        return
+    events._llmload_installed = True  # type: ignore[attr-defined]
+    events.init_command_line_parser.add_listener(add_arguments)
+    events.init.add_listener(_on_init)
+
+
+def _bind(environment: Environment) -> None:
+    """Register the run listeners, bound to this environment (Locust calls init once per process)."""
+    ev = environment.events
+    ev.test_start.add_listener(cluster.on_test_start)
+    ev.test_start.add_listener(functools.partial(live.start_timeline, stop_run=cluster.finish_run))
+    ev.test_start.add_listener(checkpoints.start)  # after the timeline: checkpoints read its rows
+    ev.test_stopping.add_listener(cluster.on_test_stopping)
+    ev.test_stop.add_listener(_on_test_stop)
+    ev.test_stop.add_listener(_on_test_stopped)
+    ev.report_to_master.add_listener(functools.partial(cluster.on_report_to_master, environment))
+    ev.worker_report.add_listener(functools.partial(cluster.on_worker_report, environment))
+    ev.quit.add_listener(functools.partial(_on_quit, environment))
+    ev.quitting.add_listener(cluster.on_quitting)
+    ev.reset_stats.add_listener(functools.partial(web.form.on_reset_stats, environment))
+    # The live view's listeners run after the ones above on each event (results first, then the freeze).
+    ev.test_start.add_listener(functools.partial(live.on_test_start, take_report=cluster.take_report))
+    ev.test_stop.add_listener(live.on_test_stop)
+    ev.quit.add_listener(functools.partial(live.on_quit, environment))
+    ev.quit.add_listener(functools.partial(_print_results_line, environment))  # last: after the exporter's wait
+
+
+class _Choices(tuple[str, ...]):
+    """Values the web UI offers as a dropdown; every value passes Locust's parser.
+
+    The option's own parser checks it, so a wrong value gets llmload's message with the fix.
+    """
+
+    def __contains__(self, _item: object) -> bool:
+        return True
+
+
+def add_arguments(parser: Any) -> None:
+    """Add llmload's options to Locust's parser (CLI, ``locust.conf``, ``LOCUST_*`` env, web UI).
+
+    One argument group per ``GROUPS`` entry, in table order: that is also the web UI form's order.
+    """
+    for name in GROUPS:
+        group = parser.add_argument_group(f"llmload: {name}", "run `llmload options` for every option")
+        for spec in (s for s in OPTIONS if s.group == name):
+            if spec.is_flag:
+                action = group.add_argument(
+                    spec.flag, action="store_true", default=False, env_var=spec.env, help=spec.help
+                )
+            else:
+                action = group.add_argument(
+                    spec.flag,
+                    action="append" if spec.repeatable else "store",
+                    type=str,
+                    default=spec.locust_default,
+                    env_var=spec.env,
+                    help=spec.help,
+                    metavar=spec.metavar,
+                    choices=_Choices(spec.choices) if spec.choices else None,
+                )
+            # An argument group bypasses LocustArgumentParser.add_argument, which is what marks
+            # options for the web UI's "Custom parameters"; mark them the same way here
+            # (launch-only options stay out: the form could not change them).
+            action.include_in_web_ui = not spec.launch_only
+            action.is_secret = spec.is_secret
+            action.is_required = False
+            action.is_multiple = False
+
+
+# ── init ────────────────────────────────────────────────────────────────
+
+
+def _on_init(environment: Environment, **_kw: Any) -> None:
+    runner = environment.runner
+    options = environment.parsed_options
+    is_worker = isinstance(runner, WorkerRunner)
+    try:
+        config = RunConfig.from_options(options)
+    except ConfigError as exc:
+        if is_worker:  # the master's options arrive with the first spawn message
+            config = RunConfig()
+        else:
+            _fatal(environment, str(exc), _options_unread(options))
+            return
+    runtime = Runtime(config=config)
+    environment.llmload = runtime  # type: ignore[attr-defined]
+    if runner is None:
+        return
+    _bind(environment)
+    _install_interrupter(environment, runtime)
+    cluster.register_messages(runner)
+    if is_worker:
+        return
+    web.install(environment)
+    try:
+        live.start_exporter(environment, runtime)
+    except ConfigError as exc:
+        _fatal(environment, str(exc), runtime)
+        return
+    if options is not None and getattr(options, "headless", False):
+        # Fail before any load: options, tokenizer and the target are checked now.
+        try:
+            prepare(environment, runtime)
+        except LLMLoadError as exc:
+            _fatal(environment, str(exc), runtime)
+        except KeyboardInterrupt:  # Ctrl-C while preflight waits (e.g. a server that never answers)
+            runtime.stopping = True
+            _fatal(environment, INTERRUPTED_IN_PREFLIGHT, runtime, interrupted=True)
+        else:
+            note_request_limit(options, runtime.config)
+
+
+def _install_interrupter(environment: Environment, runtime: Runtime) -> None:
+    """Ctrl-C becomes one KeyboardInterrupt in Locust's main greenlet, never one inside a user's read.
+
+    Locust fires ``init`` from its main greenlet in the main thread; anywhere
+    else (a test that builds an environment itself) SIGINT is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread() or gevent.getcurrent().parent is not None:
+        return
+    interrupter = Interrupter(gevent.getcurrent(), stopping=lambda: runtime.stopping)
+    interrupter.install()
+    runtime.interrupt_main = interrupter.forward
+
+
+INTERRUPTED_IN_PREFLIGHT = "interrupted (Ctrl-C) during preflight, before any load"
+
+
+def _options_unread(options: Any) -> Runtime:
+    """A runtime for a run whose options were refused: defaults, but the ``--results-json`` path as given."""
+    raw = getattr(options, "results_json", None)
+    path = raw.strip() if isinstance(raw, str) and raw.strip() else None
+    return Runtime(config=dataclasses.replace(RunConfig(), results_json=path))
+
+
+def _fatal(environment: Environment, message: str, runtime: Runtime, *, interrupted: bool = False) -> None:
+    """Stop the process before any load: one line on stderr, the blocked results, exit status 2.
+
+    The results (``blocked``: ``message``, verdict ``BLOCKED``) go to
+    ``--results-json`` when given and, headless on a non-terminal, as the
+    ``LLMLOAD_RESULTS`` line, as for any run that ended.
+    """
+    line = f"llmload: {message}; no request was sent" if interrupted else f"llmload: error: {message}"
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+    _write_blocked_results(environment, runtime, message)
+    environment.process_exit_code = 2
+    if getattr(environment.parsed_options, "processes", None):
+        _stop_forked_workers()
+    sys.exit(2)
+
+
+def _write_blocked_results(environment: Environment, runtime: Runtime, reason: str) -> None:
+    """Build the results of a run blocked at ``init`` and write them where the run would have (never raises)."""
+    options = environment.parsed_options
+    config = runtime.config
+    runtime.run_id = uuid.uuid4().hex[:12]
+    runtime.started_at_unix = time.time()
+    runtime.blocked = reason
+    runtime.model = runtime.model or config.model
+    results = build_results(checkpoints.run_outcome(environment, runtime, timeseries=()))
+    runtime.results = results
+    if config.results_json:
+        try:
+            write_results_json(config.results_json, results)
+        except (OSError, ValueError) as exc:
+            log.error(
+                "llmload: --results-json %s: the blocked run's results were not written (%s)", config.results_json, exc
+            )
+    if getattr(options, "headless", False) and not sys.stdout.isatty():
+        sys.stdout.write(results_line(results) + "\n")
+        sys.stdout.flush()
+
+
+def _stop_forked_workers() -> None:
+    """Send SIGTERM to the workers ``--processes`` forked from this process.
+
+    Locust's exit handler forgets children that are still running, so a run
+    refused before load would otherwise leave them waiting 60 s for a master
+    (holding the terminal or pipe open all that time). Forked workers share
+    this process's command line, which is how they are told apart.
+    """
+    import psutil
+
+    me = psutil.Process()
+    for child in me.children():
+        with contextlib.suppress(psutil.Error):
+            if child.cmdline() == me.cmdline():
+                child.send_signal(signal.SIGTERM)
+
+
+# ── stop ────────────────────────────────────────────────────────────────
+
+
+def _on_test_stop(environment: Environment, **_kw: Any) -> None:
+    runner = environment.runner
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    if isinstance(runner, WorkerRunner) or runtime is None or not runtime.run_id or runtime.results is not None:
+        return
+    if not isinstance(runner, MasterRunner):
+        stop_process_services(runtime)
+    options = environment.parsed_options
+    checkpoints.stop(runtime)  # a checkpoint write in progress finishes before the final results
+    end_s = live.run_elapsed_s(runtime)
+    scraper, runtime.server_scraper = runtime.server_scraper, None
+    # the last server-metrics scrape, after the final reports; its deltas go to the run's last interval
+    server = None if scraper is None else scraper.finish(interval_index(end_s, runtime.config.timeseries_interval_s))
+    timeseries, drift = live.finish_timeline(environment, runtime, end_s)
+    outcome = checkpoints.run_outcome(
+        environment,
+        runtime,
+        timeseries=timeseries,
+        server=server,
+        drift=drift,
+        server_warnings=() if scraper is None else tuple(scraper.warnings()),
+    )
+    results = build_results(outcome)
+    runtime.results = results
+    if runtime.config.results_json:
+        write_results_json(runtime.config.results_json, results)
+    csv_prefix = getattr(options, "csv_prefix", None)
+    if csv_prefix:
+        try:
+            write_csv_files(csv_prefix, results, runtime.timeline.extra_columns if runtime.timeline else ())
+        except OSError as exc:
+            log.error("llmload: --csv %s: the LLM CSV files could not be written (%s)", csv_prefix, exc)
+    if runtime.config.html_report:
+        _write_html_report(runtime.config.html_report, results)
+    environment.process_exit_code = results["exit_status"]  # README "Exit status": 0, 1, or 2 when blocked
+    if not (options is not None and getattr(options, "headless", False)):
+        _print_summary(results)
+
+
+def _write_html_report(path: str, results: dict[str, Any]) -> None:
+    """Write the HTML report; a failure is logged (the results JSON and summary are already out)."""
+    try:
+        size = write_html_report(path, [results])
+    except (OSError, ReportError) as exc:
+        log.error(
+            "llmload: --html-report %r was not written (%s); rebuild it with: llmload report RESULTS.json -o %s",
+            path,
+            exc,
+            path,
+        )
+        return
+    log.info("llmload: HTML report written to %s (%d bytes)", path, size)
+
+
+def _on_test_stopped(environment: Environment, **_kw: Any) -> None:
+    """The stop is complete: with the web UI (or on a worker) Ctrl-C may end the process again.
+
+    A headless run goes on to exit, so its stop stays under way until then.
+    """
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    options = environment.parsed_options
+    if runtime is not None and not (options is not None and getattr(options, "headless", False)):
+        runtime.stopping = False
+
+
+def _on_quit(environment: Environment, **_kw: Any) -> None:
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    if runtime is not None and runtime.results is not None:
+        _print_summary(runtime.results)
+
+
+def _print_results_line(environment: Environment, **_kw: Any) -> None:
+    """Headless master or single process: the results JSON as the last output line, one line, marked.
+
+    ``kubectl logs`` then recovers the results when no volume was mounted (README "Results file").
+    Not printed to a terminal, where the summary is what a user reads.
+    """
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    options = environment.parsed_options
+    if runtime is None or runtime.results is None or not getattr(options, "headless", False):
+        return
+    if sys.stdout.isatty():
+        return
+    sys.stdout.write(results_line(runtime.results) + "\n")
+    sys.stdout.flush()
+
+
+def _print_summary(results: dict[str, Any]) -> None:
+    sys.stdout.write("\n" + "\n".join(summary_lines(results)) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,367 @@
+"""What a process does before its users send: options, credentials, API key, tokenizer, workload, preflight.
+
+``prepare`` runs on the master (or the single process) at ``init`` for
+headless runs and again at each test start; ``load_local_parts`` runs on each
+worker at test start. ``start_workload``, ``start_open_loop`` and
+``start_process_services`` apply one ``WorkerShare`` of the run plan
+(``llmload.run.plan``) to this process.
+"""
+
+from __future__ import annotations
+
+from locust.env import Environment
+from locust.runners import MasterRunner
+
+import argparse
+import logging
+import os
+import tempfile
+import urllib.request
+from urllib.parse import urlsplit
+
+import gevent
+import gevent.event
+import gevent.lock
+
+from llmload.edge.runtime import CpuMonitor, Runtime, SendWindow, WarmupGate
+from llmload.errors import ConfigError
+from llmload.exporters.requests_log import RequestsLog, worker_path
+from llmload.net.scrape import ServerScraper, metrics_urls, routed_fetch
+from llmload.net.transport import GeventHTTPTransport
+from llmload.request import preflight
+from llmload.request.payloads import LLMRequest
+from llmload.request.record import RequestRecord
+from llmload.request.tokens import load_tokenizer
+from llmload.run.plan import RequestLimitNote, WorkerShare, split_run
+from llmload.settings import proxies
+from llmload.settings.config import RunConfig
+from llmload.settings.credentials import public_url, secret_query_names, split_credentials
+from llmload.workload.arrivals import Arrival, ArrivalSchedule
+from llmload.workload.prompts import build_workload
+
+__all__ = [
+    "choose_route",
+    "load_local_parts",
+    "note_request_limit",
+    "prepare",
+    "split",
+    "start_open_loop",
+    "start_process_services",
+    "start_server_metrics",
+    "start_workload",
+    "stop_process_services",
+]
+
+log = logging.getLogger("llmload")
+
+
+_PROBLEMS_LOGGED = 10
+
+
+def prepare(
+    environment: Environment, runtime: Runtime, *, options: argparse.Namespace | None = None, host: str | None = None
+) -> None:
+    """Validate options, load the tokenizer, preflight the target (master/standalone).
+
+    Runs at ``init`` for headless runs (before any load), when the web UI's
+    form is posted (``options`` and ``host`` as posted, before Locust applies
+    them) and again at each test start, where it does nothing when the
+    options and host are those already prepared.
+
+    Raises:
+        LLMLoadError: with a message that names the problem and the fix.
+    """
+    options = environment.parsed_options if options is None else options
+    config = RunConfig.from_options(options)
+    host = _strip_credentials(environment, runtime, (environment.host or "") if host is None else host)
+    if runtime.prepared_for == (host, config):
+        return
+    runtime.config = config
+    for flag, path in (
+        ("--results-json", config.results_json),
+        ("--html-report", config.html_report),
+        ("--timeseries", config.timeseries),
+    ):
+        if path:
+            _check_writable(flag, path)
+    load_local_parts(runtime)
+    if not host:
+        raise ConfigError("no target host; pass -H http://HOST:PORT (e.g. -H http://127.0.0.1:8000)")
+    if config.insecure:
+        log.warning("llmload: --insecure: TLS certificates of %s are NOT verified", host)
+    runtime.proxy_note = choose_route(runtime, host)
+    transport = GeventHTTPTransport(
+        host, headers=runtime.headers, timeouts=config.timeouts, insecure=config.insecure, proxy=runtime.proxy
+    )
+    try:
+        models = preflight.fetch_models(
+            host, transport.get, config.api_key_env, model=config.model, key_sent_as=runtime.key_sent_as
+        )
+        if models.missing is not None:
+            log.warning("llmload preflight: %s; using --model %s as given", models.missing, config.model)
+        runtime.model = preflight.choose_model(models, config.model, host)
+        if not config.skip_preflight:
+            probes = [
+                (cls.__name__, cls.build_request(runtime, max_tokens=2))  # type: ignore[attr-defined]
+                for cls in environment.user_classes
+                if callable(getattr(cls, "build_request", None))
+            ]
+            classes = {getattr(cls, "endpoint", ""): cls for cls in environment.user_classes}
+
+            def without_usage(request: LLMRequest, record: RequestRecord) -> LLMRequest | None:
+                if not runtime.learn_usage_refused(request.endpoint, record):
+                    return None
+                return classes[request.endpoint].build_request(runtime, max_tokens=2)  # type: ignore[attr-defined,no-any-return]
+
+            report = preflight.probe(transport, probes, config, models, runtime.model, retry=without_usage)
+            for note in report.notes:
+                log.info("llmload preflight: %s", note)
+            for warning in report.warnings:
+                log.warning("llmload preflight: %s", warning)
+    finally:
+        transport.close()
+    users = int(getattr(options, "num_users", 0) or 0)
+    workers = int(getattr(options, "expect_workers", 1) or 1)
+    per_process = users if not isinstance(environment.runner, MasterRunner) else -(-users // max(workers, 1))
+    raised = preflight.check_open_files(per_process)
+    if raised:
+        log.info("llmload: %s", raised)
+    runtime.prepared_for = (host, config)
+
+
+def choose_route(runtime: Runtime, host: str, master_note: str | None = None) -> str | None:
+    """Set ``runtime.proxy`` for ``host`` from this process's environment; return the one-line note.
+
+    The note is logged unless it is ``master_note`` (a worker whose
+    environment chose as its master did stays silent).
+
+    Raises:
+        ConfigError: the proxy variable that applies is not a usable http:// proxy URL.
+    """
+    decision = proxies.route(host, urllib.request.getproxies_environment(), ignore=runtime.config.ignore_proxy_env)
+    runtime.proxy = decision.proxy
+    if decision.note and decision.note != master_note:
+        log.info("llmload: %s", decision.note)
+    return decision.note
+
+
+def _strip_credentials(environment: Environment, runtime: Runtime, host: str) -> str:
+    """Move ``user:password@`` out of the target host into ``runtime.url_authorization``; return the host.
+
+    Every later use of the host (Locust's HTML report and web UI, logs, error
+    messages, results, Prometheus, the spawn messages to workers) then sees it
+    without credentials; they are sent only as the ``Authorization`` header.
+    A host typed again without them (web UI) keeps the credentials it had.
+    """
+    target = split_credentials(host)
+    secrets = secret_query_names(urlsplit(host).query) if "?" in host else ()
+    if secrets and runtime.prepared_for is None:
+        log.warning(
+            "llmload: -H carries %s in its query string; llmload shows it as *** but Locust's own web UI "
+            "and HTML report show -H as given: prefer --api-key-header NAME or --header",
+            ", ".join(secrets),
+        )
+    if target.authorization is not None:
+        runtime.url_authorization = target.authorization
+        environment.host = target.public
+        options = environment.parsed_options
+        if options is not None and getattr(options, "host", None):
+            options.host = public_url(options.host)
+    elif runtime.prepared_for is None or runtime.prepared_for[0] != host:
+        runtime.url_authorization = None
+    return target.public
+
+
+def _check_writable(flag: str, path: str) -> None:
+    """Refuse before load an output path (``flag``'s) that could not be written after it (results would be lost).
+
+    Raises:
+        ConfigError: naming the path and why.
+    """
+    target = os.path.abspath(path)
+    if os.path.isdir(target):
+        name = {"--html-report": "report.html", "--timeseries": "timeseries.jsonl"}.get(flag, "results.json")
+        raise ConfigError(f"{flag} {path!r} is a directory; pass a file path such as {path}/{name}")
+    parent = os.path.dirname(target)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".llmload-write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"{flag} {path!r} cannot be written ({exc.strerror}); pass a path in a writable directory"
+        ) from None
+
+
+def load_local_parts(runtime: Runtime) -> None:
+    """Build request headers (API key from the variable or file) and load the tokenizer.
+
+    Raises:
+        ConfigError: the key file cannot be read.
+        TokenizerError: the tokenizer cannot be loaded locally.
+    """
+    config = runtime.config
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
+    key = os.environ.get(config.api_key_env, "")
+    if config.api_key_file:
+        try:
+            with open(config.api_key_file, encoding="utf-8") as handle:
+                key = handle.readline().strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read --api-key-file {config.api_key_file!r}: {exc.strerror}; "
+                "pass a readable file whose first line is the key"
+            ) from None
+        if not key:
+            raise ConfigError(
+                f"--api-key-file {config.api_key_file!r}: its first line is empty, so no key would be sent; "
+                "put the key on the first line"
+            )
+    headers.update(config.headers)
+    runtime.key_sent_as = None
+    if key and config.api_key_header:
+        headers[config.api_key_header] = key
+        runtime.key_sent_as = config.api_key_header
+    elif key:
+        headers["Authorization"] = f"Bearer {key}"
+        runtime.key_sent_as = "Authorization: Bearer"
+        if runtime.url_authorization:
+            log.warning(
+                "llmload: -H carries user:password@ and an API key is set; sending the API key only "
+                "(Authorization: Bearer). Remove one of them"
+            )
+    elif runtime.url_authorization:
+        headers["Authorization"] = runtime.url_authorization
+    elif config.api_key_env != "OPENAI_API_KEY" and not config.api_key_file:
+        log.warning(
+            "llmload: --api-key-env %s: that variable is unset or empty; sending no API key", config.api_key_env
+        )
+    runtime.headers = headers
+    if config.tokenizer and runtime.token_counter is None:
+        runtime.token_counter = load_tokenizer(config.tokenizer, allow_download=config.allow_download)
+    _load_workload(runtime)
+
+
+def _load_workload(runtime: Runtime) -> None:
+    """Build the prompt source once per options; report skipped dataset lines.
+
+    Raises:
+        DatasetError: no usable dataset line, or an exact length is unreachable.
+    """
+    config = runtime.config
+    if runtime.workload is not None and runtime.workload.config == config:
+        return
+    runtime.workload = None
+    workload = build_workload(config, runtime.token_counter)
+    dataset = workload.dataset
+    if dataset is not None:
+        for problem in dataset.problems[:_PROBLEMS_LOGGED]:
+            log.warning("llmload: skipped dataset line %s", problem)
+        if dataset.skipped > _PROBLEMS_LOGGED:
+            log.warning("llmload: ... and %d more bad lines in %s", dataset.skipped - _PROBLEMS_LOGGED, dataset.path)
+    log.info("llmload: prompts: %s", workload.describe())
+    if runtime.token_counter is None:
+        if not config.stream:
+            log.info("llmload: no --tokenizer: token counts come from the server's usage in each reply")
+        elif config.stream_usage == "off":
+            log.info("llmload: no --tokenizer and --stream-usage off: completion tokens are streamed chunks")
+        else:
+            log.info("llmload: no --tokenizer: token counts come from server usage (stream_options.include_usage)")
+    runtime.workload = workload
+
+
+def split(config: RunConfig, workers: int) -> tuple[WorkerShare, ...]:
+    return split_run(
+        workers,
+        num_requests=config.num_requests,
+        warmup_requests=config.warmup_requests,
+        request_rate=config.request_rate,
+        max_concurrency=config.max_concurrency,
+    )
+
+
+def start_open_loop(runtime: Runtime, share: WorkerShare) -> None:
+    """Set this process's arrival schedule (its share of --request-rate) and in-flight cap."""
+    config = runtime.config
+    rate, concurrency, rank = share.rate_per_s, share.concurrency, share.rank
+    runtime.schedule = (
+        None
+        if rate is None
+        else ArrivalSchedule(
+            rate=rate, arrival=Arrival(config.arrival), burstiness=config.burstiness, seed=config.seed * 1009 + rank
+        )
+    )
+    runtime.schedule_start_s = 0.0  # set by the first request that takes an arrival
+    runtime.sends = SendWindow()
+    runtime.stopped_at_s = None
+    runtime.concurrency = None if concurrency is None else gevent.lock.BoundedSemaphore(concurrency)
+
+
+def start_workload(runtime: Runtime, share: WorkerShare, workers: int) -> None:
+    """Start this process's prompt stream (rank of the workers) and its warm-up share."""
+    stride = workers or 1
+    rank = share.rank
+    runtime.prompts = runtime.workload.stream(rank, stride) if runtime.workload and rank < stride else None
+    warmup = share.warmup_requests
+    runtime.warmup = WarmupGate(warmup) if warmup > 0 else None
+
+
+def start_process_services(runtime: Runtime, worker_index: int | None) -> None:
+    """Open the requests log and start the CPU monitor in a process that runs users."""
+    if runtime.requests_log is not None:
+        runtime.requests_log.close()
+        runtime.requests_log = None
+    if runtime.config.requests_log:
+        runtime.requests_log = RequestsLog(worker_path(runtime.config.requests_log, worker_index))
+    if runtime.cpu is None:
+        runtime.cpu = CpuMonitor()
+    runtime.cpu.start()
+
+
+def stop_process_services(runtime: Runtime) -> None:
+    if runtime.requests_log is not None:
+        runtime.requests_log.close()
+        runtime.requests_log = None
+    if runtime.cpu is not None:
+        runtime.cpu.stop()
+        runtime.cpu_saturated_s = max(runtime.cpu_saturated_s, runtime.cpu.saturated_s)
+
+
+def start_server_metrics(environment: Environment, runtime: Runtime) -> None:
+    """Start scraping the server's metrics (``--server-metrics``; master or single process), after preflight.
+
+    The first scrape is taken here, before any load; then one at the end of
+    every time-series interval (counted from the run's start); each URL goes the way
+    ``llmload.settings.proxies.route`` decides for it, as the load does for the target.
+    ``runtime.server_scraper`` stays None when nothing is to be scraped (off, or the target has no ``/metrics``).
+    """
+    config = runtime.config
+    auto_url, extra_urls = metrics_urls(environment.host or "", config.server_metrics)
+    if auto_url is None and not extra_urls:
+        return
+    scraper = ServerScraper(
+        auto_url,
+        extra_urls,
+        model=runtime.model,
+        headers=runtime.headers,
+        interval_s=config.timeseries_interval_s,
+        fetch=routed_fetch(
+            ((auto_url,) if auto_url else ()) + extra_urls,
+            urllib.request.getproxies_environment(),
+            ignore=config.ignore_proxy_env,
+            insecure=config.insecure,
+        ),
+    )
+    scraper.start()
+    runtime.server_scraper = scraper if scraper.active else None
+
+
+def note_request_limit(options: argparse.Namespace | None, config: RunConfig) -> None:
+    """Headless run bounded by ``--num-requests`` without ``-t``: install ``RequestLimitNote`` (once per process)."""
+    logger = logging.getLogger("locust.main")
+    for old in [f for f in logger.filters if isinstance(f, RequestLimitNote)]:
+        logger.removeFilter(old)
+    if options is None or not getattr(options, "headless", False) or getattr(options, "run_time", None):
+        return
+    if config.num_requests is not None:
+        logger.addFilter(RequestLimitNote(config.num_requests))

@@ -1,0 +1,401 @@
+"""Locust users that send LLM requests and account for them exactly.
+
+Each task sends one request, reads the whole reply as bytes arrive, turns it
+into a ``RequestRecord`` (``llmload.request.client``), adds it to this process's
+``LLMStats`` and fires exactly one Locust ``request`` event whose response
+time is the full E2E time (not time to headers, locust #2443) and whose
+``exception`` is set for every failure, so Locust's console and web UI stay
+meaningful.
+
+Users run a closed loop (no think time): ``-u 1024`` means 1,024 requests in
+flight at most.
+
+Prompts come from the process's ``PromptStream`` (``llmload.workload.prompts``); with
+``--turns`` each user keeps its own ``Conversation``. ``--warmup-requests``
+are sent first (``WarmupGate``) and never reach the statistics, the requests
+log or Locust's request event.
+"""
+
+from __future__ import annotations
+
+from locust import User, constant, task
+from locust.exception import StopUser
+
+import logging
+import random
+import time
+import traceback
+from typing import ClassVar
+
+import gevent
+from gevent import GreenletExit
+
+from llmload.edge.runtime import Runtime, WarmupGate
+from llmload.net.transport import GeventHTTPTransport
+from llmload.request.client import StreamingClient
+from llmload.request.failures import grouped_error, skip_pause_s, throttle_pause_s
+from llmload.request.payloads import LLMRequest, build_chat_request, build_completion_request
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord
+from llmload.workload.datasets import Message
+from llmload.workload.prompts import Conversation, Prompt
+
+__all__ = ["ChatUser", "CompletionUser", "LLMUser"]
+
+log = logging.getLogger(__name__)
+
+
+class LLMUser(User):
+    """Base class: one keep-alive connection per user, one request per task iteration."""
+
+    abstract = True
+    wait_time = constant(0)
+    endpoint: ClassVar[str] = ""
+
+    def on_start(self) -> None:
+        """Prepare this user; its connection and client are made by its first request.
+
+        Spawning happens in one loop turn for a whole batch of users (1,024 at
+        ``-r 1024``), while replies to the first requests may already be
+        waiting: users that will never send (``--num-requests`` used up) cost
+        nothing, and those that will pay for their client just before they send.
+        """
+        self._transport: GeventHTTPTransport | None = None
+        self._client_or_none: StreamingClient | None = None
+        runtime = _runtime(self)
+        turns = runtime.config.turns
+        self._conversation = Conversation(turns, runtime.token_counter) if turns > 1 else None
+        self._throttled_streak = 0  # throttled replies in a row
+        self._skipped_streak = 0  # requests skipped by a client fault in a row
+        self._rng = random.Random()  # jitter of the back-off after throttled replies
+
+    def on_stop(self) -> None:
+        """Close the connection."""
+        transport = getattr(self, "_transport", None)
+        if transport is not None:
+            transport.close()
+
+    @property
+    def _client(self) -> StreamingClient:
+        """This user's client over its own keep-alive connection (made on first use)."""
+        client = self._client_or_none
+        if client is None:
+            runtime = _runtime(self)
+            config = runtime.config
+            self._transport = GeventHTTPTransport(
+                self.host or self.environment.host or "",
+                headers=runtime.headers,
+                timeouts=config.timeouts,
+                insecure=config.insecure,
+                addresses=runtime.addresses,
+                proxy=runtime.proxy,
+            )
+            client = self._client_or_none = StreamingClient(
+                self._transport,
+                token_counter=runtime.token_counter,
+                total_timeout_s=config.timeouts.total_s,
+                keep_text=config.turns > 1,
+                compare_tokens=runtime.token_counter is not None,
+                wall_clock=runtime.now_unix,
+            )
+        return client
+
+    @classmethod
+    def build_request(cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None) -> LLMRequest:
+        """Return a request for ``prompt``.
+
+        Args:
+            runtime: the process's run state.
+            max_tokens: overrides every other max_tokens (probes); a probe
+                without ``prompt`` uses the workload's first prompt and does
+                not advance the prompt stream.
+            prompt: what to send; default: the next prompt of this process's stream.
+        """
+        raise NotImplementedError
+
+    @task
+    def generate(self) -> None:
+        """Send one request if the run's budget allows, else wait for the run to stop.
+
+        Nothing escapes this task when the run stops: a ``KeyboardInterrupt``
+        that reaches this greenlet (Ctrl-C before llmload's SIGINT handler
+        was installed) is handed to Locust's main greenlet, which stops the
+        run, and this user ends quietly; its in-flight request is cancelled.
+        """
+        try:
+            self._generate()
+        except KeyboardInterrupt as exc:
+            interrupt = _runtime(self).interrupt_main
+            if interrupt is None:
+                raise
+            interrupt()
+            raise GreenletExit from exc
+
+    def _generate(self) -> None:
+        runtime = _runtime(self)
+        if runtime.budget.closed:
+            raise StopUser  # started after this process's run ended (a late spawn message): send nothing
+        if runtime.blocked is not None or runtime.model is None:
+            runtime.idle.wait()  # nothing to send in this run: park until the runner stops this user
+            return
+        warmup = runtime.warmup
+        if warmup is not None and not warmup.done:
+            if warmup.try_acquire():
+                self._warm_up(runtime, warmup)
+                return
+            warmup.wait()
+        if not runtime.budget.try_acquire():
+            runtime.idle.wait()
+            return
+        self._counted = False
+        pause_s = 0.0
+        try:
+            pause_s = self._send(runtime)
+            self._skipped_streak = 0
+        except StopUser:
+            runtime.budget.release()
+            raise
+        except Exception as exc:  # building, sending or accounting the request failed: skip it, go on
+            self._skip(runtime, exc)
+            self._skipped_streak += 1
+            if runtime.schedule is None and runtime.config.num_requests is None:
+                # A fault that repeats would otherwise spin the user at full CPU until -t ends.
+                pause_s = skip_pause_s(self._skipped_streak)
+        runtime.budget.release()
+        if pause_s > 0:
+            gevent.sleep(pause_s)
+
+    def _send(self, runtime: Runtime) -> float:
+        """Send one request of the budget and account for it (``self._counted`` once it is in the stats).
+
+        Returns how long to pause before the next request: closed loop, after
+        a throttled reply (``throttle_pause_s``); 0 otherwise (the open-loop
+        schedule is never changed).
+        """
+        intended_s = self._wait_for_arrival(runtime)
+        prompt = self._next_prompt(runtime)
+        request = self._request_for(runtime, prompt)
+        slot = runtime.concurrency
+        if slot is not None:
+            slot.acquire()
+        if runtime.budget.closed:  # the run ended while this user waited for its arrival or a slot
+            if slot is not None:
+                slot.release()
+            raise StopUser
+        client = self._client
+        started = time.perf_counter()
+        runtime.in_flight += 1
+        try:
+            record = client.run(request)
+            if runtime.learn_usage_refused(self.endpoint, record):
+                request = self._request_for(runtime, prompt)  # once more, without stream_options
+                record = client.run(request)
+        except BaseException as exc:
+            # The stop (GreenletExit from the runner, a KeyboardInterrupt, SystemExit) ended the
+            # request mid-read: cancelled, if the server got it. client.run raises no Exception
+            # for a per-request failure; one that does escape is a bug and is not a cancellation.
+            if not isinstance(exc, Exception) and client.request_sent:
+                runtime.count_cancelled(self.endpoint, request.model)
+                runtime.sends.note(started, intended_s)
+            raise
+        finally:
+            runtime.in_flight -= 1
+            if slot is not None:
+                slot.release()
+        elapsed_s = time.perf_counter() - started
+        runtime.sends.note(started, intended_s)
+        if intended_s is not None:
+            record.dispatch_delay_s = max(0.0, started - intended_s)
+        slo = runtime.config.slo
+        met_slo = slo is not None and slo.met_by(record)
+        runtime.count(record, met_slo=met_slo)
+        self._counted = True
+        if runtime.window_delta is not None:  # single process with the Prometheus exporter
+            runtime.window_delta.add(record, met_slo=met_slo)
+        if runtime.requests_log is not None:
+            runtime.requests_log.write(record)
+        if self._conversation is not None:
+            self._conversation.record_reply(prompt, record.output_text if record.ok else None)
+        self._fire(request, record, elapsed_s)
+        if record.outcome is not Outcome.THROTTLED:
+            self._throttled_streak = 0
+            return 0.0
+        self._throttled_streak += 1
+        if runtime.schedule is not None:
+            return 0.0
+        return throttle_pause_s(
+            record.retry_after_s, self._throttled_streak, runtime.config.max_retry_after_s, self._rng.random()
+        )
+
+    def _skip(self, runtime: Runtime, exc: Exception) -> None:
+        """Count a request the client could not build, send or measure; log each cause once, with its traceback.
+
+        A request already counted (the fault came after its record reached
+        the statistics) is not counted again.
+        """
+        cause = f"{type(exc).__name__}: {exc}"
+        if not self._counted:
+            record = RequestRecord(
+                endpoint=self.endpoint,
+                model=runtime.model or "",
+                started_at_unix=runtime.now_unix(),
+                outcome=Outcome.SKIPPED,
+                error=ErrorInfo(f"skipped: {type(exc).__name__}", cause[:500]),
+            )
+            runtime.count(record)
+            if runtime.window_delta is not None:
+                runtime.window_delta.add(record)
+        key = f"{type(exc).__name__}:{_where(exc)}"
+        if key not in runtime.faults_reported:
+            runtime.faults_reported.add(key)
+            log.error(
+                "llmload: %s: %s (logged once per cause)",
+                "accounting a counted request failed" if self._counted else "a request was skipped",
+                cause,
+                exc_info=exc,
+            )
+
+    def _request_for(self, runtime: Runtime, prompt: Prompt) -> LLMRequest:
+        """The request for ``prompt``, built once per process and prompt (bodies of a fixed prompt repeat)."""
+        cache = runtime.request_cache
+        if cache.config is not runtime.config or cache.model != runtime.model:
+            cache.reset(runtime.config, runtime.model)
+        key = (self.endpoint, prompt)
+        request = cache.requests.get(key)
+        if request is None:
+            request = self.build_request(runtime, prompt=prompt)
+            cache.keep(key, request)
+        return request
+
+    def _next_prompt(self, runtime: Runtime) -> Prompt:
+        conversation = self._conversation
+        if conversation is None:
+            return _draw(runtime)
+        return conversation.next_prompt(_draw(runtime, with_prefix=conversation.starting))
+
+    def _warm_up(self, runtime: Runtime, warmup: WarmupGate) -> None:
+        """Send one warm-up request; nothing about it is counted or reported."""
+        request = self.build_request(runtime, prompt=_draw(runtime))
+        ok = False
+        try:
+            ok = self._client.run(request).ok
+        finally:
+            warmup.release(ok=ok)
+
+    @staticmethod
+    def _wait_for_arrival(runtime: Runtime) -> float | None:
+        """Open loop: take the next arrival of this process's schedule and sleep until it is due.
+
+        Returns the intended send time (``time.perf_counter`` seconds), or None in
+        closed-loop runs. Arrivals are absolute offsets from one start, so a late
+        wake-up never delays the following arrivals (the schedule cannot drift); an arrival
+        that finds every user busy is taken late by the next free user, and that
+        wait is recorded as dispatch delay (coordinated omission made visible).
+        """
+        schedule = runtime.schedule
+        if schedule is None:
+            return None
+        if runtime.schedule_start_s == 0.0:
+            runtime.schedule_start_s = time.perf_counter()  # after warm-up: the schedule starts with load
+        intended_s = runtime.schedule_start_s + schedule.next_offset_s()
+        delay_s = intended_s - time.perf_counter()
+        if delay_s > 0:
+            gevent.sleep(delay_s)
+        return intended_s
+
+    def _fire(self, request: LLMRequest, record: RequestRecord, elapsed_s: float) -> None:
+        e2e_s = record.e2e_s if record.ok and record.e2e_s is not None else elapsed_s
+        self.environment.events.request.fire(
+            request_type="POST",
+            name=request.path,
+            response_time=e2e_s * 1000.0,
+            response_length=record.completion_tokens.value or 0,
+            exception=grouped_error(record, _runtime(self).failure_samples),
+            context={"model": request.model},
+            response=None,
+            url=request.path,
+        )
+
+
+class CompletionUser(LLMUser):
+    """Sends ``POST /v1/completions``; a chat-style prompt is sent as its joined message text."""
+
+    abstract = False
+    endpoint = "completions"
+
+    @classmethod
+    def build_request(cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None) -> LLMRequest:
+        """Build a completions request (see ``LLMUser.build_request``)."""
+        config = runtime.config
+        prompt = _prompt_for(runtime, max_tokens, prompt)
+        return build_completion_request(
+            model=runtime.model or "",
+            prompt=prompt.text,
+            max_tokens=max_tokens or prompt.max_tokens or config.max_tokens,
+            temperature=config.temperature,
+            ignore_eos=config.ignore_eos,
+            stream=config.stream,
+            requested_prompt_tokens=prompt.requested_tokens,
+            extra=config.extra_body,
+            max_tokens_field=config.max_tokens_field,
+            include_usage=runtime.include_usage(cls.endpoint),
+            path=config.endpoint_path,
+        )
+
+
+class ChatUser(LLMUser):
+    """Sends ``POST /v1/chat/completions`` with the prompt's messages."""
+
+    abstract = False
+    endpoint = "chat"
+
+    @classmethod
+    def build_request(cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None) -> LLMRequest:
+        """Build a chat request (see ``LLMUser.build_request``)."""
+        config = runtime.config
+        prompt = _prompt_for(runtime, max_tokens, prompt)
+        return build_chat_request(
+            model=runtime.model or "",
+            messages=[{"role": m.role, "content": m.content} for m in prompt.messages],
+            max_tokens=max_tokens or prompt.max_tokens or config.max_tokens,
+            temperature=config.temperature,
+            ignore_eos=config.ignore_eos,
+            stream=config.stream,
+            requested_prompt_tokens=prompt.requested_tokens,
+            extra=config.extra_body,
+            max_tokens_field=config.max_tokens_field,
+            include_usage=runtime.include_usage(cls.endpoint),
+            path=config.endpoint_path,
+        )
+
+
+def _prompt_for(runtime: Runtime, max_tokens: int | None, prompt: Prompt | None) -> Prompt:
+    if prompt is not None:
+        return prompt
+    if max_tokens is not None and runtime.workload is not None:
+        return runtime.workload.prompt_at(0)  # a probe: do not advance the stream
+    return _draw(runtime)
+
+
+def _draw(runtime: Runtime, *, with_prefix: bool = True) -> Prompt:
+    """The next prompt of this process (the plain ``--prompt`` before a workload exists)."""
+    if runtime.prompts is not None:
+        return runtime.prompts.next(with_prefix=with_prefix)
+    if runtime.workload is not None:
+        return runtime.workload.prompt_at(0, with_prefix=with_prefix)
+    return Prompt(messages=(Message("user", runtime.config.prompt),))
+
+
+def _where(exc: BaseException) -> str:
+    """``file:line`` where ``exc`` was raised (the innermost frame); "" if unknown."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+
+
+def _runtime(user: User) -> Runtime:
+    runtime: Runtime | None = getattr(user.environment, "llmload", None)
+    if runtime is None:
+        raise RuntimeError(
+            "llmload is not installed on this Locust environment; run a locustfile from "
+            "llmload's locustfiles/ or call llmload.edge.hooks.install(environment.events) in yours"
+        )
+    return runtime

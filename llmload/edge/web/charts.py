@@ -1,0 +1,103 @@
+"""Live charts in the LLM tab, the form's labels and the EDIT form, through one script added to Locust's page.
+
+Locust's extended tabs (``llmload.edge.web.tab``) render tables of text only, and
+its React page offers no hook for other content short of rebuilding the page
+with npm. So, on ``environment.web_ui.app`` (all routes guarded by
+``auth_required_if_enabled``):
+
+- ``GET {base}/llmload/timeseries.json[?since_t=T]``: the run's per-interval
+  total rows so far (``series_payload``), the rows the results' ``timeseries``
+  holds. During the run only *complete* intervals are given (those the
+  ``--timeseries`` file already has); the interval in progress is left out,
+  so a chart never shows a half-counted interval as a dip. Once the run's
+  results exist, their rows are given, the last (partial) interval included.
+- ``GET {base}/llmload/static/<file>``: ``llmtab.js`` and the vendored Chart.js,
+  from the package (never a CDN).
+- An ``after_request`` hook adds those two scripts and a JSON block (the form
+  labels, help and defaults from ``llmload.settings.options``; the ``/metrics`` URL)
+  to Locust's index page. The script draws the charts under the LLM tab's
+  table (polling the route every 2 s while the tab is shown), relabels the
+  form's llmload fields, and hides them in the EDIT dialog, where they cannot
+  apply (``llmload.edge.web.form`` still refuses a posted change).
+"""
+
+from __future__ import annotations
+
+from locust.env import Environment
+from locust.runners import WorkerRunner
+
+import json
+from importlib import resources
+from typing import Any
+
+from flask import Response, request
+
+from llmload.aggregate.series import IntervalSeries
+from llmload.edge.runtime import Runtime
+from llmload.exporters.web_charts import FAILURE_COLUMNS, RowCache, form_fields, script_tags, series_payload
+
+__all__ = ["install", "page_config"]
+
+_STATIC_FILES = {"llmtab.js": "text/javascript", "chart.umd.min.js": "text/javascript"}
+_INDEX_ENDPOINT = "locust.index"
+
+
+def page_config(environment: Environment, base: str) -> dict[str, Any]:
+    """What the page script needs: route base, the form fields and the ``/metrics`` URL (None when off)."""
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    export = runtime.export if runtime is not None else None
+    return {
+        "base": base,
+        "fields": form_fields(),
+        "metrics_url": export.url if export is not None else None,
+        "failure_columns": list(FAILURE_COLUMNS),
+    }
+
+
+def install(environment: Environment) -> None:
+    """Add the route, the static files and the page's script (no-op without the web UI or on a worker)."""
+    web_ui = environment.web_ui
+    if web_ui is None or web_ui.app is None or isinstance(environment.runner, WorkerRunner):
+        return
+    base = str(getattr(environment.parsed_options, "web_base_path", "") or "").rstrip("/")
+    app = web_ui.app
+    cache = RowCache()
+
+    def timeseries_json() -> Response:
+        runtime: Runtime | None = getattr(environment, "llmload", None)
+        runner = environment.runner
+        try:
+            since_t = float(request.args.get("since_t", "-inf"))
+        except ValueError:
+            return Response("since_t must be a number of seconds, e.g. since_t=30\n", status=400, mimetype="text/plain")
+        state = str(runner.state) if runner is not None else ""
+        if runtime is None:
+            payload = series_payload("", state, timeline=None, series=IntervalSeries.empty(), results=None)
+        else:
+            payload = series_payload(
+                runtime.run_id, state, timeline=runtime.timeline, series=runtime.series, results=runtime.results,
+                since_t=since_t, cache=cache,
+            )  # fmt: skip
+        return Response(json.dumps(payload), mimetype="application/json", headers={"Cache-Control": "no-store"})
+
+    def static_file(name: str) -> Response:
+        mimetype = _STATIC_FILES.get(name)
+        if mimetype is None:
+            return Response("not found\n", status=404, mimetype="text/plain")
+        body = resources.files("llmload.edge.web").joinpath("static", name).read_bytes()
+        return Response(body, mimetype=mimetype, headers={"Cache-Control": "max-age=300"})
+
+    def add_script(response: Response) -> Response:
+        if request.endpoint != _INDEX_ENDPOINT or response.status_code != 200 or response.mimetype != "text/html":
+            return response
+        page = response.get_data(as_text=True)
+        if "</body>" in page:
+            page = page.replace("</body>", script_tags(page_config(environment, base)) + "</body>", 1)
+            response.set_data(page)
+        return response
+
+    app.add_url_rule(
+        f"{base}/llmload/timeseries.json", "llmload_timeseries_json", web_ui.auth_required_if_enabled(timeseries_json)
+    )
+    app.add_url_rule(f"{base}/llmload/static/<name>", "llmload_static", web_ui.auth_required_if_enabled(static_file))
+    app.after_request(add_script)

@@ -1,0 +1,135 @@
+"""llmload's tabs in Locust's web UI, through Locust's own extension points.
+
+- ``template_args["extended_tabs"]`` / ``["extended_tables"]``: two tabs, "LLM"
+  (one row per endpoint/model with the summary's figures, live) and "LLM run"
+  (state, what the statistics cover, the verdict once the run ended,
+  failures by category, the ``/metrics`` URL when the exporter is on);
+- ``extended_stats``: their rows, added to Locust's ``/stats/requests``
+  answer (polled every 2 s by the web UI) by an ``after_request`` hook;
+- ``template_args["extended_csv_files"]``: downloads in the "Download Data"
+  tab: the results JSON, the console summary and the HTML report of the last run, served by
+  routes on ``web_ui.app`` guarded by ``auth_required_if_enabled``.
+
+The figures are the master's merged statistics (``Runtime.stats``), the same
+the summary, the results file and ``/metrics`` are built from.
+"""
+
+from __future__ import annotations
+
+from locust.env import Environment
+from locust.runners import STATE_STOPPED, STATE_STOPPING, MasterRunner, WorkerRunner
+
+import json
+import time
+from typing import Any
+
+from flask import Response, request
+
+from llmload.edge.runtime import Runtime
+from llmload.exporters.console import summary_lines
+from llmload.exporters.html import ReportError, render_report
+from llmload.exporters.web_tables import ENDPOINT_COLUMNS, RUN_COLUMNS, RunFacts, endpoint_rows, run_rows
+
+__all__ = ["LLM_TAB", "RUN_TAB", "install"]
+
+LLM_TAB = "llmload"
+RUN_TAB = "llmload-run"
+_STATS_ENDPOINT = "locust.request_stats"
+
+
+def install(environment: Environment) -> None:
+    """Add the tabs, their rows and the downloads to the web UI (no-op without it or on a worker)."""
+    web_ui = environment.web_ui
+    if web_ui is None or web_ui.app is None or isinstance(environment.runner, WorkerRunner):
+        return
+    options = environment.parsed_options
+    base = str(getattr(options, "web_base_path", "") or "").rstrip("/")
+    web_ui.template_args["extended_tabs"] = [{"title": "LLM", "key": LLM_TAB}, {"title": "LLM run", "key": RUN_TAB}]
+    web_ui.template_args["extended_tables"] = [
+        {"key": LLM_TAB, "structure": [{"key": k, "title": t} for k, t in ENDPOINT_COLUMNS]},
+        {"key": RUN_TAB, "structure": [{"key": k, "title": t} for k, t in RUN_COLUMNS]},
+    ]
+    web_ui.template_args["extended_csv_files"] = [
+        {"href": "./llmload/results.json", "title": "llmload results JSON (last finished run)"},
+        {"href": "./llmload/summary.txt", "title": "llmload summary (last finished run)"},
+        {"href": "./llmload/report.html", "title": "llmload HTML report (last finished run)"},
+    ]
+    app = web_ui.app
+
+    def add_rows(response: Response) -> Response:
+        if request.endpoint != _STATS_ENDPOINT or response.status_code != 200 or not response.is_json:
+            return response
+        body = response.get_json()
+        if isinstance(body, dict):
+            body["extended_stats"] = extended_stats(environment)
+            response.set_data(json.dumps(body))
+        return response
+
+    app.after_request(add_rows)
+
+    def results_json() -> Response:
+        results = _results(environment)
+        if results is None:
+            return Response("no llmload run has ended yet\n", status=404, mimetype="text/plain")
+        return Response(
+            json.dumps(results, indent=2) + "\n",
+            mimetype="application/json",
+            headers={"Content-Disposition": "attachment; filename=llmload-results.json"},
+        )
+
+    def summary_txt() -> Response:
+        results = _results(environment)
+        if results is None:
+            return Response("no llmload run has ended yet\n", status=404, mimetype="text/plain")
+        return Response("\n".join(summary_lines(results)) + "\n", mimetype="text/plain")
+
+    def report_html() -> Response:
+        results = _results(environment)
+        if results is None:
+            return Response("no llmload run has ended yet\n", status=404, mimetype="text/plain")
+        try:
+            page = render_report([results])
+        except ReportError as exc:
+            return Response(f"llmload: {exc}\n", status=500, mimetype="text/plain")
+        return Response(
+            page, mimetype="text/html", headers={"Content-Disposition": "attachment; filename=llmload-report.html"}
+        )
+
+    app.add_url_rule(f"{base}/llmload/report.html", "llmload_report_html", web_ui.auth_required_if_enabled(report_html))
+    app.add_url_rule(
+        f"{base}/llmload/results.json", "llmload_results_json", web_ui.auth_required_if_enabled(results_json)
+    )
+    app.add_url_rule(f"{base}/llmload/summary.txt", "llmload_summary_txt", web_ui.auth_required_if_enabled(summary_txt))
+
+
+def _results(environment: Environment) -> dict[str, Any] | None:
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    return None if runtime is None else runtime.results
+
+
+def extended_stats(environment: Environment) -> list[dict[str, Any]]:
+    """The rows of both tabs, as Locust's ``extended_stats`` (one entry per tab key)."""
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runner = environment.runner
+    if runtime is None or runner is None:
+        return []
+    in_flight = runtime.in_flight
+    if isinstance(runner, MasterRunner) and runtime.export is not None:
+        in_flight = sum(runtime.export.worker_in_flight.values())
+    facts = RunFacts(
+        state=str(runner.state),
+        run_id=runtime.run_id,
+        in_flight_requests=in_flight,
+        reset_at=None
+        if runtime.reset_at_unix is None
+        else time.strftime("%H:%M:%S", time.localtime(runtime.reset_at_unix)),
+        results=runtime.results,
+        metrics_url=runtime.export.url if runtime.export is not None else None,
+        ending=bool(runtime.run_id) and runtime.results is None and runner.state in (STATE_STOPPING, STATE_STOPPED),
+    )
+    stats = runtime.run_stats()
+    slo = runtime.config.slo
+    return [
+        {"key": LLM_TAB, "data": endpoint_rows(stats, slo)},
+        {"key": RUN_TAB, "data": run_rows(stats, facts)},
+    ]

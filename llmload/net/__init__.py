@@ -1,0 +1,1 @@
+"""gevent I/O: the HTTP transport, sockets with receive stamps, and the server-metrics scraper."""

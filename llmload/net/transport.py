@@ -1,0 +1,499 @@
+"""Production transport: one keep-alive HTTP/1.1 connection over geventhttpclient.
+
+Each Locust user owns one ``GeventHTTPTransport`` (``concurrency=1``: one
+connection, reused while the server keeps it alive), the same client Locust's
+``FastHttpUser`` uses, so thousands of users per worker stay cheap.
+
+Why this reaches into geventhttpclient internals: ``HTTPSocketResponse.read(n)``
+and its iterator block until ``n`` bytes (default 4 KiB) have arrived or the
+body ends, so SSE events would be held back and timestamped late; that
+defeats TTFT/ITL measurement. ``GeventResponse.read_some`` therefore returns
+whatever body bytes the response parser has already buffered
+(``_body_buffer``, filled by the llhttp ``_on_body`` callback), and otherwise
+performs exactly one receive and ``feed``. Only ``_body_buffer``, ``_sock``,
+``message_complete``, ``feed`` and ``release`` are used; the dependency is
+pinned to geventhttpclient 2.x in ``pyproject.toml`` and covered by the
+integration tests in ``tests/integration``. On plain TCP the receive also
+uses three attributes of gevent's socket (``_sock``, ``_read_event``,
+``hub``) to skip gevent's per-call timeout; see ``GeventResponse._recv``.
+
+Receive stamps (Linux): the transport turns on ``SO_TIMESTAMPNS`` on each
+plain-TCP socket (``llmload.net.sockets.StampedSocket``) and reads with
+``recvmsg``, so every read carries the kernel's receive time of the newest
+segment it consumed. ``read_lag_s`` is how long those bytes had waited in the
+kernel when ``read_some`` returned:
+the client subtracts it from its own clock, so a reply that arrived while
+the process was busy elsewhere is still timed when it arrived. For TCP the
+stamp is that of the newest segment consumed, and segments queued behind a
+slow reader are coalesced, so it is an upper bound of the arrival of the
+first bytes of a read: exact only when the client keeps up (the lag itself
+says whether it did). Elsewhere (TLS, other platforms, bytes that came with
+the headers) ``read_stamped`` is False and the lag is measured from when the
+bytes reached user space (monotonic clock).
+
+``connect`` opens the connection before the client takes its send time, so
+connection set-up (and the loop turns it waits for) is timed apart from TTFT.
+
+Through a forward proxy (``proxy``), geventhttpclient connects to the proxy:
+plain http keeps the stamping socket (stamps are when the proxy's bytes
+arrived here), https is a ``CONNECT`` tunnel with TLS inside (monotonic clock).
+
+Three methods of geventhttpclient's ``ConnectionPool`` are replaced on each
+transport's own pool (``HTTPClient._connection_pool``): ``_create_tcp_socket``
+(the stamping socket), ``_is_socket_alive`` (a check that does not yield to
+the loop between the send time and the send, and that does not take a TLS 1.3
+session ticket for a sign of a dead connection) and ``_resolve`` (the shared
+``AddressCache``). ``tests/integration/test_transport.py`` fails if a new
+geventhttpclient no longer calls them.
+
+End of body: ``read_some`` returns ``b""`` only at the clean end of the HTTP
+message (last chunk, full Content-Length, or close of a read-until-close
+body). A connection closed before that raises ``ConnectionClosedError``;
+the client reports it as "stream ended before completion". A connection
+whose body was not read to the end is closed, never reused.
+"""
+
+from __future__ import annotations
+
+import _socket
+import functools
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from http.client import HTTPException
+from typing import Any
+from urllib.parse import urlsplit
+
+import gevent
+import gevent.lock
+import gevent.socket
+import gevent.ssl
+from geventhttpclient import HTTPClient
+from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
+
+from llmload.errors import ConfigError, ConnectionClosedError, RequestTimeout, TransportError
+from llmload.net.sockets import (
+    CMSG_BYTES,
+    AddressCache,
+    StampedSocket,
+    Stamps,
+    describe,
+    idle_and_open,
+    never_known_open,
+    stamp_ns,
+    unverified_context,
+)
+from llmload.settings.config import Timeouts
+from llmload.settings.credentials import public_query, public_url
+from llmload.settings.proxies import ProxyChoice
+
+__all__ = ["GeventHTTPTransport", "GeventResponse", "HTTPResult"]
+
+_RECV_BYTES = 16 * 1024  # one recv per read_some; SSE events are ~100-500 bytes
+_GET_BODY_BYTES = 8 * 1024 * 1024
+_USER_AGENT = "llmload"
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPResult:
+    """A small, fully read reply (for preflight checks such as ``GET /v1/models``)."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+
+class _IdleTimeout(Exception):  # noqa: N818 - a signal thrown into the reading greenlet, never escapes
+    """Thrown by the idle timer into a greenlet that waits for body bytes."""
+
+
+class GeventResponse:
+    """A ``client.Response`` over a geventhttpclient response whose headers have arrived."""
+
+    __slots__ = (
+        "_greenlet",
+        "_hub",
+        "_idle_s",
+        "_last_read_s",
+        "_last_stamp_ns",
+        "_raw",
+        "_read_event",
+        "_resp",
+        "_timer",
+        "_waiting",
+        "_where",
+        "content_type",
+        "on_close",
+        "read_lag_s",
+        "read_stamped",
+        "retry_after",
+        "status",
+    )
+
+    def __init__(self, resp: HTTPSocketPoolResponse, *, where: str, idle_s: float, stamp_ns: int = 0) -> None:
+        """Wrap ``resp``.
+
+        Args:
+            resp: the response, headers read.
+            where: names the request in messages.
+            idle_s: the read timeout.
+            stamp_ns: kernel stamp (CLOCK_REALTIME ns) of the receive that
+                completed the headers, for body bytes that came with them; 0 = none.
+        """
+        self._resp = resp
+        self._where = where
+        self._idle_s = idle_s
+        self.on_close: Any = None  # called with True when the connection went back to the pool
+        self.status: int = resp.status_code
+        self.content_type = _media_type(resp.get("content-type"))
+        retry_after = resp.get("retry-after")
+        self.retry_after: str | None = retry_after[-1] if isinstance(retry_after, list) else retry_after
+        # Plain TCP reads through _recv; TLS through gevent's recv (_recv_gevent).
+        sock: Any = resp._sock  # None if the whole message came with the headers
+        self._raw: _socket.socket | None = None
+        if type(sock) is StampedSocket:
+            self._raw = sock._sock
+            self._read_event: Any = sock._read_event
+            self._hub: Any = sock.hub
+        self._timer: Any = None  # the idle timer, armed lazily by _wait_readable
+        self._greenlet: Any = None
+        self._waiting = False  # True only while blocked in _wait_readable
+        self._last_read_s = time.monotonic()  # when bytes last arrived (headers included)
+        # kernel receive stamp (CLOCK_REALTIME ns) of the last receive (the headers' for body bytes
+        # that came with them); 0 = none
+        self._last_stamp_ns = stamp_ns
+        self.read_lag_s = 0.0
+        self.read_stamped = False
+
+    def read_some(self) -> bytes:
+        """Return the next body bytes as soon as any arrive; b"" at the clean end of the body.
+
+        Sets ``read_lag_s`` (seconds the returned bytes had waited since they
+        arrived: since the kernel stamp when ``read_stamped``, else since the
+        receive call returned) for every non-empty return.
+
+        Raises:
+            RequestTimeout: no bytes within the idle timeout.
+            ConnectionClosedError: the peer closed the connection mid-body.
+            TransportError: reset or malformed HTTP framing.
+        """
+        resp = self._resp
+        buf = resp._body_buffer
+        while not buf:
+            if resp.message_complete:
+                return b""
+            if resp._sock is None:
+                raise ConnectionClosedError(f"{self._where}: connection released before the end of the body")
+            try:
+                data = self._recv() if self._raw is not None else self._recv_gevent()
+            except _IdleTimeout as exc:
+                resp.release()
+                raise RequestTimeout(f"{self._where}: no bytes for {self._idle_s:g} s (read idle timeout)") from exc
+            except OSError as exc:
+                resp.release()
+                raise TransportError(f"{self._where}: read failed: {describe(exc)}") from exc
+            try:
+                resp.feed(data)  # b"" signals EOF: completes a read-until-close body, else raises
+            except HTTPParseError as exc:
+                resp.release()
+                if not data:
+                    raise ConnectionClosedError(f"{self._where}: connection closed mid-body") from exc
+                raise TransportError(f"{self._where}: malformed HTTP body: {exc}") from exc
+            if not data and not resp.message_complete:
+                resp.release()
+                raise ConnectionClosedError(f"{self._where}: connection closed mid-body")
+        data = bytes(buf)
+        buf.clear()
+        stamp_ns = self._last_stamp_ns
+        if stamp_ns:
+            self.read_stamped = True
+            lag_ns = time.time_ns() - stamp_ns
+            self.read_lag_s = lag_ns * 1e-9 if lag_ns > 0 else 0.0
+        else:
+            self.read_stamped = False
+            lag_s = time.monotonic() - self._last_read_s
+            self.read_lag_s = lag_s if lag_s > 0.0 else 0.0
+        return data
+
+    def close(self) -> None:
+        """Return the connection to the pool if the message was complete, else close it. Idempotent."""
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.stop()
+            timer.close()
+        resp = self._resp
+        reusable = resp.message_complete and not resp.should_close()
+        resp.release()
+        if self.on_close is not None:
+            self.on_close(reusable)
+            self.on_close = None
+
+    # ── reading ──────────────────────────────────────────────────────────
+    # gevent's socket.recv tries recv(2) first and, on EAGAIN, waits for the fd
+    # under a new gevent.Timeout (the socket timeout). While streaming, the
+    # kernel buffer is nearly always empty when we ask, so each chunk costs a
+    # failed syscall plus a Timeout object and a libev timer started and
+    # stopped: measured ~16 us per wake-up against ~6.5 us for the path below
+    # (256 sockets, one write each per 1 ms turn, writer included). The
+    # plain-TCP path waits on the socket's own read watcher first
+    # (level-triggered, so it returns at the next loop turn if bytes are
+    # already pending), then calls recv(2) once on the non-blocking OS socket,
+    # and enforces the idle timeout with one timer per request that is re-armed
+    # only when it fires (see _on_idle_timer). TLS keeps gevent's recv: its
+    # SSL layer may hold decrypted bytes that the fd no longer signals.
+    def _recv(self) -> bytes:
+        """Wait for the socket, then one recvmsg(2); raise _IdleTimeout after ``idle_s`` without bytes.
+
+        Keeps the kernel receive stamp of the bytes (0 when the socket sends none).
+        """
+        raw = self._raw
+        assert raw is not None
+        while True:
+            self._wait_readable()
+            try:
+                data, ancillary, _flags, _address = raw.recvmsg(_RECV_BYTES, CMSG_BYTES)
+            except BlockingIOError:
+                continue  # a spurious wake-up: nothing to read after all
+            self._last_read_s = time.monotonic()
+            self._last_stamp_ns = stamp_ns(ancillary) if ancillary else 0
+            return data
+
+    def _wait_readable(self) -> None:
+        """Block until the socket is readable; raise _IdleTimeout after ``idle_s`` without bytes."""
+        if self._timer is None:
+            self._greenlet = gevent.getcurrent()
+            self._start_timer(self._idle_s - (time.monotonic() - self._last_read_s))
+        self._waiting = True
+        try:
+            self._hub.wait(self._read_event)
+        finally:
+            self._waiting = False
+
+    def _start_timer(self, after_s: float) -> None:
+        timer = self._timer = self._hub.loop.timer(max(after_s, 0.0))
+        timer.start(self._on_idle_timer)
+
+    def _on_idle_timer(self) -> None:
+        """Runs in the hub when the idle timer expires: time out a stalled read, else re-arm.
+
+        Bytes that arrived since the timer was armed push the deadline to
+        ``last read + idle_s``. If the greenlet is not waiting for bytes (it is
+        processing them, or the body was left unread), the timer is dropped
+        and the next wait arms a new one.
+        """
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.close()
+        if not self._waiting:
+            return
+        remaining_s = self._idle_s - (time.monotonic() - self._last_read_s)
+        if remaining_s > 0:
+            self._start_timer(remaining_s)
+            return
+        self._greenlet.throw(_IdleTimeout())
+
+    def _recv_gevent(self) -> bytes:
+        """One recv through gevent's socket (TLS): its own timeout bounds the wait."""
+        sock = self._resp._sock
+        assert sock is not None
+        try:
+            data: bytes = sock.recv(_RECV_BYTES)
+        except TimeoutError as exc:
+            raise _IdleTimeout from exc
+        self._last_read_s = time.monotonic()
+        return data
+
+
+class GeventHTTPTransport:
+    """Sends requests to one server over one keep-alive connection.
+
+    Not safe for concurrent use by several greenlets: give each user its own.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        headers: Mapping[str, str],
+        timeouts: Timeouts,
+        insecure: bool = False,
+        addresses: AddressCache | None = None,
+        proxy: ProxyChoice | None = None,
+    ) -> None:
+        """Create the transport; no connection is opened until ``connect`` or the first request.
+
+        Args:
+            base_url: ``http://host[:port][/prefix][?query]`` or ``https://...``; request
+                paths are appended to the prefix, and the query to every request.
+            headers: sent with every request (e.g. ``Authorization``).
+            timeouts: ``connect_s`` for TCP+TLS setup, ``idle_s`` for every
+                send and read (headers included). ``total_s`` is enforced by
+                the client, not here.
+            insecure: skip TLS certificate and host name verification.
+            addresses: name resolutions shared with the process's other
+                transports; None resolves for every new connection.
+            proxy: forward proxy to connect to instead of the target
+                (``llmload.settings.proxies.route``); None connects directly.
+                geventhttpclient's own proxy support sends plain-http
+                requests in absolute form with ``Proxy-Authorization``, and
+                opens a ``CONNECT`` tunnel (with it) for https.
+
+        Raises:
+            ConfigError: ``base_url`` is not an http(s) URL with a host.
+        """
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment:
+            raise ConfigError(
+                f"base URL {base_url!r} must look like http://HOST[:PORT][/PREFIX][?QUERY] or https://...; "
+                "e.g. --host http://127.0.0.1:8000"
+            )
+        try:
+            port = parts.port
+        except ValueError as exc:
+            raise ConfigError(f"base URL {base_url!r} has an invalid port: {exc}") from exc
+        self._prefix = parts.path.rstrip("/")
+        self._query = parts.query  # kept on every request (e.g. ?api-version=...)
+        self._shown_query = public_query(parts.query)  # in messages: credential values as ***
+        self._origin = public_url(f"{parts.scheme}://{parts.netloc}")  # error messages never carry user:password
+        self._via = "" if proxy is None else f" via proxy {proxy.public}"
+        self._timeouts = timeouts
+        https = parts.scheme == "https"
+        extra: dict[str, Any] = {}
+        if https and insecure:
+            extra["ssl_context_factory"] = unverified_context
+        if proxy is not None:
+            extra.update(
+                proxy_host=proxy.host, proxy_port=proxy.port, proxy_user=proxy.user, proxy_password=proxy.password
+            )
+        self._reusable = False  # the pooled connection is kept alive from a complete reply
+        self._stamps = Stamps()
+        self._client = HTTPClient(
+            parts.hostname,
+            port=port,
+            headers={"User-Agent": _USER_AGENT, **headers},
+            block_size=_RECV_BYTES,
+            connection_timeout=timeouts.connect_s,
+            network_timeout=timeouts.idle_s,
+            concurrency=1,
+            ssl=https,
+            insecure=insecure,
+            **extra,
+        )
+        pool: Any = self._client._connection_pool  # private: see the module docstring
+        # geventhttpclient checks a pooled connection with gevent's select(), which
+        # sleeps(0) even with a zero timeout: the request would then be written
+        # only after every other ready greenlet has run (tens of ms in a burst of
+        # first requests), after the client took its send time. One non-blocking
+        # peek answers the same question (idle keep-alive = nothing to read) at once.
+        pool._is_socket_alive = functools.partial(idle_and_open, pool._is_socket_alive)
+        if not https:
+            pool._create_tcp_socket = functools.partial(StampedSocket, stamps=self._stamps)
+        if addresses is not None:
+            family = _socket.AF_INET if pool.disable_ipv6 else 0
+            host_name, host_port = pool._connection_host, pool._connection_port
+            pool._resolve = lambda: addresses.resolve(host_name, host_port, family)
+
+    def connect(self) -> None:
+        """Have a connection ready, so that the next ``post`` writes the request at once.
+
+        Opens one unless the last reply left a kept-alive connection in the
+        pool that is still open (one non-blocking peek; servers such as
+        llama-server close it after every streamed reply). The client calls this before it takes
+        the send time, so TTFT and E2E start when the request is written, not
+        when connection set-up began.
+
+        Raises:
+            RequestTimeout: no connection within ``connect_s``.
+            TransportError: refused, DNS or TLS failure.
+        """
+        kept = self._stamps.sock
+        if self._reusable and kept is not None and idle_and_open(never_known_open, kept):
+            return  # the kept-alive connection in the pool is still open: post() writes at once
+        pool: Any = self._client._connection_pool
+        try:
+            sock = pool.get_socket()
+        except TimeoutError as exc:
+            raise RequestTimeout(
+                f"connect to {self._origin}{self._via}: no connection within "
+                f"{self._timeouts.connect_s:g} s (connect timeout)"
+            ) from exc
+        except (OSError, RuntimeError) as exc:
+            # RuntimeError also carries a refused CONNECT ("Proxy CONNECT failed: HTTP/1.1 407 ...")
+            raise TransportError(f"connect to {self._origin}{self._via} failed: {describe(exc)}") from exc
+        pool.return_socket(sock)
+
+    def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> GeventResponse:
+        """POST ``body``; return once status and headers are in.
+
+        Raises:
+            RequestTimeout: no connection within ``connect_s`` or no headers within ``idle_s``.
+            TransportError: refused, reset, DNS, TLS or HTTP framing failure.
+        """
+        return self._request("POST", path, body, headers)
+
+    def get(self, path: str) -> HTTPResult:
+        """GET ``path`` and read the whole body (at most 8 MiB), e.g. ``/v1/models``.
+
+        Raises:
+            RequestTimeout, TransportError: as for ``post``.
+        """
+        response = self._request("GET", path, None, {})
+        try:
+            parts: list[bytes] = []
+            size = 0
+            while size <= _GET_BODY_BYTES:
+                data = response.read_some()
+                if not data:
+                    break
+                parts.append(data)
+                size += len(data)
+            return HTTPResult(response.status, response.content_type, b"".join(parts)[:_GET_BODY_BYTES])
+        finally:
+            response.close()
+
+    def close(self) -> None:
+        """Close the pooled connection."""
+        self._client.close()
+
+    def _request(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]) -> GeventResponse:
+        target = self._prefix + path
+        if self._query:
+            target += ("&" if "?" in target else "?") + self._query
+        shown = target if self._query == self._shown_query else target.replace(self._query, self._shown_query)
+        where = f"{method} {self._origin}{shown}{self._via}"
+        reused, self._reusable = self._reusable, False
+        self._stamps.ns = 0
+        try:
+            try:
+                resp = self._client.request(method, target, body=body, headers=headers)
+            except (HTTPParseError, ConnectionResetError, BrokenPipeError):
+                # A kept-alive connection the server closed while idle (llama-server closes after
+                # every streamed reply despite announcing keep-alive) fails before any response
+                # byte: the server never saw this request, so send it once more on a fresh
+                # connection (the pool dropped the dead one). A fresh connection is never retried.
+                if not reused:
+                    raise
+                resp = self._client.request(method, target, body=body, headers=headers)
+        except TimeoutError as exc:
+            raise RequestTimeout(
+                f"{where}: no connection or response headers in time "
+                f"(connect timeout {self._timeouts.connect_s:g} s, idle timeout {self._timeouts.idle_s:g} s)"
+            ) from exc
+        except (OSError, HTTPException, RuntimeError, ValueError) as exc:
+            # RuntimeError: name did not resolve to any address; ValueError: invalid path or header.
+            raise TransportError(f"{where} failed: {describe(exc)}") from exc
+        response = GeventResponse(resp, where=where, idle_s=self._timeouts.idle_s, stamp_ns=self._stamps.ns)
+        response.on_close = self._note_reusable
+        return response
+
+    def _note_reusable(self, reusable: bool) -> None:
+        self._reusable = reusable
+
+
+def _media_type(value: str | list[str] | None) -> str:
+    """Lower-cased media type of a Content-Type header without parameters; "" if absent."""
+    if isinstance(value, list):
+        value = value[0] if value else None
+    if not value:
+        return ""
+    return value.split(";", 1)[0].strip().lower()

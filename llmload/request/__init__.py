@@ -1,0 +1,1 @@
+"""One request's path: payload, SSE decoding, chunks, the stream, failures, tokens and the RequestRecord."""

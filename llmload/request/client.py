@@ -1,0 +1,385 @@
+"""One request over a ``Transport``: send, read bytes as they arrive, decode, timestamp, account.
+
+``StreamingClient.run`` turns every per-request outcome into a
+``RequestRecord`` and never raises for it. Metric definitions are those of
+``record.py`` (vLLM ``benchmark_serving`` / guidellm):
+
+- t0 is taken once the connection is ready (``Transport.connect``), right
+  before ``Transport.post`` writes the request; connection set-up is
+  ``RequestRecord.connect_s``, outside TTFT and E2E. Every read is stamped
+  when its bytes arrived: the client's clock when the read returned, minus
+  the time they had waited (``Response.read_lag_s``, from the kernel's
+  receive stamp where the transport has one). An event's time is the time
+  of the read that completed it.
+- Token-bearing events carry non-empty ``content``/``text``,
+  ``reasoning_content``/``reasoning`` or a ``tool_calls`` delta; role-only
+  and usage-only chunks do not count (vllm PR #3768, sglang PR #29251).
+- ``usage`` may be cumulative (vLLM ``continuous_usage_stats``): the last
+  value wins, never a sum (vllm-project/production-stack PR #873).
+- The reply ends at ``[DONE]`` or at a clean end of body after a
+  ``finish_reason``. An ``error`` object in a 2xx body or stream is a failure
+  (vllm PR #57519, runpod-workers/worker-vllm #57); a 2xx reply without any
+  generated token is ``EMPTY`` (vllm PR #5895).
+
+Events are decoded and accounted by ``llmload.request.stream`` (each event's JSON
+read into a typed ``ChunkDelta`` by ``chunks.py`` at once, at the boundary;
+plain token deltas skip the JSON decoder, see ``DeltaTemplate``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from llmload.errors import TransportError
+from llmload.request.chunks import ReplyAccumulator, parse_chunk, read_server_error
+from llmload.request.failures import (
+    IncompleteReplyError,
+    Phase,
+    TotalTimeout,
+    classify,
+    classify_status,
+    parse_retry_after,
+)
+from llmload.request.payloads import LLMRequest
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord
+from llmload.request.stream import ReplyFailure, ReplyReader, new_scanner
+from llmload.request.tokens import TokenCounter, resolve_completion_tokens, resolve_prompt_tokens
+from llmload.settings.config import Timeouts
+
+__all__ = ["Response", "StreamingClient", "Transport"]
+
+_MESSAGE_CHARS = 500  # ErrorInfo.message limit
+_ERROR_BODY_BYTES = 64 * 1024  # read at most this much of a non-2xx body
+_JSON_BODY_BYTES = 16 * 1024 * 1024  # a non-streamed reply larger than this is refused
+_DRAIN_BYTES = 64 * 1024  # bytes read after [DONE] to finish the HTTP message (keeps the connection)
+_STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+_JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+
+
+class Response(Protocol):
+    """An HTTP response whose status and headers have arrived."""
+
+    status: int
+    content_type: str  # lower-cased media type without parameters; "" if absent
+    read_lag_s: float  # seconds the bytes of the last read had waited when it returned (>= 0)
+    read_stamped: bool  # True when read_lag_s came from a kernel receive stamp
+    retry_after: str | None  # the Retry-After header's value; None if absent
+
+    def read_some(self) -> bytes:
+        """Return the next body bytes as soon as any arrive; b"" at the clean end of the body.
+
+        Raises:
+            RequestTimeout: no bytes within the idle timeout.
+            ConnectionClosedError: the body was cut short.
+            TransportError: the connection failed.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the connection; discard it if the body was not fully read. Idempotent."""
+        ...
+
+
+class Transport(Protocol):
+    """Sends one request and returns once status and headers are in."""
+
+    def connect(self) -> None:
+        """Have a connection ready so that ``post`` writes the request at once.
+
+        Raises:
+            RequestTimeout: no connection within the connect timeout.
+            TransportError: refused, DNS or TLS failure.
+        """
+        ...
+
+    def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> Response:
+        """POST ``body`` to ``path``.
+
+        Raises:
+            RequestTimeout: connect or header wait timed out.
+            TransportError: refused, reset, DNS or TLS failure.
+        """
+        ...
+
+
+class StreamingClient:
+    """Runs one request at a time over a transport and measures it."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        wall_clock: Callable[[], float] = time.time,
+        token_counter: TokenCounter | None = None,
+        total_timeout_s: float = Timeouts().total_s,
+        keep_text: bool = False,
+        compare_tokens: bool = False,
+    ) -> None:
+        """Create a client.
+
+        Args:
+            transport: sends requests (one connection per client is typical).
+            clock: monotonic seconds, for every duration.
+            wall_clock: Unix seconds, only to label when a request started.
+            token_counter: local tokenizer used when the server sends no usage.
+            total_timeout_s: limit on one request from send to end of body,
+                checked after every read (the transport's idle timeout bounds
+                each read).
+            keep_text: put the generated text in ``RequestRecord.output_text``
+                (multi-turn chat needs the reply).
+            compare_tokens: when the server sends usage, also count the output
+                with ``token_counter`` into ``RequestRecord.client_completion_tokens``
+                (a diagnostic of how the two disagree; one tokenizer call per request).
+        """
+        self._transport = transport
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._token_counter = token_counter
+        self._total_timeout_s = total_timeout_s
+        self._keep_text = keep_text
+        self._compare_tokens = compare_tokens and token_counter is not None
+        self._scan_json = new_scanner()
+        self.request_sent = False
+
+    def run(self, request: LLMRequest) -> RequestRecord:
+        """Send ``request``, read the whole reply and return its record.
+
+        Never raises for a per-request failure: those become the record's
+        ``outcome`` and ``error`` (``classify``). ``BaseException``s that are
+        not ``Exception`` (``GreenletExit``, ``KeyboardInterrupt``) propagate
+        after the response is closed; ``request_sent`` then tells whether the
+        request had been handed to ``Transport.post`` (the server may have it:
+        a stop counts it as cancelled) or not (the server never saw it).
+        """
+        record = RequestRecord(
+            endpoint=request.endpoint,
+            model=request.model,
+            started_at_unix=self._wall_clock(),
+            requested_prompt_tokens=request.requested_prompt_tokens,
+        )
+        clock = self._clock
+        self.request_sent = False
+        phase = Phase.SEND
+        t0 = clock()
+        try:
+            self._transport.connect()
+            t_ready = clock()
+            record.connect_s = t_ready - t0
+            t0 = t_ready  # the request's clock starts on a ready connection
+            self.request_sent = True  # from here on the server may have the request
+            response = self._transport.post(
+                request.path, request.body, _STREAM_HEADERS if request.stream else _JSON_HEADERS
+            )
+            record.headers_s = clock() - t0
+            try:
+                status, ctype = response.status, response.content_type
+                if not 200 <= status < 300:
+                    self._read_http_error(response, record, t0)
+                elif ctype == "text/event-stream" or (request.stream and not _is_json(ctype)):
+                    phase = Phase.STREAM
+                    self._read_stream(response, record, request, t0)
+                else:
+                    phase = Phase.BODY
+                    self._read_json(response, record, request, t0)
+            finally:
+                response.close()
+        except Exception as exc:
+            failure = classify(phase, exc)
+            if failure is None:
+                raise
+            end_s = record.end_s if failure.at_last_read and record.end_s is not None else clock() - t0
+            return _fail(record, failure.outcome, failure.category, str(exc), end_s, status=failure.status)
+        if record.error is None:
+            _check_empty(record)
+        return record
+
+    # ── replies ──────────────────────────────────────────────────────────
+    def _read_stream(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
+        """Read an SSE reply into ``record``; raises what ``FAILURES`` lists for ``Phase.STREAM``.
+
+        ``record.end_s`` is the arrival of the last read (or the end of the
+        body), failed or not; what arrived is accounted either way.
+        """
+        clock, read, arrived = self._clock, response.read_some, self._arrived
+        deadline_s = self._total_timeout_s
+        reader = ReplyReader(self._scan_json, keep_text=self._keep_text or self._token_counter is not None)
+        acc, feed = reader.acc, reader.feed
+        head = b""  # the first bytes of the body, for error messages
+        t = 0.0
+        try:
+            while True:
+                data = read()
+                if not data:
+                    t = clock() - t0
+                    break
+                t = arrived(response, record, t0, t)
+                if not head:
+                    head = data[:120]
+                feed(data, t)
+                if acc.done:
+                    break
+                if t > deadline_s:
+                    raise TotalTimeout(f"no complete reply within {deadline_s:g} s")
+        finally:
+            self._fill(record, acc, request)
+            record.end_s = t
+        if acc.done:
+            _drain(read)
+        elif acc.finish_reason is None:
+            raise IncompleteReplyError(_incomplete_detail(acc.events, len(acc.token_times_s), head))
+
+    def _read_json(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
+        """Read a whole JSON reply into ``record``; raises what ``FAILURES`` lists for ``Phase.BODY``."""
+        body, record.end_s = self._read_all(response, t0, _JSON_BODY_BYTES, record)
+        try:
+            obj = json.loads(body)
+        except ValueError as exc:
+            raise ValueError(f"{exc}: {body[:120]!r}") from exc
+        error = read_server_error(obj, None)
+        if error is not None:
+            raise ReplyFailure(Outcome.SERVER_ERROR, error.category, error.message, response.status)
+        acc = ReplyAccumulator()
+        acc.add(parse_chunk(obj), record.end_s)
+        self._fill(record, acc, request, streamed=False)
+        record.streamed = False
+
+    def _read_http_error(self, response: Response, record: RequestRecord, t0: float) -> None:
+        """Record a non-2xx reply as ``classify_status`` says (``THROTTLED`` ones with their ``Retry-After``)."""
+        status = response.status
+        try:
+            body, t = self._read_all(response, t0, _ERROR_BODY_BYTES, record)
+        except (TotalTimeout, TransportError, OSError) as exc:  # the status decides; the body is only detail
+            body, t = f"(body unreadable: {exc})".encode(), self._clock() - t0
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            obj = None
+        error = read_server_error(obj, None, http_body=True)
+        kind = error.kind if error is not None else None
+        message = error.message if error is not None else body.decode("utf-8", "replace")
+        failure = classify_status(status, kind, response.retry_after)
+        if failure.outcome is Outcome.THROTTLED:
+            record.retry_after_s = parse_retry_after(response.retry_after, self._wall_clock())
+        _fail(record, failure.outcome, failure.category, message, t, status=status)
+
+    def _arrived(self, response: Response, record: RequestRecord, t0: float, previous_s: float) -> float:
+        """When the bytes of the read that just returned arrived (seconds after send); notes its lag in ``record``.
+
+        Our clock when the read returned, minus how long the bytes had waited.
+        Two reads of bytes stamped alike can map ~0.1 us apart (the kernel's
+        clock and ours are read at different instants): arrival times never go
+        back (``previous_s``), and never before the send.
+        """
+        lag_s = response.read_lag_s
+        if response.read_stamped:
+            record.read_lags_s.append(lag_s)
+        else:
+            record.unstamped_reads += 1
+        arrived_s = self._clock() - t0 - lag_s
+        return arrived_s if arrived_s > previous_s else previous_s
+
+    def _read_all(self, response: Response, t0: float, limit: int, record: RequestRecord) -> tuple[bytes, float]:
+        """The whole body (at most ``limit`` bytes) and when its last bytes arrived (seconds after send)."""
+        parts: list[bytes] = []
+        size = 0
+        t = 0.0
+        while True:
+            data = response.read_some()
+            if not data:
+                return b"".join(parts), t if parts else self._clock() - t0
+            t = self._arrived(response, record, t0, t)
+            parts.append(data)
+            size += len(data)
+            if size > limit:
+                return b"".join(parts)[:limit], t
+            if t > self._total_timeout_s:
+                raise TotalTimeout(f"no complete reply within {self._total_timeout_s:g} s")
+
+    def _fill(
+        self, record: RequestRecord, acc: ReplyAccumulator, request: LLMRequest, *, streamed: bool = True
+    ) -> None:
+        record.token_times_s = acc.token_times_s
+        record.token_counts = acc.token_counts() if streamed else None
+        record.first_content_s = acc.first_content_s
+        record.finish_reason = acc.finish_reason
+        record.completion_tokens = resolve_completion_tokens(
+            server_tokens=acc.completion_tokens,
+            pieces=acc.pieces,
+            counter=self._token_counter,
+            chunk_count=len(acc.token_times_s) if streamed else None,
+        )
+        record.prompt_tokens = resolve_prompt_tokens(
+            server_tokens=acc.prompt_tokens, prompt_text=request.prompt_text, counter=self._token_counter
+        )
+        if self._keep_text:
+            record.output_text = "".join(acc.pieces)
+        if self._compare_tokens and self._token_counter is not None and acc.completion_tokens is not None:
+            # Both counts exist: the server's usage wins; the tokenizer's is a diagnostic only.
+            record.client_completion_tokens = self._token_counter.count("".join(acc.pieces))
+
+
+# ── helpers ──────────────────────────────────────────────────────────────
+def _is_json(content_type: str) -> bool:
+    return content_type == "application/json" or content_type.endswith("+json")
+
+
+def _fail(
+    record: RequestRecord,
+    outcome: Outcome,
+    category: str,
+    message: str,
+    end_s: float,
+    *,
+    status: int | None = None,
+) -> RequestRecord:
+    record.outcome = outcome
+    record.error = ErrorInfo(category, message[:_MESSAGE_CHARS], status)
+    record.end_s = end_s
+    return record
+
+
+# A proxy that compresses text/event-stream sends gzip bytes the SSE decoder cannot read.
+_GZIP_MAGIC = b"\x1f\x8b"
+_GZIPPED = "; the body is gzip-compressed (Content-Encoding: gzip): turn compression off in the proxy or gateway"
+
+
+def _incomplete_detail(events: int, token_events: int, head: bytes) -> str:
+    detail = f"{events} events, {token_events} with tokens"
+    if not events:
+        detail += _GZIPPED if head.startswith(_GZIP_MAGIC) else f"; body began {head!r}"
+    return f"no finish_reason or [DONE] ({detail})"
+
+
+def _check_empty(record: RequestRecord) -> None:
+    """Mark a well-formed reply without any generated token as EMPTY (not a success with TTFT 0)."""
+    if record.token_times_s:
+        return
+    _fail(
+        record,
+        Outcome.EMPTY,
+        "empty response",
+        f"no generated token in the reply (finish_reason={record.finish_reason!r}, "
+        f"completion_tokens={record.completion_tokens.value!r})",
+        record.end_s if record.end_s is not None else 0.0,
+    )
+
+
+def _drain(read: Callable[[], bytes]) -> None:
+    """Read the rest of the HTTP body after ``[DONE]`` so the connection can be reused.
+
+    Failures here do not change the outcome; the transport discards a
+    connection whose body was not fully read.
+    """
+    size = 0
+    try:
+        while size < _DRAIN_BYTES:
+            data = read()
+            if not data:
+                return
+            size += len(data)
+    except (TransportError, OSError):
+        return

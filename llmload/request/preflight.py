@@ -1,0 +1,224 @@
+"""Checks run once before any load: the server is up, serves the model, and answers correctly.
+
+A run that "succeeds" against a dead server or a wrong model name wastes a
+benchmark slot (every request 404, yet the run completes); these checks stop it first, with one clear line.
+
+1. ``GET /v1/models`` (with the API key): the requested model is served (else
+   stop, listing the served models); without ``--model`` the first one is used.
+   A server without a model list (404/405) is a warning when ``--model`` is
+   given (the probe decides) and a stop asking for ``--model`` otherwise.
+2. One small probe request per user class (``max_tokens`` 2, streaming as
+   configured): it must succeed; whether streamed replies carry ``usage`` says
+   where token counts will come from.
+3. When the server reports a context length (vLLM's ``max_model_len``), warn
+   if prompt + ``max_tokens`` exceed it.
+4. The open-file limit covers the users of this process: raise the soft limit
+   up to the hard limit, or refuse with the numbers (else connections cap concurrency).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmload.errors import ConfigError, RequestError
+from llmload.request.client import StreamingClient, Transport
+from llmload.request.payloads import LLMRequest
+from llmload.request.record import RequestRecord, TokenSource
+from llmload.settings.config import RunConfig
+
+__all__ = ["ModelList", "PreflightReport", "check_open_files", "fetch_models", "join_url", "probe"]
+
+# Sockets per user (1) plus Locust's own (zmq, web UI, logs) and a margin.
+_FDS_PER_PROCESS_MARGIN = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ModelList:
+    """What ``GET /v1/models`` said: served ids and, when reported, their context lengths (tokens)."""
+
+    ids: tuple[str, ...]
+    context_tokens: dict[str, int]
+    missing: str | None = None
+    """Why there is no list (``GET /v1/models`` answered 404/405 and ``--model`` was given), or None."""
+
+
+@dataclass
+class PreflightReport:
+    """Findings printed before load; ``warnings`` never stop the run."""
+
+    model: str
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def fetch_models(
+    host: str, get: Callable[[str], Any], api_key_env: str, *, model: str | None = None, key_sent_as: str | None = None
+) -> ModelList:
+    """Read ``GET /v1/models``.
+
+    Args:
+        host: the target's public base URL (for messages).
+        get: ``GET path`` on the target.
+        api_key_env: the variable named by ``--api-key-env`` (for messages).
+        model: ``--model``; when given, a server without a model list (404/405)
+            is not an error: the result has ``missing`` set and the probe decides.
+        key_sent_as: the header that carried an API key, or None when no key was sent.
+
+    Raises:
+        ConfigError: unreachable host, refused key, non-200 answer (404/405
+            without ``model``), or not an OpenAI model list.
+    """
+    url = join_url(host, "/v1/models")
+    try:
+        reply = get("/v1/models")
+    except RequestError as exc:
+        raise ConfigError(f"cannot reach {url}: {str(exc).rstrip('.')}. Is the server up and -H right?") from exc
+    status, body = reply.status, reply.body
+    if status in (401, 403):
+        if key_sent_as is not None:
+            raise ConfigError(
+                f"GET {url} answered HTTP {status} (not authorised) to the API key sent as {key_sent_as}; "
+                "check the key, and --api-key-header if the server expects it in another header"
+            )
+        raise ConfigError(
+            f"GET {url} answered HTTP {status} (not authorised); "
+            f"set the API key in ${api_key_env} or pass --api-key-file PATH"
+        )
+    if status in (404, 405) and model is not None:
+        return ModelList((), {}, missing=f"GET {url} answered HTTP {status}: the server has no model list")
+    if status == 407:
+        raise ConfigError(
+            f"GET {url}: the proxy answered HTTP 407 (proxy authentication required); put its "
+            "credentials in the proxy variable (http://USER:PASSWORD@HOST:PORT) or pass --ignore-proxy-env"
+        )
+    if status != 200:
+        excerpt = body[:200].decode("utf-8", "replace")
+        if host.rstrip("/").endswith("/v1"):
+            hint = f"drop the /v1: pass -H {host.rstrip('/')[: -len('/v1')]}"
+        else:
+            hint = "check -H: it must be the server's base URL (e.g. http://HOST:8000), without a path"
+        if status in (404, 405):
+            hint += "; a server without a model list needs --model NAME (the probe request then checks it)"
+        raise ConfigError(f"GET {url} answered HTTP {status} ({excerpt}); {hint}")
+    try:
+        data = json.loads(body)["data"]
+        ids = tuple(str(m["id"]) for m in data)
+        context = {
+            str(m["id"]): int(m["max_model_len"])
+            for m in data
+            if isinstance(m, dict) and isinstance(m.get("max_model_len"), int)
+        }
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"GET {url} did not return an OpenAI model list ({body[:200]!r}); is -H an OpenAI-compatible server?"
+        ) from exc
+    return ModelList(ids=ids, context_tokens=context)
+
+
+def join_url(base: str, path: str) -> str:
+    """``base`` and ``path`` with one ``/`` between them; a query string in ``base`` goes last."""
+    base, _, query = base.partition("?")
+    joined = base.rstrip("/") + "/" + path.lstrip("/")
+    return f"{joined}{'&' if '?' in joined else '?'}{query}" if query else joined
+
+
+def choose_model(models: ModelList, wanted: str | None, host: str) -> str:
+    """Return ``wanted`` if served, else the first served model when ``wanted`` is None.
+
+    Raises:
+        ConfigError: the model is not served (the message lists what is).
+    """
+    if wanted is None:
+        if not models.ids:
+            raise ConfigError(f"{join_url(host, '/v1/models')} lists no model; pass --model NAME")
+        return models.ids[0]
+    if models.missing is None and wanted not in models.ids:
+        raise ConfigError(f'model "{wanted}" not served; available: {", ".join(models.ids) or "none"}')
+    return wanted
+
+
+def probe(
+    transport: Transport,
+    requests: Sequence[tuple[str, LLMRequest]],
+    config: RunConfig,
+    models: ModelList,
+    model: str,
+    *,
+    retry: Callable[[LLMRequest, RequestRecord], LLMRequest | None] | None = None,
+) -> PreflightReport:
+    """Send one small request per user class and report where token counts will come from.
+
+    Args:
+        transport: connection to the target.
+        requests: (user class name, probe request with small max_tokens) pairs.
+        config: run options (for max_tokens in the context check).
+        models: the model list (context length).
+        model: the model being tested.
+        retry: given a failed probe, the request to send once more instead (e.g.
+            without ``stream_options``), or None to stop.
+
+    Raises:
+        ConfigError: a probe request failed (the message carries the server's reason).
+    """
+    report = PreflightReport(model=model)
+    client = StreamingClient(transport)
+    for name, first in requests:
+        request, record = first, client.run(first)
+        again = retry(first, record) if retry is not None and not record.ok else None
+        if again is not None:
+            request, record = again, client.run(again)
+        if not record.ok:
+            error = record.error
+            reason = f"{error.category}: {error.message}" if error else record.outcome.value
+            raise ConfigError(
+                f"probe request for {name} ({request.path}) failed: {reason.strip().rstrip('.')}. "
+                "Fix the server or the options (use --skip-preflight to bypass)"
+            )
+        source = record.completion_tokens.source
+        if models.missing is not None:
+            report.notes.append(f"{name}: the probe request to {model} succeeded")
+        if not request.stream:
+            report.notes.append(f"{name}: non-streaming; token counts from the server's usage")
+        elif source is TokenSource.SERVER:
+            report.notes.append(f"{name}: the server streams usage; token counts come from the server")
+        else:
+            report.warnings.append(
+                f"{name}: the server sent no usage in its stream; completion tokens will be "
+                + (
+                    "counted with --tokenizer"
+                    if config.tokenizer
+                    else "the number of streamed chunks (a lower bound; pass --tokenizer PATH)"
+                )
+            )
+        context = models.context_tokens.get(model)
+        prompt = record.prompt_tokens.value
+        if context is not None and prompt is not None and prompt + config.max_tokens > context:
+            report.warnings.append(
+                f"{name}: prompt ({prompt} tokens) + --max-tokens ({config.max_tokens}) exceeds the "
+                f"model's context length ({context}); replies will be cut short or refused"
+            )
+    return report
+
+
+def check_open_files(users_in_process: int) -> str | None:
+    """Make sure this process may open a socket per user; return a note if the limit was raised.
+
+    Raises:
+        ConfigError: the hard limit is too low (the message gives the numbers and the fix).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = users_in_process + _FDS_PER_PROCESS_MARGIN
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return None
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise ConfigError(
+            f"open-file limit {soft} (hard {hard}) < needed ~{needed} for {users_in_process} users in "
+            "this process; raise it (ulimit -n) or spread users over more workers (--processes N)"
+        )
+    target = needed if hard == resource.RLIM_INFINITY else max(needed, min(hard, 65536))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return f"raised the open-file soft limit from {soft} to {target} for {users_in_process} users"

@@ -1,0 +1,243 @@
+"""Value types for one measured request, with derived TTFT, ITL, TPOT and E2E.
+
+Raw timings are seconds on a monotonic clock, relative to the moment the
+request was sent (``0.0`` = send). Derived metrics follow the definitions
+used by vLLM's ``benchmark_serving`` and guidellm:
+
+- TTFT: send → first event carrying a generated token of any kind (content,
+  reasoning or tool-call delta). Role-only and usage-only chunks do not count.
+- time to first content token: send → first non-empty ``content``/``text``.
+- ITL: gaps between consecutive tokens, never including TTFT. When the
+  tokens per event are known, a reply of n tokens gives exactly n − 1
+  samples summing to last token − first token, so its mean ITL is its TPOT
+  (see ``RequestRecord.itl_samples_s``); otherwise one sample per gap
+  between token-bearing events (inter-chunk latency, ``ITLKind.CHUNK``).
+- TPOT: (last token − first token) / (completion_tokens − 1).
+- E2E: send → end of the reply (``[DONE]``, or end of body after a finish).
+
+"Send" is when the request is written on a ready connection; connection
+set-up before it is ``connect_s``. Arrival times are those of the bytes'
+arrival (kernel receive stamps where available, see ``llmload.net.transport``).
+
+``None`` always means *unknown*, never zero.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from enum import Enum
+
+__all__ = [
+    "ErrorInfo",
+    "ITLKind",
+    "Outcome",
+    "RequestRecord",
+    "TokenCount",
+    "TokenSource",
+]
+
+
+class Outcome(Enum):
+    """How one request ended. Only ``OK`` is a success."""
+
+    OK = "ok"
+    EMPTY = "empty"  # 2xx and well-formed, but no generated token at all (not a success with TTFT 0)
+    HTTP_ERROR = "http_error"  # non-2xx status that is not throttling (a 503 without Retry-After included)
+    THROTTLED = "throttled"  # 429, or 503 with Retry-After or a rate-limit body: the server asks to slow down
+    TRANSPORT_ERROR = "transport_error"  # refused, reset, DNS
+    TIMEOUT = "timeout"  # connect, idle-between-bytes or total timeout
+    STREAM_ERROR = "stream_error"  # malformed SSE/JSON, stream ended before completion
+    SERVER_ERROR = "server_error"  # error object in a 2xx body or mid-stream (HTTP 200 is no success)
+    CANCELLED = "cancelled"  # still in flight when the run stopped; neither success nor failure
+    # the client could not build, send or measure it (its error says why); not finished, yet its
+    # --num-requests slot is used
+    SKIPPED = "skipped"
+
+    @property
+    def is_failure(self) -> bool:
+        """True for every outcome except ``OK``, ``CANCELLED`` and ``SKIPPED``."""
+        return self not in (Outcome.OK, Outcome.CANCELLED, Outcome.SKIPPED)
+
+
+class TokenSource(Enum):
+    """Where a token count came from, best first."""
+
+    SERVER = "server"  # the server's `usage` block
+    TOKENIZER = "client-tokenized"  # local tokenizer on the joined text, no special tokens
+    CHUNKS = "chunk-count"  # number of token-bearing stream events (a lower bound)
+    UNKNOWN = "unknown"
+
+
+class ITLKind(Enum):
+    """Whether ITL samples are per token or only per chunk."""
+
+    TOKEN = "token"  # per-chunk token counts known (server counts, or one token per chunk confirmed)
+    CHUNK = "chunk"  # only chunk arrival times known: samples are inter-chunk gaps
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCount:
+    """A token count with its provenance; ``value`` is None when unknown."""
+
+    value: int | None
+    source: TokenSource
+
+    @classmethod
+    def unknown(cls) -> TokenCount:
+        """Return the unknown count."""
+        return cls(None, TokenSource.UNKNOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """Why a request failed.
+
+    ``category`` is a short, bounded label such as ``"HTTP 404 NotFoundError"``
+    or ``"timeout: read idle"``; it never contains server-chosen free text
+    beyond the error ``type``/``code`` fields, so it is safe as a grouping key.
+    ``message`` is the human-readable detail (truncated to 500 characters).
+    """
+
+    category: str
+    message: str
+    status: int | None = None
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """Everything measured about one request.
+
+    Times are seconds relative to send on a monotonic clock.
+
+    Attributes:
+        endpoint: ``"chat"`` or ``"completions"``.
+        model: the model name sent in the request.
+        started_at_unix: wall-clock stamp of the send (for labels and run spans only).
+        outcome: how it ended.
+        error: set for every failure outcome.
+        headers_s: response headers received.
+        token_times_s: arrival time of every event that carried a generated token.
+        token_counts: tokens per entry of ``token_times_s`` as reported by the
+            server (cumulative usage differences); None when not reported.
+        first_content_s: first non-empty content/text delta; None if none arrived.
+        end_s: end of the reply (E2E); None if the request never completed.
+        prompt_tokens, completion_tokens: counts with their sources.
+        finish_reason: the last finish_reason seen, or None.
+        requested_prompt_tokens: the workload's own estimate of the prompt length, if any.
+        streamed: False for a whole (non-streamed) reply: its one arrival time is the
+            E2E, and TTFT, time to first content, ITL and TPOT are unknown (None).
+        dispatch_delay_s: open loop only: actual send − intended (scheduled) send, ≥ 0;
+            the time the request waited for a free user or concurrency slot (else hidden from latency).
+            None in closed-loop runs.
+        client_completion_tokens: the local tokenizer's count of the output
+            when the server also sent usage (a diagnostic of how the two
+            disagree); None otherwise.
+        output_text: the generated text, only when the client was asked to
+            keep it (multi-turn conversations); None otherwise.
+        connect_s: time to have a connection ready before the send (0 on a
+            kept-alive one; client delay included); None if never measured.
+        read_lags_s: for every body read with a kernel receive stamp, how long
+            its bytes had waited before the client read them (seconds).
+        unstamped_reads: body reads timed by the monotonic clock alone (no
+            kernel stamp: TLS, non-Linux, bytes that came with the headers).
+        retry_after_s: throttled replies only: the server's ``Retry-After``
+            in seconds; None if it sent none (or an unreadable one).
+    """
+
+    endpoint: str
+    model: str
+    started_at_unix: float
+    outcome: Outcome = Outcome.OK
+    error: ErrorInfo | None = None
+    headers_s: float | None = None
+    token_times_s: list[float] = field(default_factory=list)
+    token_counts: list[int] | None = None
+    first_content_s: float | None = None
+    end_s: float | None = None
+    prompt_tokens: TokenCount = field(default_factory=TokenCount.unknown)
+    completion_tokens: TokenCount = field(default_factory=TokenCount.unknown)
+    finish_reason: str | None = None
+    requested_prompt_tokens: int | None = None
+    dispatch_delay_s: float | None = None
+    streamed: bool = True
+    client_completion_tokens: int | None = None
+    output_text: str | None = None
+    connect_s: float | None = None
+    read_lags_s: list[float] = field(default_factory=list)
+    unstamped_reads: int = 0
+    retry_after_s: float | None = None
+
+    # ── derived metrics ──────────────────────────────────────────────────
+    @property
+    def ok(self) -> bool:
+        """True when the request succeeded."""
+        return self.outcome is Outcome.OK
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Seconds from send to the first generated token of any kind; None if none arrived or not streamed."""
+        return self.token_times_s[0] if self.token_times_s and self.streamed else None
+
+    @property
+    def ttfc_s(self) -> float | None:
+        """Seconds from send to the first non-empty content token; None if none arrived or not streamed."""
+        return self.first_content_s if self.streamed else None
+
+    @property
+    def e2e_s(self) -> float | None:
+        """Seconds from send to the end of the reply; None if it never completed."""
+        return self.end_s
+
+    @property
+    def last_token_s(self) -> float | None:
+        """Arrival of the last token-bearing event; None if none arrived."""
+        return self.token_times_s[-1] if self.token_times_s else None
+
+    @property
+    def tpot_s(self) -> float | None:
+        """(last token − first token) / (completion_tokens − 1).
+
+        None when fewer than two tokens were generated or the count is unknown.
+        """
+        n = self.completion_tokens.value
+        if n is None or n < 2 or not self.token_times_s or not self.streamed:
+            return None
+        return (self.token_times_s[-1] - self.token_times_s[0]) / (n - 1)
+
+    @property
+    def itl_kind(self) -> ITLKind:
+        """``TOKEN`` when per-chunk token counts are known, else ``CHUNK``."""
+        if self.token_counts is not None:
+            return ITLKind.TOKEN
+        n = self.completion_tokens.value
+        if n is not None and self.completion_tokens.source is TokenSource.SERVER and n == len(self.token_times_s):
+            return ITLKind.TOKEN  # one token per event, confirmed by the server's total
+        return ITLKind.CHUNK
+
+    def itl_samples_s(self) -> list[float]:
+        """Inter-token latency samples in seconds; the TTFT is never one of them.
+
+        With per-event token counts (``itl_kind`` is ``TOKEN``), the reply's
+        n tokens give exactly n − 1 samples whose sum is last token − first
+        token, whatever the chunking: tokens that came in the same event as
+        the first token are samples of 0, and the gap before an event of k
+        tokens is k samples of gap / k. A request's mean ITL then equals its
+        TPOT. Without per-event counts each gap between token-bearing events
+        is one sample (inter-chunk latency).
+        """
+        times = self.token_times_s
+        if not times or not self.streamed:
+            return []
+        counts = self.token_counts
+        if counts is None:
+            return [b - a for a, b in itertools.pairwise(times)]
+        out: list[float] = [0.0] * (counts[0] - 1) if counts and counts[0] > 1 else []
+        for i in range(1, len(times)):
+            k = counts[i] if i < len(counts) else 1
+            gap = times[i] - times[i - 1]
+            if k <= 1:
+                out.append(gap)
+            else:
+                out.extend([gap / k] * k)
+        return out

@@ -1,0 +1,264 @@
+"""One streamed reply's body bytes → its events, decoded and accounted in a ``ReplyAccumulator``.
+
+``ReplyReader.feed`` takes each read with its arrival time. Every SSE event
+is decoded (``llmload.request.sse``), its JSON read into a ``ChunkDelta``
+(``llmload.request.chunks``) and accounted; an error object, invalid JSON or a
+chunk of the wrong shape raises ``ReplyFailure``. Definitions of what counts
+are those of ``llmload.request.client``.
+
+Plain token deltas skip both the SSE decoder and the JSON decoder: a server
+sends every token delta of one reply as the same JSON text with only the
+generated text changing (same id, created, model and index, no
+finish_reason, no usage). ``DeltaTemplate`` learns that text's surroundings
+from the first such delta, and a run of whole events of that form in one
+read is split in a single pass (``str.split`` on "surroundings of one event
++ start of the next"). Anything else, or any text that a JSON encoder would
+have escaped, takes the full path, so both paths account exactly the same.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from llmload.request.chunks import ChunkDelta, ReplyAccumulator, parse_chunk, read_server_error
+from llmload.request.record import Outcome
+from llmload.request.sse import SSEDecoder, SSEEvent
+
+__all__ = ["DeltaTemplate", "ReplyFailure", "ReplyReader"]
+
+_TEMPLATE_TRIES = 8  # events a reply may take to offer a plain token delta to learn from
+# A learned template stops matching when the server changes a field of its deltas (llama-server
+# writes the current second as "created" in every chunk): a plain delta that missed it is
+# learned from again, at most once in this many events.
+_RELEARN_EVENTS = 16
+_TEMPLATE_PROBE = "llmload-template-probe"
+_EVENT_END = b"\n\n"
+
+Scan = Callable[[str, int], tuple[Any, int]]
+"""``json`` C scanner: (text, index) → (value, end index); raises StopIteration if no value starts there."""
+
+
+class ReplyFailure(Exception):  # noqa: N818 - a value the client turns into the record's outcome
+    """The reply is a failure of this outcome and category (raised by ``ReplyReader.feed``)."""
+
+    def __init__(self, outcome: Outcome, category: str, message: str, status: int | None = None) -> None:
+        """``category`` is a bounded label; ``status`` the HTTP status to record, if any."""
+        super().__init__(message)
+        self.outcome, self.category, self.message, self.status = outcome, category, message, status
+
+
+def new_scanner() -> Scan:
+    """The C scanner behind ``json.loads``.
+
+    Calling it directly skips loads' three Python layers and two regex
+    matches, ~40 % of the decode cost of a typical chunk; anything it does not
+    consume whole (surrounding whitespace, trailing data, invalid JSON) is
+    handed to ``json.loads``.
+    """
+    scan: Scan = vars(json.JSONDecoder())["scan_once"]
+    return scan
+
+
+class DeltaTemplate:
+    """The text around the generated text of one reply's plain token deltas.
+
+    Learned from the first such delta: ``prefix`` is its JSON up to and
+    including the quote that opens the text, ``suffix`` everything from the
+    closing quote on. ``prefix + X + suffix`` where ``X`` is non-empty and
+    holds no quote, no backslash and only printable characters is a JSON
+    string literal with the same surroundings, so it decodes to exactly the
+    learned delta with text ``X``.
+    """
+
+    __slots__ = ("event_head", "event_tail", "has_content", "prefix", "separator", "suffix")
+
+    def __init__(self, prefix: str, suffix: str, *, has_content: bool) -> None:
+        """Surroundings ``prefix``/``suffix``; ``has_content``: the text is content (not reasoning)."""
+        self.prefix, self.suffix, self.has_content = prefix, suffix, has_content
+        self.event_head = "data: " + prefix
+        self.event_tail = suffix + "\n\n"
+        self.separator = suffix + "\n\ndata: " + prefix
+
+    @classmethod
+    def learn(cls, payload: str, obj: Any, delta: ChunkDelta, scan: Scan) -> DeltaTemplate | None:
+        """A template from a decoded event (``payload``, its JSON ``obj``, its ``delta``); None if not plain."""
+        text = delta.text
+        if (
+            delta.finish_reason is not None
+            or delta.prompt_tokens is not None
+            or delta.completion_tokens is not None
+            or not plain_text(text)
+            or len(obj.get("choices") or ()) != 1
+        ):
+            return None
+        needle = f'"{text}"'
+        at = payload.find(needle)
+        if at < 0 or payload.find(needle, at + 1) >= 0:
+            return None  # escaped by the server, or not the only place it appears
+        template = cls(payload[: at + 1], payload[at + 1 + len(text) :], has_content=delta.has_content)
+        try:  # the surroundings must read back as the same delta around any other text
+            probe = parse_chunk(scan(template.prefix + _TEMPLATE_PROBE + template.suffix, 0)[0])
+        except (ValueError, StopIteration):
+            return None
+        if probe != ChunkDelta(_TEMPLATE_PROBE, True, delta.has_content, None, None, None):
+            return None
+        return template
+
+    def match(self, payload: str) -> str | None:
+        """The text of one event's data if it is this template around plain text, else None."""
+        prefix, suffix = self.prefix, self.suffix
+        if len(payload) > len(prefix) + len(suffix) and payload.startswith(prefix) and payload.endswith(suffix):
+            text = payload[len(prefix) : len(payload) - len(suffix)]
+            if plain_text(text):
+                return text
+        return None
+
+    def split_run(self, block: str) -> tuple[list[str], str] | None:
+        """Split off the leading run of this template's events from whole events.
+
+        Args:
+            block: SSE text that starts at an event boundary and ends with a
+                blank line (whole events only).
+
+        Returns:
+            The texts of the leading run of plain token deltas (``data: ``
+            with one space, LF line ends) and the rest of ``block`` from the
+            first event that is not one (to decode in full); None if
+            ``block`` does not start with such an event.
+        """
+        head = self.event_head
+        if not block.startswith(head):
+            return None
+        separator = self.separator
+        texts = block[len(head) :].split(separator)
+        last = texts[-1]
+        end = last.find(self.event_tail)
+        if end > 0:
+            texts[-1] = last[:end]
+            rest = last[end + len(self.event_tail) :]
+            joined = "".join(texts)  # one pass over every text instead of four per text
+            if all(texts) and '"' not in joined and "\\" not in joined and joined.isprintable():
+                return texts, rest
+            texts[-1] = last
+        for i, text in enumerate(texts):
+            if i == len(texts) - 1 or not plain_text(text):
+                # event i is another shape (finish, usage, error...) or its text is escaped
+                return (texts[:i], head + separator.join(texts[i:])) if i else None
+        raise AssertionError("unreachable: the last part always ends the loop")
+
+
+def plain_text(text: str) -> bool:
+    """Non-empty text that a JSON encoder writes between quotes unchanged (no quote, backslash, control)."""
+    return bool(text) and '"' not in text and "\\" not in text and text.isprintable()
+
+
+class ReplyReader:
+    """Decodes and accounts one SSE reply, read by read.
+
+    Attributes:
+        acc: what the reply has carried so far (``acc.done`` after ``[DONE]``).
+    """
+
+    __slots__ = ("_decoder", "_learn", "_learn_after", "_scan", "_template", "acc")
+
+    def __init__(self, scan: Scan | None = None, *, keep_text: bool = True) -> None:
+        """A reader at the start of a reply.
+
+        Args:
+            scan: a JSON scanner (``new_scanner``) to share between readers.
+            keep_text: keep the generated text (for a tokenizer or the
+                conversation); without it ~8 KiB less per 128-token stream.
+        """
+        self.acc = ReplyAccumulator(keep_text=keep_text)
+        self._decoder = SSEDecoder()
+        self._scan = scan if scan is not None else new_scanner()
+        self._template: DeltaTemplate | None = None
+        self._learn = True  # no template yet: learn one from the first plain token delta
+        self._learn_after = 0  # with a template: learn again from a delta that missed it after this many events
+
+    @property
+    def has_partial_event(self) -> bool:
+        """True when bytes of an event not yet terminated by a blank line are buffered."""
+        return self._decoder.has_partial_event
+
+    def feed(self, data: bytes, t: float) -> None:
+        """Account the events that ``data`` completes, all as arrived ``t`` seconds after send.
+
+        Events after ``[DONE]`` are ignored.
+
+        Raises:
+            ReplyFailure: an error object (``SERVER_ERROR``) or invalid JSON
+                (``STREAM_ERROR``) in the stream.
+            llmload.errors.SSEProtocolError: an event that is not a completion chunk.
+        """
+        template, decoder = self._template, self._decoder
+        if template is None:
+            self._events(decoder.feed(data), t)
+            return
+        start = 0
+        if not decoder.at_event_boundary:
+            cut = data.find(_EVENT_END)  # complete the pending event first
+            if cut < 0:
+                self._events(decoder.feed(data), t)
+                return
+            start = cut + 2
+            self._events(decoder.feed(data[:start]), t)
+            if self.acc.done:
+                return
+            if not decoder.at_event_boundary:
+                self._events(decoder.feed(data[start:]), t)
+                return
+        end = data.rfind(_EVENT_END) + 2
+        if end > start:  # whole events: data[start:end] begins and ends at event boundaries
+            block = data[start:end].decode("utf-8", "replace")
+            run = template.split_run(block)
+            if run is None:
+                self._events(decoder.feed_text(block), t)
+            else:
+                texts, rest = run
+                self.acc.add_tokens(texts, t, template.has_content)
+                if rest:
+                    self._events(decoder.feed_text(rest), t)
+            start = end
+        if start < len(data) and not self.acc.done:
+            self._events(decoder.feed(data[start:]), t)
+
+    def _events(self, events: list[SSEEvent], t: float) -> None:
+        acc, template, scan = self.acc, self._template, self._scan
+        for event in events:
+            payload = event.data
+            if template is not None and event.event is None:
+                text = template.match(payload)
+                if text is not None:
+                    acc.add_token(text, t, template.has_content)
+                    continue
+            if payload == "[DONE]":
+                acc.done = True
+                return
+            if not payload:
+                continue  # an empty data field carries nothing
+            try:
+                try:
+                    obj, end = scan(payload, 0)
+                except StopIteration:  # not a JSON value at index 0 (e.g. leading space)
+                    end = -1
+                if end != len(payload):
+                    obj = json.loads(payload)  # same value, or the same error, as json.loads alone
+            except ValueError as exc:
+                message = f"{exc}: {payload[:120]!r}"
+                raise ReplyFailure(Outcome.STREAM_ERROR, "invalid JSON in stream", message) from exc
+            if event.event is not None or type(obj) is not dict or "error" in obj or "choices" not in obj:
+                error = read_server_error(obj, event.event)  # {"object": "error"} has no choices
+                if error is not None:
+                    raise ReplyFailure(Outcome.SERVER_ERROR, error.category, error.message, 200)
+            delta = parse_chunk(obj)
+            acc.add(delta, t)
+            if event.event is None and delta.has_token:
+                if self._learn:
+                    template = self._template = DeltaTemplate.learn(payload, obj, delta, scan)
+                    self._learn = template is None and acc.events < _TEMPLATE_TRIES
+                elif template is not None and acc.events >= self._learn_after:
+                    self._learn_after = acc.events + _RELEARN_EVENTS
+                    template = self._template = DeltaTemplate.learn(payload, obj, delta, scan) or template

@@ -1,0 +1,521 @@
+"""Versioned worker → master payload for ``LLMStats`` (msgpack- and JSON-safe).
+
+Workers put ``to_wire(delta)`` under the ``"llmload"`` key of Locust's
+``report_to_master`` data; the master calls ``from_wire`` and merges. The
+payload holds only ``dict`` (string keys), ``list``, ``int``, ``float``,
+``str`` and ``None``. Shape of version 1::
+
+    {"v": 1, "endpoints": [
+        {"endpoint": "chat", "model": "m",
+         "outcomes": {"ok": 9, "timeout": 1},            # Outcome values
+         "prompt_tokens_sum": 90, "completion_tokens_sum": 1800,
+         "prompt_sources": {"server": 9},                  # TokenSource values
+         "completion_sources": {"server": 9},
+         "completion_tokens_by_source": {"server": 1800},
+         "requested_prompt_tokens_sum": 0, "requested_prompt_tokens_count": 0,
+         "itl_kinds": {"token": 9},                        # ITLKind values
+         "counters": {"slo_met_requests": 9, ...},         # optional: counter() fields
+         "hist": {"ttft_s": H, ...},                       # empty histograms omitted
+         "errors": [{"category": "timeout: read idle", "count": 1,
+                     "status": None, "samples": ["..."]}],
+         "first_send_unix": 1700000000.0, "last_end_unix": 1700000003.5}]}
+
+    H = {"idx": [first index, then deltas...], "cnt": [...], "zero": 0,
+         "sum_ns": 123456789, "min": 0.01, "max": 0.2}
+
+Bucket indexes are delta-encoded (mostly small positive ints, one byte each in
+msgpack). The bucket mapping constants of ``llmload.aggregate.histogram`` are part of
+version 1. ``counters`` (goodput and token-count comparisons) is
+optional, absent names count 0, so workers of the first v1 release still merge.
+The same holds for the client histograms ``read_lag_s`` and ``connect_s`` and
+the ``unstamped_reads`` counter added later: older workers merge into a newer
+master; a master older than its workers rejects the names it does not know
+(the error names the field: upgrade the master).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, TypeVar
+
+from llmload.aggregate.histogram import LatencyHistogram
+from llmload.aggregate.series import IntervalSeries
+from llmload.aggregate.stats import STATS_SCHEMA, EndpointStats, ErrorGroup, LLMStats, StatsKey
+from llmload.aggregate.stats_schema import Merge
+from llmload.errors import WireFormatError
+from llmload.run.plan import RunPlan, WorkerShare
+
+__all__ = [
+    "ENVELOPE_VERSION",
+    "WIRE_VERSION",
+    "WorkerReport",
+    "from_wire",
+    "plan_from_wire",
+    "plan_to_wire",
+    "report_from_wire",
+    "report_run_id",
+    "report_to_wire",
+    "to_wire",
+]
+
+WIRE_VERSION = 1
+
+_E = TypeVar("_E", bound=Enum)
+_T = TypeVar("_T")
+_MISMATCH_HINT = "install the same llmload version on the master and every worker"
+
+
+# ── encoding ──────────────────────────────────────────────────────────────
+def to_wire(stats: LLMStats) -> dict[str, Any]:
+    """Encode ``stats`` as a version-1 payload of plain primitives (does not modify ``stats``)."""
+    return {"v": WIRE_VERSION, "endpoints": [_encode_endpoint(key, s) for key, s in stats.items()]}
+
+
+def _encode_counts(counts: dict[_E, int]) -> dict[str, int]:
+    return {key.value: n for key, n in counts.items()}
+
+
+def _encode_histogram(hist: LatencyHistogram) -> dict[str, Any]:
+    indexes: list[int] = []
+    counts: list[int] = []
+    previous = 0
+    for index, count in hist.buckets():
+        indexes.append(index - previous)
+        counts.append(count)
+        previous = index
+    return {
+        "idx": indexes,
+        "cnt": counts,
+        "zero": hist.zero_count,
+        "sum_ns": hist.sum_ns,
+        "min": hist.min,
+        "max": hist.max,
+    }
+
+
+def _encode_endpoint(key: StatsKey, s: EndpointStats) -> dict[str, Any]:
+    out: dict[str, Any] = {"endpoint": key[0], "model": key[1]}
+    groups: dict[str, dict[str, Any]] = {"counters": {}, "hist": {}}
+    out.update(groups)
+    for rule in STATS_SCHEMA:
+        value = getattr(s, rule.name)
+        merge = rule.merge
+        if merge is Merge.SUM:
+            if rule.wire_group is None:
+                out[rule.wire_name] = value
+            elif value:
+                groups[rule.wire_group][rule.wire_name] = value
+        elif merge is Merge.COUNTS:
+            out[rule.wire_name] = _encode_counts(value)
+        elif merge is Merge.HISTOGRAM:
+            if value.count:
+                groups["hist"][rule.wire_name] = _encode_histogram(value)
+        elif merge is Merge.ERRORS:
+            out[rule.wire_name] = [g.as_dict(c) for c, g in sorted(value.items())]
+        else:
+            out[rule.wire_name] = value
+    return out
+
+
+# ── decoding ──────────────────────────────────────────────────────────────
+def from_wire(payload: object) -> LLMStats:
+    """Decode a payload made by ``to_wire`` (possibly by another process).
+
+    Raises:
+        WireFormatError: the version is not 1 (the message says which side to
+            upgrade) or the shape is wrong (the message names the field).
+    """
+    if not isinstance(payload, dict):
+        raise WireFormatError(f"llmload worker payload must be a dict, got {type(payload).__name__}; {_MISMATCH_HINT}")
+    version = payload.get("v")
+    if version != WIRE_VERSION or isinstance(version, bool):
+        if isinstance(version, int) and not isinstance(version, bool) and version > WIRE_VERSION:
+            fix = "upgrade llmload on the master to the workers' version"
+        else:
+            fix = "upgrade llmload on the workers to the master's version"
+        raise WireFormatError(
+            f"llmload worker payload has version {version!r}, this master speaks v{WIRE_VERSION}; {fix}"
+        )
+    _check_keys(payload, {"v", "endpoints"}, "payload")
+    endpoints = _list(payload, "endpoints", "payload")
+    items = [_decode_endpoint(raw, f"endpoints[{i}]") for i, raw in enumerate(endpoints)]
+    return LLMStats.from_endpoints(items)
+
+
+def _fail(path: str, expected: str, value: object) -> WireFormatError:
+    return WireFormatError(f"llmload worker payload: {path} must be {expected}, got {value!r}; {_MISMATCH_HINT}")
+
+
+def _check_keys(raw: dict[str, Any], allowed: set[str], path: str) -> None:
+    unknown = set(raw) - allowed
+    if unknown:
+        raise WireFormatError(
+            f"llmload worker payload: unknown fields {sorted(map(str, unknown))} in {path}; {_MISMATCH_HINT}"
+        )
+
+
+def _get(raw: dict[str, Any], key: str, path: str) -> object:
+    if key not in raw:
+        raise WireFormatError(f"llmload worker payload: {path}.{key} is missing; {_MISMATCH_HINT}")
+    return raw[key]
+
+
+def _dict(raw: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+    value = _get(raw, key, path)
+    if not isinstance(value, dict):
+        raise _fail(f"{path}.{key}", "a dict", value)
+    return value
+
+
+def _list(raw: dict[str, Any], key: str, path: str) -> list[Any]:
+    value = _get(raw, key, path)
+    if not isinstance(value, list):
+        raise _fail(f"{path}.{key}", "a list", value)
+    return value
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _count(value: object, path: str, *, positive: bool = False) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= (1 if positive else 0):
+        return value
+    raise _fail(path, "a positive integer" if positive else "an integer >= 0", value)
+
+
+def _int_field(raw: dict[str, Any], key: str, path: str) -> int:
+    return _count(_get(raw, key, path), f"{path}.{key}")
+
+
+def _str_field(raw: dict[str, Any], key: str, path: str) -> str:
+    value = _get(raw, key, path)
+    if not isinstance(value, str):
+        raise _fail(f"{path}.{key}", "a string", value)
+    return value
+
+
+def _optional_float(raw: dict[str, Any], key: str, path: str) -> float | None:
+    value = _get(raw, key, path)
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise _fail(f"{path}.{key}", "a finite number or None", value)
+    return float(value)
+
+
+def _float_or_zero(raw: dict[str, Any], key: str, path: str) -> float:
+    """An optional number field (absent or None: 0.0, what older peers mean by leaving it out)."""
+    return (_optional_float(raw, key, path) if key in raw else None) or 0.0
+
+
+def _enum_counts(raw: dict[str, Any], key: str, path: str, parse: Callable[[str], Enum]) -> dict[Enum, int]:
+    out: dict[Enum, int] = {}
+    for name, n in _dict(raw, key, path).items():
+        try:
+            member = parse(name)
+        except ValueError:
+            raise _fail(f"{path}.{key}", "keyed by known names", name) from None
+        count = _count(n, f"{path}.{key}.{name}")
+        if count:
+            out[member] = count
+    return out
+
+
+_TOP_RULES = tuple(r for r in STATS_SCHEMA if r.wire_group is None)
+_COUNTER_RULES = {r.wire_name: r for r in STATS_SCHEMA if r.wire_group == "counters"}
+_HIST_RULES = {r.wire_name: r for r in STATS_SCHEMA if r.wire_group == "hist"}
+_ENDPOINT_FIELDS = {"endpoint", "model", "counters", "hist"} | {r.wire_name for r in _TOP_RULES}
+_HISTOGRAM_FIELDS = {"idx", "cnt", "zero", "sum_ns", "min", "max"}
+_ERROR_FIELDS = {"category", "count", "status", "samples"}
+
+
+def _decode_endpoint(raw: object, path: str) -> tuple[StatsKey, EndpointStats]:
+    if not isinstance(raw, dict):
+        raise _fail(path, "a dict", raw)
+    _check_keys(raw, _ENDPOINT_FIELDS, path)
+    key = (_str_field(raw, "endpoint", path), _str_field(raw, "model", path))
+    s = EndpointStats()
+    for rule in _TOP_RULES:
+        name, wire_name = rule.name, rule.wire_name
+        if rule.merge is Merge.SUM:
+            setattr(s, name, _int_field(raw, wire_name, path))
+        elif rule.merge is Merge.COUNTS:
+            assert rule.keys is not None  # counts() always names its enum
+            setattr(s, name, _enum_counts(raw, wire_name, path, rule.keys))
+        elif rule.merge is Merge.ERRORS:
+            _decode_errors(s, _list(raw, wire_name, path), f"{path}.{wire_name}")
+        else:
+            setattr(s, name, _optional_float(raw, wire_name, path))
+    counters = raw.get("counters", {})
+    if not isinstance(counters, dict):
+        raise _fail(f"{path}.counters", "a dict", counters)
+    for wire_name, value in counters.items():
+        counter_rule = _COUNTER_RULES.get(wire_name)
+        if counter_rule is None:
+            raise _fail(f"{path}.counters", f"keyed by {list(_COUNTER_RULES)}", wire_name)
+        setattr(s, counter_rule.name, _count(value, f"{path}.counters.{wire_name}"))
+    for wire_name, raw_hist in _dict(raw, "hist", path).items():
+        hist_rule = _HIST_RULES.get(wire_name)
+        if hist_rule is None:
+            raise _fail(f"{path}.hist", f"keyed by {list(_HIST_RULES)}", wire_name)
+        setattr(s, hist_rule.name, _decode_histogram(raw_hist, f"{path}.hist.{wire_name}"))
+    s.bound_errors()
+    return key, s
+
+
+def _decode_errors(s: EndpointStats, raw_groups: list[Any], path: str) -> None:
+    for i, raw_group in enumerate(raw_groups):
+        category, group = _decode_error(raw_group, f"{path}[{i}]")
+        if category in s.errors:
+            raise _fail(f"{path}[{i}].category", "unique", category)
+        s.errors[category] = group
+
+
+def _decode_histogram(raw: object, path: str) -> LatencyHistogram:
+    if not isinstance(raw, dict):
+        raise _fail(path, "a dict", raw)
+    _check_keys(raw, _HISTOGRAM_FIELDS, path)
+    deltas = _list(raw, "idx", path)
+    counts = _list(raw, "cnt", path)
+    if len(deltas) != len(counts):
+        raise _fail(f"{path}.cnt", f"as long as idx ({len(deltas)})", len(counts))
+    buckets: list[tuple[int, int]] = []
+    index = 0
+    for i, (delta, count) in enumerate(zip(deltas, counts, strict=True)):
+        if not _is_int(delta) or (i > 0 and delta <= 0):
+            raise _fail(f"{path}.idx[{i}]", "an integer (increasing after the first)", delta)
+        index += delta
+        buckets.append((index, _count(count, f"{path}.cnt[{i}]", positive=True)))
+    try:
+        return LatencyHistogram.from_buckets(
+            buckets=buckets,
+            zero_count=_int_field(raw, "zero", path),
+            sum_ns=_int_field(raw, "sum_ns", path),
+            min_s=_optional_float(raw, "min", path),
+            max_s=_optional_float(raw, "max", path),
+        )
+    except ValueError as exc:
+        raise WireFormatError(f"llmload worker payload: {path}: {exc}; {_MISMATCH_HINT}") from exc
+
+
+def _decode_error(raw: object, path: str) -> tuple[str, ErrorGroup]:
+    if not isinstance(raw, dict):
+        raise _fail(path, "a dict", raw)
+    _check_keys(raw, _ERROR_FIELDS, path)
+    status = _get(raw, "status", path)
+    if status is not None and (not isinstance(status, int) or isinstance(status, bool)):
+        raise _fail(f"{path}.status", "an integer or None", status)
+    group = ErrorGroup(count=_count(_get(raw, "count", path), f"{path}.count", positive=True), status=status)
+    for j, message in enumerate(_list(raw, "samples", path)):
+        if not isinstance(message, str):
+            raise _fail(f"{path}.samples[{j}]", "a string", message)
+        group.add_sample(message)
+    return _str_field(raw, "category", path), group
+
+
+# ── master/worker envelopes ───────────────────────────────────────────────
+ENVELOPE_VERSION = 1
+"""Version of the plan and report envelopes (reports without ``"v"`` are read as version 1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReport:
+    """One worker's report: its statistics delta and process figures.
+
+    Attributes:
+        run_id: the run the delta belongs to.
+        stats: requests finished since the worker's previous report.
+        cpu_saturated_s: seconds its CPU has been saturated so far.
+        in_flight: requests in flight when the report was taken.
+        sends: its open-loop send figures as ``SendFigures.as_wire`` made them
+            (read back by ``SendFigures.from_wire``, which treats anything else as unknown).
+        series: the same requests as ``stats``, per interval of their finish
+            time on the worker's clock (``llmload.aggregate.series``); on the wire as
+            ``[{"i": index, "stats": to_wire(...)}, ...]``, optional (absent:
+            empty) so older workers still merge.
+        clock_offset_s: the worker's wall clock minus the master's, as the
+            worker estimated it at its run start (an upper bound,
+            ``llmload.run.clock``); None = unknown (optional on the wire).
+        rss_bytes: the worker process's resident memory when the report was
+            taken; None = unknown (optional on the wire).
+        taken_at_unix: the worker's own wall clock when the report was taken
+            (a lower bound of its clock offset, ``llmload.run.clock.OffsetEstimate``);
+            None = unknown (optional on the wire).
+    """
+
+    run_id: str
+    stats: LLMStats
+    cpu_saturated_s: float = 0.0
+    in_flight: int = 0
+    sends: dict[str, Any] = field(default_factory=dict)
+    series: IntervalSeries = field(default_factory=IntervalSeries.empty)
+    clock_offset_s: float | None = None
+    rss_bytes: int | None = None
+    taken_at_unix: float | None = None
+
+
+def report_to_wire(report: WorkerReport) -> dict[str, Any]:
+    """Encode a worker report (the value of Locust's ``"llmload"`` report key and of llmload's messages)."""
+    return {
+        "v": ENVELOPE_VERSION,
+        "run_id": report.run_id,
+        "stats": to_wire(report.stats),
+        "cpu_saturated_s": report.cpu_saturated_s,
+        "in_flight": report.in_flight,
+        "sends": dict(report.sends),
+        "series": [{"i": i, "stats": to_wire(stats)} for i, stats in report.series.items()],
+        "clock_offset_s": report.clock_offset_s,
+        "rss_bytes": report.rss_bytes,
+        "taken_at_unix": report.taken_at_unix,
+    }
+
+
+def report_run_id(payload: object) -> str | None:
+    """The run id a report claims (None if it has none), read without decoding the rest."""
+    run_id = payload.get("run_id") if isinstance(payload, dict) else None
+    return run_id if isinstance(run_id, str) else None
+
+
+_REPORT_KEYS = {
+    "v", "run_id", "stats", "cpu_saturated_s", "in_flight", "sends", "series", "clock_offset_s", "rss_bytes",
+    "taken_at_unix",
+}  # fmt: skip
+
+
+def report_from_wire(payload: object) -> WorkerReport:
+    """Decode ``report_to_wire``'s output.
+
+    Raises:
+        WireFormatError: wrong version or shape (the message names the field).
+    """
+    raw = _envelope(payload, "report")
+    _check_keys(raw, _REPORT_KEYS, "report")
+    cpu = _optional_float(raw, "cpu_saturated_s", "report") if "cpu_saturated_s" in raw else None
+    in_flight = raw.get("in_flight", 0)
+    sends = raw.get("sends", {})
+    if not isinstance(sends, dict):
+        raise _fail("report.sends", "a dict", sends)
+    return WorkerReport(
+        run_id=_str_field(raw, "run_id", "report"),
+        stats=from_wire(_get(raw, "stats", "report")),
+        cpu_saturated_s=cpu or 0.0,
+        in_flight=_count(in_flight, "report.in_flight"),
+        sends=sends,
+        series=_series_from_wire(raw.get("series", [])),
+        clock_offset_s=_optional_float(raw, "clock_offset_s", "report") if "clock_offset_s" in raw else None,
+        rss_bytes=None if raw.get("rss_bytes") is None else _count(raw["rss_bytes"], "report.rss_bytes"),
+        taken_at_unix=_optional_float(raw, "taken_at_unix", "report") if "taken_at_unix" in raw else None,
+    )
+
+
+def _series_from_wire(raw: object) -> IntervalSeries:
+    if not isinstance(raw, list):
+        raise _fail("report.series", "a list", raw)
+    series = IntervalSeries.empty()
+    for n, item in enumerate(raw):
+        path = f"report.series[{n}]"
+        if not isinstance(item, dict):
+            raise _fail(path, "a dict", item)
+        _check_keys(item, {"i", "stats"}, path)
+        series.slot(_int_field(item, "i", path)).merge_in(from_wire(_get(item, "stats", path)))
+    return series
+
+
+_SHARE_FIELDS = ("rank", "quota_requests", "warmup_requests", "rate_per_s", "concurrency")
+_PLAN_KEYS = {
+    "v", "run_id", "model", "url_authorization", "proxy_note", "blocked", "users_per_worker", "workers", "limited",
+    "shares", "started_at_unix", "planned_after_s",
+}  # fmt: skip
+
+
+def plan_to_wire(plan: RunPlan) -> dict[str, Any]:
+    """Encode the master's plan (shipped to workers as a parsed option with Locust's spawn message)."""
+    return {
+        "v": ENVELOPE_VERSION,
+        "run_id": plan.run_id,
+        "model": plan.model,
+        "url_authorization": plan.url_authorization,
+        "proxy_note": plan.proxy_note,
+        "blocked": plan.blocked,
+        "users_per_worker": plan.users_per_worker,
+        "workers": plan.workers,
+        "limited": plan.limited,
+        "shares": {index: {name: getattr(s, name) for name in _SHARE_FIELDS} for index, s in plan.shares.items()},
+        "started_at_unix": plan.started_at_unix,
+        "planned_after_s": plan.planned_after_s,
+    }
+
+
+def plan_from_wire(payload: object) -> RunPlan:
+    """Decode ``plan_to_wire``'s output.
+
+    Raises:
+        WireFormatError: wrong version or shape (the message names the field).
+    """
+    raw = _envelope(payload, "plan", default_version=None)
+    _check_keys(raw, _PLAN_KEYS, "plan")
+    shares = {}
+    for index, raw_share in _dict(raw, "shares", "plan").items():
+        path = f"plan.shares.{index}"
+        if not isinstance(raw_share, dict):
+            raise _fail(path, "a dict", raw_share)
+        _check_keys(raw_share, set(_SHARE_FIELDS), path)
+        quota = _get(raw_share, "quota_requests", path)
+        concurrency = _get(raw_share, "concurrency", path)
+        shares[str(index)] = WorkerShare(
+            rank=_int_field(raw_share, "rank", path),
+            quota_requests=None if quota is None else _count(quota, f"{path}.quota_requests"),
+            warmup_requests=_int_field(raw_share, "warmup_requests", path),
+            rate_per_s=_rate(raw_share, path),
+            concurrency=None if concurrency is None else _count(concurrency, f"{path}.concurrency", positive=True),
+        )
+    limited = _get(raw, "limited", "plan")
+    if not isinstance(limited, bool):
+        raise _fail("plan.limited", "a bool", limited)
+    return RunPlan(
+        run_id=_str_field(raw, "run_id", "plan"),
+        model=_optional_str(raw, "model", "plan"),
+        url_authorization=_optional_str(raw, "url_authorization", "plan"),
+        proxy_note=_optional_str(raw, "proxy_note", "plan"),
+        blocked=_optional_str(raw, "blocked", "plan"),
+        users_per_worker=_int_field(raw, "users_per_worker", "plan"),
+        workers=_int_field(raw, "workers", "plan"),
+        limited=limited,
+        shares=shares,
+        started_at_unix=_float_or_zero(raw, "started_at_unix", "plan"),
+        planned_after_s=_float_or_zero(raw, "planned_after_s", "plan"),
+    )
+
+
+def _envelope(payload: object, what: str, default_version: int | None = ENVELOPE_VERSION) -> dict[str, Any]:
+    if not isinstance(payload, dict):
+        raise WireFormatError(f"llmload {what} must be a dict, got {type(payload).__name__}; {_MISMATCH_HINT}")
+    version = payload.get("v", default_version)
+    if version != ENVELOPE_VERSION or isinstance(version, bool):
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > ENVELOPE_VERSION
+        side = "this process" if newer else "the process that sent it"
+        raise WireFormatError(
+            f"llmload {what} has version {version!r}, this process speaks v{ENVELOPE_VERSION}; "
+            f"upgrade llmload on {side} ({_MISMATCH_HINT})"
+        )
+    return payload
+
+
+def _rate(raw: dict[str, Any], path: str) -> float | None:
+    value = _get(raw, "rate_per_s", path)
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:  # inf: unlimited rate
+        return float(value)
+    raise _fail(f"{path}.rate_per_s", "a positive number, inf or None", value)
+
+
+def _optional_str(raw: dict[str, Any], key: str, path: str) -> str | None:
+    value = _get(raw, key, path)
+    if value is not None and not isinstance(value, str):
+        raise _fail(f"{path}.{key}", "a string or None", value)
+    return value

@@ -1,0 +1,1 @@
+"""What is sent: datasets, the deterministic prompt stream and arrival schedules."""
