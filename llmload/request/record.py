@@ -143,6 +143,9 @@ class RequestRecord:
             kernel stamp: TLS, non-Linux, bytes that came with the headers).
         retry_after_s: throttled replies only: the server's ``Retry-After``
             in seconds; None if it sent none (or an unreadable one).
+        requested_output_tokens: the reply length asked for as a minimum
+            (``max_tokens`` with ``ignore_eos``, or a ``min_tokens`` body field);
+            None when the server may end the reply when it likes.
     """
 
     endpoint: str
@@ -167,6 +170,7 @@ class RequestRecord:
     read_lags_s: list[float] = field(default_factory=list)
     unstamped_reads: int = 0
     retry_after_s: float | None = None
+    requested_output_tokens: int | None = None
 
     # ── derived metrics ──────────────────────────────────────────────────
     @property
