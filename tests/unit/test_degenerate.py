@@ -5,8 +5,8 @@ from __future__ import annotations
 from llmload.request.degenerate import (
     MIN_REPEAT_UNITS,
     MIN_SAME_TEXT_REPLIES,
-    SAMPLE_CHARS,
     SAME_TEXT_WINDOW,
+    SAMPLE_CHARS,
     SameTextWatch,
     repeated_piece,
     sample_of,

@@ -47,7 +47,7 @@ def test_stats_finish_reasons_travel_on_the_wire_and_merge():
 def test_wire_rejects_a_bad_label_map():
     payload = to_wire(stats_of(ok_record(finish_reason="stop")))
     payload["endpoints"][0]["labels"] = {"finish_reasons": {"stop": -1}}
-    with pytest.raises(WireFormatError, match="finish_reasons.stop"):
+    with pytest.raises(WireFormatError, match=r"finish_reasons\.stop"):
         from_wire(payload)
     payload["endpoints"][0]["labels"] = {"nope": {}}
     with pytest.raises(WireFormatError, match="labels"):
