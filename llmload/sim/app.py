@@ -30,9 +30,11 @@ from llmload.sim.faults import (
     ErrorShape,
     FaultKind,
     FaultPlan,
+    apply_reply_fault,
     encode_error,
     midstream_cut,
     plan_faults,
+    plan_reply_fault,
 )
 from llmload.sim.metrics import SimMetrics
 from llmload.sim.protocol import Endpoint, ErrorReply, GenerationRequest, parse_generation_request
@@ -149,16 +151,17 @@ class SimApp:
             return self._error(start_response, endpoint.value, parsed)
         self._accepted += 1
         cfg = self._config
-        fault = (
-            plan_faults(cfg.faults, cfg.seed, self._accepted, parsed.stream)
-            if received_s - self._started_s >= cfg.faults.faults_after_s
-            else NO_FAULT
-        )
+        faulting = received_s - self._started_s >= cfg.faults.faults_after_s
+        fault = plan_faults(cfg.faults, cfg.seed, self._accepted, parsed.stream) if faulting else NO_FAULT
         m = self._metrics.endpoints[endpoint]
         if fault.failure in IMMEDIATE_FAULTS:
             m.faults[fault.failure].inc()
             return self._immediate_fault(start_response, fault.failure)
         plan = plan_reply(parsed, cfg.seed, self._accepted, cfg.output_len_mean)
+        reply_fault = (
+            plan_reply_fault(cfg.faults, cfg.seed, self._accepted) if faulting and fault.failure is None else None
+        )
+        plan = apply_reply_fault(plan, reply_fault, cfg.faults, cfg.seed, parsed.max_tokens)
         prefix = "chatcmpl" if endpoint is Endpoint.CHAT else "cmpl"
         request_id = f"{prefix}-sim{cfg.seed}-{self._accepted}"
         seq = Sequence(parsed.prompt_tokens, len(plan.words), wake_per_token=parsed.stream)
@@ -176,6 +179,7 @@ class SimApp:
                 encoder=encoder,
                 received_s=received_s,
                 fault=fault,
+                reply_fault=reply_fault,
             )
             return []
         return self._whole(
@@ -186,6 +190,7 @@ class SimApp:
             request_id=request_id,
             received_s=received_s,
             fault=fault,
+            reply_fault=reply_fault,
         )
 
     def _immediate_fault(self, start_response: StartResponse, kind: FaultKind) -> Iterable[bytes]:
@@ -216,6 +221,7 @@ class SimApp:
         encoder: StreamEncoder,
         received_s: float,
         fault: FaultPlan,
+        reply_fault: FaultKind | None = None,
     ) -> None:
         m = self._metrics.endpoints[request.endpoint]
         engine = self._engine
@@ -258,7 +264,9 @@ class SimApp:
                     ended = True
                     break
         finally:
-            if ended is True:
+            if ended is True and reply_fault is not None:
+                m.faults[reply_fault].inc()  # a reply fault: a whole reply on the wire, no completion
+            elif ended is True:
                 self._count_completed(request, written, received_s, plan.finish_reason, first_token_s)
             elif isinstance(ended, FaultKind):
                 m.faults[ended].inc()
@@ -278,6 +286,7 @@ class SimApp:
         request_id: str,
         received_s: float,
         fault: FaultPlan,
+        reply_fault: FaultKind | None = None,
     ) -> Iterable[bytes]:
         completed = False
         try:
@@ -293,7 +302,9 @@ class SimApp:
                 write(body)
                 completed = True
         finally:
-            if completed:
+            if completed and reply_fault is not None:
+                self._metrics.endpoints[request.endpoint].faults[reply_fault].inc()
+            elif completed:
                 self._count_completed(request, len(plan.words), received_s, plan.finish_reason, None)
             elif fault.failure is FaultKind.DROP and seq.done:
                 self._metrics.endpoints[request.endpoint].faults[FaultKind.DROP].inc()
