@@ -33,8 +33,10 @@ from tests.integration.test_sim_faults import (
     completion_request,
     injected,
     run_requests,
-    sim,  # noqa: F401 - the fixture
 )
+from tests.integration.test_sim_faults import sim as sim_fixture
+
+sim = sim_fixture  # the simulator factory fixture of the fault tests
 
 pytestmark = pytest.mark.integration
 

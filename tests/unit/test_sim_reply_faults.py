@@ -19,9 +19,9 @@ PLAN = ReplyPlan(words=[b" a", b" b", b" c", b" d", b" e", b" f"], finish_reason
 
 
 def test_sim_reply_fault_rates_above_one_together_are_refused():
-    with pytest.raises(ConfigError, match="--abort-rate .* --degenerate-rate .* add up to more than 1"):
+    with pytest.raises(ConfigError, match=r"--abort-rate .* --degenerate-rate .* add up to more than 1"):
         FaultConfig(abort_rate=0.6, degenerate_rate=0.6)
-    with pytest.raises(ConfigError, match="--abort-rate must be a probability"):
+    with pytest.raises(ConfigError, match=r"--abort-rate must be a probability"):
         FaultConfig(abort_rate=-0.1)
 
 
