@@ -12,8 +12,9 @@ successes. The rules need no tokenizer and bounded memory:
   whitespace-separated words of its text); with at least
   ``MIN_REPEAT_UNITS`` pieces, one piece makes up ``REPEAT_SHARE`` (90 %) of
   them or more. The piece is looked for at five fixed positions (second,
-  quarter, middle, three quarters, last): a piece with a 90 % share is at
-  one of them unless the other 10 % sit exactly there.
+  quarter, middle, three quarters, last) and counted only when it is at two
+  of them: a piece with a 90 % share is, unless the other 10 % sit exactly
+  there; a healthy reply costs five look-ups.
 - **same text** (``DEGENERATE_SAME_TEXT``): the reply's text (by hash) of at
   least ``MIN_SAME_TEXT_PIECES`` token events is that of at least
   ``MIN_SAME_TEXT_REPLIES`` and of half or more of the last
@@ -70,16 +71,11 @@ def repeated_piece(pieces: Sequence[str]) -> tuple[str, int, int] | None:
     n = len(units)
     if n < MIN_REPEAT_UNITS:
         return None
-    need = REPEAT_SHARE * n
-    tried: set[str] = set()
-    for i in (1, n // 4, n // 2, (3 * n) // 4, n - 1):
-        piece = units[i]
-        if piece in tried:
-            continue
-        tried.add(piece)
-        count = units.count(piece)
-        if count >= need:
-            return piece, count, n
+    probes = [units[i] for i in (1, n // 4, n // 2, (3 * n) // 4, n - 1)]
+    for j, piece in enumerate(probes):
+        if piece in probes[j + 1 :]:  # a piece with a 90 % share is at two probes or more
+            count = units.count(piece)
+            return (piece, count, n) if count >= REPEAT_SHARE * n else None
     return None
 
 
@@ -99,7 +95,7 @@ class SameTextWatch:
 
     def __init__(self) -> None:
         """A watch that has seen nothing."""
-        self._recent: dict[tuple[str, str], deque[tuple[int, int]]] = {}
+        self._recent: dict[tuple[str, str], tuple[deque[tuple[int, int]], dict[int, int]]] = {}
 
     def repeats(self, key: tuple[str, str], text: str, prompt: str) -> int | None:
         """Note a successful reply; return how many of the window share its text if the same-text rule holds, else None.
@@ -109,15 +105,21 @@ class SameTextWatch:
         ``MIN_SAME_TEXT_PIECES`` token events should not be passed (the caller
         knows the count).
         """
-        recent = self._recent.get(key)
-        if recent is None:
-            recent = self._recent[key] = deque(maxlen=SAME_TEXT_WINDOW)
+        slot = self._recent.get(key)
+        if slot is None:
+            slot = self._recent[key] = (deque(), {})
+        recent, counts = slot
         text_hash = hash(text)
+        if len(recent) == SAME_TEXT_WINDOW:
+            old, _ = recent.popleft()
+            left = counts[old] - 1
+            if left:
+                counts[old] = left
+            else:
+                del counts[old]
         recent.append((text_hash, hash(prompt)))
-        if len(recent) < MIN_SAME_TEXT_REPLIES:
+        same = counts[text_hash] = counts.get(text_hash, 0) + 1
+        if same < MIN_SAME_TEXT_REPLIES or 2 * same < len(recent):
             return None
-        prompts = {p for t, p in recent if t == text_hash}
-        same = sum(1 for t, _ in recent if t == text_hash)
-        if same >= MIN_SAME_TEXT_REPLIES and 2 * same >= len(recent) and len(prompts) >= 2:
-            return same
-        return None
+        first_prompt = next(p for t, p in recent if t == text_hash)
+        return same if any(t == text_hash and p != first_prompt for t, p in recent) else None
