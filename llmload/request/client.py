@@ -20,6 +20,11 @@
   ``finish_reason``. An ``error`` object in a 2xx body or stream is a failure
   (vllm PR #57519, runpod-workers/worker-vllm #57); a 2xx reply without any
   generated token is ``EMPTY`` (vllm PR #5895).
+- A finish reason that is not a normal end (``llmload.request.finish``:
+  ``abort``, ``error`` …) fails the reply as ``SERVER_ERROR`` in category
+  ``finish_reason <reason>``, even after ``[DONE]``; degenerate output
+  (``llmload.request.degenerate``: one token repeated, the same text for
+  different prompts) fails it too, checked once at the end of the reply.
 
 Events are decoded and accounted by ``llmload.request.stream`` (each event's JSON
 read into a typed ``ChunkDelta`` by ``chunks.py`` at once, at the boundary;

@@ -25,6 +25,14 @@ kind                what the client gets
                     replies), then the TCP connection is closed
 ==================  ===========================================================
 
+Reply faults (``abort``, ``degenerate``) have their own draw and apply only
+to requests without one of the failure kinds above: the reply ends on the
+wire like any other (finish chunk, usage, ``[DONE]``) but is no success:
+``abort`` stops after ``midstream_cut`` tokens with ``finish_reason
+"abort"``; ``degenerate`` carries empty content, one word repeated or the
+same text for every prompt (``--degenerate-shape``). Both count as injected
+faults, never as completed.
+
 ``stall`` is a latency fault drawn independently of those: the request is
 held ``--stall-first-token-s`` seconds before it joins the engine queue.
 Streams get their response headers at once and then wait (the client sees
