@@ -7,13 +7,16 @@ verdict) are checked, not only the record.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from llmload.aggregate.stats import LLMStats
 from llmload.exporters.console import format_summary
 from llmload.exporters.results import RunOutcome, build_results
+from llmload.request.payloads import build_chat_request
 from llmload.request.record import Outcome, RequestRecord
-from llmload.testing import CF, ROLE, C, Reply, U, W, ok_record, sse
+from llmload.testing import CF, ROLE, C, Reply, U, W, json_reply, ok_record, sse
 
 pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
@@ -120,3 +123,58 @@ def test_nc18_no_finish_reason_with_done_still_succeeds(run_scripted):
     run = run_scripted(Reply([W(10, sse(ROLE, C({"content": "Hi"}), U(9, 1), "[DONE]"))]))
     assert run.record.outcome is Outcome.OK
     assert results_of(run.record)["requests"]["finish_reasons"] == {}
+
+
+# ── replies short of the length asked for, and degenerate output (same kinds as NC-18: never a fast success) ──
+def test_nc18_kind_ignore_eos_reply_that_ends_early_is_counted_short(run_scripted):
+    request = build_chat_request(
+        model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=16, ignore_eos=True
+    )
+    writes = [W(10, sse(ROLE, C({"content": "Hi"}), C({"content": " there"}), C({"content": "."}))),
+              W(20, sse(CF("stop"), U(9, 3), "[DONE]"))]  # fmt: skip
+    record = run_scripted(Reply(writes), request).record
+    assert record.outcome is Outcome.OK
+    assert record.requested_output_tokens == 16
+    assert record.completion_tokens.value == 3  # what came, never the 16 asked for
+    results = results_of(record)
+    assert results["requests"]["short_of_requested"] == {
+        "checked": 1,
+        "short": 1,
+        "mean_got_tokens": 3.0,
+        "mean_asked_tokens": 16.0,
+    }
+    assert results["tokens"]["completion"] == 3
+    assert "1 of 1 replies ended early, on average 3.0 of 16.0 tokens" in format_summary(results)
+
+
+def test_nc18_kind_one_token_repeated_is_degenerate_not_a_fast_success(run_scripted):
+    writes = [W(10, sse(ROLE, C({"content": "The"}), *[C({"content": " the"})] * 30)),
+              W(20, sse(CF("length"), U(9, 31), "[DONE]"))]  # fmt: skip
+    record = run_scripted(Reply(writes)).record
+    assert record.outcome is Outcome.SERVER_ERROR
+    assert record.error is not None
+    assert record.error.category == "degenerate: repeated token"
+    assert "' the' makes 30 of the reply's 31 pieces" in record.error.message
+    results = results_of(record)
+    assert results["requests"]["degenerate"]["repeated_token"] == 1
+    assert results["requests"]["degenerate"]["samples"]["repeated_token"] == record.error.message
+    assert results["requests"]["finish_reasons"] == {"length": 1}
+    assert results["latency"]["ttft_s"]["count"] == 0
+
+
+def test_nc18_kind_whole_reply_of_one_word_repeated_is_degenerate(run_scripted):
+    choice = {"index": 0, "message": {"role": "assistant", "content": "no " * 40}, "finish_reason": "length"}
+    usage = {"prompt_tokens": 5, "completion_tokens": 40, "total_tokens": 45}
+    body = {"id": "c1", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice], "usage": usage}
+    request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=40, stream=False)
+    record = run_scripted(json_reply(200, json.dumps(body)), request).record
+    assert record.outcome is Outcome.SERVER_ERROR
+    assert record.error is not None
+    assert record.error.category == "degenerate: repeated token"
+
+
+def test_nc18_kind_empty_content_chunks_are_empty_not_a_fast_success(run_scripted):
+    writes = [W(10, sse(ROLE, *[C({"content": ""})] * 5, CF("stop"), U(9, 5), "[DONE]"))]
+    record = run_scripted(Reply(writes)).record
+    assert record.outcome is Outcome.EMPTY
+    assert results_of(record)["requests"]["degenerate"]["empty"] == 1
