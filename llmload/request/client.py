@@ -417,7 +417,8 @@ def _check_degenerate(
             end_s,
         )
         return
-    if watch is None or len(pieces) < MIN_SAME_TEXT_PIECES:
+    events = len(pieces) if record.streamed else record.completion_tokens.value or 0  # a whole reply: its tokens
+    if watch is None or events < MIN_SAME_TEXT_PIECES:
         return
     text = "".join(pieces)
     same = watch.repeats((record.endpoint, record.model), text, request.prompt_text)

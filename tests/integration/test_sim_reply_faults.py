@@ -43,9 +43,12 @@ pytestmark = pytest.mark.integration
 CHAT = "/v1/chat/completions"
 
 
-def chat_about(topic: str, max_tokens: int = 32) -> LLMRequest:
+def chat_about(topic: str, max_tokens: int = 32, *, stream: bool = True) -> LLMRequest:
     return build_chat_request(
-        model=MODEL, messages=[{"role": "user", "content": f"tell me about {topic}"}], max_tokens=max_tokens
+        model=MODEL,
+        messages=[{"role": "user", "content": f"tell me about {topic}"}],
+        max_tokens=max_tokens,
+        stream=stream,
     )
 
 
@@ -91,9 +94,10 @@ def test_sim_degenerate_empty_is_empty_not_a_fast_success(gevent_ready, sim):
     assert injected(metrics(url), "degenerate", CHAT) == 2
 
 
-def test_sim_degenerate_same_text_for_different_prompts_fails_from_the_fifth(gevent_ready, sim):
+@pytest.mark.parametrize("stream", [True, False])
+def test_sim_degenerate_same_text_for_different_prompts_fails_from_the_fifth(gevent_ready, sim, stream):
     url = sim("--degenerate-rate", "1", "--degenerate-shape", "same")
-    records = run_watched(url, [chat_about(f"topic {i}") for i in range(8)])
+    records = run_watched(url, [chat_about(f"topic {i}", stream=stream) for i in range(8)])
     assert [r.outcome for r in records] == [Outcome.OK] * 4 + [Outcome.SERVER_ERROR] * 4
     assert {r.error.category for r in records if r.error} == {DEGENERATE_SAME_TEXT}
     assert injected(metrics(url), "degenerate", CHAT) == 8
