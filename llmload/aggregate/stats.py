@@ -308,7 +308,7 @@ class EndpointStats:
             self.add_failure(error.category if error else outcome.value, None, error.message if error else "", 1)
             return
         self._extend_span(record, finished_at_unix)
-        if record.finish_reason is not None:
+        if record.finish_reason and not record.finish_reason.isspace():  # "" names no reason
             self._add_finish_reason(record.finish_reason)
         if record.read_lags_s:
             self.read_lag_s.add_many(record.read_lags_s)

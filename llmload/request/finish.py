@@ -14,7 +14,7 @@ in its own category, ``finish_reason <reason>``, even with HTTP 200 and
 ``[DONE]``. Reasons are compared in lower case.
 
 Labels are bounded: a reason that is not a short, label-safe word is
-counted as ``OTHER_REASON``.
+counted as ``OTHER_REASON``. An empty reason is no reason (not counted).
 """
 
 from __future__ import annotations
@@ -46,8 +46,15 @@ def finish_label(reason: str) -> str:
 
 
 def is_normal_finish(reason: str | None) -> bool:
-    """True for a normal end (``NORMAL_FINISH_REASONS``) and for no finish reason at all (None: not a verdict)."""
-    return reason is None or reason.strip().lower() in NORMAL_FINISH_REASONS
+    """True for a normal end (``NORMAL_FINISH_REASONS``) and for no finish reason at all.
+
+    None and an empty string (some gateways write ``""`` for "not finished")
+    name no reason, so they are no verdict: the reply is judged by its content.
+    """
+    if reason is None:
+        return True
+    label = reason.strip().lower()
+    return not label or label in NORMAL_FINISH_REASONS
 
 
 def abnormal_finish_category(reason: str | None) -> str | None:

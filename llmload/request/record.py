@@ -48,7 +48,9 @@ class Outcome(Enum):
     TRANSPORT_ERROR = "transport_error"  # refused, reset, DNS
     TIMEOUT = "timeout"  # connect, idle-between-bytes or total timeout
     STREAM_ERROR = "stream_error"  # malformed SSE/JSON, stream ended before completion
-    SERVER_ERROR = "server_error"  # error object in a 2xx body or mid-stream (HTTP 200 is no success)
+    # error object in a 2xx body or mid-stream, a finish_reason that is no normal end, degenerate output
+    # (HTTP 200 is no success)
+    SERVER_ERROR = "server_error"
     CANCELLED = "cancelled"  # still in flight when the run stopped; neither success nor failure
     # the client could not build, send or measure it (its error says why); not finished, yet its
     # --num-requests slot is used
