@@ -264,10 +264,10 @@ class SimApp:
                     ended = True
                     break
         finally:
-            if ended is True and reply_fault is not None:
-                m.faults[reply_fault].inc()  # a reply fault: a whole reply on the wire, no completion
-            elif ended is True:
-                self._count_completed(request, written, received_s, plan.finish_reason, first_token_s)
+            if ended is True:
+                self._count_reply(
+                    request, written, received_s, plan.finish_reason, first_token_s, reply_fault=reply_fault
+                )
             elif isinstance(ended, FaultKind):
                 m.faults[ended].inc()
             else:
@@ -302,10 +302,10 @@ class SimApp:
                 write(body)
                 completed = True
         finally:
-            if completed and reply_fault is not None:
-                self._metrics.endpoints[request.endpoint].faults[reply_fault].inc()
-            elif completed:
-                self._count_completed(request, len(plan.words), received_s, plan.finish_reason, None)
+            if completed:
+                self._count_reply(
+                    request, len(plan.words), received_s, plan.finish_reason, None, reply_fault=reply_fault
+                )
             elif fault.failure is FaultKind.DROP and seq.done:
                 self._metrics.endpoints[request.endpoint].faults[FaultKind.DROP].inc()
             else:
@@ -314,6 +314,22 @@ class SimApp:
         if fault.failure is FaultKind.DROP:
             raise _ConnectionDroppedError
         return []
+
+    def _count_reply(
+        self,
+        request: GenerationRequest,
+        completion_tokens: int,
+        received_s: float,
+        finish_reason: str,
+        first_token_s: float | None,
+        *,
+        reply_fault: FaultKind | None,
+    ) -> None:
+        """Count a reply written to the end: an injected reply fault, a completion, or (``SHORT``) both."""
+        if reply_fault is not None:
+            self._metrics.endpoints[request.endpoint].faults[reply_fault].inc()
+        if reply_fault is None or reply_fault is FaultKind.SHORT:
+            self._count_completed(request, completion_tokens, received_s, finish_reason, first_token_s)
 
     def _count_completed(
         self,

@@ -94,6 +94,7 @@ class FaultKind(Enum):
     # reply faults: a 200 reply that ends normally on the wire but is no success (see "Reply faults")
     ABORT = "abort"
     DEGENERATE = "degenerate"
+    SHORT = "short"  # the only injected kind that completes: a success, shorter than asked
 
 
 IMMEDIATE_FAULTS = frozenset({FaultKind.OVERLOAD, FaultKind.FAIL, FaultKind.ERROR_200})
@@ -154,6 +155,7 @@ class FaultConfig:
     # reply faults (``plan_reply_fault``): drawn apart from the failure kinds above
     abort_rate: float = 0.0
     degenerate_rate: float = 0.0
+    short_rate: float = 0.0
     degenerate_shape: DegenerateShape = DegenerateShape.REPEAT
 
     def __post_init__(self) -> None:
@@ -192,7 +194,7 @@ class FaultConfig:
     @property
     def replies_enabled(self) -> bool:
         """True when a reply fault (abort, degenerate) can be injected."""
-        return self.abort_rate > 0 or self.degenerate_rate > 0
+        return self.abort_rate > 0 or self.degenerate_rate > 0 or self.short_rate > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,23 +334,24 @@ def fault_config_from(values: dict[str, object]) -> FaultConfig:
 # A 200 stream that ends with finish_reason, usage and [DONE] like any other, but is
 # no success: an engine-side abort (finish_reason "abort" after some tokens, as vLLM
 # and SGLang send), or degenerate output (empty, one word repeated, the same text for
-# every prompt). Drawn with their own seeded draw, only for requests without a
-# failure kind; counted in llmload_sim_faults_injected_total, never as completed.
+# every prompt), or a reply that stops early although ignore_eos/min_tokens asked for
+# more ("short": the one kind that completes). Drawn with their own seeded draw, only for
+# requests without a failure kind; counted in llmload_sim_faults_injected_total, and
+# (but "short") never as completed.
 
 SAME_TEXT_TOKENS = 16
 """Length of the one reply every ``--degenerate-shape same`` request gets (fewer if max_tokens is smaller)."""
 
 
 def _check_reply_faults(config: FaultConfig) -> None:
-    for name in ("abort_rate", "degenerate_rate"):
+    names = ("abort_rate", "degenerate_rate", "short_rate")
+    for name in names:
         value = getattr(config, name)
         if not (math.isfinite(value) and 0.0 <= value <= 1.0):
             raise ConfigError(f"{_flag(name)} must be a probability within 0..1, got {value}")
-    if config.abort_rate + config.degenerate_rate > 1.0 + 1e-9:
-        raise ConfigError(
-            f"--abort-rate ({config.abort_rate:g}) and --degenerate-rate ({config.degenerate_rate:g}) add up to "
-            "more than 1; each reply gets at most one of them, so lower them"
-        )
+    if sum(getattr(config, name) for name in names) > 1.0 + 1e-9:
+        given = ", ".join(f"{_flag(name)} ({getattr(config, name):g})" for name in names)
+        raise ConfigError(f"{given} add up to more than 1; each reply gets at most one of them, so lower them")
 
 
 def _add_reply_fault_arguments(g: argparse._ArgumentGroup, d: FaultConfig) -> None:
@@ -370,10 +373,16 @@ def _add_reply_fault_arguments(g: argparse._ArgumentGroup, d: FaultConfig) -> No
         default=d.degenerate_shape.value,
         help="empty: chunks with empty content; repeat: one word repeated; same: one text for every prompt",
     )
+    g.add_argument(
+        "--short-rate",
+        type=float,
+        default=d.short_rate,
+        help='share of replies ended with "stop" after half their tokens although ignore_eos/min_tokens asked for more',
+    )
 
 
 def plan_reply_fault(config: FaultConfig, seed: int, sequence_number: int) -> FaultKind | None:
-    """The reply fault of the ``sequence_number``-th accepted request: ``ABORT``, ``DEGENERATE`` or None."""
+    """The reply fault of the ``sequence_number``-th accepted request: ``ABORT``, ``DEGENERATE``, ``SHORT`` or None."""
     if not config.replies_enabled:
         return None
     draw = random.Random(f"llmload-sim-reply-faults/{seed}/{sequence_number}").random()
@@ -381,6 +390,8 @@ def plan_reply_fault(config: FaultConfig, seed: int, sequence_number: int) -> Fa
         return FaultKind.ABORT
     if draw < config.abort_rate + config.degenerate_rate:
         return FaultKind.DEGENERATE
+    if draw < config.abort_rate + config.degenerate_rate + config.short_rate:
+        return FaultKind.SHORT
     return None
 
 
@@ -389,13 +400,16 @@ def apply_reply_fault(
 ) -> ReplyPlan:
     """The reply ``plan`` becomes under reply fault ``kind`` (unchanged for None).
 
-    ``ABORT``: the first ``midstream_cut(n)`` words, finish_reason ``"abort"``.
+    ``ABORT``: the first ``midstream_cut(n)`` words, finish_reason ``"abort"``;
+    ``SHORT``: the same words with ``"stop"`` (a server that ignores ignore_eos).
     ``DEGENERATE``: as ``config.degenerate_shape`` says; ``same`` is a pure
     function of ``seed`` (and ``max_tokens``), the same for every request.
     """
     words = plan.words
     if kind is FaultKind.ABORT:
         return ReplyPlan(words=words[: midstream_cut(len(words))], finish_reason="abort")
+    if kind is FaultKind.SHORT:
+        return ReplyPlan(words=words[: midstream_cut(len(words))], finish_reason="stop")
     if kind is not FaultKind.DEGENERATE:
         return plan
     shape = config.degenerate_shape

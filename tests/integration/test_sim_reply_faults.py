@@ -176,3 +176,33 @@ def test_sim_run_with_same_text_counts_degenerate_replies_apart(tmp_path: Path):
     assert results["tokens"]["completion"] == 4 * 16  # the degenerate replies' tokens are out
     assert results["passed"] is False
     assert "Degenerate replies (failed):            same text 8" in run.stdout
+
+
+def test_sim_run_with_short_replies_warns_that_ignore_eos_was_ignored(tmp_path: Path):
+    """--ignore-eos asks for 16 tokens; half the replies stop at 8: counted short, warned, still successes."""
+    url, proc = start_sim(*FAST_SIM, "--seed", "2", "--short-rate", "0.5")
+    out = tmp_path / "r.json"
+    try:
+        run = _run(url, out, "--num-requests", "20", "--max-tokens", "16", "--ignore-eos")
+        samples = metrics(url)
+    finally:
+        stop_sim(proc)
+    assert out.exists(), run.stderr[-3000:]
+    results: dict[str, Any] = json.loads(out.read_text())
+    short = injected(samples, "short", CHAT)
+    assert 0 < short < 20
+    assert results["requests"]["succeeded"] == completed(samples, CHAT) == 20
+    assert results["requests"]["short_of_requested"] == {
+        "checked": 20,
+        "short": short,
+        "mean_got_tokens": 8.0,
+        "mean_asked_tokens": 16.0,
+    }
+    assert results["requests"]["finish_reasons"] == {"length": 20 - short, "stop": short}
+    assert results["tokens"]["completion"] == 16 * (20 - short) + 8 * short  # never 20 x 16
+    assert results["tokens"]["completion"] == metric_sum(samples, "llmload_sim_completion_tokens_total")
+    assert results["passed"] is True
+    assert (
+        f"WARNING: the server ignored the requested length (ignore_eos / min_tokens): {int(short)} of 20 replies "
+        "ended early, on average 8.0 of 16.0 tokens"
+    ) in run.stdout
