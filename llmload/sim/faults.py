@@ -31,7 +31,9 @@ wire like any other (finish chunk, usage, ``[DONE]``) but is no success:
 ``abort`` stops after ``midstream_cut`` tokens with ``finish_reason
 "abort"``; ``degenerate`` carries empty content, one word repeated or the
 same text for every prompt (``--degenerate-shape``). Both count as injected
-faults, never as completed.
+faults, never as completed. ``short`` stops after ``midstream_cut`` tokens
+with ``"stop"`` although ignore_eos/min_tokens asked for more: a success for
+the client, so it counts as injected *and* completed.
 
 ``stall`` is a latency fault drawn independently of those: the request is
 held ``--stall-first-token-s`` seconds before it joins the engine queue.
