@@ -17,14 +17,16 @@ successes. The rules need no tokenizer and bounded memory:
   there; a healthy reply costs five look-ups.
 - **same text** (``DEGENERATE_SAME_TEXT``): the reply's text (by hash) of at
   least ``MIN_SAME_TEXT_PIECES`` token events is that of at least
-  ``MIN_SAME_TEXT_REPLIES`` and of half or more of the last
-  ``SAME_TEXT_WINDOW`` successful replies this process got for the endpoint
+  ``MIN_SAME_TEXT_REPLIES`` and of ``SAME_TEXT_SHARE`` (90 %) or more of the
+  last ``SAME_TEXT_WINDOW`` successful replies this process got for the endpoint
   and model, and those replies answered at least two different prompts (by
   hash). One process's view (``SameTextWatch``): each process lets the first
   replies through before the rule can hold (at most four per endpoint and
   model), and a workload that sends one prompt only is never flagged (the
   same prompt may well get the same answer). Short replies are exempt:
-  classification-style prompts legitimately share one-word answers.
+  classification-style prompts legitimately share one-word answers; the
+  90 % share keeps a canned answer to some of the prompts (a refusal) a
+  success: the rule is "the same text for (nearly) every prompt".
 
 All of it runs once per reply at its end, over the pieces the reply reader
 kept; nothing runs per token.
@@ -42,6 +44,7 @@ __all__ = [
     "MIN_SAME_TEXT_PIECES",
     "MIN_SAME_TEXT_REPLIES",
     "REPEAT_SHARE",
+    "SAME_TEXT_SHARE",
     "SAME_TEXT_WINDOW",
     "SAMPLE_CHARS",
     "SameTextWatch",
@@ -55,6 +58,7 @@ MIN_REPEAT_UNITS = 16
 REPEAT_SHARE = 0.9
 MIN_SAME_TEXT_PIECES = 8
 MIN_SAME_TEXT_REPLIES = 5
+SAME_TEXT_SHARE = 0.9
 SAME_TEXT_WINDOW = 32
 SAMPLE_CHARS = 200
 """Characters of a degenerate reply's text kept as its sample."""
@@ -119,7 +123,7 @@ class SameTextWatch:
                 del counts[old]
         recent.append((text_hash, hash(prompt)))
         same = counts[text_hash] = counts.get(text_hash, 0) + 1
-        if same < MIN_SAME_TEXT_REPLIES or 2 * same < len(recent):
+        if same < MIN_SAME_TEXT_REPLIES or same < SAME_TEXT_SHARE * len(recent):
             return None
         first_prompt = next(p for t, p in recent if t == text_hash)
         return same if any(t == text_hash and p != first_prompt for t, p in recent) else None

@@ -61,13 +61,16 @@ def test_degenerate_varied_texts_are_not_same_text():
     assert all(watch.repeats(KEY, f"reply {i}", f"prompt {i}") is None for i in range(40))
 
 
-def test_degenerate_same_text_needs_half_of_the_window():
+def test_degenerate_same_text_needs_ninety_percent_of_the_window():
     watch = SameTextWatch()
     results = []
     for i in range(SAME_TEXT_WINDOW * 2):
-        text = "stuck" if i % 3 == 0 else f"reply {i}"  # a third the same: not degenerate
+        text = f"reply {i}" if i % 8 == 0 else "canned"  # seven in eight the same (87.5 %): not degenerate
         results.append(watch.repeats(KEY, text, f"prompt {i}"))
     assert results == [None] * len(results)
+    for i in range(SAME_TEXT_WINDOW):
+        last = watch.repeats(KEY, "canned", f"prompt {i}")
+    assert last == SAME_TEXT_WINDOW  # every one of the window: degenerate
 
 
 def test_degenerate_same_text_is_per_endpoint_and_model():
