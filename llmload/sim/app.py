@@ -37,7 +37,7 @@ from llmload.sim.faults import (
 from llmload.sim.metrics import SimMetrics
 from llmload.sim.protocol import Endpoint, ErrorReply, GenerationRequest, parse_generation_request
 from llmload.sim.replies import ReplyPlan, StreamEncoder, encode_whole_reply, plan_reply
-from llmload.sim.shapes import (  # reply shapes (issue 18)
+from llmload.sim.shapes import (  # reply shapes
     NO_SHAPE,
     PING,
     ShapedStreamEncoder,
@@ -169,7 +169,7 @@ class SimApp:
         plan = plan_reply(parsed, cfg.seed, self._accepted, cfg.output_len_mean)
         prefix = "chatcmpl" if endpoint is Endpoint.CHAT else "cmpl"
         request_id = f"{prefix}-sim{cfg.seed}-{self._accepted}"
-        shape = plan_shapes(cfg.shapes, cfg.seed, self._accepted, parsed)  # reply shapes (issue 18)
+        shape = plan_shapes(cfg.shapes, cfg.seed, self._accepted, parsed)  # reply shapes
         streamed = parsed.stream and not shape.no_stream
         seq = Sequence(parsed.prompt_tokens, shape.hidden_tokens + len(plan.words), wake_per_token=streamed)
         if cfg.queue_delay_ms > 0:
@@ -242,7 +242,7 @@ class SimApp:
         cut = midstream_cut(len(words)) if fault.failure is not None else None
         written = 0
         first_token_s = 0.0
-        hidden, group = shape.hidden_tokens, shape.tokens_per_chunk  # reply shapes (issue 18)
+        hidden, group = shape.hidden_tokens, shape.tokens_per_chunk  # reply shapes
         ended: FaultKind | bool | None = False  # True: completed; a FaultKind: ended by that fault
         try:
             if fault.stall_s:
@@ -312,7 +312,7 @@ class SimApp:
             self._engine.wait_for_tokens(seq, seq.target_tokens - 1)
             if shape is NO_SHAPE:
                 body = encode_whole_reply(request, plan, request_id, created, model)
-            else:  # reply shapes (issue 18)
+            else:  # reply shapes
                 body = encode_shaped_whole_reply(
                     request, plan, shape, request_id=request_id, created_unix=created, model=model
                 )
@@ -379,11 +379,11 @@ def _midstream_error_event(shape: ErrorShape) -> bytes:
     return b"data: " + body + b"\n\ndata: [DONE]\n\n"
 
 
-# ── reply shapes (issue 18) ─────────────────────────────────────────────────
+# ── reply shapes ─────────────────────────────────────────────────────────────
 
 
 def _hold_after_done(write: Callable[[bytes], object], shape: ShapePlan) -> None:
-    """Keep a complete stream's body open ``shape.hold_s`` after ``[DONE]`` (NC-21), pinging every ``ping_s``.
+    """Keep a complete stream's body open ``shape.hold_s`` after ``[DONE]``, pinging every ``ping_s``.
 
     The reply was counted as completed before; a client that closed the
     connection ends the hold at the next ping, silently (pywsgi then drops the

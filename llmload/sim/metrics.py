@@ -42,7 +42,7 @@ histograms ``vllm:time_to_first_token_seconds``,
 They are updated at the same moments as the ``llmload_sim_`` metrics, so their
 token counters equal the ground truth (both endpoints together).
 
-With ``--metric-names sglang:`` or ``sglang_`` (``llmload.sim.shapes``, NC-24)
+With ``--metric-names sglang:`` or ``sglang_`` (``llmload.sim.shapes``)
 SGLang's names take their place, spelled with that separator
 (``python/sglang/srt/metrics/collector.py``): ``num_running_reqs``,
 ``num_queue_reqs``, ``token_usage`` (the batch-slot share, as above),
@@ -190,7 +190,7 @@ class SimMetrics:
         """The server-named metrics (vLLM's by default; the attribute keeps its name for either)."""
         if metric_names is MetricNames.VLLM:
             self.vllm = VLLMNames(registry, engine, model=model, max_num_seqs=max_num_seqs)
-        else:  # reply shapes (issue 18, NC-24)
+        else:  # reply shapes
             separator = metric_names.value[-1]
             self.vllm = SGLangNames(registry, engine, model=model, max_num_seqs=max_num_seqs, separator=separator)
 
@@ -240,7 +240,7 @@ class VLLMNames:
         )
 
 
-# ── reply shapes (issue 18, NC-24): SGLang's names in either spelling ────────
+# ── reply shapes: SGLang's names in either spelling ──────────────────────────
 
 
 class _Dropped:

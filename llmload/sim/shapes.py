@@ -1,4 +1,4 @@
-"""Reply shapes of ``llmload sim``: valid replies in the shapes real servers and gateways send (issue 18).
+"""Reply shapes of ``llmload sim``: valid replies in the shapes real servers and gateways send.
 
 Every shape is off by default. Each ``--<shape>-rate P`` applies its shape to
 a share P of the generation requests (1 = all), decided per request from
@@ -14,7 +14,7 @@ flag                        what the client gets
                             list of typed parts: the first ``--thinking-tokens``
                             tokens as ``{"type": "thinking", "thinking": [text
                             part]}``, the rest alternately a ``[{"type": "text",
-                            "text": ...}]`` list and a plain string (NC-20)
+                            "text": ...}]`` list and a plain string
 ``--object-arguments-rate`` chat: the reply is one tool call whose
                             ``function.arguments`` is a JSON object
                             (``{"text": " word"}`` per token), not a string;
@@ -24,25 +24,25 @@ flag                        what the client gets
                             more tokens before the reply that are never sent;
                             ``usage.completion_tokens`` counts them and
                             ``completion_tokens_details.reasoning_tokens`` says
-                            how many (NC-23)
+                            how many
 ``--hold-after-done-rate``  streams: the body stays open ``--hold-after-done-s``
                             seconds after ``[DONE]`` (with ``: ping`` comments
                             every ``--hold-ping-s`` seconds if > 0) before it
-                            ends (NC-21)
+                            ends
 ``--unterminated-end-rate`` streams: the finish chunk carries ``usage`` and is
                             followed by one ``\\n`` only; no ``[DONE]``, then
-                            the body ends (NC-27)
+                            the body ends
 ``--logprobs-tokens-rate``  streams: ``--tokens-per-chunk`` tokens per chunk,
                             each listed in ``logprobs.content`` (chat) or
                             ``logprobs.tokens`` (completions); no ``usage``
-                            even when asked for (NC-26)
+                            even when asked for
 ``--no-stream-rate``        ``stream: true`` answered with one
-                            ``application/json`` body, ``usage`` included (NC-31)
+                            ``application/json`` body, ``usage`` included
 ==========================  ====================================================
 
 ``--metric-names vllm|sglang:|sglang_`` is not per request: it picks the
 server vocabulary ``GET /metrics`` publishes beside the ``llmload_sim_``
-ground truth (``llmload.sim.metrics``; NC-24).
+ground truth (``llmload.sim.metrics``).
 
 Shaped streams are built by ``ShapedStreamEncoder`` (``json.dumps`` per
 chunk); unshaped ones keep ``llmload.sim.replies.StreamEncoder``'s byte
@@ -331,7 +331,7 @@ class ShapedStreamEncoder:
         choice: dict[str, object] = {"index": 0, "delta": {}} if self._chat else {"index": 0, "text": ""}
         choice.update({"logprobs": None, "finish_reason": reason})
         usage = _usage(self._prompt_tokens, completion_tokens + plan.hidden_tokens, plan.hidden_tokens)
-        if plan.unterminated:  # NC-27: usage in the finish chunk, one "\n", no [DONE]
+        if plan.unterminated:  # usage in the finish chunk, one "\n", no [DONE]
             out.append(self._event([choice], usage if self._include_usage else None, end=b"\n"))
             return
         out.append(self._event([choice]))
@@ -341,7 +341,7 @@ class ShapedStreamEncoder:
 
 
 def _content_part(text: str, index: int, plan: ShapePlan) -> object:
-    """NC-20's shapes: thinking parts first, then a list of one text part and a plain string in turn."""
+    """The typed-parts shapes: thinking parts first, then a list of one text part and a plain string in turn."""
     if index < plan.thinking_tokens:
         return [{"type": "thinking", "thinking": [{"type": "text", "text": text}]}]
     if (index - plan.thinking_tokens) % 2 == 0:
@@ -409,7 +409,7 @@ def add_shape_arguments(parser: argparse.ArgumentParser) -> None:
         "--content-parts-rate",
         type=float,
         default=d.content_parts_rate,
-        help=share + "requests whose chat content is a list of typed parts, thinking parts first (NC-20)",
+        help=share + "requests whose chat content is a list of typed parts, thinking parts first",
     )
     g.add_argument("--thinking-tokens", type=int, default=d.thinking_tokens, help="thinking parts of such replies")
     g.add_argument(
@@ -422,7 +422,7 @@ def add_shape_arguments(parser: argparse.ArgumentParser) -> None:
         "--hidden-reasoning-rate",
         type=float,
         default=d.hidden_reasoning_rate,
-        help=share + "requests with --hidden-reasoning-tokens unsent reasoning tokens counted in usage (NC-23)",
+        help=share + "requests with --hidden-reasoning-tokens unsent reasoning tokens counted in usage",
     )
     g.add_argument(
         "--hidden-reasoning-tokens",
@@ -434,7 +434,7 @@ def add_shape_arguments(parser: argparse.ArgumentParser) -> None:
         "--hold-after-done-rate",
         type=float,
         default=d.hold_after_done_rate,
-        help=share + "streams whose body stays open --hold-after-done-s after [DONE] (NC-21)",
+        help=share + "streams whose body stays open --hold-after-done-s after [DONE]",
     )
     g.add_argument(
         "--hold-after-done-s", type=float, default=d.hold_after_done_s, help="seconds the body stays open after [DONE]"
@@ -446,20 +446,20 @@ def add_shape_arguments(parser: argparse.ArgumentParser) -> None:
         "--unterminated-end-rate",
         type=float,
         default=d.unterminated_end_rate,
-        help=share + "streams whose last event (finish + usage) ends with one newline and no [DONE] (NC-27)",
+        help=share + "streams whose last event (finish + usage) ends with one newline and no [DONE]",
     )
     g.add_argument(
         "--logprobs-tokens-rate",
         type=float,
         default=d.logprobs_tokens_rate,
-        help=share + "streams with --tokens-per-chunk tokens per chunk listed in logprobs, no usage (NC-26)",
+        help=share + "streams with --tokens-per-chunk tokens per chunk listed in logprobs, no usage",
     )
     g.add_argument("--tokens-per-chunk", type=int, default=d.tokens_per_chunk, help="tokens per logprobs chunk")
     g.add_argument(
         "--no-stream-rate",
         type=float,
         default=d.no_stream_rate,
-        help=share + "stream requests answered with one application/json body (NC-31)",
+        help=share + "stream requests answered with one application/json body",
     )
     g.add_argument(
         "--metric-names",
