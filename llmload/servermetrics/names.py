@@ -49,6 +49,7 @@ an unknown vocabulary is reported as such, not as "no token counters".
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
@@ -217,6 +218,7 @@ def detect(names: Iterable[str]) -> ServerKind:
     return ServerKind.UNKNOWN
 
 
+@functools.cache
 def mapped_families() -> frozenset[str]:
     """Every family (canonical spelling) that some mapping of ``NAMES`` reads."""
     return frozenset(family_of(name) for table in NAMES.values() for names in table.values() for name in names)

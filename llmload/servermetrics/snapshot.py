@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -128,14 +128,15 @@ def parse_snapshot(text: str, model: str | None = None) -> ServerSnapshot:
         samples = [s for s in samples if s.labels.get(MODEL_LABEL, model) == model]
     elif model and labelled:
         notes.append(f"no series labelled {MODEL_LABEL}={model!r} (found {sorted(labelled)}); all were kept")
-    spelled = _spellings(s.name for s in samples)
+    sent = dict.fromkeys(s.name for s in samples)  # distinct names, in page order
+    canonical_of = {name: canonical(name) for name in sent}
+    spelled = _spellings(canonical_of)
     kind = detect(spelled)
     raw: dict[str, list[float]] = {}  # by canonical name, one spelling per family (see _spellings)
     buckets: dict[str, dict[float, float]] = {}
-    seen: dict[str, list[float]] = {}  # by the name as sent
     for s in samples:
-        name = canonical(s.name)
-        if spelled.get(name) != s.name:
+        name = canonical_of[s.name]
+        if spelled[name] != s.name:
             continue  # the same family in another spelling: read once
         if name.endswith("_bucket") and "le" in s.labels:
             per_le = buckets.setdefault(name[: -len("_bucket")], {})
@@ -143,7 +144,6 @@ def parse_snapshot(text: str, model: str | None = None) -> ServerSnapshot:
             per_le[le] = per_le.get(le, 0.0) + s.value
         elif "quantile" not in s.labels and math.isfinite(s.value):  # a NaN gauge is "no value", not a number
             raw.setdefault(name, []).append(s.value)
-            seen.setdefault(s.name, []).append(s.value)
     values: dict[str, float] = {}
     histograms: dict[str, BucketCounts] = {}
     names: dict[str, str] = {}
@@ -160,15 +160,14 @@ def parse_snapshot(text: str, model: str | None = None) -> ServerSnapshot:
                 values[common] = total / len(series) if common in MEAN_GAUGES else total
                 names[common] = spelled[name]
                 break
-    summed = {name: math.fsum(v) for name, v in seen.items()}
+    summed = {spelled[name]: math.fsum(v) for name, v in raw.items()}
     return ServerSnapshot(kind, values, histograms, names, summed, tuple(notes), _unmapped(spelled))
 
 
-def _spellings(sample_names: Iterable[str]) -> dict[str, str]:
+def _spellings(canonical_of: Mapping[str, str]) -> dict[str, str]:
     """Canonical sample name → the one spelling read for it: the canonical one if sent, else the first seen."""
     out: dict[str, str] = {}
-    for name in sample_names:
-        key = canonical(name)
+    for name, key in canonical_of.items():
         if key not in out or name == key:
             out[key] = name
     return out

@@ -17,8 +17,10 @@ marked as such.
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ import pytest
 
 from llmload.testing import CF, ROLE, C, Framing, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
 from tests.integration.procs import run_locust
-from tests.integration.test_sim import start_sim, stop_sim
+from tests.integration.test_sim import chat, request, start_sim, stop_sim
 
 pytestmark = pytest.mark.integration
 
@@ -101,6 +103,44 @@ def values_under(tree: object, word: str) -> list[object]:
         for item in tree:
             found.extend(values_under(item, word))
     return found
+
+
+# ── the bytes on the wire (plain HTTP, no llmload client) ───────────────────
+STREAM_BODY = chat(max_tokens=4, ignore_eos=True, stream=True, stream_options={"include_usage": True})
+
+
+def test_sim_hold_after_done_pings_then_ends_the_body(sim):
+    server = sim("--hold-after-done-rate", "1", "--hold-after-done-s", "0.6", "--hold-ping-s", "0.25")
+    began = time.perf_counter()
+    status, body = request(server.url, "POST", "/v1/chat/completions", STREAM_BODY)
+    held_s = time.perf_counter() - began
+    assert status == 200
+    head, tail = body.split(b"data: [DONE]\n\n")
+    assert head.count(b"data: ") == 7  # role, 4 tokens, finish, usage
+    assert tail == b": ping\n\n: ping\n\n"
+    assert held_s >= 0.6
+
+
+def test_sim_unterminated_end_and_no_stream_bytes(sim):
+    server = sim("--unterminated-end-rate", "1")
+    status, body = request(server.url, "POST", "/v1/chat/completions", STREAM_BODY)
+    assert status == 200
+    assert b"[DONE]" not in body
+    last = json.loads(body.rsplit(b"\n\n", 1)[1].removeprefix(b"data: "))
+    assert body.endswith(b"}\n")
+    assert (last["choices"][0]["finish_reason"], last["usage"]["completion_tokens"]) == ("length", 4)
+    whole = sim("--no-stream-rate", "1")
+    host, port = whole.url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(STREAM_BODY))
+        resp = conn.getresponse()
+        reply = json.loads(resp.read())
+    finally:
+        conn.close()
+    assert resp.getheader("Content-Type") == "application/json"
+    assert reply["object"] == "chat.completion"
+    assert reply["usage"]["completion_tokens"] == 4
 
 
 # ── NC-20: content as a list of typed parts (thinking parts first) ──────────
