@@ -237,7 +237,7 @@ def _token_verdict(server: Mapping[str, object], prompt_diff: float | None, gen_
         more = f" and {len(unmapped) - _SHOWN_UNMAPPED} more" if len(unmapped) > _SHOWN_UNMAPPED else ""
         return (
             f"no token counters llmload can read; the page has LLM-looking metrics no mapping knows: {shown}{more} "
-            "(server.unmapped_families; llmload maps vLLM, SGLang, TGI, llama.cpp names; please report this server)"
+            "(all in server.unmapped_families; llmload reads vLLM, SGLang, TGI and llama.cpp names, `:` or `_` spelled)"
         )
     diffs = {"prompt": prompt_diff, "generation": gen_diff}
     if all(not d for d in diffs.values()):
