@@ -82,14 +82,14 @@ class ServerKind(StrEnum):
 
 
 _NAMESPACES: tuple[tuple[str, str, ServerKind], ...] = (
-    # (namespace, separator of the names in NAMES, kind); detection precedence is this order:
-    # a page that also carries SGLang's, llama.cpp's or TGI's names is read as that server (the
-    # simulator imitating it); the simulator comes before vLLM, whose names it publishes by default
+    # (namespace, separator of the names in NAMES, kind), in detection precedence: the simulator
+    # before vLLM, whose names it publishes by default; a simulator that publishes another server's
+    # names instead (--metric-names) is read as that server
+    ("llmload_sim", "_", ServerKind.SIM),
+    ("vllm", ":", ServerKind.VLLM),
     ("sglang", ":", ServerKind.SGLANG),
     ("llamacpp", ":", ServerKind.LLAMACPP),
     ("tgi", "_", ServerKind.TGI),
-    ("llmload_sim", "_", ServerKind.SIM),
-    ("vllm", ":", ServerKind.VLLM),
     ("DCGM_FI", "_", ServerKind.DCGM),
 )
 _SEPARATORS = (":", "_")
@@ -206,12 +206,18 @@ def family_of(name: str) -> str:
 
 
 def detect(names: Iterable[str]) -> ServerKind:
-    """The server kind whose namespace occurs in ``names`` (canonical spellings), by ``_NAMESPACES`` precedence."""
+    """The server kind whose namespace occurs in ``names`` (canonical spellings), by ``_NAMESPACES`` precedence.
+
+    ``llmload_sim_`` names mean the simulator only beside vLLM's names (its default) or none; beside
+    another server's names they mean the simulator imitating that server, which is then the kind.
+    """
     seen = set()
     for name in names:
         for namespace, separator, kind in _NAMESPACES:
             if name.startswith(namespace + separator):
                 seen.add(kind)
+    if ServerKind.SIM in seen and seen - {ServerKind.SIM, ServerKind.VLLM, ServerKind.DCGM}:
+        seen.discard(ServerKind.SIM)  # the simulator speaking another server's names
     for _, _, kind in _NAMESPACES:
         if kind in seen:
             return kind

@@ -341,3 +341,17 @@ def test_nc24_page_without_llm_families_keeps_the_plain_verdict():
     assert server["unmapped_families"] == []
     check = cross_check(server, prompt_tokens=5, completion_tokens=2, ttft_mean_s=None, ttft_p50_s=None)
     assert check["tokens"] == "server has no token counters"
+
+
+@pytest.mark.parametrize(
+    ("names", "kind"),
+    [
+        (["llmload_sim_requests_running", "vllm:num_requests_running"], ServerKind.SIM),  # the sim's default page
+        (["llmload_sim_requests_running", "sglang_num_running_reqs"], ServerKind.SGLANG),  # the sim imitating SGLang
+        (["vllm_num_requests_running", "sglang_num_running_reqs"], ServerKind.VLLM),  # precedence as before
+        (["DCGM_FI_DEV_GPU_UTIL", "llamacpp_requests_processing"], ServerKind.LLAMACPP),
+    ],
+)
+def test_nc24_detect_by_namespace_in_either_spelling(names, kind):
+    text = "".join(f"{name} 1\n" for name in names)
+    assert parse_snapshot(text).kind is kind
