@@ -250,10 +250,22 @@ class _Dropped:
         """Drop ``amount``."""
 
 
+class _EveryReason:
+    """``success[reason]`` for every finish reason: SGLang counts requests without a reason label."""
+
+    __slots__ = ("_child",)
+
+    def __init__(self, child: Counter) -> None:
+        self._child = child
+
+    def __getitem__(self, reason: str) -> Counter:
+        return self._child
+
+
 class SGLangNames:
     """SGLang's metric names spelled ``sglang`` + ``separator`` (see the module docstring), children resolved once.
 
-    The same attributes as ``VLLMNames``; ``success`` maps both finish reasons
+    The same attributes as ``VLLMNames``; ``success`` maps every finish reason
     onto ``num_requests_total``, and ``tpot_s`` records nothing.
     """
 
@@ -281,7 +293,7 @@ class SGLangNames:
             f"{p}generation_tokens", "Number of generation tokens processed.", labels, registry=registry
         ).labels(model)
         requests = Counter(f"{p}num_requests", "Number of requests processed.", labels, registry=registry).labels(model)
-        self.success = {"stop": requests, "length": requests}
+        self.success = _EveryReason(requests)
         self.ttft_s, self.e2e_s = (
             Histogram(name, doc, labels, buckets=LATENCY_BUCKETS_S, registry=registry).labels(model)
             for name, doc in (

@@ -35,6 +35,7 @@ pytestmark = pytest.mark.integration
 
 REQUESTS = 3
 MAX_TOKENS = 8
+LOG_PREFIX = re.compile(r"^\[[^]]*\] [^:]*: (llmload: )?")
 SHAPES_BRANCH = "client side on branch r18-shapes"
 ENDS_BRANCH = "client side on branch r18-ends"
 
@@ -170,11 +171,11 @@ def test_nc20_sim_object_tool_call_arguments_succeed_with_tokens_from_usage(sim,
 @pytest.mark.xfail(strict=True, reason=ENDS_BRANCH)
 @pytest.mark.parametrize("ping", ["0", "0.5"], ids=["silent", "pings"])
 def test_nc21_sim_body_held_open_after_done_does_not_hold_the_user(sim, tmp_path, ping):
-    hold_s = 5.0
+    hold_s = 3.0
     server = sim("--hold-after-done-rate", "1", "--hold-after-done-s", str(hold_s), "--hold-ping-s", ping)
     requests = 4
-    # held, the 4 requests (and the probe) would need 25 s: the run's 12 s limit would cut them short
-    results, _ = run(server.url, tmp_path, requests=requests, limit="12s")
+    # held, the 4 requests (and the probe) would need 15 s: the run's 8 s limit would cut them short
+    results, _ = run(server.url, tmp_path, requests=requests, limit="8s")
     assert_all_succeeded(results, requests)
     e2e = results["latency"]["e2e_s"]
     assert e2e["max"] < 1.0, e2e  # each request ends at [DONE], not when the body ends
@@ -205,7 +206,7 @@ def test_nc23_sim_hidden_reasoning_tokens_reported_apart_and_tpot_over_streamed_
 # ── NC-26: several tokens per chunk, counted in logprobs, no usage ──────────
 @pytest.mark.xfail(strict=True, reason=SHAPES_BRANCH)
 def test_nc26_sim_tokens_counted_from_logprobs_several_per_chunk(sim, tmp_path):
-    server = sim("--logprobs-tokens-rate", "1", "--tokens-per-chunk", "3", "--decode-step-ms", "5")
+    server = sim("--logprobs-tokens-rate", "1", "--tokens-per-chunk", "3", "--decode-step-ms", "10")
     results, _ = run(server.url, tmp_path, "--extra-body", '{"logprobs": true}')
     assert_all_succeeded(results)
     # 8 per reply from logprobs.content, not 3 chunks
@@ -214,7 +215,8 @@ def test_nc26_sim_tokens_counted_from_logprobs_several_per_chunk(sim, tmp_path):
     assert results["tokens"]["completion_source"] == "logprobs"
     tpot = results["latency"]["tpot_s"]["mean"]
     assert tpot is not None
-    assert 0.003 < tpot < 0.02, tpot  # (last − first token time) / 7 over chunks of 3, 3, 2 tokens
+    # (last − first token time) / 7: chunks of 3, 3, 2 tokens at 0, 30 and 50 ms: ~7 ms
+    assert 0.005 < tpot < 0.03, tpot
 
 
 # ── NC-27: the last event is not ended by a blank line, no [DONE] ──────────
@@ -237,9 +239,14 @@ def test_nc31_sim_json_answer_to_a_stream_succeeds_with_one_did_not_stream_warni
     assert results["tokens"]["completion_source"] == "server"
     latency = results["latency"]
     assert (latency["itl_s"]["count"], latency["tpot_s"]["count"]) == (0, 0)  # unavailable, not made up
-    # the warning's words are not fixed yet: one line saying the server did not stream
-    warnings = [line for line in output.splitlines() if re.search(r"(did not|didn't|does not|not) stream", line)]
-    assert len(warnings) == 1, warnings
+    # the warning's words are not fixed yet: one warning saying the server did not stream (the log and the
+    # summary may both show it; the results line repeats every warning and is left out)
+    said = {
+        LOG_PREFIX.sub("", line).removeprefix("WARNING: ")
+        for line in output.splitlines()
+        if re.search(r"(did not|didn't|does not|not) stream", line) and not line.startswith("LLMLOAD_RESULTS")
+    }
+    assert len(said) == 1, said
 
 
 # ── NC-24: SGLang's metrics spelled sglang_* (control: sglang:) ─────────────
