@@ -37,14 +37,8 @@ from llmload.sim.faults import (
 from llmload.sim.metrics import SimMetrics
 from llmload.sim.protocol import Endpoint, ErrorReply, GenerationRequest, parse_generation_request
 from llmload.sim.replies import ReplyPlan, StreamEncoder, encode_whole_reply, plan_reply
-from llmload.sim.shapes import (  # reply shapes
-    NO_SHAPE,
-    PING,
-    ShapedStreamEncoder,
-    ShapePlan,
-    encode_shaped_whole_reply,
-    plan_shapes,
-)
+from llmload.sim.shaped_replies import PING, ShapedStreamEncoder, encode_shaped_whole_reply  # reply shapes
+from llmload.sim.shapes import NO_SHAPE, ShapePlan, plan_shapes  # reply shapes
 
 __all__ = ["MAX_BODY_BYTES", "SimApp"]
 

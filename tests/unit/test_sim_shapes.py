@@ -19,15 +19,8 @@ from llmload.sim.engine import Engine
 from llmload.sim.metrics import SimMetrics
 from llmload.sim.protocol import Endpoint, GenerationRequest
 from llmload.sim.replies import ReplyPlan
-from llmload.sim.shapes import (
-    NO_SHAPE,
-    MetricNames,
-    ShapeConfig,
-    ShapedStreamEncoder,
-    ShapePlan,
-    encode_shaped_whole_reply,
-    plan_shapes,
-)
+from llmload.sim.shaped_replies import ShapedStreamEncoder, encode_shaped_whole_reply
+from llmload.sim.shapes import NO_SHAPE, MetricNames, ShapeConfig, ShapePlan, plan_shapes
 
 WORDS = [b" The", b" answer", b" is", b" 42", b" now"]
 
