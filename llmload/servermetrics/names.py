@@ -38,8 +38,9 @@ Where each server's names come from (read at the cited place; first listed name 
 Names by family, not by exact spelling: a server's metric is its namespace
 (``vllm``, ``sglang``, ``llamacpp``, ``tgi``), a separator and a family name.
 Servers and their exporters spell the separator ``:`` (the names above) or
-``_`` (SGLang's newer releases and Prometheus relabelling, which turn ``:``
-into ``_``: ``sglang_num_running_reqs``, ``vllm_prompt_tokens_total``), so
+``_`` (SGLang pages and dashboards seen in the wild, kubernetes-sigs/inference-perf
+#600 and llm-d/llm-d PR #1970; exporters and relabelling that turn ``:`` into
+``_``: ``sglang_num_running_reqs``, ``vllm_prompt_tokens_total``), so
 ``canonical`` rewrites either spelling to the one in ``NAMES`` before any
 lookup; ``snapshot`` keeps the spelling it read for ``ServerSnapshot.names``.
 Families that look like an LLM server's (``llm_looking``) but that no
@@ -230,24 +231,26 @@ def mapped_families() -> frozenset[str]:
     return frozenset(family_of(name) for table in NAMES.values() for names in table.values() for name in names)
 
 
-_LLM_WORDS = frozenset(
-    {
-        "token", "tokens", "ttft", "tpot", "itl", "request", "requests", "req", "reqs", "kv", "cache",
-        "running", "waiting", "queue", "queued", "generation", "generated", "prompt", "decode", "prefill",
-        "preemption", "preemptions", "inference", "batch", "seqs", "sequences",
-    }
+_LLM_STEMS = (
+    "token", "ttft", "tpot", "time_to_first", "kv_cache", "prefill", "decode", "prompt", "generat",
+    "inference", "preempt", "queue", "request",
 )  # fmt: skip
+_LLM_WORDS = frozenset({"req", "reqs", "itl", "kv", "cache", "running", "waiting", "batch", "seqs", "sequences"})
 _GENERIC_NAMESPACES = ("http_", "process_", "python_", "go_", "promhttp_", "llmload_")  # not an LLM server's own
 
 
 def llm_looking(family: str) -> bool:
     """Whether a family's name reads like an LLM server's (tokens, TTFT, requests, KV cache, queue...).
 
-    Words are split at ``_`` and ``:``; ``time_to_first`` counts too. Generic HTTP, process and
-    runtime families (``http_``, ``process_``, ``python_``, ``go_``) and llmload's own do not.
+    A name looks so when it contains a stem such as ``token``, ``ttft``, ``time_to_first``,
+    ``kv_cache``, ``prefill``, ``decode``, ``prompt``, ``generat``, ``queue`` or ``request``, or a
+    word (split at ``_`` and ``:``) such as ``reqs``, ``itl``, ``cache``, ``running``, ``waiting``
+    or ``batch``. Generic HTTP, process and runtime families (``http_``, ``process_``,
+    ``python_``, ``go_``) and llmload's own do not count.
     """
     if family.startswith(_GENERIC_NAMESPACES):
         return False
     lowered = family.lower()
-    words = set(lowered.replace(":", "_").split("_"))
-    return bool(words & _LLM_WORDS) or "time_to_first" in lowered
+    if any(stem in lowered for stem in _LLM_STEMS):
+        return True
+    return bool(set(lowered.replace(":", "_").split("_")) & _LLM_WORDS)

@@ -16,6 +16,7 @@ from llmload.servermetrics import (
     parse_snapshot,
     summarise,
 )
+from llmload.servermetrics.names import llm_looking
 
 FIXTURES = Path(__file__).parent / "server_metrics"
 
@@ -355,3 +356,24 @@ def test_nc24_page_without_llm_families_keeps_the_plain_verdict():
 def test_nc24_detect_by_namespace_in_either_spelling(names, kind):
     text = "".join(f"{name} 1\n" for name in names)
     assert parse_snapshot(text).kind is kind
+
+
+@pytest.mark.parametrize(
+    ("family", "looks"),
+    [
+        ("trtllm_kv_cache_utilization", True),
+        ("lmdeploy_num_running_reqs", True),
+        ("engine_gentokens", True),
+        ("srv_time_to_first_token_seconds", True),
+        ("router_queue_depth", True),
+        ("myllm_itl_seconds", True),
+        ("http_requests_total", False),
+        ("process_resident_memory_bytes", False),
+        ("python_gc_objects_collected", False),
+        ("llmload_sim_requests_aborted", False),  # the simulator's own ground truth
+        ("DCGM_FI_DEV_GPU_UTIL", False),
+        ("uptime_seconds", False),
+    ],
+)
+def test_nc24_llm_looking_families(family, looks):
+    assert llm_looking(family) is looks
