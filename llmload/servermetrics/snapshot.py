@@ -90,7 +90,7 @@ class ServerSnapshot:
         values: common gauge and counter names → value (base units; ratios 0..1).
         histograms: common histogram names → bucket counts.
         names: common name → the raw name it was read from (as the server spelled it).
-        raw: every sample name (buckets excluded) → value, summed over the kept series.
+        raw: every sample name (buckets excluded; one spelling per family) → value, summed over the kept series.
         notes: what the reader should know (e.g. no series for ``--model``).
         unmapped: LLM-looking families (``names.llm_looking``) that no mapping reads, as spelled on
             the page, sorted, at most ``MAX_UNMAPPED``.
