@@ -32,7 +32,7 @@ def test_parse_chunk_role_only_and_usage_only_carry_no_token():
 def test_parse_chunk_reasoning_is_a_token_but_not_content():
     for key in ("reasoning_content", "reasoning"):
         delta = parse_chunk({"choices": [{"delta": {key: "hmm"}, "finish_reason": None}]})
-        assert delta == ChunkDelta("hmm", True, False, None, None, None)
+        assert delta == ChunkDelta("hmm", True, False, None, None, None, has_reasoning=True)
 
 
 def test_parse_chunk_reads_non_streamed_message_and_completion_text():
