@@ -1,0 +1,108 @@
+"""Reasoning vs answer tokens, cached prompt tokens, usage checks: stats → wire → results, summary, series, metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from llmload.aggregate.stats import LLMStats
+from llmload.exporters.console import format_summary
+from llmload.exporters.prometheus_server import PrometheusExporter
+from llmload.exporters.timeseries import interval_rows
+from llmload.request.record import TokenCount, TokenSource, UsageNote
+from llmload.run import wire
+from llmload.testing import T0_UNIX as T0
+from llmload.testing import ok_record, stats_of
+from tests.unit.test_prometheus import _view
+from tests.unit.test_results import _results
+
+CHAT = {"endpoint": "chat", "model": "m"}
+
+
+def _reasoning_stats() -> LLMStats:
+    hidden = ok_record(
+        (0.5, 0.52, 0.54, 0.56),
+        completion_tokens=104,
+        prompt_tokens=12,
+        reasoning_tokens=100,
+        hidden_reasoning_tokens=100,
+        cached_prompt_tokens=8,
+        usage_notes=(UsageNote.HIDDEN_REASONING,),
+    )
+    plain = ok_record((0.1, 0.12), start_unix=T0 + 1.0, completion_tokens=2, prompt_tokens=12, reasoning_tokens=0)
+    return stats_of(hidden, plain)
+
+
+def test_usage_stats_count_reasoning_cached_and_notes():
+    s = _reasoning_stats().total()
+    assert (s.reasoning_tokens_sum, s.reasoning_known_requests, s.hidden_reasoning_tokens_sum) == (100, 2, 100)
+    assert (s.cached_prompt_tokens_sum, s.cached_prompt_tokens_known_requests) == (8, 1)
+    assert s.hidden_reasoning_requests == 1
+    assert s.tpot_s.count == 2
+    assert s.tpot_s.max is not None
+    assert s.tpot_s.max < 0.03
+
+
+def test_usage_stats_travel_on_the_wire():
+    stats = _reasoning_stats()
+    assert wire.from_wire(wire.to_wire(stats)) == stats
+
+
+def test_usage_results_report_reasoning_vs_answer_and_cached_prompt():
+    results = _results(_reasoning_stats())
+    tok = results["tokens"]
+    assert (tok["completion"], tok["reasoning"], tok["answer"]) == (106, 100, 6)
+    assert (tok["hidden_reasoning"], tok["streamed_completion"]) == (100, 6)
+    assert (tok["cached_prompt"], tok["cached_prompt_known_requests"]) == (8, 1)
+    assert tok["usage_checks"]["hidden_reasoning"] == 1
+    thr = results["throughput"]
+    assert thr["streamed_output_tokens_per_s"] * 106 == thr["output_tokens_per_s"] * 6
+
+
+def test_usage_results_unknown_details_are_null_not_zero():
+    tok = _results(stats_of(ok_record()))["tokens"]
+    assert (tok["reasoning"], tok["answer"], tok["cached_prompt"]) == (None, None, None)
+    assert tok["streamed_completion"] == 3
+
+
+def test_usage_results_count_the_logprobs_source():
+    record = ok_record((0.1, 0.11, 0.12), completion_tokens=TokenCount(7, TokenSource.LOGPROBS))
+    tok = _results(stats_of(record))["tokens"]
+    assert (tok["completion_source"], tok["completion_sources"], tok["completion"]) == ("logprobs", {"logprobs": 1}, 7)
+
+
+def test_usage_summary_shows_reasoning_cached_and_the_check():
+    text = format_summary(_results(_reasoning_stats()))
+    assert "Reasoning / answer tokens:" in text
+    assert "100 / 6" in text
+    assert "Reasoning tokens never streamed:" in text
+    assert "Cached prompt tokens:" in text
+    assert "NOTE: 1 request(s): usage's reasoning tokens were never streamed" in text
+
+
+def test_usage_summary_of_an_older_results_file_has_no_usage_lines():
+    results = _results(stats_of(ok_record()))
+    for key in ("reasoning", "cached_prompt", "usage_checks"):
+        results["tokens"].pop(key)
+    text = format_summary(results)
+    assert "Reasoning" not in text
+    assert "Cached prompt" not in text
+
+
+def test_usage_time_series_columns():
+    total = interval_rows(0, _reasoning_stats(), 10.0)[0]
+    assert (total["reasoning_tokens"], total["cached_prompt_tokens"]) == (100, 8)
+    empty = interval_rows(0, stats_of(ok_record()), 10.0)[0]
+    assert (empty["reasoning_tokens"], empty["cached_prompt_tokens"]) == (None, None)
+
+
+def test_usage_prometheus_counters():
+    registry = CollectorRegistry()
+    view = _view(_reasoning_stats())
+    PrometheusExporter(lambda: view, registry=registry)
+    assert registry.get_sample_value("llmload_reasoning_tokens_total", CHAT) == 100
+    assert registry.get_sample_value("llmload_hidden_reasoning_tokens_total", CHAT) == 100
+    assert registry.get_sample_value("llmload_cached_prompt_tokens_total", CHAT) == 8
+    checks = {**CHAT, "check": "hidden_reasoning"}
+    assert registry.get_sample_value("llmload_usage_checks_total", checks) == 1
+    logprobs = {**CHAT, "source": "logprobs"}
+    assert registry.get_sample_value("llmload_completion_tokens_total", logprobs) == 0
