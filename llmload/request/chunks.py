@@ -7,16 +7,22 @@ vLLM, SGLang and llama.cpp:
 
 - chat chunks carry ``choices[].delta`` (``content``, ``reasoning_content``
   or vLLM's newer ``reasoning``, ``tool_calls``); non-streamed chat bodies
-  carry ``choices[].message``; completions carry ``choices[].text``;
+  carry ``choices[].message``; completions carry ``choices[].text``; each
+  text field may be a string, parts, an object or null
+  (``llmload.request.shapes`` reads them and names what it cannot);
 - ``usage`` may come with or without choices (``"choices": []``), once at the
-  end or cumulatively on every chunk (vLLM ``continuous_usage_stats``);
+  end or on every chunk, cumulative (vLLM ``continuous_usage_stats``) or
+  incremental (``llmload.request.tokens.read_usage`` decides), with
+  ``completion_tokens_details.reasoning_tokens`` and
+  ``prompt_tokens_details.cached_tokens`` read when they are counts;
+- ``logprobs`` list one entry per token (``content`` for chat, ``tokens``
+  for completions);
 - errors come as ``{"error": {...}}`` or, from older vLLM, as a top-level
   ``{"object": "error", ...}`` (runpod-workers/worker-vllm #57).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -346,14 +352,6 @@ class ReplyAccumulator:
         if not counts or len(counts) != len(self.token_times_s) or min(counts) < 1:
             return None
         return counts
-
-    def token_counts(self) -> list[int] | None:
-        """Per-event token counts from cumulative usage, when every token event carried it."""
-        cum = self.usage_per_event()
-        if cum is None:
-            return None
-        counts = [cum[0], *(b - a for a, b in itertools.pairwise(cum))]
-        return counts if min(counts) >= 1 else None
 
 
 @dataclass(frozen=True, slots=True)

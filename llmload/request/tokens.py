@@ -314,7 +314,7 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
     """
     events = len(acc.token_times_s) if streamed else 0
     usage = read_usage(acc.usage_log, events, acc.usage_per_event() if streamed else None)
-    logprob_counts = acc.logprob_counts() if streamed else None
+    logprob_counts = acc.logprob_counts()  # a non-streamed body's logprobs count its tokens too
     count = resolve_completion_tokens(
         server_tokens=usage.total,
         pieces=acc.pieces,
@@ -323,7 +323,7 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
         logprob_tokens=sum(logprob_counts) if logprob_counts else None,
     )
     token_counts = usage.per_event if count.source is TokenSource.SERVER else None
-    if token_counts is None and count.source is TokenSource.LOGPROBS:
+    if token_counts is None and count.source is TokenSource.LOGPROBS and streamed:
         token_counts = logprob_counts
     notes, hidden = usage.notes, 0
     reasoning = acc.reasoning_tokens

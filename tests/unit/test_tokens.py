@@ -249,3 +249,9 @@ def test_record_tpot_over_streamed_tokens_and_unavailable_with_reason():
     unexplained.usage_notes = (UsageNote.REASONING_UNEXPLAINED,)
     assert unexplained.streamed_tokens is None
     assert unexplained.tpot_s is None
+
+
+def test_resolve_output_tokens_counts_logprobs_of_a_non_streamed_body():
+    acc = _acc(_tok("abc", logprob_tokens=3))
+    out = resolve_output_tokens(acc, counter=None, streamed=False)
+    assert (out.count, out.token_counts) == (TokenCount(3, TokenSource.LOGPROBS), None)
