@@ -10,7 +10,8 @@ vLLM, SGLang and llama.cpp:
   carry ``choices[].message``; completions carry ``choices[].text``; each
   text field may be a string, parts, an object or null
   (``llmload.request.shapes`` reads them and names what it cannot);
-- ``usage`` may come with or without choices (``"choices": []``), once at the
+- ``usage`` (OpenAI names, or ``input_tokens``/``output_tokens`` when those
+  are absent) may come with or without choices (``"choices": []``), once at the
   end or on every chunk, cumulative (vLLM ``continuous_usage_stats``) or
   incremental (``llmload.request.tokens.read_usage`` decides), with
   ``completion_tokens_details.reasoning_tokens`` and
@@ -125,19 +126,44 @@ def parse_chunk(obj: Any) -> ChunkDelta:
         )
     if type(usage) is not dict:
         raise SSEProtocolError(f"usage is {describe(usage)}; expected an object of token counts")
+    prompt = usage.get("prompt_tokens")
+    completion = usage.get("completion_tokens")
     return ChunkDelta(
         text,
         has_token,
         into.content,
         finish,
-        _count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
-        _count(usage.get("completion_tokens"), "usage.completion_tokens"),
+        _count(usage.get("input_tokens") if prompt is None else prompt, "usage.prompt_tokens"),
+        _count(usage.get("output_tokens") if completion is None else completion, "usage.completion_tokens"),
         into.reasoning,
         into.shaped,
-        _detail(usage.get("completion_tokens_details"), "reasoning_tokens"),
-        _detail(usage.get("prompt_tokens_details"), "cached_tokens"),
+        _first_detail(usage, _REASONING_DETAILS),
+        _first_detail(usage, _CACHED_DETAILS),
         logprobs,
     )
+
+
+# where servers put the usage details, first found wins: OpenAI (chat, then Responses-style names),
+# then a top-level count (DeepSeek's prompt_cache_hit_tokens, Anthropic-style cache_read_input_tokens)
+_REASONING_DETAILS = (
+    ("completion_tokens_details", "reasoning_tokens"),
+    ("output_tokens_details", "reasoning_tokens"),
+    (None, "reasoning_tokens"),
+)
+_CACHED_DETAILS = (
+    ("prompt_tokens_details", "cached_tokens"),
+    ("input_tokens_details", "cached_tokens"),
+    (None, "prompt_cache_hit_tokens"),
+    (None, "cache_read_input_tokens"),
+)
+
+
+def _first_detail(usage: dict[str, Any], places: tuple[tuple[str | None, str], ...]) -> int | None:
+    for block, key in places:
+        value = _detail(usage if block is None else usage.get(block), key)
+        if value is not None:
+            return value
+    return None
 
 
 def _count(value: Any, path: str) -> int | None:

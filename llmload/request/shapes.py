@@ -9,9 +9,10 @@ token counts, but not content):
 - ``content`` / completions ``text``: a string, null, an object (one part) or
   a list of typed parts, nested to any depth (``NESTING_LIMIT``). A part is a
   string or an object whose ``type`` says what it holds:
-  ``{"type": "text", "text": ...}`` (also ``output_text``) is content;
+  ``{"type": "text", "text": ...}`` (also ``output_text``, ``text_delta``,
+  and ``"text": {"value": ...}`` as the Assistants API nests it) is content;
   ``{"type": "thinking", "thinking": [parts] | str}`` (Mistral Magistral,
-  Anthropic-style gateways), ``reasoning``, ``reasoning_text``,
+  Anthropic-style gateways, also ``thinking_delta``), ``reasoning``, ``reasoning_text``,
   ``summary_text``, ``reasoning.text`` are reasoning, and everything nested in
   a reasoning part is reasoning. ``{"type": "refusal", "refusal": ...}`` is
   content. A typed part without any text field (images, audio, signatures,
@@ -47,12 +48,12 @@ NESTING_LIMIT = 8
 """Parts nested deeper than this are refused (no server nests more than 3)."""
 
 _REASONING_TYPES = frozenset(
-    {"thinking", "reasoning", "reasoning_text", "reasoning_content", "summary_text", "reasoning.text"}
+    {"thinking", "thinking_delta", "reasoning", "reasoning_text", "reasoning_content", "summary_text", "reasoning.text"}
 )
 _REASONING_KEYS = frozenset({"thinking", "reasoning", "reasoning_content"})
 # where a part keeps its text, in the order looked at (the first one present is read, once)
-_TEXT_KEYS = ("text", "content", "refusal", "thinking", "reasoning", "reasoning_content", "summary")
-_REASONING_PART_KEYS = ("thinking", "reasoning", "reasoning_content", "text", "content", "summary")
+_TEXT_KEYS = ("text", "content", "refusal", "value", "thinking", "reasoning", "reasoning_content", "summary")
+_REASONING_PART_KEYS = ("thinking", "reasoning", "reasoning_content", "text", "content", "value", "summary")
 _PARTS = "a string, a list of typed parts, an object or null"
 
 

@@ -237,8 +237,8 @@ def read_usage(log: Sequence[UsageValue], token_events: int, per_event: Sequence
       token-bearing events: cumulative (vLLM ``continuous_usage_stats``); the
       last value is the count. If it stayed the same while tokens streamed
       between the first and the last of them, ``NOT_GROWING`` is noted;
-    - otherwise, when every value rode on a token-bearing event and their
-      sum covers the events (or a value fell, which a running count never
+    - otherwise, when every value rode on a token-bearing event (or is 0,
+      as on a role chunk) and their sum covers the events (or a value fell, which a running count never
       does): incremental, each value the tokens of its own chunk; the sum is
       the count (``INCREMENTAL``);
     - a count below the number of token-bearing events cannot be right
@@ -264,7 +264,7 @@ def read_usage(log: Sequence[UsageValue], token_events: int, per_event: Sequence
         if rising and last >= token_events:
             if last == values[0] and log[-1].token_events > log[0].token_events:
                 notes.append(UsageNote.NOT_GROWING)
-        elif (not rising) or (all(u.on_token for u in log) and sum(values) >= token_events):
+        elif (not rising) or (all(u.on_token or not u.tokens for u in log) and sum(values) >= token_events):
             incremental, total = True, sum(values)
             notes.append(UsageNote.INCREMENTAL)
         elif last == values[0] and log[-1].token_events > log[0].token_events:

@@ -196,3 +196,25 @@ def test_chunks_logprobs_entries_counted_for_chat_and_completions():
 
 def test_chunks_plain_delta_equals_the_positional_form():
     assert parse_chunk(chat({"content": "x"})) == ChunkDelta("x", True, True, None, None, None)
+
+
+def test_shapes_assistants_text_value_and_anthropic_deltas():
+    value = parse_chunk(chat({"content": [{"type": "text", "text": {"value": "v", "annotations": []}}]}))
+    thinking = parse_chunk(chat({"content": [{"type": "thinking_delta", "thinking": "t"}]}))
+    text = parse_chunk(chat({"content": [{"type": "text_delta", "text": "x"}]}))
+    assert (value.text, value.has_content) == ("v", True)
+    assert (thinking.text, thinking.has_reasoning, thinking.has_content) == ("t", True, False)
+    assert (text.text, text.has_content) == ("x", True)
+
+
+def test_chunks_usage_under_other_names():
+    usage = {
+        "input_tokens": 9,
+        "output_tokens": 4,
+        "output_tokens_details": {"reasoning_tokens": 2},
+        "input_tokens_details": {"cached_tokens": 3},
+    }
+    delta = parse_chunk({"choices": [], "usage": usage})
+    assert (delta.prompt_tokens, delta.completion_tokens, delta.reasoning_tokens, delta.cached_tokens) == (9, 4, 2, 3)
+    deepseek = parse_chunk({"choices": [], "usage": {"prompt_tokens": 9, "prompt_cache_hit_tokens": 5}})
+    assert deepseek.cached_tokens == 5

@@ -255,3 +255,9 @@ def test_resolve_output_tokens_counts_logprobs_of_a_non_streamed_body():
     acc = _acc(_tok("abc", logprob_tokens=3))
     out = resolve_output_tokens(acc, counter=None, streamed=False)
     assert (out.count, out.token_counts) == (TokenCount(3, TokenSource.LOGPROBS), None)
+
+
+def test_read_usage_incremental_after_a_zero_on_the_role_chunk():
+    acc = _acc(_usage(0), _tok(completion=1), _tok(completion=1), _tok(completion=1))
+    reading = read_usage(acc.usage_log, 3, acc.usage_per_event())
+    assert (reading.total, reading.per_event, reading.notes) == (3, [1, 1, 1], (UsageNote.INCREMENTAL,))
