@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from prometheus_client import CollectorRegistry
 
 from llmload.aggregate.stats import LLMStats
 from llmload.exporters.console import format_summary
 from llmload.exporters.prometheus_server import PrometheusExporter
+from llmload.exporters.requests_log import RequestsLog
 from llmload.exporters.timeseries import interval_rows
 from llmload.request.record import TokenCount, TokenSource, UsageNote
 from llmload.run import wire
@@ -106,3 +109,24 @@ def test_usage_prometheus_counters():
     assert registry.get_sample_value("llmload_usage_checks_total", checks) == 1
     logprobs = {**CHAT, "source": "logprobs"}
     assert registry.get_sample_value("llmload_completion_tokens_total", logprobs) == 0
+
+
+def test_usage_requests_log_has_per_request_reasoning_cached_and_notes(tmp_path):
+    path = tmp_path / "req.jsonl"
+    log = RequestsLog(str(path))
+    log.write(
+        ok_record(
+            (0.5, 0.52),
+            completion_tokens=12,
+            reasoning_tokens=10,
+            hidden_reasoning_tokens=10,
+            cached_prompt_tokens=4,
+            usage_notes=(UsageNote.HIDDEN_REASONING,),
+        )
+    )
+    log.write(ok_record())
+    log.close()
+    first, second = (json.loads(line) for line in path.read_text().splitlines())
+    assert (first["reasoning_tokens"], first["cached_prompt_tokens"], first["streamed_tokens"]) == (10, 4, 2)
+    assert first["usage_notes"] == ["hidden_reasoning"]
+    assert (second["reasoning_tokens"], second["cached_prompt_tokens"], second["usage_notes"]) == (None, None, [])
