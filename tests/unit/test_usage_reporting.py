@@ -11,10 +11,14 @@ from llmload.exporters.console import format_summary
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
 from llmload.exporters.timeseries import interval_rows
+from llmload.request.payloads import build_chat_request
+from llmload.request.preflight import ModelList, PreflightReport, probe
 from llmload.request.record import TokenCount, TokenSource, UsageNote
 from llmload.run import wire
+from llmload.settings.config import RunConfig
+from llmload.testing import CF, ROLE, C, U, ok_record, sse, stats_of
 from llmload.testing import T0_UNIX as T0
-from llmload.testing import ok_record, stats_of
+from tests.unit.test_client import FakeResponse, FakeTransport
 from tests.unit.test_prometheus import _view
 from tests.unit.test_results import _results
 
@@ -130,3 +134,26 @@ def test_usage_requests_log_has_per_request_reasoning_cached_and_notes(tmp_path)
     assert (first["reasoning_tokens"], first["cached_prompt_tokens"], first["streamed_tokens"]) == (10, 4, 2)
     assert first["usage_notes"] == ["hidden_reasoning"]
     assert (second["reasoning_tokens"], second["cached_prompt_tokens"], second["usage_notes"]) == (None, None, [])
+
+
+def _probe_with(reads: list[bytes]) -> PreflightReport:
+    request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    transport = FakeTransport(FakeResponse(reads, 200, "text/event-stream"))
+    return probe(transport, [("ChatUser", request)], RunConfig(), ModelList(("m",), {}), "m")
+
+
+def _logprob_chunk(text: str, tokens: int) -> str:
+    entries = [{"token": "t", "logprob": 0.0}] * tokens
+    choice = {"index": 0, "delta": {"content": text}, "logprobs": {"content": entries}, "finish_reason": None}
+    return json.dumps({"id": "c1", "choices": [choice]})
+
+
+def test_usage_preflight_says_the_tokens_come_from_logprobs():
+    report = _probe_with([sse(ROLE, _logprob_chunk("Hello there", 2), CF("stop"), "[DONE]")])
+    assert any("come from the tokens listed in logprobs" in note for note in report.notes)
+    assert not any("no usage" in warning for warning in report.warnings)
+
+
+def test_usage_preflight_warns_when_usage_is_below_the_streamed_events():
+    report = _probe_with([sse(ROLE, C({"content": "a"}), C({"content": "b"}), CF("stop"), U(3, 1), "[DONE]")])
+    assert any("fewer tokens than it streamed events" in warning for warning in report.warnings)
