@@ -157,3 +157,11 @@ def test_usage_preflight_says_the_tokens_come_from_logprobs():
 def test_usage_preflight_warns_when_usage_is_below_the_streamed_events():
     report = _probe_with([sse(ROLE, C({"content": "a"}), C({"content": "b"}), CF("stop"), U(3, 1), "[DONE]")])
     assert any("fewer tokens than it streamed events" in warning for warning in report.warnings)
+
+
+# NC-20: the preflight probe reads content given as typed parts (it used to exit 2 on a str + list error).
+def test_nc20_preflight_probe_reads_content_parts():
+    parts = [{"type": "thinking", "thinking": [{"type": "text", "text": "hm"}]}, {"type": "text", "text": "42"}]
+    report = _probe_with([sse(ROLE, C({"content": parts}), CF("stop"), U(3, 2), "[DONE]")])
+    assert any("token counts come from the server" in note for note in report.notes)
+    assert report.warnings == []
