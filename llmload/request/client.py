@@ -44,9 +44,9 @@ from llmload.request.failures import (
     parse_retry_after,
 )
 from llmload.request.payloads import LLMRequest
-from llmload.request.record import ErrorInfo, Outcome, RequestRecord
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenSource
 from llmload.request.stream import ReplyFailure, ReplyReader, new_scanner
-from llmload.request.tokens import TokenCounter, resolve_completion_tokens, resolve_prompt_tokens
+from llmload.request.tokens import TokenCounter, resolve_output_tokens, resolve_prompt_tokens
 from llmload.settings.config import Timeouts
 
 __all__ = ["Response", "StreamingClient", "Transport"]
@@ -303,21 +303,18 @@ class StreamingClient:
         self, record: RequestRecord, acc: ReplyAccumulator, request: LLMRequest, *, streamed: bool = True
     ) -> None:
         record.token_times_s = acc.token_times_s
-        record.token_counts = acc.token_counts() if streamed else None
         record.first_content_s = acc.first_content_s
         record.finish_reason = acc.finish_reason
-        record.completion_tokens = resolve_completion_tokens(
-            server_tokens=acc.completion_tokens,
-            pieces=acc.pieces,
-            counter=self._token_counter,
-            chunk_count=len(acc.token_times_s) if streamed else None,
-        )
+        output = resolve_output_tokens(acc, counter=self._token_counter, streamed=streamed)
+        record.completion_tokens, record.token_counts = output.count, output.token_counts
+        record.hidden_reasoning_tokens, record.usage_notes = output.hidden_reasoning_tokens, output.notes
+        record.reasoning_tokens, record.cached_prompt_tokens = acc.reasoning_tokens, acc.cached_tokens
         record.prompt_tokens = resolve_prompt_tokens(
             server_tokens=acc.prompt_tokens, prompt_text=request.prompt_text, counter=self._token_counter
         )
         if self._keep_text:
             record.output_text = "".join(acc.pieces)
-        if self._compare_tokens and self._token_counter is not None and acc.completion_tokens is not None:
+        if self._compare_tokens and self._token_counter is not None and output.count.source is TokenSource.SERVER:
             # Both counts exist: the server's usage wins; the tokenizer's is a diagnostic only.
             record.client_completion_tokens = self._token_counter.count("".join(acc.pieces))
 

@@ -27,7 +27,7 @@ from typing import Any
 from llmload.errors import ConfigError, RequestError
 from llmload.request.client import StreamingClient, Transport
 from llmload.request.payloads import LLMRequest
-from llmload.request.record import RequestRecord, TokenSource
+from llmload.request.record import RequestRecord, TokenSource, UsageNote
 from llmload.settings.config import RunConfig
 
 __all__ = ["ModelList", "PreflightReport", "check_open_files", "fetch_models", "join_url", "probe"]
@@ -185,6 +185,13 @@ def probe(
             report.notes.append(f"{name}: non-streaming; token counts from the server's usage")
         elif source is TokenSource.SERVER:
             report.notes.append(f"{name}: the server streams usage; token counts come from the server")
+        elif UsageNote.BELOW_EVENTS in record.usage_notes:
+            report.warnings.append(
+                f"{name}: the server's usage counts fewer tokens than it streamed events; usage is not used, "
+                f"completion tokens come from {source.value}"
+            )
+        elif source is TokenSource.LOGPROBS:
+            report.notes.append(f"{name}: no usage in the stream; token counts come from the tokens listed in logprobs")
         else:
             report.warnings.append(
                 f"{name}: the server sent no usage in its stream; completion tokens will be "

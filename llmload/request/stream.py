@@ -9,8 +9,11 @@ are those of ``llmload.request.client``.
 Plain token deltas skip both the SSE decoder and the JSON decoder: a server
 sends every token delta of one reply as the same JSON text with only the
 generated text changing (same id, created, model and index, no
-finish_reason, no usage). ``DeltaTemplate`` learns that text's surroundings
-from the first such delta, and a run of whole events of that form in one
+finish_reason, no usage, no logprobs). Only a plain string delta is learned:
+content given as parts or objects, mirrored reasoning and object tool-call
+arguments (``ChunkDelta.shaped``) always take the full path.
+``DeltaTemplate`` learns that text's surroundings from the first such
+delta, and a run of whole events of that form in one
 read is split in a single pass (``str.split`` on "surroundings of one event
 + start of the next"). Anything else, or any text that a JSON encoder would
 have escaped, takes the full path, so both paths account exactly the same.
@@ -87,6 +90,8 @@ class DeltaTemplate:
         text = delta.text
         if (
             delta.finish_reason is not None
+            or delta.shaped  # parts, objects, mirrored fields: always the full path
+            or delta.logprob_tokens is not None
             or delta.prompt_tokens is not None
             or delta.completion_tokens is not None
             or not plain_text(text)
@@ -102,7 +107,7 @@ class DeltaTemplate:
             probe = parse_chunk(scan(template.prefix + _TEMPLATE_PROBE + template.suffix, 0)[0])
         except (ValueError, StopIteration):
             return None
-        if probe != ChunkDelta(_TEMPLATE_PROBE, True, delta.has_content, None, None, None):
+        if probe != ChunkDelta(_TEMPLATE_PROBE, True, delta.has_content, None, None, None, delta.has_reasoning):
             return None
         return template
 
