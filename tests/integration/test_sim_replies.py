@@ -145,7 +145,6 @@ def test_sim_unterminated_end_and_no_stream_bytes(sim):
 
 
 # ── NC-20: content as a list of typed parts (thinking parts first) ──────────
-@pytest.mark.xfail(strict=True, reason=SHAPES_BRANCH)
 def test_nc20_sim_content_parts_succeed_with_tokens_from_usage(sim, tmp_path):
     server = sim("--content-parts-rate", "1", "--thinking-tokens", "2", "--decode-step-ms", "20")
     results, _ = run(server.url, tmp_path)
@@ -158,7 +157,6 @@ def test_nc20_sim_content_parts_succeed_with_tokens_from_usage(sim, tmp_path):
 
 
 # NC-20's kind (any JSON type in a delta field): tool-call arguments as an object, not a string.
-@pytest.mark.xfail(strict=True, reason=SHAPES_BRANCH)
 def test_nc20_sim_object_tool_call_arguments_succeed_with_tokens_from_usage(sim, tmp_path):
     server = sim("--object-arguments-rate", "1", "--decode-step-ms", "5")
     results, _ = run(server.url, tmp_path)
@@ -184,7 +182,6 @@ def test_nc21_sim_body_held_open_after_done_does_not_hold_the_user(sim, tmp_path
 
 
 # ── NC-23: reasoning tokens counted in usage, never streamed ────────────────
-@pytest.mark.xfail(strict=True, reason=SHAPES_BRANCH)
 def test_nc23_sim_hidden_reasoning_tokens_reported_apart_and_tpot_over_streamed_tokens(sim, tmp_path):
     hidden = 50
     server = sim("--hidden-reasoning-rate", "1", "--hidden-reasoning-tokens", str(hidden), "--decode-step-ms", "5")
@@ -204,7 +201,6 @@ def test_nc23_sim_hidden_reasoning_tokens_reported_apart_and_tpot_over_streamed_
 
 
 # ── NC-26: several tokens per chunk, counted in logprobs, no usage ──────────
-@pytest.mark.xfail(strict=True, reason=SHAPES_BRANCH)
 def test_nc26_sim_tokens_counted_from_logprobs_several_per_chunk(sim, tmp_path):
     server = sim("--logprobs-tokens-rate", "1", "--tokens-per-chunk", "3", "--decode-step-ms", "10")
     results, _ = run(server.url, tmp_path, "--extra-body", '{"logprobs": true}')
