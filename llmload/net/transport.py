@@ -215,6 +215,40 @@ class GeventResponse:
             self.read_lag_s = lag_s if lag_s > 0.0 else 0.0
         return data
 
+    def header(self, name: str) -> str | None:
+        """The value of the response header ``name`` (any case; the last one if repeated); None if absent."""
+        value = self._resp.get(name)
+        if isinstance(value, list):
+            return value[-1] if value else None
+        return value
+
+    def drain(self, within_s: float, limit_bytes: int) -> bool:
+        """Read and discard the rest of the body for at most ``within_s`` seconds and ``limit_bytes`` bytes.
+
+        Returns True when the body ended (``close`` then keeps the connection
+        for the next request); False when it had not ended in time (a server
+        that holds the body open after ``[DONE]``, or sends ``: ping``
+        keep-alives after it), failed, or was longer: ``close`` then closes the
+        connection, and the next request opens a new one at once.
+        """
+        resp = self._resp
+        if resp.message_complete:
+            resp._body_buffer.clear()
+            return True
+        size = 0
+        # gevent.Timeout interrupts the wait for the socket inside read_some (raised, then
+        # swallowed by the with block); the idle timer then finds no waiter and is dropped.
+        with gevent.Timeout(within_s, False):
+            try:
+                while size <= limit_bytes:
+                    data = self.read_some()
+                    if not data:
+                        return True
+                    size += len(data)
+            except TransportError:
+                return False
+        return False
+
     def close(self) -> None:
         """Return the connection to the pool if the message was complete, else close it. Idempotent."""
         timer, self._timer = self._timer, None

@@ -17,7 +17,12 @@
 - ``usage`` may be cumulative (vLLM ``continuous_usage_stats``): the last
   value wins, never a sum (vllm-project/production-stack PR #873).
 - The reply ends at ``[DONE]`` or at a clean end of body after a
-  ``finish_reason``. An ``error`` object in a 2xx body or stream is a failure
+  ``finish_reason``; an event pending at the end of the body without its
+  blank line is still read (NC-27). After ``[DONE]`` the rest of the body is
+  read for at most ``DRAIN_S`` so the connection can be reused; a server
+  that holds it open longer (NC-21) loses the connection, not the user's
+  time. A failed stream's message says what was seen (events, bytes,
+  finish reason, ``[DONE]``, whether the body ended). An ``error`` object in a 2xx body or stream is a failure
   (vllm PR #57519, runpod-workers/worker-vllm #57); a 2xx reply without any
   generated token is ``EMPTY`` (vllm PR #5895).
 
@@ -35,6 +40,7 @@ from typing import Protocol
 
 from llmload.errors import TransportError
 from llmload.request.chunks import ReplyAccumulator, parse_chunk, read_server_error
+from llmload.request.error_pages import describe_error_page, summarize_body
 from llmload.request.failures import (
     IncompleteReplyError,
     Phase,
@@ -49,12 +55,23 @@ from llmload.request.stream import ReplyFailure, ReplyReader, new_scanner
 from llmload.request.tokens import TokenCounter, resolve_completion_tokens, resolve_prompt_tokens
 from llmload.settings.config import Timeouts
 
-__all__ = ["Response", "StreamingClient", "Transport"]
+__all__ = ["DRAIN_S", "Response", "StreamingClient", "Transport"]
 
 _MESSAGE_CHARS = 500  # ErrorInfo.message limit
 _ERROR_BODY_BYTES = 64 * 1024  # read at most this much of a non-2xx body
 _JSON_BODY_BYTES = 16 * 1024 * 1024  # a non-streamed reply larger than this is refused
 _DRAIN_BYTES = 64 * 1024  # bytes read after [DONE] to finish the HTTP message (keeps the connection)
+_HEAD_BYTES = 1024  # the first bytes of a streamed body kept for failure messages
+DRAIN_S = 0.005
+"""Seconds the rest of a body is read after ``[DONE]`` for the connection to be reused; then it is dropped.
+
+Servers end the body with (or right after) the write that carries ``[DONE]``:
+the end arrives in the same read or within a fraction of a millisecond. A body
+still open after a few ms is held open on purpose (openai-python #3440,
+``: ping`` keep-alives from proxies, LiteLLM PR #37322) and may stay so for
+seconds; a new connection costs about one round trip (plus a TLS handshake),
+far less than waiting for such a body, so the user moves on at once.
+"""
 _STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 
@@ -75,6 +92,17 @@ class Response(Protocol):
             RequestTimeout: no bytes within the idle timeout.
             ConnectionClosedError: the body was cut short.
             TransportError: the connection failed.
+        """
+        ...
+
+    def header(self, name: str) -> str | None:
+        """The value of the response header ``name`` (any case); None if absent."""
+        ...
+
+    def drain(self, within_s: float, limit_bytes: int) -> bool:
+        """Read and discard the rest of the body for at most ``within_s`` s and ``limit_bytes``; True if it ended.
+
+        Never raises for the connection's failures: the body then did not end.
         """
         ...
 
@@ -164,6 +192,7 @@ class StreamingClient:
         clock = self._clock
         self.request_sent = False
         phase = Phase.SEND
+        seen: _StreamSeen | None = None
         t0 = clock()
         try:
             self._transport.connect()
@@ -178,10 +207,11 @@ class StreamingClient:
             try:
                 status, ctype = response.status, response.content_type
                 if not 200 <= status < 300:
-                    self._read_http_error(response, record, t0)
+                    self._read_http_error(response, record, t0, len(request.body))
                 elif ctype == "text/event-stream" or (request.stream and not _is_json(ctype)):
                     phase = Phase.STREAM
-                    self._read_stream(response, record, request, t0)
+                    seen = _StreamSeen(response.header("content-encoding"), ctype)
+                    self._read_stream(response, record, request, t0, seen)
                 else:
                     phase = Phase.BODY
                     self._read_json(response, record, request, t0)
@@ -192,33 +222,42 @@ class StreamingClient:
             if failure is None:
                 raise
             end_s = record.end_s if failure.at_last_read and record.end_s is not None else clock() - t0
-            return _fail(record, failure.outcome, failure.category, str(exc), end_s, status=failure.status)
+            message = str(exc)
+            if seen is not None and failure.outcome is not Outcome.SERVER_ERROR:  # the server's own words suffice
+                message = f"{message.rstrip('. ')}; {seen.describe()}"
+            return _fail(record, failure.outcome, failure.category, message, end_s, status=failure.status)
         if record.error is None:
             _check_empty(record)
         return record
 
     # ── replies ──────────────────────────────────────────────────────────
-    def _read_stream(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
+    def _read_stream(
+        self, response: Response, record: RequestRecord, request: LLMRequest, t0: float, seen: _StreamSeen
+    ) -> None:
         """Read an SSE reply into ``record``; raises what ``FAILURES`` lists for ``Phase.STREAM``.
 
         ``record.end_s`` is the arrival of the last read (or the end of the
-        body), failed or not; what arrived is accounted either way.
+        body), failed or not; what arrived is accounted either way. ``seen``
+        gathers what arrived, for the failure message.
         """
         clock, read, arrived = self._clock, response.read_some, self._arrived
         deadline_s = self._total_timeout_s
         reader = ReplyReader(self._scan_json, keep_text=self._keep_text or self._token_counter is not None)
         acc, feed = reader.acc, reader.feed
-        head = b""  # the first bytes of the body, for error messages
+        seen.acc = acc
         t = 0.0
         try:
             while True:
                 data = read()
                 if not data:
+                    seen.body_ended = True
+                    reader.finish(t)  # an event pending without its blank line arrived with the last read
                     t = clock() - t0
                     break
                 t = arrived(response, record, t0, t)
-                if not head:
-                    head = data[:120]
+                if not seen.size:
+                    seen.head = data[:_HEAD_BYTES]
+                seen.size += len(data)
                 feed(data, t)
                 if acc.done:
                     break
@@ -228,9 +267,9 @@ class StreamingClient:
             self._fill(record, acc, request)
             record.end_s = t
         if acc.done:
-            _drain(read)
+            response.drain(DRAIN_S, _DRAIN_BYTES)
         elif acc.finish_reason is None:
-            raise IncompleteReplyError(_incomplete_detail(acc.events, len(acc.token_times_s), head))
+            raise IncompleteReplyError("the body ended without a finish_reason or [DONE]")
 
     def _read_json(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
         """Read a whole JSON reply into ``record``; raises what ``FAILURES`` lists for ``Phase.BODY``."""
@@ -247,8 +286,13 @@ class StreamingClient:
         self._fill(record, acc, request, streamed=False)
         record.streamed = False
 
-    def _read_http_error(self, response: Response, record: RequestRecord, t0: float) -> None:
-        """Record a non-2xx reply as ``classify_status`` says (``THROTTLED`` ones with their ``Retry-After``)."""
+    def _read_http_error(self, response: Response, record: RequestRecord, t0: float, request_bytes: int) -> None:
+        """Record a non-2xx reply as ``classify_status`` says (``THROTTLED`` ones with their ``Retry-After``).
+
+        A body that is not an OpenAI error object (a proxy's HTML or text
+        page) becomes one line: status, the page's title, the ``Server``
+        header and, for a 413, ``request_bytes`` (``llmload.request.error_pages``).
+        """
         status = response.status
         try:
             body, t = self._read_all(response, t0, _ERROR_BODY_BYTES, record)
@@ -260,7 +304,12 @@ class StreamingClient:
             obj = None
         error = read_server_error(obj, None, http_body=True)
         kind = error.kind if error is not None else None
-        message = error.message if error is not None else body.decode("utf-8", "replace")
+        if error is not None:
+            message = error.message
+        else:
+            message = describe_error_page(
+                status, body, response.content_type, server=response.header("server"), request_bytes=request_bytes
+            )
         failure = classify_status(status, kind, response.retry_after)
         if failure.outcome is Outcome.THROTTLED:
             record.retry_after_s = parse_retry_after(response.retry_after, self._wall_clock())
@@ -344,14 +393,44 @@ def _fail(
 
 # A proxy that compresses text/event-stream sends gzip bytes the SSE decoder cannot read.
 _GZIP_MAGIC = b"\x1f\x8b"
-_GZIPPED = "; the body is gzip-compressed (Content-Encoding: gzip): turn compression off in the proxy or gateway"
+_COMPRESSED = "the body is {0}-compressed (Content-Encoding: {0}): turn compression off in the proxy or gateway"
 
 
-def _incomplete_detail(events: int, token_events: int, head: bytes) -> str:
-    detail = f"{events} events, {token_events} with tokens"
-    if not events:
-        detail += _GZIPPED if head.startswith(_GZIP_MAGIC) else f"; body began {head!r}"
-    return f"no finish_reason or [DONE] ({detail})"
+class _StreamSeen:
+    """What a streamed body carried before it failed, for the failure message."""
+
+    __slots__ = ("acc", "body_ended", "content_encoding", "content_type", "head", "size")
+
+    def __init__(self, content_encoding: str | None, content_type: str) -> None:
+        self.content_encoding = (content_encoding or "").strip().lower()
+        self.content_type = content_type
+        self.acc: ReplyAccumulator | None = None
+        self.head = b""  # the first bytes of the body
+        self.size = 0  # body bytes read
+        self.body_ended = False  # the HTTP message ended cleanly
+
+    def describe(self) -> str:
+        """e.g. ``seen: 4 events (2 with tokens), 812 bytes, finish_reason 'stop', no [DONE], body ended``."""
+        acc = self.acc
+        events = acc.events if acc is not None else 0
+        tokens = len(acc.token_times_s) if acc is not None else 0
+        finish = acc.finish_reason if acc is not None else None
+        done = acc is not None and acc.done
+        parts = [
+            f"seen: {events} events ({tokens} with tokens)",
+            f"{self.size} bytes",
+            f"finish_reason {finish!r}" if finish is not None else "no finish_reason",
+            "[DONE]" if done else "no [DONE]",
+            "body ended" if self.body_ended else "body not ended",
+        ]
+        text = ", ".join(parts)
+        if self.content_encoding not in ("", "identity") or self.head.startswith(_GZIP_MAGIC):
+            return f"{text}; " + _COMPRESSED.format(self.content_encoding or "gzip")
+        if not events and self.head:
+            if self.content_type != "text/event-stream" and self.head.lstrip()[:1] == b"<":
+                return f"{text}; not an event stream but {summarize_body(self.head, self.content_type)}"
+            text += f"; body began {self.head[:120]!r}"
+        return text
 
 
 def _check_empty(record: RequestRecord) -> None:
@@ -366,20 +445,3 @@ def _check_empty(record: RequestRecord) -> None:
         f"completion_tokens={record.completion_tokens.value!r})",
         record.end_s if record.end_s is not None else 0.0,
     )
-
-
-def _drain(read: Callable[[], bytes]) -> None:
-    """Read the rest of the HTTP body after ``[DONE]`` so the connection can be reused.
-
-    Failures here do not change the outcome; the transport discards a
-    connection whose body was not fully read.
-    """
-    size = 0
-    try:
-        while size < _DRAIN_BYTES:
-            data = read()
-            if not data:
-                return
-            size += len(data)
-    except (TransportError, OSError):
-        return

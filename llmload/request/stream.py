@@ -225,6 +225,22 @@ class ReplyReader:
         if start < len(data) and not self.acc.done:
             self._events(decoder.feed(data[start:]), t)
 
+    def finish(self, t: float) -> None:
+        """The body ended: account an event still pending without its blank line (NC-27), as arrived at ``t``.
+
+        Raises:
+            ReplyFailure: as ``feed``; invalid JSON in that event says it was the unterminated last one.
+        """
+        if self.acc.done or not self._decoder.has_partial_event:
+            return
+        try:
+            self._events(self._decoder.flush(), t)
+        except ReplyFailure as exc:
+            if exc.outcome is not Outcome.STREAM_ERROR:
+                raise
+            message = f"the last event, not terminated by a blank line, is cut short: {exc.message}"
+            raise ReplyFailure(exc.outcome, exc.category, message, exc.status) from exc
+
     def _events(self, events: list[SSEEvent], t: float) -> None:
         acc, template, scan = self.acc, self._template, self._scan
         for event in events:

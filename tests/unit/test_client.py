@@ -43,6 +43,18 @@ class FakeResponse:
             raise item
         return item
 
+    headers: Mapping[str, str] = {}
+
+    def header(self, name: str) -> str | None:
+        return {k.lower(): v for k, v in self.headers.items()}.get(name.lower())
+
+    def drain(self, within_s: float, limit_bytes: int) -> bool:
+        self.drained_within_s = within_s
+        while self._reads:
+            if isinstance(self.read_some(), BaseException):
+                return False
+        return True
+
     def close(self) -> None:
         self.closed = True
 
@@ -184,7 +196,7 @@ def test_client_http_error_without_json_keeps_body_as_message():
     assert record.outcome is Outcome.HTTP_ERROR
     assert record.error is not None
     assert record.error.category == "HTTP 502"
-    assert record.error.message == "<html>Bad Gateway</html>"
+    assert record.error.message.startswith('"Bad Gateway" (an HTML error page)')
 
 
 @pytest.mark.parametrize(

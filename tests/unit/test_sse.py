@@ -111,12 +111,27 @@ def test_sse_decoder_leading_bom_dropped_once():
     assert datas(b"data: a\n\n\xef\xbb\xbfdata: b\n\n") == ["a"]
 
 
-def test_sse_decoder_flush_discards_unterminated_event():
+# NC-27: the event pending at the end of the body is dispatched, not discarded.
+def test_nc27_sse_decoder_flush_dispatches_event_without_blank_line():
     decoder = SSEDecoder()
-    assert decoder.feed(b"data: a\n\ndata: partial\n") == [SSEEvent("a")]
+    assert decoder.feed(b"data: a\n\ndata: pending\n") == [SSEEvent("a")]
     assert decoder.has_partial_event
-    assert decoder.flush() == []
+    assert decoder.flush() == [SSEEvent("pending")]
     assert not decoder.has_partial_event
+    assert decoder.flush() == []
+
+
+def test_nc27_sse_decoder_flush_ends_an_unterminated_last_line():
+    assert datas(b"data: a\n\nid: 4\nevent: x\ndata: b\ndata: c") == ["a", "b\nc"]
+    assert feed_all(b"event: x\ndata: b\r")[-1] == SSEEvent("b", "x")
+    assert datas(b"data: caf\xc3") == ["caf\ufffd"]  # a cut-short character, never an exception
+
+
+def test_sse_decoder_flush_after_complete_events_dispatches_nothing():
+    for stream in (b"data: a\n\n", b"data: a\r\n\r", b"data: a\n\n: ping\n", b"data: a\n\nevent: x\n"):
+        decoder = SSEDecoder()
+        assert decoder.feed(stream) == [SSEEvent("a")]
+        assert decoder.flush() == []
 
 
 def test_sse_decoder_no_partial_event_after_complete_events():

@@ -1,0 +1,273 @@
+"""Issue 18, streams that end oddly and replies that are not what was asked (NC-21, NC-27, NC-31, error pages).
+
+Over real HTTP: ScriptedServer → GeventHTTPTransport → StreamingClient; the
+run-level cases start a bounded `locust` process on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from llmload.net.transport import GeventHTTPTransport
+from llmload.request.client import DRAIN_S, StreamingClient
+from llmload.request.payloads import build_chat_request
+from llmload.request.record import Outcome, TokenSource
+from llmload.settings.config import Timeouts
+from llmload.testing import CF, ROLE, C, Ending, Framing, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
+from tests.integration.procs import run_locust
+
+pytestmark = [pytest.mark.integration]
+
+MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
+HOLD_MS = 15_000  # the server holds the body this long after [DONE]
+CHAT = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+
+
+def _client(url: str) -> tuple[StreamingClient, GeventHTTPTransport]:
+    transport = GeventHTTPTransport(url, headers={}, timeouts=Timeouts(connect_s=5, idle_s=30, total_s=60))
+    return StreamingClient(transport), transport
+
+
+def _normal_writes() -> list[W]:
+    return [W(10, sse(ROLE)), W(30, sse(C({"content": "Hi"}))), W(40, sse(C({"content": " there"})))]
+
+
+# ── NC-21: the body stays open after [DONE] ──────────────────────────────
+def _held_open(pings: bool) -> Reply:
+    writes = [*_normal_writes(), W(50, sse(CF("stop"), U(5, 2), "[DONE]"))]
+    if pings:  # a proxy's keep-alive comments every second after [DONE]
+        writes += [W(50 + 1000 * s, b": ping\n\n") for s in range(1, HOLD_MS // 1000)]
+    writes.append(W(50 + HOLD_MS, b""))  # nothing more; then the terminating zero-length chunk
+    return Reply(writes=writes)
+
+
+@pytest.mark.parametrize("pings", [False, True], ids=["silent", "ping-every-second"])
+def test_nc21_body_held_open_after_done_does_not_hold_the_user(gevent_ready, pings):
+    with ScriptedServer(_held_open(pings)) as srv:
+        client, transport = _client(srv.base_url)
+        try:
+            started = time.perf_counter()
+            records = [client.run(CHAT) for _ in range(3)]
+            elapsed_s = time.perf_counter() - started
+        finally:
+            transport.close()
+        received, connections = len(srv.requests), srv.connections_accepted
+    assert [r.outcome for r in records] == [Outcome.OK] * 3
+    assert [r.completion_tokens.value for r in records] == [2, 2, 2]
+    for record in records:
+        assert record.e2e_s is not None
+        assert 0.045 < record.e2e_s < 0.1  # ends at [DONE] (50 ms), not when the body ends
+    # each request starts at once: 3 x (50 ms + a drain bounded by DRAIN_S), far below one 15 s hold
+    assert elapsed_s < 1.5, f"3 requests took {elapsed_s:.2f} s: the user waited for the held body"
+    assert received == 3
+    assert connections == 3  # a body still open after the drain loses its connection
+
+
+def test_nc21_body_that_ends_after_done_keeps_the_connection(gevent_ready):
+    reply = Reply(writes=[*_normal_writes(), W(50, sse(CF("stop"), U(5, 2), "[DONE]"))])
+    with ScriptedServer(reply) as srv:
+        client, transport = _client(srv.base_url)
+        try:
+            records = [client.run(CHAT) for _ in range(3)]
+        finally:
+            transport.close()
+        connections = srv.connections_accepted
+    assert [r.outcome for r in records] == [Outcome.OK] * 3
+    assert connections == 1
+    assert DRAIN_S <= 0.01  # "a few ms"
+
+
+def test_nc21_end_of_body_a_moment_after_done_still_keeps_the_connection(gevent_ready):
+    # the zero-length chunk comes in its own write, 1 ms after [DONE]: within the drain
+    reply = Reply(writes=[*_normal_writes(), W(50, sse(CF("stop"), U(5, 2), "[DONE]")), W(51, b"")])
+    with ScriptedServer(reply) as srv:
+        client, transport = _client(srv.base_url)
+        try:
+            records = [client.run(CHAT) for _ in range(3)]
+        finally:
+            transport.close()
+        connections = srv.connections_accepted
+    assert [r.outcome for r in records] == [Outcome.OK] * 3
+    assert connections == 1
+
+
+def _route(post_reply: Reply):
+    def reply(request: ReceivedRequest) -> Reply:
+        if request.method == "GET":
+            return json_reply(200, MODELS) if request.path == "/v1/models" else json_reply(404, "{}")
+        return post_reply
+
+    return reply
+
+
+def test_nc21_run_against_a_held_open_body_measures_the_server_rate(tmp_path):
+    out = tmp_path / "r.json"
+    with ScriptedServer(_route(_held_open(pings=False))) as srv:
+        proc = run_locust(
+            [
+                "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", srv.base_url,
+                "-u", "1", "-r", "1", "--num-requests", "10", "-t", "60s", "--results-json", str(out),
+            ],
+            timeout_s=90,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["requests"]["succeeded"] == 10
+    e2e = results["latency"]["e2e_s"]
+    assert 0.045 < e2e["p50"] < 0.1
+    assert results["throughput"]["requests_per_s"] > 5  # ~20/s: 50 ms replies, not 15 s holds (0.07/s)
+
+
+# ── NC-27: the last event is not ended by a blank line ───────────────────
+def _unterminated_last_event(tail: bytes) -> Reply:
+    last = CF("stop")[:-1] + ',"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}'
+    writes = [W(20, sse(ROLE)), W(30, sse(C({"content": "Hi"}))), W(40, sse(C({"content": " there"})))]
+    return Reply(writes=[*writes, W(50, b"data: " + last.encode() + tail)])
+
+
+@pytest.mark.parametrize("tail", [b"\n", b"", b"\r\n"], ids=["lf-only", "no-line-end", "crlf-only"])
+def test_nc27_last_event_without_blank_line_is_dispatched(run_scripted, tail):
+    run = run_scripted(_unterminated_last_event(tail))
+    record = run.record
+    assert record.outcome is Outcome.OK, record.error
+    assert record.finish_reason == "stop"
+    assert record.completion_tokens.value == 2
+    assert record.completion_tokens.source is TokenSource.SERVER
+    assert record.prompt_tokens.value == 5
+    assert record.ttft_s == run.at(30)
+
+
+def test_nc27_cut_short_last_event_says_so_and_what_was_seen(run_scripted):
+    writes = [W(20, sse(ROLE)), W(30, sse(C({"content": "Hi"}))), W(40, b'data: {"id":"c1","choices":[{"ind')]
+    record = run_scripted(Reply(writes=writes)).record
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    message = record.error.message
+    assert "not terminated by a blank line" in message
+    assert "seen: 2 events (1 with tokens)" in message
+    assert "no finish_reason" in message
+    assert "no [DONE]" in message
+    assert "body ended" in message
+
+
+@pytest.mark.parametrize("ending", ["close", "clean"])
+def test_nc27_stream_failure_messages_say_what_was_seen(run_scripted, ending):
+    writes = [W(20, sse(ROLE)), W(30, sse(C({"content": "Hi"}))), W(40, sse(C({"content": " there"})))]
+    reply = Reply(writes=writes, ending=Ending.CLOSE if ending == "close" else Ending.COMPLETE)
+    record = run_scripted(reply).record
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    size = sum(len(w.data) for w in writes)
+    message = record.error.message
+    assert f"seen: 3 events (2 with tokens), {size} bytes, no finish_reason, no [DONE]" in message
+    assert ("body not ended" if ending == "close" else "body ended") in message
+
+
+# ── error pages from proxies ─────────────────────────────────────────────
+_NGINX_413 = (
+    b"<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n"
+    b"<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>nginx/1.25.3</center>\r\n"
+    b"</body>\r\n</html>\r\n"
+)
+_CLOUDFLARE_502 = (
+    b'<!DOCTYPE html>\n<!--[if lt IE 7]> <html class="no-js ie6 oldie" lang="en-US"> <![endif]-->\n'
+    b'<html lang="en-US"><head><title>api.example.com | 502: Bad gateway</title>'
+    b'<meta charset="UTF-8" /><style>body{margin:0}</style><script>window._cf="<title>x</title>"</script></head>'
+    b'<body><div id="cf-wrapper"><h1><span class="inline-block">Bad gateway</span>'
+    b'<span class="code-label">Error code 502</span></h1></div></body></html>'
+)
+_HAPROXY_504 = b"<html><body><h1>504 Gateway Time-out</h1>\nThe server didn't respond in time.\n</body></html>\n"
+_ENVOY_503 = b"upstream connect error or disconnect/reset before headers. reset reason: connection failure"
+
+
+_PAGES = {
+    "nginx-413": (413, _NGINX_413, "text/html", "nginx/1.25.3", '"413 Request Entity Too Large" (an HTML error page'),
+    "cloudflare-502": (
+        502,
+        _CLOUDFLARE_502,
+        "text/html",
+        "cloudflare",
+        '"api.example.com | 502: Bad gateway" (an HTML error page',
+    ),
+    "haproxy-504": (504, _HAPROXY_504, "text/html", None, '"504 Gateway Time-out" (an HTML error page)'),
+    "envoy-503": (
+        503,
+        _ENVOY_503,
+        "text/plain",
+        "envoy",
+        '"upstream connect error or disconnect/reset before headers.',
+    ),
+}
+
+
+@pytest.mark.parametrize("page", list(_PAGES))
+def test_proxy_error_pages_become_one_line(run_scripted, page):
+    status, body, ctype, server, expected = _PAGES[page]
+    headers = {"Content-Type": ctype} | ({"Server": server} if server else {})
+    reply = Reply(writes=[W(5, body)], status=status, headers=headers, framing=Framing.CONTENT_LENGTH)
+    run = run_scripted(reply)
+    record = run.record
+    assert record.outcome is Outcome.HTTP_ERROR
+    assert record.error is not None
+    assert record.error.category == f"HTTP {status}"
+    message = record.error.message
+    assert message.startswith(expected)
+    assert "\n" not in message
+    assert "<" not in message.replace(expected, "")  # no markup beyond a title that had none
+    assert "style" not in message
+    assert "script" not in message
+    if server:
+        assert f"Server: {server}" in message
+    if status == 413:
+        assert f"the request body was {len(run.requests[0].body):,} bytes" in message
+
+
+# ── NC-31: stream: true answered with one JSON body ──────────────────────
+_COMPLETION = json.dumps(
+    {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "Hi there, you"}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9},
+    }
+)
+
+
+def test_nc31_streamed_request_answered_with_one_json_body(run_scripted):
+    run = run_scripted(json_reply(200, _COMPLETION, at_ms=400))
+    record = run.record
+    assert run.requests[0].json()["stream"] is True
+    assert record.outcome is Outcome.OK
+    assert record.streamed is False
+    assert record.completion_tokens.value == 4
+    assert record.completion_tokens.source is TokenSource.SERVER
+    assert (record.ttft_s, record.tpot_s) == (None, None)
+    assert record.itl_samples_s() == []
+    assert record.e2e_s is not None
+    assert record.e2e_s == pytest.approx(0.4, abs=0.05)
+
+
+def test_nc31_run_warns_once_that_the_server_did_not_stream(tmp_path):
+    out = tmp_path / "r.json"
+    with ScriptedServer(_route(json_reply(200, _COMPLETION, at_ms=20))) as srv:
+        proc = run_locust(
+            [
+                "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", srv.base_url,
+                "-u", "2", "-r", "2", "--num-requests", "6", "-t", "60s", "--results-json", str(out),
+            ],
+            timeout_s=90,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["requests"]["succeeded"] == 6
+    assert results["tokens"]["completion"] == 6 * 4
+    assert results["latency"]["ttft_s"]["count"] == 0
+    assert proc.stderr.count("did not stream") == 1, proc.stderr[-3000:]
+    assert "the server streams usage" not in proc.stderr
