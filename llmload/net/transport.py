@@ -71,7 +71,8 @@ import gevent.ssl
 from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 
-from llmload.errors import ConfigError, ConnectionClosedError, RequestTimeout, TransportError
+from llmload.errors import ConfigError, ConnectionClosedError, RequestTimeout, TransportError, WrongProtocolError
+from llmload.net.protocols import foreign_protocol
 from llmload.net.sockets import (
     CMSG_BYTES,
     AddressCache,
@@ -497,6 +498,7 @@ class GeventHTTPTransport:
         where = f"{method} {self._origin}{shown}{self._via}"
         reused, self._reusable = self._reusable, False
         self._stamps.ns = 0
+        self._stamps.last = b""
         try:
             try:
                 resp = self._client.request(method, target, body=body, headers=headers)
@@ -513,6 +515,12 @@ class GeventHTTPTransport:
                 f"{where}: no connection or response headers in time "
                 f"(connect timeout {self._timeouts.connect_s:g} s, idle timeout {self._timeouts.idle_s:g} s)"
             ) from exc
+        except HTTPParseError as exc:
+            # No HTTP/1.1 status line: say what came instead when the bytes tell (HTTP/2 frames, TLS).
+            foreign = foreign_protocol(self._stamps.last)
+            if foreign is not None:
+                raise WrongProtocolError(f"{where}: {foreign}") from exc
+            raise TransportError(f"{where} failed: {describe(exc)}") from exc
         except (OSError, HTTPException, RuntimeError, ValueError) as exc:
             # RuntimeError: name did not resolve to any address; ValueError: invalid path or header.
             raise TransportError(f"{where} failed: {describe(exc)}") from exc

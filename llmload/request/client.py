@@ -18,9 +18,9 @@
   value wins, never a sum (vllm-project/production-stack PR #873).
 - The reply ends at ``[DONE]`` or at a clean end of body after a
   ``finish_reason``; an event pending at the end of the body without its
-  blank line is still read (NC-27). After ``[DONE]`` the rest of the body is
+  blank line is still read. After ``[DONE]`` the rest of the body is
   read for at most ``DRAIN_S`` so the connection can be reused; a server
-  that holds it open longer (NC-21) loses the connection, not the user's
+  that holds it open longer loses the connection, not the user's
   time. A failed stream's message says what was seen (events, bytes,
   finish reason, ``[DONE]``, whether the body ended). An ``error`` object in a 2xx body or stream is a failure
   (vllm PR #57519, runpod-workers/worker-vllm #57); a 2xx reply without any

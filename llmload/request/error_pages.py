@@ -79,9 +79,7 @@ class _PageText(HTMLParser):
             return
         if self._heading_open:
             self.heading.append(data)
-        parts = data.split("\n")
-        self.lines[-1] += parts[0]
-        self.lines.extend(parts[1:])
+        self.lines[-1] += data  # in HTML a line break is a space; block tags end lines
 
 
 def _clean(text: str) -> str:

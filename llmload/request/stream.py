@@ -226,7 +226,7 @@ class ReplyReader:
             self._events(decoder.feed(data[start:]), t)
 
     def finish(self, t: float) -> None:
-        """The body ended: account an event still pending without its blank line (NC-27), as arrived at ``t``.
+        """The body ended: account an event still pending without its blank line, as arrived at ``t``.
 
         Raises:
             ReplyFailure: as ``feed``; invalid JSON in that event says it was the unterminated last one.

@@ -254,13 +254,15 @@ def test_nc31_streamed_request_answered_with_one_json_body(run_scripted):
     assert record.e2e_s == pytest.approx(0.4, abs=0.05)
 
 
-def test_nc31_run_warns_once_that_the_server_did_not_stream(tmp_path):
+@pytest.mark.parametrize("preflight", [True, False], ids=["preflight", "skip-preflight"])
+def test_nc31_run_warns_once_that_the_server_did_not_stream(tmp_path, preflight):
     out = tmp_path / "r.json"
     with ScriptedServer(_route(json_reply(200, _COMPLETION, at_ms=20))) as srv:
         proc = run_locust(
             [
                 "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", srv.base_url,
                 "-u", "2", "-r", "2", "--num-requests", "6", "-t", "60s", "--results-json", str(out),
+                *([] if preflight else ["--skip-preflight"]),
             ],
             timeout_s=90,
         )  # fmt: skip
@@ -271,3 +273,83 @@ def test_nc31_run_warns_once_that_the_server_did_not_stream(tmp_path):
     assert results["latency"]["ttft_s"]["count"] == 0
     assert proc.stderr.count("did not stream") == 1, proc.stderr[-3000:]
     assert "the server streams usage" not in proc.stderr
+
+
+# ── NC-29: the port speaks HTTP/2 only ───────────────────────────────────
+_H2_SETTINGS = bytes.fromhex("000006040000000000") + bytes.fromhex("000300000064")  # MAX_CONCURRENT_STREAMS 100
+_H2_GOAWAY = bytes.fromhex("000008070000000000") + bytes.fromhex("00000000") + bytes.fromhex("00000001")
+
+
+def _refused_run(reply: Reply) -> tuple[object, list[ReceivedRequest]]:
+    with ScriptedServer(reply) as srv:
+        proc = run_locust(
+            [
+                "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", srv.base_url,
+                "-u", "2", "-r", "2", "--num-requests", "4", "-t", "30s",
+            ],
+            timeout_s=60,
+        )  # fmt: skip
+        return proc, srv.requests
+
+
+@pytest.mark.parametrize(
+    "frames", [_H2_SETTINGS + _H2_GOAWAY, _H2_GOAWAY, _H2_SETTINGS], ids=["settings-goaway", "goaway", "settings"]
+)
+def test_nc29_http2_only_port_is_named_before_load(frames):
+    proc, requests = _refused_run(Reply(writes=[W(1, frames)], raw=True))
+    assert proc.returncode == 2, proc.stderr[-3000:]  # type: ignore[attr-defined]
+    stderr = proc.stderr  # type: ignore[attr-defined]
+    assert "the server answered with HTTP/2 frames, not HTTP/1.1 (a gRPC or h2c-only port?)" in stderr
+    assert "Is the server up" not in stderr
+    assert "Expected HTTP/" not in stderr
+    assert [r.method for r in requests] == ["GET"]  # the model list only: nothing posted
+
+
+def test_nc29_http_version_not_supported_is_named_before_load():
+    proc, requests = _refused_run(
+        Reply(writes=[W(1, b"HTTP/2 required\n")], status=505, headers={"Content-Type": "text/plain"})
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]  # type: ignore[attr-defined]
+    stderr = proc.stderr  # type: ignore[attr-defined]
+    assert "HTTP 505 (HTTP Version Not Supported" in stderr
+    assert "the server refuses HTTP/1.1" in stderr
+    assert [r.method for r in requests] == ["GET"]
+
+
+def test_nc29_http2_frames_fail_a_request_with_their_name(gevent_ready):
+    with ScriptedServer(Reply(writes=[W(1, _H2_SETTINGS + _H2_GOAWAY)], raw=True)) as srv:
+        client, transport = _client(srv.base_url)
+        try:
+            record = client.run(CHAT)
+        finally:
+            transport.close()
+    assert record.outcome is Outcome.TRANSPORT_ERROR
+    assert record.error is not None
+    assert "HTTP/2 frames, not HTTP/1.1" in record.error.message
+    assert "SETTINGS, GOAWAY PROTOCOL_ERROR" in record.error.message
+
+
+# ── NC-28 (refusal half): a chat or completions body for another API's path ──
+@pytest.mark.parametrize(
+    ("locustfile", "path", "api"),
+    [
+        ("chat", "/v1/responses", "the OpenAI Responses API"),
+        ("chat", "/v1/messages", "the Anthropic Messages API"),
+        ("completions", "/api/v1/embeddings?x=1", "the embeddings API"),
+    ],
+)
+def test_nc28_endpoint_path_of_another_api_is_refused_before_load(locustfile, path, api):
+    with ScriptedServer(_route(Reply(writes=[W(1, sse(ROLE, C({"content": "Hi"}), CF("stop"), "[DONE]"))]))) as srv:
+        proc = run_locust(
+            [
+                "-f", f"locustfiles/{locustfile}.py", "--headless", "--only-summary", "-H", srv.base_url,
+                "-u", "1", "-r", "1", "--num-requests", "2", "-t", "30s", "--endpoint-path", path,
+            ],
+            timeout_s=60,
+        )  # fmt: skip
+        requests = srv.requests
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"--endpoint-path {path} is {api}" in proc.stderr
+    user = "ChatUser posts chat/completions" if locustfile == "chat" else "CompletionUser posts completions"
+    assert user in proc.stderr
+    assert requests == []  # refused before anything was sent
