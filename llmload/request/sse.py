@@ -104,6 +104,20 @@ class SSEDecoder:
         return bool(self._tail or self._data or self._event or self._utf8.getstate()[0])
 
     @property
+    def pending_done(self) -> bool:
+        """True when the one thing pending is a ``data: [DONE]`` line that no blank line has ended yet.
+
+        The OpenAI end-of-stream sentinel cannot start a longer event, so a
+        reader may end the reply there instead of waiting for a blank line
+        that a server holding the body open may never send.
+        """
+        if self._event:
+            return False
+        if not self._tail:
+            return self._data == ["[DONE]"]
+        return not self._data and "".join(self._tail) in ("data: [DONE]", "data:[DONE]")
+
+    @property
     def at_event_boundary(self) -> bool:
         """True when nothing is pending: no partial line, event, CR or UTF-8 sequence."""
         return self._idle

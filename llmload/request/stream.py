@@ -241,6 +241,12 @@ class ReplyReader:
             message = f"the last event, not terminated by a blank line, is cut short: {exc.message}"
             raise ReplyFailure(exc.outcome, exc.category, message, exc.status) from exc
 
+    def finish_at_done(self, t: float) -> bool:
+        """End the reply at a ``[DONE]`` still waiting for its blank line (the body may stay open); True if done."""
+        if not self.acc.done and self._decoder.pending_done:
+            self._events(self._decoder.flush(), t)
+        return self.acc.done
+
     def _events(self, events: list[SSEEvent], t: float) -> None:
         acc, template, scan = self.acc, self._template, self._scan
         for event in events:

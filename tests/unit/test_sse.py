@@ -198,3 +198,20 @@ def test_sse_decoder_keeps_a_character_split_after_whole_events():
     events = [event for chunk in reads for event in decoder.feed(chunk)]
     assert events == SSEDecoder().feed(b"".join(reads))
     assert [event.data for event in events] == ["x", "é"]
+
+
+def test_nc21_sse_decoder_pending_done_only_for_a_lone_done_line():
+    for stream in (
+        b"data: [DONE]",
+        b"data:[DONE]",
+        b"data: [DONE]\n",
+        b"data: [DONE]\r",
+        b"data: a\n\ndata: [DONE]\r\n",
+    ):
+        decoder = SSEDecoder()
+        decoder.feed(stream)
+        assert decoder.pending_done, stream
+    for stream in (b"data: [DONE]\n\n", b"data: [DON", b"event: x\ndata: [DONE]\n", b"data: a\ndata: [DONE]\n", b""):
+        decoder = SSEDecoder()
+        decoder.feed(stream)
+        assert not decoder.pending_done, stream
