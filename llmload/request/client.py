@@ -61,7 +61,6 @@ _MESSAGE_CHARS = 500  # ErrorInfo.message limit
 _ERROR_BODY_BYTES = 64 * 1024  # read at most this much of a non-2xx body
 _JSON_BODY_BYTES = 16 * 1024 * 1024  # a non-streamed reply larger than this is refused
 _DRAIN_BYTES = 64 * 1024  # bytes read after [DONE] to finish the HTTP message (keeps the connection)
-_DONE_ENDS = (b"[DONE]", b"[DONE]\n", b"[DONE]\r\n", b"[DONE]\r")  # a read ending in a [DONE] not yet ended
 _HEAD_BYTES = 1024  # the first bytes of a streamed body kept for failure messages
 DRAIN_S = 0.005
 """Seconds the rest of a body is read after ``[DONE]`` for the connection to be reused; then it is dropped.
@@ -247,6 +246,7 @@ class StreamingClient:
         acc, feed = reader.acc, reader.feed
         seen.acc = acc
         t = 0.0
+        size = 0
         try:
             while True:
                 data = read()
@@ -256,15 +256,16 @@ class StreamingClient:
                     t = clock() - t0
                     break
                 t = arrived(response, record, t0, t)
-                if not seen.size:
+                if not size:
                     seen.head = data[:_HEAD_BYTES]
-                seen.size += len(data)
+                size += len(data)
                 feed(data, t)
-                if acc.done or (data.endswith(_DONE_ENDS) and reader.finish_at_done(t)):
+                if acc.done:
                     break
                 if t > deadline_s:
                     raise TotalTimeout(f"no complete reply within {deadline_s:g} s")
         finally:
+            seen.size = size
             self._fill(record, acc, request)
             record.end_s = t
         if acc.done:

@@ -186,7 +186,8 @@ class ReplyReader:
     def feed(self, data: bytes, t: float) -> None:
         """Account the events that ``data`` completes, all as arrived ``t`` seconds after send.
 
-        Events after ``[DONE]`` are ignored.
+        Events after ``[DONE]`` are ignored. A ``data: [DONE]`` line at the
+        end of ``data`` ends the reply even before its blank line arrives.
 
         Raises:
             ReplyFailure: an error object (``SERVER_ERROR``) or invalid JSON
@@ -196,12 +197,15 @@ class ReplyReader:
         template, decoder = self._template, self._decoder
         if template is None:
             self._events(decoder.feed(data), t)
+            if not decoder.at_event_boundary:
+                self._end_at_pending_done(t)
             return
         start = 0
         if not decoder.at_event_boundary:
             cut = data.find(_EVENT_END)  # complete the pending event first
             if cut < 0:
                 self._events(decoder.feed(data), t)
+                self._end_at_pending_done(t)
                 return
             start = cut + 2
             self._events(decoder.feed(data[:start]), t)
@@ -209,6 +213,7 @@ class ReplyReader:
                 return
             if not decoder.at_event_boundary:
                 self._events(decoder.feed(data[start:]), t)
+                self._end_at_pending_done(t)
                 return
         end = data.rfind(_EVENT_END) + 2
         if end > start:  # whole events: data[start:end] begins and ends at event boundaries
@@ -224,6 +229,13 @@ class ReplyReader:
             start = end
         if start < len(data) and not self.acc.done:
             self._events(decoder.feed(data[start:]), t)
+            self._end_at_pending_done(t)
+
+    def _end_at_pending_done(self, t: float) -> None:
+        """End the reply at a ``[DONE]`` line still waiting for its blank line: a server may hold the body open."""
+        decoder = self._decoder
+        if not self.acc.done and decoder.pending_done:
+            self._events(decoder.flush(), t)
 
     def finish(self, t: float) -> None:
         """The body ended: account an event still pending without its blank line, as arrived at ``t``.
@@ -240,12 +252,6 @@ class ReplyReader:
                 raise
             message = f"the last event, not terminated by a blank line, is cut short: {exc.message}"
             raise ReplyFailure(exc.outcome, exc.category, message, exc.status) from exc
-
-    def finish_at_done(self, t: float) -> bool:
-        """End the reply at a ``[DONE]`` still waiting for its blank line (the body may stay open); True if done."""
-        if not self.acc.done and self._decoder.pending_done:
-            self._events(self._decoder.flush(), t)
-        return self.acc.done
 
     def _events(self, events: list[SSEEvent], t: float) -> None:
         acc, template, scan = self.acc, self._template, self._scan
