@@ -50,7 +50,15 @@ End of body: ``read_some`` returns ``b""`` only at the clean end of the HTTP
 message (last chunk, full Content-Length, or close of a read-until-close
 body). A connection closed before that raises ``ConnectionClosedError``;
 the client reports it as "stream ended before completion". A connection
-whose body was not read to the end is closed, never reused.
+whose body was not read to the end is closed, never reused; ``drain``
+reads the rest for a bounded time (``gevent.Timeout`` around the waits), so
+a body held open after the reply is complete costs the connection, not the
+user's time.
+
+A reply that is not HTTP/1.1 at all (HTTP/2 frames from an h2c-only or gRPC
+port, a TLS record on an https port) raises ``WrongProtocolError`` naming it:
+the bytes of the last receive (``Stamps.last``) are read by
+``llmload.net.protocols``.
 """
 
 from __future__ import annotations

@@ -279,6 +279,8 @@ class StreamingClient:
         try:
             obj = json.loads(body)
         except ValueError as exc:
+            if body.lstrip()[:1] == b"<" or body.startswith(_GZIP_MAGIC):  # a proxy's page, or a compressed body
+                raise ValueError(f"not JSON but {summarize_body(body, response.content_type)}") from exc
             raise ValueError(f"{exc}: {body[:120]!r}") from exc
         error = read_server_error(obj, None)
         if error is not None:
