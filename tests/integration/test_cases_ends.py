@@ -374,7 +374,7 @@ def test_nc28_endpoint_path_of_another_api_is_refused_before_load(locustfile, pa
 # An HTML page with status 200 (a captive portal, a proxy's login or error page) instead of the reply.
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "no-stream"])
 def test_html_page_with_status_200_is_named_not_dumped(run_scripted, stream):
-    page = b"<!DOCTYPE html><html><head><style>p{}</style><title>Sign in to the proxy</title></head><body>.</body></html>"
+    page = b"<!DOCTYPE html><html><head><style>p{}</style><title>Sign in to the proxy</title></head></html>"
     reply = Reply(writes=[W(5, page)], headers={"Content-Type": "text/html"}, framing=Framing.CONTENT_LENGTH)
     request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8, stream=stream)
     record = run_scripted(reply, request).record
