@@ -10,7 +10,7 @@ status line is missing; ``foreign_protocol`` says what the bytes were.
 
 from __future__ import annotations
 
-__all__ = ["H2_MESSAGE", "foreign_protocol"]
+__all__ = ["H2_MESSAGE", "foreign_protocol", "starts_like_http1"]
 
 H2_MESSAGE = "the server answered with HTTP/2 frames, not HTTP/1.1 (a gRPC or h2c-only port?)"
 _H2_FIX = (
@@ -48,6 +48,11 @@ def foreign_protocol(head: bytes) -> str | None:
     if len(head) >= 3 and head[0] in (_TLS_ALERT, _TLS_HANDSHAKE) and head[1] == 0x03:
         return "the server answered with TLS, not plain HTTP: the port expects https; pass -H https://…"
     return None
+
+
+def starts_like_http1(head: bytes) -> bool:
+    """True when ``head`` starts like an HTTP/1.x status line (a parse error further on is not a protocol mix-up)."""
+    return head.startswith(b"HTTP/") or (len(head) < 5 and b"HTTP/".startswith(head))
 
 
 def _h2_frames(head: bytes) -> list[str]:

@@ -57,7 +57,7 @@ user's time.
 
 A reply that is not HTTP/1.1 at all (HTTP/2 frames from an h2c-only or gRPC
 port, a TLS record on an https port) raises ``WrongProtocolError`` naming it:
-the bytes of the last receive (``Stamps.last``) are read by
+the first bytes received (``Stamps.first``) are read by
 ``llmload.net.protocols``.
 """
 
@@ -80,7 +80,7 @@ from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 
 from llmload.errors import ConfigError, ConnectionClosedError, RequestTimeout, TransportError, WrongProtocolError
-from llmload.net.protocols import foreign_protocol
+from llmload.net.protocols import foreign_protocol, starts_like_http1
 from llmload.net.sockets import (
     CMSG_BYTES,
     AddressCache,
@@ -506,7 +506,7 @@ class GeventHTTPTransport:
         where = f"{method} {self._origin}{shown}{self._via}"
         reused, self._reusable = self._reusable, False
         self._stamps.ns = 0
-        self._stamps.last = b""
+        self._stamps.first = b""
         try:
             try:
                 resp = self._client.request(method, target, body=body, headers=headers)
@@ -525,9 +525,14 @@ class GeventHTTPTransport:
             ) from exc
         except HTTPParseError as exc:
             # No HTTP/1.1 status line: say what came instead when the bytes tell (HTTP/2 frames, TLS).
-            foreign = foreign_protocol(self._stamps.last)
+            head = self._stamps.first
+            foreign = foreign_protocol(head)
             if foreign is not None:
                 raise WrongProtocolError(f"{where}: {foreign}") from exc
+            if head and not starts_like_http1(head):
+                raise WrongProtocolError(
+                    f"{where}: the answer is not HTTP/1.1 ({describe(exc)}); it began {head[:40]!r}"
+                ) from exc
             raise TransportError(f"{where} failed: {describe(exc)}") from exc
         except (OSError, HTTPException, RuntimeError, ValueError) as exc:
             # RuntimeError: name did not resolve to any address; ValueError: invalid path or header.

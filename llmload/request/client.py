@@ -40,7 +40,7 @@ from typing import Protocol
 
 from llmload.errors import TransportError
 from llmload.request.chunks import ReplyAccumulator, parse_chunk, read_server_error
-from llmload.request.error_pages import describe_error_page, summarize_body
+from llmload.request.error_pages import describe_error_page, readable_message, summarize_body
 from llmload.request.failures import (
     IncompleteReplyError,
     Phase,
@@ -309,7 +309,7 @@ class StreamingClient:
         error = read_server_error(obj, None, http_body=True)
         kind = error.kind if error is not None else None
         if error is not None:
-            message = error.message
+            message = readable_message(error.message)
         else:
             message = describe_error_page(
                 status, body, response.content_type, server=response.header("server"), request_bytes=request_bytes

@@ -17,7 +17,7 @@ import json
 import re
 from html.parser import HTMLParser
 
-__all__ = ["HEADLINE_CHARS", "describe_error_page", "summarize_body"]
+__all__ = ["HEADLINE_CHARS", "describe_error_page", "readable_message", "summarize_body"]
 
 HEADLINE_CHARS = 160
 """The longest headline kept from a page: a title or a line, never a page."""
@@ -169,3 +169,15 @@ def describe_error_page(
     if status == 413:
         hint = None if request_bytes is None else _STATUS_HINTS[413].format(size=f"{request_bytes:,} bytes")
     return f"{line}; {hint}" if hint is not None else line
+
+
+def readable_message(message: str) -> str:
+    """An error object's message, or the one line of the HTML page it wraps (a gateway passing on a proxy's page).
+
+    Gateways that wrap an upstream failure in an OpenAI error object often
+    put the upstream's whole HTML page in ``message``.
+    """
+    if not _looks_like_html(message, ""):
+        return message
+    headline, kind, _page = _read(message.encode("utf-8", "replace"), "text/html")
+    return _compose(headline, kind + " in the error message", None)

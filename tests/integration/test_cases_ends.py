@@ -382,3 +382,51 @@ def test_html_page_with_status_200_is_named_not_dumped(run_scripted, stream):
     assert record.error is not None
     assert '"Sign in to the proxy" (an HTML error page)' in record.error.message
     assert "<style>" not in record.error.message
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n", "the answer is not HTTP/1.1"),
+        (bytes.fromhex("150301000202") + bytes.fromhex("28"), "the server answered with TLS, not plain HTTP"),
+        (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "HTTP/2 frames, not HTTP/1.1"),
+    ],
+    ids=["ssh", "tls-alert", "h2-preface"],
+)
+def test_nc29_other_protocols_are_named_in_the_preflight(gevent_ready, answer, named):
+    from llmload.errors import ConfigError
+    from llmload.request.preflight import fetch_models
+
+    with ScriptedServer(Reply(writes=[W(1, answer)], raw=True)) as srv:
+        transport = GeventHTTPTransport(srv.base_url, headers={}, timeouts=Timeouts(connect_s=5, idle_s=5, total_s=10))
+        try:
+            with pytest.raises(ConfigError) as refused:
+                fetch_models(srv.base_url, transport.get, "OPENAI_API_KEY")
+        finally:
+            transport.close()
+    message = str(refused.value)
+    assert named in message
+    assert "Is the server up" not in message
+
+
+def test_nc29_a_malformed_header_of_a_real_http1_answer_is_not_called_another_protocol(gevent_ready):
+    from llmload.errors import ConfigError
+    from llmload.request.preflight import fetch_models
+
+    answer = [W(1, b"HTTP/1.1 200 OK\r\n"), W(5, b"Content-Length: x\r\n\r\n{}")]
+    with ScriptedServer(Reply(writes=answer, raw=True)) as srv:
+        transport = GeventHTTPTransport(srv.base_url, headers={}, timeouts=Timeouts(connect_s=5, idle_s=5, total_s=10))
+        try:
+            with pytest.raises(ConfigError) as refused:
+                fetch_models(srv.base_url, transport.get, "OPENAI_API_KEY")
+        finally:
+            transport.close()
+    assert "not HTTP/1.1" not in str(refused.value)
+
+
+def test_gateway_error_object_wrapping_a_proxy_page_is_one_line(run_scripted):
+    wrapped = {"error": {"message": _CLOUDFLARE_502.decode(), "type": "APIError", "param": None, "code": "502"}}
+    record = run_scripted(json_reply(502, json.dumps(wrapped))).record
+    assert record.outcome is Outcome.HTTP_ERROR
+    assert record.error is not None
+    assert record.error.message == '"api.example.com | 502: Bad gateway" (an HTML error page in the error message)'

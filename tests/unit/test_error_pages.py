@@ -6,7 +6,7 @@ import gzip
 
 import pytest
 
-from llmload.request.error_pages import HEADLINE_CHARS, describe_error_page, summarize_body
+from llmload.request.error_pages import HEADLINE_CHARS, describe_error_page, readable_message, summarize_body
 
 _GOOGLE_413 = (
     b'<!DOCTYPE html>\n<html lang=en>\n  <meta charset=utf-8>\n  <meta name=viewport content="width=device-width">\n'
@@ -61,3 +61,10 @@ def test_error_pages_describe_gives_gateway_hints_only_for_pages():
     assert "timed out waiting for the model server" in describe_error_page(504, b"Gateway Timeout", "text/plain")
     json_body = describe_error_page(503, b'{"detail": "loading"}', "application/json")
     assert json_body == '{"detail":"loading"} (a JSON body)'
+
+
+def test_error_pages_readable_message_unwraps_a_page_inside_an_error_object():
+    wrapped = "<html><head><title>502 Bad Gateway</title></head><body><h1>502</h1></body></html>"
+    assert readable_message(wrapped) == '"502 Bad Gateway" (an HTML error page in the error message)'
+    assert readable_message("model 'x' not found") == "model 'x' not found"
+    assert readable_message("<unk> token is not allowed") == "<unk> token is not allowed"
