@@ -247,6 +247,7 @@ class StreamingClient:
         seen.acc = acc
         t = 0.0
         size = 0
+        json_head = b""
         try:
             while True:
                 data = read()
@@ -258,6 +259,9 @@ class StreamingClient:
                 t = arrived(response, record, t0, t)
                 if not size:
                     seen.head = data[:_HEAD_BYTES]
+                    if seen.content_type != "text/event-stream" and data.lstrip()[:1] == b"{":
+                        json_head = data  # one JSON body under another media type: a server that did not stream
+                        break
                 size += len(data)
                 feed(data, t)
                 if acc.done:
@@ -268,14 +272,29 @@ class StreamingClient:
             seen.size = size
             self._fill(record, acc, request)
             record.end_s = t
+        if json_head:
+            self._read_unlabelled_json(response, record, request, t0, first=json_head, first_s=t)
+            return
         if acc.done:
             response.drain(DRAIN_S, _DRAIN_BYTES)
         elif acc.finish_reason is None:
             raise IncompleteReplyError("the body ended without a finish_reason or [DONE]")
 
-    def _read_json(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
-        """Read a whole JSON reply into ``record``; raises what ``FAILURES`` lists for ``Phase.BODY``."""
-        body, record.end_s = self._read_all(response, t0, _JSON_BODY_BYTES, record)
+    def _read_json(
+        self,
+        response: Response,
+        record: RequestRecord,
+        request: LLMRequest,
+        t0: float,
+        *,
+        first: bytes = b"",
+        first_s: float = 0.0,
+    ) -> None:
+        """Read a whole JSON reply into ``record``; raises what ``FAILURES`` lists for ``Phase.BODY``.
+
+        ``first``: body bytes already read (at ``first_s``), if any.
+        """
+        body, record.end_s = self._read_all(response, t0, _JSON_BODY_BYTES, record, first=first, first_s=first_s)
         try:
             obj = json.loads(body)
         except ValueError as exc:
@@ -289,6 +308,19 @@ class StreamingClient:
         acc.add(parse_chunk(obj), record.end_s)
         self._fill(record, acc, request, streamed=False)
         record.streamed = False
+
+    def _read_unlabelled_json(
+        self, response: Response, record: RequestRecord, request: LLMRequest, t0: float, *, first: bytes, first_s: float
+    ) -> None:
+        """A streamed request answered with one JSON body that is not labelled ``application/json``.
+
+        Read as a non-streamed reply when it is valid JSON; otherwise an
+        incomplete stream that names what the body began with.
+        """
+        try:
+            self._read_json(response, record, request, t0, first=first, first_s=first_s)
+        except ValueError as exc:  # invalid JSON (ReplyFailure and SSEProtocolError are no ValueError)
+            raise IncompleteReplyError(f"not an event stream and not valid JSON ({exc})") from exc
 
     def _read_http_error(self, response: Response, record: RequestRecord, t0: float, request_bytes: int) -> None:
         """Record a non-2xx reply as ``classify_status`` says (``THROTTLED`` ones with their ``Retry-After``).
@@ -335,11 +367,23 @@ class StreamingClient:
         arrived_s = self._clock() - t0 - lag_s
         return arrived_s if arrived_s > previous_s else previous_s
 
-    def _read_all(self, response: Response, t0: float, limit: int, record: RequestRecord) -> tuple[bytes, float]:
-        """The whole body (at most ``limit`` bytes) and when its last bytes arrived (seconds after send)."""
-        parts: list[bytes] = []
-        size = 0
-        t = 0.0
+    def _read_all(
+        self,
+        response: Response,
+        t0: float,
+        limit: int,
+        record: RequestRecord,
+        *,
+        first: bytes = b"",
+        first_s: float = 0.0,
+    ) -> tuple[bytes, float]:
+        """The whole body (at most ``limit`` bytes) and when its last bytes arrived (seconds after send).
+
+        ``first``: body bytes already read (at ``first_s``), if any.
+        """
+        parts = [first] if first else []
+        size = len(first)
+        t = first_s
         while True:
             data = response.read_some()
             if not data:

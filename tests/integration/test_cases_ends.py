@@ -430,3 +430,27 @@ def test_gateway_error_object_wrapping_a_proxy_page_is_one_line(run_scripted):
     assert record.outcome is Outcome.HTTP_ERROR
     assert record.error is not None
     assert record.error.message == '"api.example.com | 502: Bad gateway" (an HTML error page in the error message)'
+
+
+@pytest.mark.parametrize("ctype", ["text/plain", "text/html", ""], ids=["text-plain", "text-html", "none"])
+def test_nc31_one_json_body_under_another_media_type_is_a_reply_that_did_not_stream(run_scripted, ctype):
+    reply = Reply(
+        writes=[W(100, _COMPLETION)],
+        headers={"Content-Type": ctype} if ctype else {},
+        headers_at_ms=100,
+        framing=Framing.CONTENT_LENGTH,
+    )
+    record = run_scripted(reply).record
+    assert record.outcome is Outcome.OK, record.error
+    assert record.streamed is False
+    assert record.completion_tokens.value == 4
+    assert record.ttft_s is None
+
+
+def test_nc31_invalid_json_under_another_media_type_is_named(run_scripted):
+    reply = Reply(writes=[W(5, b'{"id": "c1", "choi')], headers={"Content-Type": "text/plain"})
+    record = run_scripted(reply).record
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    assert "not an event stream and not valid JSON" in record.error.message
+    assert 'body began b\'{"id"' in record.error.message
