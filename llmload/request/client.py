@@ -40,7 +40,7 @@ from typing import Protocol
 
 from llmload.errors import TransportError
 from llmload.request.chunks import ReplyAccumulator, parse_chunk, read_server_error
-from llmload.request.error_pages import describe_error_page, readable_message, summarize_body
+from llmload.request.error_pages import GZIP_MAGIC, describe_error_page, readable_message, summarize_body
 from llmload.request.failures import (
     IncompleteReplyError,
     Phase,
@@ -51,6 +51,7 @@ from llmload.request.failures import (
 )
 from llmload.request.payloads import LLMRequest
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord
+from llmload.request.seen import StreamSeen
 from llmload.request.stream import ReplyFailure, ReplyReader, new_scanner
 from llmload.request.tokens import TokenCounter, resolve_completion_tokens, resolve_prompt_tokens
 from llmload.settings.config import Timeouts
@@ -192,7 +193,7 @@ class StreamingClient:
         clock = self._clock
         self.request_sent = False
         phase = Phase.SEND
-        seen: _StreamSeen | None = None
+        seen: StreamSeen | None = None
         t0 = clock()
         try:
             self._transport.connect()
@@ -210,7 +211,7 @@ class StreamingClient:
                     self._read_http_error(response, record, t0, len(request.body))
                 elif ctype == "text/event-stream" or (request.stream and not _is_json(ctype)):
                     phase = Phase.STREAM
-                    seen = _StreamSeen(response.header("content-encoding"), ctype)
+                    seen = StreamSeen(response.header("content-encoding"), ctype)
                     self._read_stream(response, record, request, t0, seen)
                 else:
                     phase = Phase.BODY
@@ -232,7 +233,7 @@ class StreamingClient:
 
     # ── replies ──────────────────────────────────────────────────────────
     def _read_stream(
-        self, response: Response, record: RequestRecord, request: LLMRequest, t0: float, seen: _StreamSeen
+        self, response: Response, record: RequestRecord, request: LLMRequest, t0: float, seen: StreamSeen
     ) -> None:
         """Read an SSE reply into ``record``; raises what ``FAILURES`` lists for ``Phase.STREAM``.
 
@@ -298,7 +299,7 @@ class StreamingClient:
         try:
             obj = json.loads(body)
         except ValueError as exc:
-            if body.lstrip()[:1] == b"<" or body.startswith(_GZIP_MAGIC):  # a proxy's page, or a compressed body
+            if body.lstrip()[:1] == b"<" or body.startswith(GZIP_MAGIC):  # a proxy's page, or a compressed body
                 raise ValueError(f"not JSON but {summarize_body(body, response.content_type)}") from exc
             raise ValueError(f"{exc}: {body[:120]!r}") from exc
         error = read_server_error(obj, None)
@@ -437,48 +438,6 @@ def _fail(
     record.error = ErrorInfo(category, message[:_MESSAGE_CHARS], status)
     record.end_s = end_s
     return record
-
-
-# A proxy that compresses text/event-stream sends gzip bytes the SSE decoder cannot read.
-_GZIP_MAGIC = b"\x1f\x8b"
-_COMPRESSED = "the body is {0}-compressed (Content-Encoding: {0}): turn compression off in the proxy or gateway"
-
-
-class _StreamSeen:
-    """What a streamed body carried before it failed, for the failure message."""
-
-    __slots__ = ("acc", "body_ended", "content_encoding", "content_type", "head", "size")
-
-    def __init__(self, content_encoding: str | None, content_type: str) -> None:
-        self.content_encoding = (content_encoding or "").strip().lower()
-        self.content_type = content_type
-        self.acc: ReplyAccumulator | None = None
-        self.head = b""  # the first bytes of the body
-        self.size = 0  # body bytes read
-        self.body_ended = False  # the HTTP message ended cleanly
-
-    def describe(self) -> str:
-        """e.g. ``seen: 4 events (2 with tokens), 812 bytes, finish_reason 'stop', no [DONE], body ended``."""
-        acc = self.acc
-        events = acc.events if acc is not None else 0
-        tokens = len(acc.token_times_s) if acc is not None else 0
-        finish = acc.finish_reason if acc is not None else None
-        done = acc is not None and acc.done
-        parts = [
-            f"seen: {events} events ({tokens} with tokens)",
-            f"{self.size} bytes",
-            f"finish_reason {finish!r}" if finish is not None else "no finish_reason",
-            "[DONE]" if done else "no [DONE]",
-            "body ended" if self.body_ended else "body not ended",
-        ]
-        text = ", ".join(parts)
-        if self.content_encoding not in ("", "identity") or self.head.startswith(_GZIP_MAGIC):
-            return f"{text}; " + _COMPRESSED.format(self.content_encoding or "gzip")
-        if not events and self.head:
-            if self.content_type != "text/event-stream" and self.head.lstrip()[:1] == b"<":
-                return f"{text}; not an event stream but {summarize_body(self.head, self.content_type)}"
-            text += f"; body began {self.head[:120]!r}"
-        return text
 
 
 def _check_empty(record: RequestRecord) -> None:

@@ -17,12 +17,13 @@ import json
 import re
 from html.parser import HTMLParser
 
-__all__ = ["HEADLINE_CHARS", "describe_error_page", "readable_message", "summarize_body"]
+__all__ = ["GZIP_MAGIC", "HEADLINE_CHARS", "describe_error_page", "readable_message", "summarize_body"]
 
 HEADLINE_CHARS = 160
 """The longest headline kept from a page: a title or a line, never a page."""
 
-_GZIP_MAGIC = b"\x1f\x8b"
+GZIP_MAGIC = b"\x1f\x8b"
+"""The first bytes of a gzip stream (a proxy that compresses bodies the client did not ask it to)."""
 _SPACES = re.compile(r"\s+")
 _SKIPPED_TAGS = frozenset({"script", "style", "head", "noscript", "template"})
 _HEADINGS = frozenset({"h1", "h2", "h3"})
@@ -127,7 +128,7 @@ def _read(body: bytes, content_type: str) -> tuple[str, str, bool]:
     """The body's headline ("" if none, quoted if a page's), what kind of body it is, and whether it is a page."""
     if not body.strip():
         return "", "an empty body", False
-    if body.startswith(_GZIP_MAGIC):
+    if body.startswith(GZIP_MAGIC):
         return "", f"a gzip-compressed body of {len(body)} bytes (Content-Encoding: gzip)", False
     text = body.decode("utf-8", "replace")
     if text.count("\ufffd") > max(8, len(text) // 10):
