@@ -39,6 +39,12 @@ _STATUS_HINTS = {
 }
 
 
+_HTTP_VERSION_HINT = (
+    "the server refuses HTTP/1.1 (HTTP Version Not Supported: an HTTP/2-only or gRPC port?); llmload speaks "
+    "HTTP/1.1: point -H at the server's HTTP/1.1 (OpenAI-compatible) port, or put an HTTP/1.1 proxy in front of it"
+)
+
+
 class _PageText(HTMLParser):
     """Collects a page's title, first heading and lines of visible text."""
 
@@ -167,6 +173,8 @@ def describe_error_page(
     headline, kind, page = _read(body, content_type)
     line = _compose(headline, kind, server)
     hint = _STATUS_HINTS.get(status) if page else None  # a proxy's page; an API server's JSON speaks for itself
+    if status == 505:
+        hint = _HTTP_VERSION_HINT
     if status == 413:
         hint = None if request_bytes is None else _STATUS_HINTS[413].format(size=f"{request_bytes:,} bytes")
     return f"{line}; {hint}" if hint is not None else line

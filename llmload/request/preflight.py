@@ -26,7 +26,7 @@ from typing import Any
 
 from llmload.errors import ConfigError, RequestError, WrongProtocolError
 from llmload.request.client import StreamingClient, Transport
-from llmload.request.error_pages import summarize_body
+from llmload.request.error_pages import describe_error_page, summarize_body
 from llmload.request.payloads import LLMRequest
 from llmload.request.record import RequestRecord, TokenSource
 from llmload.settings.config import RunConfig
@@ -146,11 +146,7 @@ def _refused_protocol(url: str, status: int, body: bytes, content_type: str) -> 
     """The stop for ``505 HTTP Version Not Supported``: the server refuses HTTP/1.1; else None."""
     if status != 505:
         return None
-    return ConfigError(
-        f"GET {url} answered HTTP 505 (HTTP Version Not Supported: {summarize_body(body[:4096], content_type)}): "
-        "the server refuses HTTP/1.1 (an HTTP/2-only or gRPC port?); llmload speaks HTTP/1.1: point -H at the "
-        "server's HTTP/1.1 (OpenAI-compatible) port, or put an HTTP/1.1 proxy in front of it"
-    )
+    return ConfigError(f"GET {url} answered HTTP 505: {describe_error_page(505, body[:4096], content_type)}")
 
 
 def join_url(base: str, path: str) -> str:

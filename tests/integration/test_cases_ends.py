@@ -327,7 +327,8 @@ def test_nc29_http_version_not_supported_is_named_before_load():
     )
     assert proc.returncode == 2, proc.stderr[-3000:]  # type: ignore[attr-defined]
     stderr = proc.stderr  # type: ignore[attr-defined]
-    assert "HTTP 505 (HTTP Version Not Supported" in stderr
+    assert "answered HTTP 505" in stderr
+    assert "HTTP Version Not Supported" in stderr
     assert "the server refuses HTTP/1.1" in stderr
     assert [r.method for r in requests] == ["GET"]
 

@@ -68,3 +68,8 @@ def test_error_pages_readable_message_unwraps_a_page_inside_an_error_object():
     assert readable_message(wrapped) == '"502 Bad Gateway" (an HTML error page in the error message)'
     assert readable_message("model 'x' not found") == "model 'x' not found"
     assert readable_message("<unk> token is not allowed") == "<unk> token is not allowed"
+
+
+def test_nc29_error_pages_505_names_http_version_whatever_the_body():
+    for body, ctype in ((b"", ""), (b'{"detail": "h2 only"}', "application/json"), (b"HTTP/2 required", "text/plain")):
+        assert "the server refuses HTTP/1.1" in describe_error_page(505, body, ctype)
