@@ -18,11 +18,13 @@
   value wins, never a sum (vllm-project/production-stack PR #873).
 - The reply ends at ``[DONE]`` or at a clean end of body after a
   ``finish_reason``; an event pending at the end of the body without its
-  blank line is still read. After ``[DONE]`` the rest of the body is
-  read for at most ``DRAIN_S`` so the connection can be reused; a server
-  that holds it open longer loses the connection, not the user's
-  time. A failed stream's message says what was seen (events, bytes,
-  finish reason, ``[DONE]``, whether the body ended). An ``error`` object in a 2xx body or stream is a failure
+  blank line is still read. After ``[DONE]`` the rest of the body is read
+  for at most ``DRAIN_S`` so the connection can be reused; a server that
+  holds it open longer loses the connection, not the user's time. A failed
+  stream's message says what was seen (``StreamSeen``: events, bytes, finish
+  reason, ``[DONE]``, whether the body ended). A streamed request answered
+  with one JSON body is a reply that did not stream (no token times).
+- An ``error`` object in a 2xx body or stream is a failure
   (vllm PR #57519, runpod-workers/worker-vllm #57); a 2xx reply without any
   generated token is ``EMPTY`` (vllm PR #5895).
 
@@ -262,6 +264,7 @@ class StreamingClient:
                     seen.head = data[:_HEAD_BYTES]
                     if seen.content_type != "text/event-stream" and data.lstrip()[:1] == b"{":
                         json_head = data  # one JSON body under another media type: a server that did not stream
+                        size = len(data)
                         break
                 size += len(data)
                 feed(data, t)
