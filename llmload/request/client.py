@@ -277,28 +277,23 @@ class StreamingClient:
             self._fill(record, acc, request)
             record.end_s = t
         if json_head:
-            self._read_unlabelled_json(response, record, request, t0, first=json_head, first_s=t)
+            self._read_unlabelled_json(response, record, request, t0, seen=seen, first=json_head)
             return
         if acc.done:
             response.drain(DRAIN_S, _DRAIN_BYTES)
         elif acc.finish_reason is None:
             raise IncompleteReplyError("the body ended without a finish_reason or [DONE]")
 
-    def _read_json(
-        self,
-        response: Response,
-        record: RequestRecord,
-        request: LLMRequest,
-        t0: float,
-        *,
-        first: bytes = b"",
-        first_s: float = 0.0,
-    ) -> None:
-        """Read a whole JSON reply into ``record``; raises what ``FAILURES`` lists for ``Phase.BODY``.
+    def _read_json(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
+        """Read a whole JSON reply into ``record``; raises what ``FAILURES`` lists for ``Phase.BODY``."""
+        body, end_s = self._read_all(response, t0, _JSON_BODY_BYTES, record)
+        record.end_s = end_s
+        self._take_json(body, end_s, response, record, request)
 
-        ``first``: body bytes already read (at ``first_s``), if any.
-        """
-        body, record.end_s = self._read_all(response, t0, _JSON_BODY_BYTES, record, first=first, first_s=first_s)
+    def _take_json(
+        self, body: bytes, end_s: float, response: Response, record: RequestRecord, request: LLMRequest
+    ) -> None:
+        """Account a whole JSON reply whose last bytes arrived at ``end_s``; raises ``ValueError`` if not JSON."""
         try:
             obj = json.loads(body)
         except ValueError as exc:
@@ -309,20 +304,31 @@ class StreamingClient:
         if error is not None:
             raise ReplyFailure(Outcome.SERVER_ERROR, error.category, error.message, response.status)
         acc = ReplyAccumulator()
-        acc.add(parse_chunk(obj), record.end_s)
+        acc.add(parse_chunk(obj), end_s)
         self._fill(record, acc, request, streamed=False)
         record.streamed = False
 
     def _read_unlabelled_json(
-        self, response: Response, record: RequestRecord, request: LLMRequest, t0: float, *, first: bytes, first_s: float
+        self,
+        response: Response,
+        record: RequestRecord,
+        request: LLMRequest,
+        t0: float,
+        *,
+        seen: StreamSeen,
+        first: bytes,
     ) -> None:
         """A streamed request answered with one JSON body that is not labelled ``application/json``.
 
         Read as a non-streamed reply when it is valid JSON; otherwise an
-        incomplete stream that names what the body began with.
+        incomplete stream that names what the body began with. ``first``: the
+        body's first read, which arrived at ``record.end_s``.
         """
+        body, end_s = self._read_all(response, t0, _JSON_BODY_BYTES, record, first=first, first_s=record.end_s or 0.0)
+        record.end_s = end_s
+        seen.size, seen.body_ended = len(body), len(body) < _JSON_BODY_BYTES
         try:
-            self._read_json(response, record, request, t0, first=first, first_s=first_s)
+            self._take_json(body, end_s, response, record, request)
         except ValueError as exc:  # invalid JSON (ReplyFailure and SSEProtocolError are no ValueError)
             raise IncompleteReplyError(f"not an event stream and not valid JSON ({exc})") from exc
 

@@ -454,4 +454,5 @@ def test_nc31_invalid_json_under_another_media_type_is_named(run_scripted):
     assert record.outcome is Outcome.STREAM_ERROR
     assert record.error is not None
     assert "not an event stream and not valid JSON" in record.error.message
+    assert "seen: 0 events (0 with tokens), 18 bytes, no finish_reason, no [DONE], body ended" in record.error.message
     assert 'body began b\'{"id"' in record.error.message
