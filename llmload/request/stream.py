@@ -191,7 +191,8 @@ class ReplyReader:
     def feed(self, data: bytes, t: float) -> None:
         """Account the events that ``data`` completes, all as arrived ``t`` seconds after send.
 
-        Events after ``[DONE]`` are ignored.
+        Events after ``[DONE]`` are ignored. A ``data: [DONE]`` line at the
+        end of ``data`` ends the reply even before its blank line arrives.
 
         Raises:
             ReplyFailure: an error object (``SERVER_ERROR``) or invalid JSON
@@ -201,12 +202,15 @@ class ReplyReader:
         template, decoder = self._template, self._decoder
         if template is None:
             self._events(decoder.feed(data), t)
+            if not decoder.at_event_boundary:
+                self._end_at_pending_done(t)
             return
         start = 0
         if not decoder.at_event_boundary:
             cut = data.find(_EVENT_END)  # complete the pending event first
             if cut < 0:
                 self._events(decoder.feed(data), t)
+                self._end_at_pending_done(t)
                 return
             start = cut + 2
             self._events(decoder.feed(data[:start]), t)
@@ -214,6 +218,7 @@ class ReplyReader:
                 return
             if not decoder.at_event_boundary:
                 self._events(decoder.feed(data[start:]), t)
+                self._end_at_pending_done(t)
                 return
         end = data.rfind(_EVENT_END) + 2
         if end > start:  # whole events: data[start:end] begins and ends at event boundaries
@@ -229,6 +234,29 @@ class ReplyReader:
             start = end
         if start < len(data) and not self.acc.done:
             self._events(decoder.feed(data[start:]), t)
+            self._end_at_pending_done(t)
+
+    def _end_at_pending_done(self, t: float) -> None:
+        """End the reply at a ``[DONE]`` line still waiting for its blank line: a server may hold the body open."""
+        decoder = self._decoder
+        if not self.acc.done and decoder.pending_done:
+            self._events(decoder.flush(), t)
+
+    def finish(self, t: float) -> None:
+        """The body ended: account an event still pending without its blank line, as arrived at ``t``.
+
+        Raises:
+            ReplyFailure: as ``feed``; invalid JSON in that event says it was the unterminated last one.
+        """
+        if self.acc.done or not self._decoder.has_partial_event:
+            return
+        try:
+            self._events(self._decoder.flush(), t)
+        except ReplyFailure as exc:
+            if exc.outcome is not Outcome.STREAM_ERROR:
+                raise
+            message = f"the last event, not terminated by a blank line, is cut short: {exc.message}"
+            raise ReplyFailure(exc.outcome, exc.category, message, exc.status) from exc
 
     def _events(self, events: list[SSEEvent], t: float) -> None:
         acc, template, scan = self.acc, self._template, self._scan

@@ -166,7 +166,6 @@ def test_nc20_sim_object_tool_call_arguments_succeed_with_tokens_from_usage(sim,
 
 
 # ── NC-21: the body stays open after [DONE] ─────────────────────────────────
-@pytest.mark.xfail(strict=True, reason=ENDS_BRANCH)
 @pytest.mark.parametrize("ping", ["0", "0.5"], ids=["silent", "pings"])
 def test_nc21_sim_body_held_open_after_done_does_not_hold_the_user(sim, tmp_path, ping):
     hold_s = 3.0
@@ -216,7 +215,6 @@ def test_nc26_sim_tokens_counted_from_logprobs_several_per_chunk(sim, tmp_path):
 
 
 # ── NC-27: the last event is not ended by a blank line, no [DONE] ──────────
-@pytest.mark.xfail(strict=True, reason=ENDS_BRANCH)
 def test_nc27_sim_unterminated_last_event_is_dispatched_and_succeeds(sim, tmp_path):
     server = sim("--unterminated-end-rate", "1", "--decode-step-ms", "5")
     results, _ = run(server.url, tmp_path)
@@ -226,7 +224,6 @@ def test_nc27_sim_unterminated_last_event_is_dispatched_and_succeeds(sim, tmp_pa
 
 
 # ── NC-31: stream: true answered with one JSON body ────────────────────────
-@pytest.mark.xfail(strict=True, reason=ENDS_BRANCH)
 def test_nc31_sim_json_answer_to_a_stream_succeeds_with_one_did_not_stream_warning(sim, tmp_path):
     server = sim("--no-stream-rate", "1", "--decode-step-ms", "5")
     results, output = run(server.url, tmp_path)
