@@ -29,7 +29,7 @@ from llmload.exporters.requests_log import RequestsLog, worker_path
 from llmload.net.scrape import ServerScraper, metrics_urls, routed_fetch
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request import preflight
-from llmload.request.payloads import LLMRequest
+from llmload.request.payloads import LLMRequest, check_endpoint_path
 from llmload.request.record import RequestRecord
 from llmload.request.tokens import load_tokenizer
 from llmload.run.plan import RequestLimitNote, WorkerShare, split_run
@@ -77,6 +77,7 @@ def prepare(
     if runtime.prepared_for == (host, config):
         return
     runtime.config = config
+    _check_endpoint_path(environment, config)
     for flag, path in (
         ("--results-json", config.results_json),
         ("--html-report", config.html_report),
@@ -114,6 +115,7 @@ def prepare(
                 return classes[request.endpoint].build_request(runtime, max_tokens=2)  # type: ignore[attr-defined,no-any-return]
 
             report = preflight.probe(transport, probes, config, models, runtime.model, retry=without_usage)
+            runtime.not_streamed.update(report.not_streamed)  # warned once, here
             for note in report.notes:
                 log.info("llmload preflight: %s", note)
             for warning in report.warnings:
@@ -127,6 +129,16 @@ def prepare(
     if raised:
         log.info("llmload: %s", raised)
     runtime.prepared_for = (host, config)
+
+
+def _check_endpoint_path(environment: Environment, config: RunConfig) -> None:
+    """Refuse, before any load, an ``--endpoint-path`` of an API the run's user classes do not speak."""
+    if config.endpoint_path is None:
+        return
+    for cls in environment.user_classes:
+        endpoint = getattr(cls, "endpoint", None)
+        if endpoint in ("chat", "completions"):
+            check_endpoint_path(config.endpoint_path, endpoint)
 
 
 def choose_route(runtime: Runtime, host: str, master_note: str | None = None) -> str | None:
