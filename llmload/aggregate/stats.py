@@ -71,6 +71,8 @@ _USAGE_NOTE_FIELDS = {
     UsageNote.REASONING_UNEXPLAINED: "reasoning_unexplained_requests",
 }
 OVERFLOW_CATEGORY = "other"
+_EXACT_SOURCES = (TokenSource.SERVER, TokenSource.LOGPROBS, TokenSource.TOKENIZER)
+"""Token count sources that count every token (a chunk count is only a lower bound)."""
 MAX_LABELS = 32
 """Most distinct labels of a ``labels()`` field (finish reasons); the rest are counted as ``OVERFLOW_CATEGORY``."""
 
@@ -221,7 +223,7 @@ class EndpointStats:
             at most ``MAX_LABELS`` labels), failures included; none: not counted.
         short_checked_requests: successes that asked for an exact length
             (``RequestRecord.requested_output_tokens``) and whose completion
-            count came from the server or a tokenizer (a chunk count is only a lower bound).
+            count came from the server, logprobs or a tokenizer (a chunk count is only a lower bound).
         short_requests: those of them that ended with fewer tokens than asked.
         short_got_tokens, short_asked_tokens: completion tokens got and asked, summed over the short ones.
         degenerate_repeated_requests, degenerate_same_text_requests: failures
@@ -371,7 +373,7 @@ class EndpointStats:
         """Count a success that asked for an exact length: did it get it? (server or tokenizer counts only)."""
         asked = record.requested_output_tokens
         got = record.completion_tokens
-        if asked is None or got.value is None or got.source not in (TokenSource.SERVER, TokenSource.TOKENIZER):
+        if asked is None or got.value is None or got.source not in _EXACT_SOURCES:
             return
         self.short_checked_requests += 1
         if got.value < asked:
