@@ -30,7 +30,19 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from llmload.aggregate.histogram import LatencyHistogram
-from llmload.aggregate.stats_schema import Merge, counter, counts, earliest, error_table, histogram, latest, schema_of
+from llmload.aggregate.stats_schema import (
+    Merge,
+    counter,
+    counts,
+    earliest,
+    error_table,
+    histogram,
+    labels,
+    latest,
+    schema_of,
+)
+from llmload.request.degenerate import DEGENERATE_REPEATED, DEGENERATE_SAME_TEXT
+from llmload.request.finish import finish_label
 from llmload.request.record import ITLKind, Outcome, RequestRecord, TokenSource, UsageNote
 
 __all__ = [
@@ -39,12 +51,14 @@ __all__ = [
     "LATENCY_HISTOGRAM_NAMES",
     "MAX_ERROR_CATEGORIES",
     "MAX_ERROR_SAMPLES",
+    "MAX_LABELS",
     "OVERFLOW_CATEGORY",
     "STATS_SCHEMA",
     "EndpointStats",
     "ErrorGroup",
     "LLMStats",
     "StatsKey",
+    "bound_labels",
 ]
 
 MAX_ERROR_CATEGORIES = 50
@@ -57,6 +71,10 @@ _USAGE_NOTE_FIELDS = {
     UsageNote.REASONING_UNEXPLAINED: "reasoning_unexplained_requests",
 }
 OVERFLOW_CATEGORY = "other"
+_EXACT_SOURCES = (TokenSource.SERVER, TokenSource.LOGPROBS, TokenSource.TOKENIZER)
+"""Token count sources that count every token (a chunk count is only a lower bound)."""
+MAX_LABELS = 32
+"""Most distinct labels of a ``labels()`` field (finish reasons); the rest are counted as ``OVERFLOW_CATEGORY``."""
 
 StatsKey = tuple[str, str]
 """``(endpoint, model)``."""
@@ -125,6 +143,22 @@ def _merge_counts(into: dict[_K, int], other: dict[_K, int]) -> None:
         into[key] = into.get(key, 0) + n
 
 
+def bound_labels(counts: dict[str, int]) -> None:
+    """Fold labels beyond ``MAX_LABELS`` into ``OVERFLOW_CATEGORY``, in place.
+
+    The rule of ``EndpointStats.bound_errors``: past the bound the
+    ``MAX_LABELS - 1`` lexicographically smallest labels are kept, so the result
+    depends only on what was counted, never on the order (merging stays lawful).
+    """
+    if len(counts) <= MAX_LABELS:
+        return
+    named = sorted(label for label in counts if label != OVERFLOW_CATEGORY)
+    overflow = counts.pop(OVERFLOW_CATEGORY, 0)
+    for label in named[MAX_LABELS - 1 :]:
+        overflow += counts.pop(label)
+    counts[OVERFLOW_CATEGORY] = overflow
+
+
 @dataclass(slots=True)
 class EndpointStats:
     """Counters and histograms for one (endpoint, model).
@@ -185,6 +219,15 @@ class EndpointStats:
         last_end_unix: latest end of a finished request; None if none.
         last_send_unix: latest send of a finished request; None if none (the
             send span gives the achieved send rate of open-loop runs).
+        finish_reasons: finished requests per finish reason (``finish_label``;
+            at most ``MAX_LABELS`` labels), failures included; none: not counted.
+        short_checked_requests: successes that asked for an exact length
+            (``RequestRecord.requested_output_tokens``) and whose completion
+            count came from the server, logprobs or a tokenizer (a chunk count is only a lower bound).
+        short_requests: those of them that ended with fewer tokens than asked.
+        short_got_tokens, short_asked_tokens: completion tokens got and asked, summed over the short ones.
+        degenerate_repeated_requests, degenerate_same_text_requests: failures
+            for degenerate output (``llmload.request.degenerate``), per kind.
     """
 
     requests_by_outcome: dict[Outcome, int] = counts(Outcome, wire="outcomes")
@@ -228,6 +271,14 @@ class EndpointStats:
     first_send_unix: float | None = earliest()
     last_end_unix: float | None = latest()
     last_send_unix: float | None = latest()
+    # ── replies: finish reasons, replies short of an exact length, degenerate output ──
+    finish_reasons: dict[str, int] = labels()
+    short_checked_requests: int = counter()
+    short_requests: int = counter()
+    short_got_tokens: int = counter()
+    short_asked_tokens: int = counter()
+    degenerate_repeated_requests: int = counter()
+    degenerate_same_text_requests: int = counter()
 
     # ── derived counts ──────────────────────────────────────────────────
     @property
@@ -286,6 +337,8 @@ class EndpointStats:
             self.add_failure(error.category if error else outcome.value, None, error.message if error else "", 1)
             return
         self._extend_span(record, finished_at_unix)
+        if record.finish_reason and not record.finish_reason.isspace():  # "" names no reason
+            self._add_finish_reason(record.finish_reason)
         if record.read_lags_s:
             self.read_lag_s.add_many(record.read_lags_s)
         self.unstamped_reads += record.unstamped_reads
@@ -301,6 +354,32 @@ class EndpointStats:
             self.add_failure(outcome.value, None, "", 1)
         else:
             self.add_failure(error.category, error.status, error.message, 1)
+            if error.category == DEGENERATE_REPEATED:
+                self.degenerate_repeated_requests += 1
+            elif error.category == DEGENERATE_SAME_TEXT:
+                self.degenerate_same_text_requests += 1
+
+    def _add_finish_reason(self, reason: str) -> None:
+        label = finish_label(reason)
+        reasons = self.finish_reasons
+        n = reasons.get(label)
+        if n is None:
+            reasons[label] = 1
+            bound_labels(reasons)
+        else:
+            reasons[label] = n + 1
+
+    def _add_short(self, record: RequestRecord) -> None:
+        """Count a success that asked for an exact length: did it get it? (server or tokenizer counts only)."""
+        asked = record.requested_output_tokens
+        got = record.completion_tokens
+        if asked is None or got.value is None or got.source not in _EXACT_SOURCES:
+            return
+        self.short_checked_requests += 1
+        if got.value < asked:
+            self.short_requests += 1
+            self.short_got_tokens += got.value
+            self.short_asked_tokens += asked
 
     def _extend_span(self, record: RequestRecord, finished_at_unix: float | None) -> None:
         started = record.started_at_unix
@@ -371,6 +450,8 @@ class EndpointStats:
         if itl:
             self.itl_s.add_many(itl)
             _add_count(self.itl_kind_requests, record.itl_kind, 1)
+        if record.requested_output_tokens is not None:
+            self._add_short(record)
 
     def _add_usage_details(self, record: RequestRecord) -> None:
         """Count a success's reasoning and cached prompt tokens and its usage notes."""
@@ -436,6 +517,11 @@ class EndpointStats:
                 _merge_counts(getattr(self, name), theirs)
             elif merge is Merge.HISTOGRAM:
                 getattr(self, name).merge_in(theirs)
+            elif merge is Merge.LABELS:
+                if theirs:
+                    mine_labels = getattr(self, name)
+                    _merge_counts(mine_labels, theirs)
+                    bound_labels(mine_labels)
             elif merge is Merge.EARLIEST or merge is Merge.LATEST:
                 mine = getattr(self, name)
                 if theirs is not None and (

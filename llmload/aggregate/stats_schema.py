@@ -2,7 +2,7 @@
 
 ``EndpointStats`` declares each field with one of the helpers below
 (``counter``, ``counts``, ``histogram``, ``earliest``, ``latest``,
-``error_table``). ``schema_of`` reads those declarations back as
+``error_table``, ``labels``). ``schema_of`` reads those declarations back as
 ``FieldRule``s; ``EndpointStats.merge_in`` and ``llmload.run.wire`` loop over
 them, so a new field merges, crosses the wire and is covered by the merge-law
 and round-trip property tests without further edits. Only the per-request
@@ -10,9 +10,9 @@ hot path (``EndpointStats.add``) is written out by hand.
 
 Wire placement (version 1 of ``llmload.run.wire``): fields of the first v1
 release are required top-level keys (``top=True``); fields added since travel
-in the optional ``counters`` (integers, zero omitted) or ``hist`` (histograms,
-empty omitted) maps, so workers of an older release still merge into a newer
-master.
+in the optional ``counters`` (integers, zero omitted), ``hist`` (histograms,
+empty omitted) or ``labels`` (string-keyed counts, empty omitted) maps, so
+workers of an older release still merge into a newer master.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ __all__ = [
     "earliest",
     "error_table",
     "histogram",
+    "labels",
     "latest",
     "schema_of",
 ]
@@ -54,6 +55,8 @@ class Merge(Enum):
     """float | None: the larger; None is the identity."""
     ERRORS = "errors"
     """dict category -> ErrorGroup: merged per category, then bounded (``EndpointStats.bound_errors``)."""
+    LABELS = "labels"
+    """dict str label -> int: summed per label, then bounded (``bound_labels`` in ``llmload.aggregate.stats``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +67,8 @@ class FieldRule:
         name: the attribute name.
         merge: how two values combine.
         wire_name: the key on the wire (the attribute name unless renamed).
-        wire_group: None for a required top-level key; ``"counters"`` or
-            ``"hist"`` for the optional maps (default values omitted).
+        wire_group: None for a required top-level key; ``"counters"``,
+            ``"hist"`` or ``"labels"`` for the optional maps (default values omitted).
         keys: for ``COUNTS``, the enum whose ``.value`` keys the wire map.
         group: for ``HISTOGRAM``, ``"latency"`` (results ``latency``) or
             ``"client"`` (results ``client``).
@@ -102,6 +105,11 @@ def histogram(group: str) -> Any:
     return _declare(factory=LatencyHistogram.empty, merge=Merge.HISTOGRAM, wire_group="hist", group=group)
 
 
+def labels() -> Any:
+    """A dict from bounded string labels to ints that add up per label; on the wire under ``labels`` (empty omitted)."""
+    return _declare(factory=dict, merge=Merge.LABELS, wire_group="labels")
+
+
 def earliest() -> Any:
     """A wall-clock stamp, the earliest seen (None: nothing seen); a required top-level wire key."""
     return _declare(None, merge=Merge.EARLIEST)
@@ -130,7 +138,7 @@ def schema_of(cls: type[Any]) -> tuple[FieldRule, ...]:
         if rule is None:
             raise TypeError(
                 f"{cls.__name__}.{f.name} has no merge rule; declare it with llmload.aggregate.stats_schema "
-                "(counter, counts, histogram, earliest, latest or error_table)"
+                "(counter, counts, histogram, earliest, latest, error_table or labels)"
             )
         declared = dict(rule)
         rules.append(FieldRule(name=f.name, wire_name=declared.pop("wire_name", f.name), **declared))

@@ -28,6 +28,7 @@ from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.exporters.window import SlidingWindow
 from llmload.net.scrape import ServerScraper
 from llmload.net.sockets import AddressCache
+from llmload.request.degenerate import SameTextWatch
 from llmload.request.payloads import LLMRequest
 from llmload.request.preflight import not_streamed_warning
 from llmload.request.record import RequestRecord
@@ -336,6 +337,7 @@ class Runtime:
     checkpoint_task: gevent.Greenlet[[], None] | None = None  # --checkpoint-interval writes
     checkpoint_stop: gevent.event.Event = field(default_factory=gevent.event.Event)
     failure_samples: dict[str, str] = field(default_factory=dict)  # error category -> first message (Failures tab)
+    same_text: SameTextWatch = field(default_factory=SameTextWatch)  # this process's recent replies (degenerate output)
     reset_at_unix: float | None = None  # master/single process: when the web UI's RESET last cleared the statistics
     # Prometheus exporter (--prometheus-port)
     in_flight: int = 0  # requests sent by this process's users and not finished yet

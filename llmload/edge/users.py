@@ -96,6 +96,7 @@ class LLMUser(User):
                 keep_text=config.turns > 1,
                 compare_tokens=runtime.token_counter is not None,
                 wall_clock=runtime.now_unix,
+                same_text=runtime.same_text,
             )
         return client
 

@@ -80,6 +80,7 @@ def format_summary(results: Mapping[str, Any]) -> str:
     if throttled:
         share = f" ({throttled / req['total'] * 100:.1f}% of finished)" if req["total"] else ""
         lines.append(_line("Throttled (429/503):", f"{throttled}{share}"))
+    lines.extend(_reply_lines(req))
     lines.append(_line("Cancelled at stop:", str(req["cancelled"])))
     if req.get("skipped"):
         lines.append(_line("Skipped (client fault, not sent):", str(req["skipped"])))
@@ -113,6 +114,7 @@ def format_summary(results: Mapping[str, Any]) -> str:
     lines.append("=" * _WIDTH)
     lines.extend(_token_warnings(tok))
     lines.extend(_usage_check_notes(tok))
+    lines.extend(_short_warnings(req))
     return "\n".join(lines)
 
 
@@ -146,6 +148,33 @@ def _usage_check_notes(tok: Mapping[str, Any]) -> list[str]:
     checks = tok.get("usage_checks") or {}
     return [
         f"NOTE: {n} request(s): {_USAGE_CHECKS[name]}." for name, n in checks.items() if n and name in _USAGE_CHECKS
+    ]
+
+
+def _reply_lines(req: Mapping[str, Any]) -> list[str]:
+    """Finish reasons seen and degenerate replies; [] for documents written before them."""
+    lines = []
+    reasons = req.get("finish_reasons")
+    if reasons:
+        ranked = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
+        lines.append(_row("Finish reasons:", ", ".join(f"{name} {n}" for name, n in ranked)))
+    degenerate = req.get("degenerate") or {}
+    kinds = [(k, degenerate.get(k) or 0) for k in ("empty", "repeated_token", "same_text")]
+    if any(n for _, n in kinds):
+        lines.append(
+            _row("Degenerate replies (failed):", ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in kinds if n))
+        )
+    return lines
+
+
+def _short_warnings(req: Mapping[str, Any]) -> list[str]:
+    short = req.get("short_of_requested") or {}
+    if not short.get("short"):
+        return []
+    return [
+        f"WARNING: the server ignored the requested length (ignore_eos / min_tokens): {short['short']} of "
+        f"{short['checked']} replies ended early, on average {short['mean_got_tokens']:.1f} of "
+        f"{short['mean_asked_tokens']:.1f} tokens. Token counts are what was generated, never the length asked for"
     ]
 
 

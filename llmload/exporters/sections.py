@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from llmload.aggregate.histogram import LatencyHistogram
 from llmload.aggregate.stats import LATENCY_HISTOGRAM_NAMES, EndpointStats
+from llmload.request.degenerate import DEGENERATE_REPEATED, DEGENERATE_SAME_TEXT
 from llmload.request.record import Outcome, TokenSource
 from llmload.settings.goodput import SLO
 
@@ -115,6 +116,32 @@ def _requests(s: EndpointStats) -> dict[str, Any]:
         "skipped": s.skipped,
         "failure_ratio": s.failed / total if total else None,
         "by_outcome": {o.value: s.requests_by_outcome.get(o, 0) for o in Outcome},
+        **_reply_checks(s),
+    }
+
+
+def _reply_checks(s: EndpointStats) -> dict[str, Any]:
+    """``requests.{finish_reasons, short_of_requested, degenerate}`` (replies measured, not trusted)."""
+    short = s.short_requests
+
+    def sample(category: str) -> str | None:
+        group = s.errors.get(category)
+        return group.samples[0] if group is not None and group.samples else None
+
+    return {
+        "finish_reasons": dict(sorted(s.finish_reasons.items())),
+        "short_of_requested": {
+            "checked": s.short_checked_requests,
+            "short": short,
+            "mean_got_tokens": s.short_got_tokens / short if short else None,
+            "mean_asked_tokens": s.short_asked_tokens / short if short else None,
+        },
+        "degenerate": {
+            "empty": s.requests_by_outcome.get(Outcome.EMPTY, 0),
+            "repeated_token": s.degenerate_repeated_requests,
+            "same_text": s.degenerate_same_text_requests,
+            "samples": {"repeated_token": sample(DEGENERATE_REPEATED), "same_text": sample(DEGENERATE_SAME_TEXT)},
+        },
     }
 
 

@@ -27,6 +27,11 @@
 - An ``error`` object in a 2xx body or stream is a failure
   (vllm PR #57519, runpod-workers/worker-vllm #57); a 2xx reply without any
   generated token is ``EMPTY`` (vllm PR #5895).
+- A finish reason that is not a normal end (``llmload.request.finish``:
+  ``abort``, ``error`` …) fails the reply as ``SERVER_ERROR`` in category
+  ``finish_reason <reason>``, even after ``[DONE]``; degenerate output
+  (``llmload.request.degenerate``: one token repeated, the same text for
+  different prompts) fails it too, checked once at the end of the reply.
 
 Events are decoded and accounted by ``llmload.request.stream`` (each event's JSON
 read into a typed ``ChunkDelta`` by ``chunks.py`` at once, at the boundary;
@@ -42,6 +47,15 @@ from typing import Protocol
 
 from llmload.errors import TransportError
 from llmload.request.chunks import ReplyAccumulator, parse_chunk, read_server_error
+from llmload.request.degenerate import (
+    DEGENERATE_REPEATED,
+    DEGENERATE_SAME_TEXT,
+    MIN_SAME_TEXT_PIECES,
+    SAME_TEXT_WINDOW,
+    SameTextWatch,
+    repeated_piece,
+    sample_of,
+)
 from llmload.request.error_pages import GZIP_MAGIC, describe_error_page, readable_message, summarize_body
 from llmload.request.failures import (
     IncompleteReplyError,
@@ -51,6 +65,7 @@ from llmload.request.failures import (
     classify_status,
     parse_retry_after,
 )
+from llmload.request.finish import abnormal_finish_category
 from llmload.request.payloads import LLMRequest
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenSource
 from llmload.request.seen import StreamSeen
@@ -149,6 +164,7 @@ class StreamingClient:
         total_timeout_s: float = Timeouts().total_s,
         keep_text: bool = False,
         compare_tokens: bool = False,
+        same_text: SameTextWatch | None = None,
     ) -> None:
         """Create a client.
 
@@ -165,6 +181,9 @@ class StreamingClient:
             compare_tokens: when the server sends usage, also count the output
                 with ``token_counter`` into ``RequestRecord.client_completion_tokens``
                 (a diagnostic of how the two disagree; one tokenizer call per request).
+            same_text: the process's watch of recent replies, shared by its
+                clients (the same-text rule of ``llmload.request.degenerate``);
+                None: that rule is not applied.
         """
         self._transport = transport
         self._clock = clock
@@ -174,6 +193,8 @@ class StreamingClient:
         self._keep_text = keep_text
         self._compare_tokens = compare_tokens and token_counter is not None
         self._scan_json = new_scanner()
+        self._same_text = same_text
+        self._pieces: list[str] = []  # the last reply's generated text pieces (for the degenerate-output rules)
         self.request_sent = False
 
     def run(self, request: LLMRequest) -> RequestRecord:
@@ -191,9 +212,11 @@ class StreamingClient:
             model=request.model,
             started_at_unix=self._wall_clock(),
             requested_prompt_tokens=request.requested_prompt_tokens,
+            requested_output_tokens=request.min_output_tokens,
         )
         clock = self._clock
         self.request_sent = False
+        self._pieces = []
         phase = Phase.SEND
         seen: StreamSeen | None = None
         t0 = clock()
@@ -230,7 +253,12 @@ class StreamingClient:
                 message = f"{message.rstrip('. ')}; {seen.describe()}"
             return _fail(record, failure.outcome, failure.category, message, end_s, status=failure.status)
         if record.error is None:
+            _check_finish(record)
+        if record.error is None:
             _check_empty(record)
+        if record.error is None:
+            _check_degenerate(record, self._pieces, request, self._same_text)
+        self._pieces = []
         return record
 
     # ── replies ──────────────────────────────────────────────────────────
@@ -245,7 +273,7 @@ class StreamingClient:
         """
         clock, read, arrived = self._clock, response.read_some, self._arrived
         deadline_s = self._total_timeout_s
-        reader = ReplyReader(self._scan_json, keep_text=self._keep_text or self._token_counter is not None)
+        reader = ReplyReader(self._scan_json, keep_text=True)  # pieces: for a tokenizer, the text, degenerate output
         acc, feed = reader.acc, reader.feed
         seen.acc = acc
         t = 0.0
@@ -419,6 +447,7 @@ class StreamingClient:
         record.prompt_tokens = resolve_prompt_tokens(
             server_tokens=acc.prompt_tokens, prompt_text=request.prompt_text, counter=self._token_counter
         )
+        self._pieces = acc.pieces
         if self._keep_text:
             record.output_text = "".join(acc.pieces)
         if self._compare_tokens and self._token_counter is not None and output.count.source is TokenSource.SERVER:
@@ -444,6 +473,56 @@ def _fail(
     record.error = ErrorInfo(category, message[:_MESSAGE_CHARS], status)
     record.end_s = end_s
     return record
+
+
+def _check_finish(record: RequestRecord) -> None:
+    """Fail a reply whose finish_reason is not a normal end (``llmload.request.finish``), even with [DONE]."""
+    category = abnormal_finish_category(record.finish_reason)
+    if category is None:
+        return
+    _fail(
+        record,
+        Outcome.SERVER_ERROR,
+        category,
+        f"the server ended the reply with finish_reason {record.finish_reason!r} after "
+        f"{len(record.token_times_s)} token events (completion_tokens={record.completion_tokens.value!r}): "
+        "not a normal end (stop, length, tool_calls, content_filter); the request failed, its tokens "
+        "are not counted",
+        record.end_s if record.end_s is not None else 0.0,
+    )
+
+
+def _check_degenerate(
+    record: RequestRecord, pieces: list[str], request: LLMRequest, watch: SameTextWatch | None
+) -> None:
+    """Fail a degenerate reply (``llmload.request.degenerate``): one token repeated, or the same text."""
+    repeated = repeated_piece(pieces)
+    end_s = record.end_s if record.end_s is not None else 0.0
+    if repeated is not None:
+        piece, count, units = repeated
+        _fail(
+            record,
+            Outcome.SERVER_ERROR,
+            DEGENERATE_REPEATED,
+            f"degenerate output: {piece!r} makes {count} of the reply's {units} pieces; "
+            f"text: {sample_of(''.join(pieces))!r}",
+            end_s,
+        )
+        return
+    events = len(pieces) if record.streamed else record.completion_tokens.value or 0  # a whole reply: its tokens
+    if watch is None or events < MIN_SAME_TEXT_PIECES:
+        return
+    text = "".join(pieces)
+    same = watch.repeats((record.endpoint, record.model), text, request.prompt_text)
+    if same is not None:
+        _fail(
+            record,
+            Outcome.SERVER_ERROR,
+            DEGENERATE_SAME_TEXT,
+            f"degenerate output: the same text as {same - 1} of this process's {SAME_TEXT_WINDOW} latest "
+            f"replies, to different prompts; text: {sample_of(text)!r}",
+            end_s,
+        )
 
 
 def _check_empty(record: RequestRecord) -> None:

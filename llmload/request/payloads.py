@@ -66,6 +66,9 @@ class LLMRequest:
             server reports no usage.
         requested_prompt_tokens: the workload's own estimate of the prompt
             length in tokens; None if it has none.
+        min_output_tokens: the reply length the body asks for as a minimum:
+            ``max_tokens`` with ``ignore_eos``, else an integer ``min_tokens``
+            extra field (vLLM, SGLang); None when the server may stop when it likes.
     """
 
     endpoint: Endpoint
@@ -75,6 +78,7 @@ class LLMRequest:
     stream: bool
     prompt_text: str
     requested_prompt_tokens: int | None = None
+    min_output_tokens: int | None = None
 
 
 def build_completion_request(
@@ -132,6 +136,7 @@ def build_completion_request(
         stream=stream,
         prompt_text=prompt,
         requested_prompt_tokens=requested_prompt_tokens,
+        min_output_tokens=_min_output_tokens(max_tokens, ignore_eos, extra),
     )
 
 
@@ -193,7 +198,18 @@ def build_chat_request(
         stream=stream,
         prompt_text="\n".join(m["content"] for m in clean),
         requested_prompt_tokens=requested_prompt_tokens,
+        min_output_tokens=_min_output_tokens(max_tokens, ignore_eos, extra),
     )
+
+
+def _min_output_tokens(max_tokens: int, ignore_eos: bool, extra: Mapping[str, Any] | None) -> int | None:
+    """The reply length a body asks for at least: ``max_tokens`` with ignore_eos, else ``min_tokens`` (capped)."""
+    if ignore_eos:
+        return max_tokens
+    asked = (extra or {}).get("min_tokens")
+    if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
+        return None
+    return min(asked, max_tokens)
 
 
 def _checked_model(model: str) -> str:

@@ -51,7 +51,9 @@ class Outcome(Enum):
     TRANSPORT_ERROR = "transport_error"  # refused, reset, DNS
     TIMEOUT = "timeout"  # connect, idle-between-bytes or total timeout
     STREAM_ERROR = "stream_error"  # malformed SSE/JSON, stream ended before completion
-    SERVER_ERROR = "server_error"  # error object in a 2xx body or mid-stream (HTTP 200 is no success)
+    # error object in a 2xx body or mid-stream, a finish_reason that is no normal end, degenerate output
+    # (HTTP 200 is no success)
+    SERVER_ERROR = "server_error"
     CANCELLED = "cancelled"  # still in flight when the run stopped; neither success nor failure
     # the client could not build, send or measure it (its error says why); not finished, yet its
     # --num-requests slot is used
@@ -170,6 +172,9 @@ class RequestRecord:
             ``completion_tokens`` that were never streamed (the stream carried
             no reasoning text); 0 when none were judged hidden.
         usage_notes: why the token count or TPOT is not the plain final usage (see ``UsageNote``).
+        requested_output_tokens: the reply length asked for as a minimum
+            (``max_tokens`` with ``ignore_eos``, or a ``min_tokens`` body field);
+            None when the server may end the reply when it likes.
     """
 
     endpoint: str
@@ -198,6 +203,7 @@ class RequestRecord:
     cached_prompt_tokens: int | None = None
     hidden_reasoning_tokens: int = 0
     usage_notes: tuple[UsageNote, ...] = ()
+    requested_output_tokens: int | None = None
 
     # ── derived metrics ──────────────────────────────────────────────────
     @property

@@ -16,6 +16,7 @@ payload holds only ``dict`` (string keys), ``list``, ``int``, ``float``,
          "itl_kinds": {"token": 9},                        # ITLKind values
          "counters": {"slo_met_requests": 9, ...},         # optional: counter() fields
          "hist": {"ttft_s": H, ...},                       # empty histograms omitted
+         "labels": {"finish_reasons": {"stop": 9}},        # optional: labels() fields, empty omitted
          "errors": [{"category": "timeout: read idle", "count": 1,
                      "status": None, "samples": ["..."]}],
          "first_send_unix": 1700000000.0, "last_end_unix": 1700000003.5}]}
@@ -28,7 +29,8 @@ msgpack). The bucket mapping constants of ``llmload.aggregate.histogram`` are pa
 version 1. ``counters`` (goodput and token-count comparisons) is
 optional, absent names count 0, so workers of the first v1 release still merge.
 The same holds for the client histograms ``read_lag_s`` and ``connect_s`` and
-the ``unstamped_reads`` counter added later: older workers merge into a newer
+the ``unstamped_reads`` counter added later, and for the optional ``labels``
+map (string-keyed counts such as finish reasons): older workers merge into a newer
 master; a master older than its workers rejects the names it does not know
 (the error names the field: upgrade the master).
 """
@@ -43,7 +45,7 @@ from typing import Any, TypeVar
 
 from llmload.aggregate.histogram import LatencyHistogram
 from llmload.aggregate.series import IntervalSeries
-from llmload.aggregate.stats import STATS_SCHEMA, EndpointStats, ErrorGroup, LLMStats, StatsKey
+from llmload.aggregate.stats import STATS_SCHEMA, EndpointStats, ErrorGroup, LLMStats, StatsKey, bound_labels
 from llmload.aggregate.stats_schema import Merge
 from llmload.errors import WireFormatError
 from llmload.run.plan import RunPlan, WorkerShare
@@ -100,6 +102,9 @@ def _encode_endpoint(key: StatsKey, s: EndpointStats) -> dict[str, Any]:
     out: dict[str, Any] = {"endpoint": key[0], "model": key[1]}
     groups: dict[str, dict[str, Any]] = {"counters": {}, "hist": {}}
     out.update(groups)
+    labels = {r.wire_name: dict(v) for r in _LABEL_RULES.values() if (v := getattr(s, r.name))}
+    if labels:  # optional, like counters: a master of an older release still reads workers that saw none
+        out["labels"] = labels
     for rule in STATS_SCHEMA:
         value = getattr(s, rule.name)
         merge = rule.merge
@@ -115,6 +120,8 @@ def _encode_endpoint(key: StatsKey, s: EndpointStats) -> dict[str, Any]:
                 groups["hist"][rule.wire_name] = _encode_histogram(value)
         elif merge is Merge.ERRORS:
             out[rule.wire_name] = [g.as_dict(c) for c, g in sorted(value.items())]
+        elif merge is Merge.LABELS:
+            pass  # in the optional "labels" map above
         else:
             out[rule.wire_name] = value
     return out
@@ -228,9 +235,11 @@ def _enum_counts(raw: dict[str, Any], key: str, path: str, parse: Callable[[str]
 _TOP_RULES = tuple(r for r in STATS_SCHEMA if r.wire_group is None)
 _COUNTER_RULES = {r.wire_name: r for r in STATS_SCHEMA if r.wire_group == "counters"}
 _HIST_RULES = {r.wire_name: r for r in STATS_SCHEMA if r.wire_group == "hist"}
-_ENDPOINT_FIELDS = {"endpoint", "model", "counters", "hist"} | {r.wire_name for r in _TOP_RULES}
+_LABEL_RULES = {r.wire_name: r for r in STATS_SCHEMA if r.wire_group == "labels"}
+_ENDPOINT_FIELDS = {"endpoint", "model", "counters", "hist", "labels"} | {r.wire_name for r in _TOP_RULES}
 _HISTOGRAM_FIELDS = {"idx", "cnt", "zero", "sum_ns", "min", "max"}
 _ERROR_FIELDS = {"category", "count", "status", "samples"}
+_MAX_LABEL_CHARS = 64
 
 
 def _decode_endpoint(raw: object, path: str) -> tuple[StatsKey, EndpointStats]:
@@ -263,8 +272,29 @@ def _decode_endpoint(raw: object, path: str) -> tuple[StatsKey, EndpointStats]:
         if hist_rule is None:
             raise _fail(f"{path}.hist", f"keyed by {list(_HIST_RULES)}", wire_name)
         setattr(s, hist_rule.name, _decode_histogram(raw_hist, f"{path}.hist.{wire_name}"))
+    _decode_labels(s, raw.get("labels", {}), f"{path}.labels")
     s.bound_errors()
     return key, s
+
+
+def _decode_labels(s: EndpointStats, raw: object, path: str) -> None:
+    if not isinstance(raw, dict):
+        raise _fail(path, "a dict", raw)
+    for wire_name, raw_counts in raw.items():
+        rule = _LABEL_RULES.get(wire_name)
+        if rule is None:
+            raise _fail(path, f"keyed by {list(_LABEL_RULES)}", wire_name)
+        if not isinstance(raw_counts, dict):
+            raise _fail(f"{path}.{wire_name}", "a dict", raw_counts)
+        out: dict[str, int] = {}
+        for label, n in raw_counts.items():
+            if not isinstance(label, str) or not label or len(label) > _MAX_LABEL_CHARS:
+                raise _fail(f"{path}.{wire_name}", f"keyed by labels of 1-{_MAX_LABEL_CHARS} characters", label)
+            count = _count(n, f"{path}.{wire_name}.{label}")
+            if count:
+                out[label] = count
+        bound_labels(out)
+        setattr(s, rule.name, out)
 
 
 def _decode_errors(s: EndpointStats, raw_groups: list[Any], path: str) -> None:

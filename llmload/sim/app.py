@@ -30,9 +30,11 @@ from llmload.sim.faults import (
     ErrorShape,
     FaultKind,
     FaultPlan,
+    apply_reply_fault,
     encode_error,
     midstream_cut,
     plan_faults,
+    plan_reply_fault,
 )
 from llmload.sim.metrics import SimMetrics
 from llmload.sim.protocol import Endpoint, ErrorReply, GenerationRequest, parse_generation_request
@@ -151,16 +153,17 @@ class SimApp:
             return self._error(start_response, endpoint.value, parsed)
         self._accepted += 1
         cfg = self._config
-        fault = (
-            plan_faults(cfg.faults, cfg.seed, self._accepted, parsed.stream)
-            if received_s - self._started_s >= cfg.faults.faults_after_s
-            else NO_FAULT
-        )
+        faulting = received_s - self._started_s >= cfg.faults.faults_after_s
+        fault = plan_faults(cfg.faults, cfg.seed, self._accepted, parsed.stream) if faulting else NO_FAULT
         m = self._metrics.endpoints[endpoint]
         if fault.failure in IMMEDIATE_FAULTS:
             m.faults[fault.failure].inc()
             return self._immediate_fault(start_response, fault.failure)
         plan = plan_reply(parsed, cfg.seed, self._accepted, cfg.output_len_mean)
+        reply_fault = (
+            plan_reply_fault(cfg.faults, cfg.seed, self._accepted) if faulting and fault.failure is None else None
+        )
+        plan = apply_reply_fault(plan, reply_fault, cfg.faults, cfg.seed, parsed.max_tokens)
         prefix = "chatcmpl" if endpoint is Endpoint.CHAT else "cmpl"
         request_id = f"{prefix}-sim{cfg.seed}-{self._accepted}"
         shape = plan_shapes(cfg.shapes, cfg.seed, self._accepted, parsed)  # reply shapes
@@ -184,6 +187,7 @@ class SimApp:
                 encoder=encoder,
                 received_s=received_s,
                 fault=fault,
+                reply_fault=reply_fault,
                 shape=shape,
             )
             return []
@@ -195,6 +199,7 @@ class SimApp:
             request_id=request_id,
             received_s=received_s,
             fault=fault,
+            reply_fault=reply_fault,
             shape=shape,
         )
 
@@ -226,6 +231,7 @@ class SimApp:
         encoder: StreamEncoder | ShapedStreamEncoder,
         received_s: float,
         fault: FaultPlan,
+        reply_fault: FaultKind | None = None,
         shape: ShapePlan = NO_SHAPE,
     ) -> None:
         m = self._metrics.endpoints[request.endpoint]
@@ -274,7 +280,9 @@ class SimApp:
                     break
         finally:
             if ended is True:
-                self._count_completed(request, hidden + written, received_s, plan.finish_reason, first_token_s)
+                self._count_reply(
+                    request, hidden + written, received_s, plan.finish_reason, first_token_s, reply_fault=reply_fault
+                )
             elif isinstance(ended, FaultKind):
                 m.faults[ended].inc()
             else:
@@ -295,6 +303,7 @@ class SimApp:
         request_id: str,
         received_s: float,
         fault: FaultPlan,
+        reply_fault: FaultKind | None = None,
         shape: ShapePlan = NO_SHAPE,
     ) -> Iterable[bytes]:
         completed = False
@@ -319,7 +328,7 @@ class SimApp:
         finally:
             if completed:
                 tokens = shape.hidden_tokens + len(plan.words)
-                self._count_completed(request, tokens, received_s, plan.finish_reason, None)
+                self._count_reply(request, tokens, received_s, plan.finish_reason, None, reply_fault=reply_fault)
             elif fault.failure is FaultKind.DROP and seq.done:
                 self._metrics.endpoints[request.endpoint].faults[FaultKind.DROP].inc()
             else:
@@ -328,6 +337,22 @@ class SimApp:
         if fault.failure is FaultKind.DROP:
             raise _ConnectionDroppedError
         return []
+
+    def _count_reply(
+        self,
+        request: GenerationRequest,
+        completion_tokens: int,
+        received_s: float,
+        finish_reason: str,
+        first_token_s: float | None,
+        *,
+        reply_fault: FaultKind | None,
+    ) -> None:
+        """Count a reply written to the end: an injected reply fault, a completion, or (``SHORT``) both."""
+        if reply_fault is not None:
+            self._metrics.endpoints[request.endpoint].faults[reply_fault].inc()
+        if reply_fault is None or reply_fault is FaultKind.SHORT:
+            self._count_completed(request, completion_tokens, received_s, finish_reason, first_token_s)
 
     def _count_completed(
         self,

@@ -25,6 +25,16 @@ kind                what the client gets
                     replies), then the TCP connection is closed
 ==================  ===========================================================
 
+Reply faults (``abort``, ``degenerate``) have their own draw and apply only
+to requests without one of the failure kinds above: the reply ends on the
+wire like any other (finish chunk, usage, ``[DONE]``) but is no success:
+``abort`` stops after ``midstream_cut`` tokens with ``finish_reason
+"abort"``; ``degenerate`` carries empty content, one word repeated or the
+same text for every prompt (``--degenerate-shape``). Both count as injected
+faults, never as completed. ``short`` stops after ``midstream_cut`` tokens
+with ``"stop"`` although ignore_eos/min_tokens asked for more: a success for
+the client, so it counts as injected *and* completed.
+
 ``stall`` is a latency fault drawn independently of those: the request is
 held ``--stall-first-token-s`` seconds before it joins the engine queue.
 Streams get their response headers at once and then wait (the client sees
@@ -48,21 +58,26 @@ from enum import Enum
 from http import HTTPStatus
 
 from llmload.errors import ConfigError
+from llmload.sim.replies import WORD_BYTES, ReplyPlan
 
 __all__ = [
     "IMMEDIATE_FAULTS",
     "NO_FAULT",
     "RETRY_AFTER_S",
+    "SAME_TEXT_TOKENS",
+    "DegenerateShape",
     "ErrorShape",
     "FaultConfig",
     "FaultKind",
     "FaultPlan",
     "add_fault_arguments",
+    "apply_reply_fault",
     "encode_error",
     "error_type",
     "fault_config_from",
     "midstream_cut",
     "plan_faults",
+    "plan_reply_fault",
 ]
 
 RETRY_AFTER_S = 1
@@ -78,6 +93,10 @@ class FaultKind(Enum):
     MIDSTREAM_ERROR = "midstream_error"
     DROP = "drop"
     STALL = "stall"
+    # reply faults: a 200 reply that ends normally on the wire but is no success (see "Reply faults")
+    ABORT = "abort"
+    DEGENERATE = "degenerate"
+    SHORT = "short"  # the only injected kind that completes: a success, shorter than asked
 
 
 IMMEDIATE_FAULTS = frozenset({FaultKind.OVERLOAD, FaultKind.FAIL, FaultKind.ERROR_200})
@@ -86,6 +105,14 @@ IMMEDIATE_FAULTS = frozenset({FaultKind.OVERLOAD, FaultKind.FAIL, FaultKind.ERRO
 
 _FAILURE_RATES = ("overload_rate", "fail_rate", "error_200_rate", "midstream_error_rate", "drop_rate")
 """The exclusive failure kinds' rate fields, in the order they partition the draw."""
+
+
+class DegenerateShape(Enum):
+    """What a ``degenerate`` reply carries instead of the planned words."""
+
+    EMPTY = "empty"  # the planned number of chunks, each with empty content (usage counts them)
+    REPEAT = "repeat"  # the first planned word, repeated for the whole reply
+    SAME = "same"  # the same SAME_TEXT_TOKENS words for every request, whatever the prompt
 
 
 class ErrorShape(Enum):
@@ -127,8 +154,14 @@ class FaultConfig:
     overload_rate: float = 0.0
     overload_status: int = 429
     faults_after_s: float = 0.0
+    # reply faults (``plan_reply_fault``): drawn apart from the failure kinds above
+    abort_rate: float = 0.0
+    degenerate_rate: float = 0.0
+    short_rate: float = 0.0
+    degenerate_shape: DegenerateShape = DegenerateShape.REPEAT
 
     def __post_init__(self) -> None:
+        _check_reply_faults(self)
         for name in (*_FAILURE_RATES, "stall_rate"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0.0 <= value <= 1.0):
@@ -159,6 +192,11 @@ class FaultConfig:
     def enabled(self) -> bool:
         """True when any fault can be injected."""
         return self.stall_rate > 0 or any(getattr(self, name) > 0 for name in _FAILURE_RATES)
+
+    @property
+    def replies_enabled(self) -> bool:
+        """True when a reply fault (abort, degenerate) can be injected."""
+        return self.abort_rate > 0 or self.degenerate_rate > 0 or self.short_rate > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +317,7 @@ def add_fault_arguments(parser: argparse.ArgumentParser) -> None:
         dest="faults_after_s",
         help="faults begin S seconds after the simulator starts (a server that breaks mid-run); 0 = from the start",
     )
+    _add_reply_fault_arguments(g, d)
 
 
 def fault_config_from(values: dict[str, object]) -> FaultConfig:
@@ -289,4 +328,97 @@ def fault_config_from(values: dict[str, object]) -> FaultConfig:
     """
     picked = {f.name: values.pop(f.name) for f in dataclasses.fields(FaultConfig)}
     picked["fail_shape"] = ErrorShape(picked["fail_shape"])
+    picked["degenerate_shape"] = DegenerateShape(picked["degenerate_shape"])
     return FaultConfig(**picked)  # type: ignore[arg-type]
+
+
+# ── reply faults: aborted and degenerate replies ─────────────────────────────
+# A 200 stream that ends with finish_reason, usage and [DONE] like any other, but is
+# no success: an engine-side abort (finish_reason "abort" after some tokens, as vLLM
+# and SGLang send), or degenerate output (empty, one word repeated, the same text for
+# every prompt), or a reply that stops early although ignore_eos/min_tokens asked for
+# more ("short": the one kind that completes). Drawn with their own seeded draw, only for
+# requests without a failure kind; counted in llmload_sim_faults_injected_total, and
+# (but "short") never as completed.
+
+SAME_TEXT_TOKENS = 16
+"""Length of the one reply every ``--degenerate-shape same`` request gets (fewer if max_tokens is smaller)."""
+
+
+def _check_reply_faults(config: FaultConfig) -> None:
+    names = ("abort_rate", "degenerate_rate", "short_rate")
+    for name in names:
+        value = getattr(config, name)
+        if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+            raise ConfigError(f"{_flag(name)} must be a probability within 0..1, got {value}")
+    if sum(getattr(config, name) for name in names) > 1.0 + 1e-9:
+        given = ", ".join(f"{_flag(name)} ({getattr(config, name):g})" for name in names)
+        raise ConfigError(f"{given} add up to more than 1; each reply gets at most one of them, so lower them")
+
+
+def _add_reply_fault_arguments(g: argparse._ArgumentGroup, d: FaultConfig) -> None:
+    g.add_argument(
+        "--abort-rate",
+        type=float,
+        default=d.abort_rate,
+        help='share of replies ended with finish_reason "abort" after some tokens (usage and [DONE] follow)',
+    )
+    g.add_argument(
+        "--degenerate-rate",
+        type=float,
+        default=d.degenerate_rate,
+        help="share of replies with degenerate output (--degenerate-shape)",
+    )
+    g.add_argument(
+        "--degenerate-shape",
+        choices=[s.value for s in DegenerateShape],
+        default=d.degenerate_shape.value,
+        help="empty: chunks with empty content; repeat: one word repeated; same: one text for every prompt",
+    )
+    g.add_argument(
+        "--short-rate",
+        type=float,
+        default=d.short_rate,
+        help='share of replies ended with "stop" after half their tokens although ignore_eos/min_tokens asked for more',
+    )
+
+
+def plan_reply_fault(config: FaultConfig, seed: int, sequence_number: int) -> FaultKind | None:
+    """The reply fault of the ``sequence_number``-th accepted request: ``ABORT``, ``DEGENERATE``, ``SHORT`` or None."""
+    if not config.replies_enabled:
+        return None
+    draw = random.Random(f"llmload-sim-reply-faults/{seed}/{sequence_number}").random()
+    if draw < config.abort_rate:
+        return FaultKind.ABORT
+    if draw < config.abort_rate + config.degenerate_rate:
+        return FaultKind.DEGENERATE
+    if draw < config.abort_rate + config.degenerate_rate + config.short_rate:
+        return FaultKind.SHORT
+    return None
+
+
+def apply_reply_fault(
+    plan: ReplyPlan, kind: FaultKind | None, config: FaultConfig, seed: int, max_tokens: int
+) -> ReplyPlan:
+    """The reply ``plan`` becomes under reply fault ``kind`` (unchanged for None).
+
+    ``ABORT``: the first ``midstream_cut(n)`` words, finish_reason ``"abort"``;
+    ``SHORT``: the same words with ``"stop"`` (a server that ignores ignore_eos).
+    ``DEGENERATE``: as ``config.degenerate_shape`` says; ``same`` is a pure
+    function of ``seed`` (and ``max_tokens``), the same for every request.
+    """
+    words = plan.words
+    if kind is FaultKind.ABORT:
+        return ReplyPlan(words=words[: midstream_cut(len(words))], finish_reason="abort")
+    if kind is FaultKind.SHORT:
+        return ReplyPlan(words=words[: midstream_cut(len(words))], finish_reason="stop")
+    if kind is not FaultKind.DEGENERATE:
+        return plan
+    shape = config.degenerate_shape
+    if shape is DegenerateShape.EMPTY:
+        return ReplyPlan(words=[b""] * len(words), finish_reason=plan.finish_reason)
+    if shape is DegenerateShape.REPEAT:
+        return ReplyPlan(words=[words[0]] * len(words), finish_reason=plan.finish_reason)
+    length = min(SAME_TEXT_TOKENS, max_tokens)
+    same = random.Random(f"llmload-sim-same-text/{seed}").choices(WORD_BYTES, k=length)
+    return ReplyPlan(words=same, finish_reason="length" if length == max_tokens else "stop")

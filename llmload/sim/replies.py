@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from llmload.sim.protocol import Endpoint, GenerationRequest
 
-__all__ = ["VOCABULARY", "ReplyPlan", "StreamEncoder", "encode_whole_reply", "plan_reply"]
+__all__ = ["VOCABULARY", "WORD_BYTES", "ReplyPlan", "StreamEncoder", "encode_whole_reply", "plan_reply"]
 
 VOCABULARY: tuple[str, ...] = (
     "the", "of", "and", "to", "in", "is", "it", "that", "for", "on", "with", "as", "was", "at",
@@ -43,7 +43,8 @@ VOCABULARY: tuple[str, ...] = (
 )  # fmt: skip
 """The reply vocabulary: ASCII words that need no JSON escaping."""
 
-_WORD_BYTES: tuple[bytes, ...] = tuple(f" {w}".encode() for w in VOCABULARY)
+WORD_BYTES: tuple[bytes, ...] = tuple(f" {w}".encode() for w in VOCABULARY)
+"""Every vocabulary word as written in a reply (``b" word"``)."""
 _DONE = b"data: [DONE]\n\n"
 
 
@@ -75,7 +76,7 @@ def plan_reply(request: GenerationRequest, seed: int, sequence_number: int, outp
             length, finish_reason = request.max_tokens, "length"
         else:
             length, finish_reason = drawn, "stop"
-    return ReplyPlan(words=rng.choices(_WORD_BYTES, k=length), finish_reason=finish_reason)
+    return ReplyPlan(words=rng.choices(WORD_BYTES, k=length), finish_reason=finish_reason)
 
 
 def _usage_json(prompt_tokens: int, completion_tokens: int) -> bytes:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmload.aggregate.histogram import LatencyHistogram
-from llmload.aggregate.stats import MAX_ERROR_CATEGORIES, STATS_SCHEMA, EndpointStats, LLMStats
+from llmload.aggregate.stats import MAX_ERROR_CATEGORIES, STATS_SCHEMA, EndpointStats, LLMStats, bound_labels
 from llmload.aggregate.stats_schema import FieldRule, Merge
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
 from llmload.run.wire import from_wire, to_wire
@@ -49,6 +49,9 @@ def token_counts(draw: st.DrawFn) -> TokenCount:
     return TokenCount(draw(st.integers(min_value=0, max_value=5000)), source)
 
 
+_FINISH_REASONS = ["stop", "length", "abort", "STOP", "weird reason!", *(f"r{i:02d}" for i in range(36))]
+
+
 @st.composite
 def records(draw: st.DrawFn) -> RequestRecord:
     gaps = draw(st.lists(st.floats(min_value=0.0, max_value=2.0), max_size=6))
@@ -81,6 +84,8 @@ def records(draw: st.DrawFn) -> RequestRecord:
         prompt_tokens=draw(token_counts()),
         completion_tokens=draw(token_counts()),
         requested_prompt_tokens=draw(st.one_of(st.none(), st.integers(0, 4000))),
+        finish_reason=draw(st.one_of(st.none(), st.sampled_from(_FINISH_REASONS))),
+        requested_output_tokens=draw(st.one_of(st.none(), st.integers(1, 5000))),
     )
 
 
@@ -131,6 +136,16 @@ _error_tables = st.lists(
 ).map(_error_table)
 
 
+def _bounded(counts: dict[str, int]) -> dict[str, int]:
+    bound_labels(counts)
+    return counts
+
+
+# Up to 40 distinct labels (past the bound of 32), "other" among them.
+_LABELS = ["other", *(f"reason{i:02d}" for i in range(40))]
+_label_counts = st.dictionaries(st.sampled_from(_LABELS), st.integers(1, 10**6), max_size=40).map(_bounded)
+
+
 def _field_values(rule: FieldRule) -> st.SearchStrategy[object]:
     if rule.merge is Merge.SUM:
         return st.integers(min_value=0, max_value=10**9)
@@ -143,6 +158,8 @@ def _field_values(rule: FieldRule) -> st.SearchStrategy[object]:
         return stamps
     if rule.merge is Merge.ERRORS:
         return _error_tables
+    if rule.merge is Merge.LABELS:
+        return _label_counts
     raise AssertionError(f"no strategy for merge rule {rule.merge} of field {rule.name}; add one here")
 
 
@@ -282,6 +299,10 @@ def _expected(rule: FieldRule, x: object, y: object) -> object:
         return min(known) if known else None  # type: ignore[type-var]
     if rule.merge is Merge.LATEST:
         return max(known) if known else None  # type: ignore[type-var]
+    if rule.merge is Merge.LABELS:  # summed per label, then bounded
+        assert isinstance(x, dict)
+        assert isinstance(y, dict)
+        return _bounded({k: x.get(k, 0) + y.get(k, 0) for k in x.keys() | y.keys()})
     assert isinstance(x, dict)
     assert isinstance(y, dict)
     return {c: sum(g.count for g in (x.get(c), y.get(c)) if g is not None) for c in x.keys() | y.keys()}
