@@ -30,7 +30,7 @@ from typing import Any
 import gevent
 
 from llmload.aggregate.series import interval_index
-from llmload.edge import checkpoints, cluster, live, web
+from llmload.edge import checkpoints, cluster, live, locust_internals, web
 from llmload.edge.interrupt import Interrupter
 from llmload.edge.launch import note_request_limit, prepare, stop_process_services
 from llmload.edge.runtime import Runtime
@@ -48,7 +48,12 @@ log = logging.getLogger("llmload")
 
 
 def install(events: Events | None = None) -> None:
-    """Register llmload's listeners on Locust's event hooks (idempotent per ``events``)."""
+    """Register llmload's listeners on Locust's event hooks (idempotent per ``events``).
+
+    Also makes a worker's spawn messages cheap (``llmload.edge.locust_internals``):
+    without that, a worker starves its own heartbeats during a ramp-up.
+    """
+    locust_internals.cache_default_args()
     events = events or locust_events
     if getattr(events, "_llmload_installed", False):
         return
