@@ -1,6 +1,6 @@
 """The one place llmload changes how Locust itself runs (a reach into its internals, with the reason).
 
-**Spawn messages on a worker** (issue 24). Locust's ``WorkerRunner.handle_message``
+**Spawn messages on a worker.** Locust's ``WorkerRunner.handle_message``
 filters the options that arrive with every ``spawn`` message with::
 
     {k: v for k, v in job["parsed_options"].items() if k not in argument_parser.default_args_dict() ...}
