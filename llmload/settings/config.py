@@ -110,6 +110,7 @@ class RunConfig:
         abort_on: ``--abort-on`` thresholds that stop the run early (``llmload.settings.thresholds``).
         max_retry_after_s: closed loop: longest pause of a user after a throttled reply.
         skip_preflight: skip the probe requests before load.
+        preflight_timeout_s: longest wait for each preflight step (``-t`` bounds it too).
         requests_log: per-request JSON lines path, or None.
         timeseries: per-interval time series JSON lines path, or None.
         timeseries_interval_s: length of one time-series interval (s).
@@ -157,6 +158,7 @@ class RunConfig:
     abort_on: tuple[Threshold, ...] = default("--abort-on")
     max_retry_after_s: float = default("--max-retry-after")
     skip_preflight: bool = False
+    preflight_timeout_s: float = default("--preflight-timeout")
     requests_log: str | None = None
     timeseries: str | None = None
     timeseries_interval_s: float = default("--timeseries-interval")

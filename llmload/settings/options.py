@@ -393,6 +393,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
         field=None,
         label="Request timeout (s)",
     ),
+    OptionSpec(
+        "--preflight-timeout",
+        "Longest wait in seconds for each preflight step (GET /v1/models, the probe requests) before any load; "
+        "-t bounds it too. A server that does not answer within it stops the run with a line saying so.",
+        _SERVER,
+        30.0,
+        _SECONDS,
+        "S",
+        field="preflight_timeout_s",
+        label="Preflight timeout (s)",
+    ),
     _switch(
         "--skip-preflight",
         "Skip the probe requests before load (GET /v1/models still runs).",
