@@ -115,7 +115,7 @@ class RunConfig:
         timeseries: per-interval time series JSON lines path, or None.
         timeseries_interval_s: length of one time-series interval (s).
         prometheus_port: exporter port on the master, 0 = no exporter.
-        prometheus_host: exporter listen address, "" = all interfaces.
+        prometheus_host: exporter listen address (default loopback), "" or "0.0.0.0" = all interfaces.
         prometheus_grace_s: longest wait after the run for a scrape of the final totals.
         server_metrics: ``--server-metrics``: "auto", "off", or comma-separated URLs ("auto" among them allowed).
         dataset: prompt file, or None.
