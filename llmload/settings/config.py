@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmload.errors import ConfigError
+from llmload.errors import ConfigError, InvalidOptionsError
 from llmload.settings.goodput import SLO
 from llmload.settings.option_values import LengthSpec, parse_rate
 from llmload.settings.options import OPTIONS, OptionSpec, default
@@ -207,9 +207,18 @@ class RunConfig:
         declaration, then the rules that involve several options are applied.
 
         Raises:
-            ConfigError: naming the option, the value and an accepted example.
+            InvalidOptionsError: every refused value, each naming the option, the value and an accepted example.
+            ConfigError: options that conflict with each other.
         """
-        values = {spec.dest: spec.value(getattr(options, spec.dest, None)) for spec in OPTIONS}
+        values: dict[str, Any] = {}
+        problems: list[tuple[str, str]] = []
+        for spec in OPTIONS:
+            try:
+                values[spec.dest] = spec.value(getattr(options, spec.dest, None))
+            except ConfigError as exc:
+                problems.append((spec.flag, str(exc)))
+        if problems:
+            raise InvalidOptionsError(problems)
         direct = {spec.target: values[spec.dest] for spec in OPTIONS if spec.target is not None}
         direct["stream"] = not direct.pop("no_stream")
         loop = OpenLoop.from_values(values)
