@@ -32,7 +32,7 @@ import gevent
 from llmload.aggregate.series import interval_index
 from llmload.edge import checkpoints, cluster, live, locust_internals, web
 from llmload.edge.interrupt import Interrupter
-from llmload.edge.launch import note_request_limit, prepare, stop_process_services
+from llmload.edge.launch import note_request_limit, preload_tokenizer, prepare, stop_process_services
 from llmload.edge.runtime import Runtime
 from llmload.errors import ConfigError, LLMLoadError
 from llmload.exporters.console import results_line, summary_lines
@@ -148,6 +148,7 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
     _install_interrupter(environment, runtime)
     cluster.register_messages(runner)
     if is_worker:
+        preload_tokenizer(runtime)  # not in the first spawn message's handler: it would starve the heartbeats
         return
     web.install(environment)
     try:

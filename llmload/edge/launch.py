@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import tempfile
+import time
 import urllib.request
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -26,7 +27,7 @@ import gevent.event
 import gevent.lock
 
 from llmload.edge.runtime import CpuMonitor, Runtime, SendWindow, WarmupGate
-from llmload.errors import ConfigError
+from llmload.errors import ConfigError, LLMLoadError
 from llmload.exporters.requests_log import RequestsLog, worker_path
 from llmload.net.scrape import ServerScraper, metrics_urls, routed_fetch
 from llmload.net.transport import GeventHTTPTransport
@@ -48,6 +49,7 @@ __all__ = [
     "preflight_limit_s",
     "preflight_step",
     "preflight_timeouts",
+    "preload_tokenizer",
     "prepare",
     "split",
     "start_open_loop",
@@ -307,6 +309,31 @@ def load_local_parts(runtime: Runtime) -> None:
     if config.tokenizer and runtime.token_counter is None:
         runtime.token_counter = load_tokenizer(config.tokenizer, allow_download=config.allow_download)
     _load_workload(runtime)
+
+
+def preload_tokenizer(runtime: Runtime) -> None:
+    """Worker at ``init``: load the tokenizer its own options name, before any spawn message arrives.
+
+    Loading a tokenizer directory imports transformers: seconds of CPU in one
+    turn of the gevent loop (4-5 s measured on a busy 2-core machine). In the
+    handler of the first spawn message that stall starves the worker's
+    heartbeats, and the master drops it as missing before it sends anything;
+    at ``init`` the run has not started. The master's options still decide:
+    ``load_local_parts`` loads at test start when nothing was loaded here (a
+    failure here is left for it to report).
+    """
+    config = runtime.config
+    if not config.tokenizer or runtime.token_counter is not None:
+        return
+    started_s = time.perf_counter()
+    try:
+        runtime.token_counter = load_tokenizer(config.tokenizer, allow_download=config.allow_download)
+    except LLMLoadError:
+        runtime.token_counter = None  # reported at test start, with the master's options
+        return
+    log.info(
+        "llmload: worker loaded tokenizer %s before the run (%.1f s)", config.tokenizer, time.perf_counter() - started_s
+    )
 
 
 def _load_workload(runtime: Runtime) -> None:
