@@ -10,7 +10,8 @@
     ├── RequestError         one request failed; becomes a failed RequestRecord, never escapes a user
     │   ├── TransportError   connect/reset/timeout
     │   │   ├── RequestTimeout         connect or read-idle timeout
-    │   │   └── ConnectionClosedError  peer closed the connection before the end of the HTTP message
+    │   │   ├── ConnectionClosedError  peer closed the connection before the end of the HTTP message
+    │   │   └── WrongProtocolError     the server answered in another protocol (HTTP/2 frames, TLS)
     │   ├── HTTPStatusError  non-2xx status
     │   │   └── ThrottledError   429, or 503 with Retry-After: the server asks the client to slow down
     │   └── StreamError      the body could not be read as a valid reply
@@ -41,6 +42,7 @@ __all__ = [
     "TokenizerError",
     "TransportError",
     "WireFormatError",
+    "WrongProtocolError",
 ]
 
 
@@ -95,6 +97,13 @@ class ConnectionClosedError(TransportError):
 
     A clean end of the body (terminating chunk, full Content-Length, or close of a
     read-until-close body) is not an error; this is raised only for truncated bodies.
+    """
+
+
+class WrongProtocolError(TransportError):
+    """The server answered an HTTP/1.1 request in another protocol: HTTP/2 frames (h2c-only, gRPC) or TLS.
+
+    The message names what the first bytes were and the fix.
     """
 
 

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from llmload.aggregate.histogram import LatencyHistogram
 from llmload.aggregate.stats_schema import Merge, counter, counts, earliest, error_table, histogram, latest, schema_of
-from llmload.request.record import ITLKind, Outcome, RequestRecord, TokenSource
+from llmload.request.record import ITLKind, Outcome, RequestRecord, TokenSource, UsageNote
 
 __all__ = [
     "CLIENT_HISTOGRAM_NAMES",
@@ -49,6 +49,13 @@ __all__ = [
 
 MAX_ERROR_CATEGORIES = 50
 MAX_ERROR_SAMPLES = 3
+_USAGE_NOTE_FIELDS = {
+    UsageNote.INCREMENTAL: "usage_incremental_requests",
+    UsageNote.NOT_GROWING: "usage_not_growing_requests",
+    UsageNote.BELOW_EVENTS: "usage_below_events_requests",
+    UsageNote.HIDDEN_REASONING: "hidden_reasoning_requests",
+    UsageNote.REASONING_UNEXPLAINED: "reasoning_unexplained_requests",
+}
 OVERFLOW_CATEGORY = "other"
 
 StatsKey = tuple[str, str]
@@ -162,6 +169,16 @@ class EndpointStats:
             and a requested prompt length (the server adds the chat template).
         requested_compared_tokens: sum of the requested lengths over them.
         requested_abs_diff_tokens: sum of |server - requested| over them.
+        reasoning_tokens_sum: ``usage``'s reasoning tokens (part of the
+            completion tokens) over successes whose server said; with
+            ``reasoning_known_requests`` of them.
+        hidden_reasoning_tokens_sum: reasoning tokens counted in usage but
+            never streamed (``RequestRecord.hidden_reasoning_tokens``).
+        cached_prompt_tokens_sum: prompt tokens served from the server's
+            prefix cache over successes whose server said; with ``cached_prompt_tokens_known_requests``.
+        usage_incremental_requests, usage_not_growing_requests,
+        usage_below_events_requests, hidden_reasoning_requests,
+        reasoning_unexplained_requests: successes per ``UsageNote``.
         errors: failures and skipped requests grouped by category (at most
             ``MAX_ERROR_CATEGORIES``).
         first_send_unix: earliest send of a finished request; None if none.
@@ -197,6 +214,16 @@ class EndpointStats:
     requested_compared_requests: int = counter()
     requested_compared_tokens: int = counter()
     requested_abs_diff_tokens: int = counter()
+    reasoning_tokens_sum: int = counter()
+    reasoning_known_requests: int = counter()
+    hidden_reasoning_tokens_sum: int = counter()
+    cached_prompt_tokens_sum: int = counter()
+    cached_prompt_tokens_known_requests: int = counter()
+    usage_incremental_requests: int = counter()
+    usage_not_growing_requests: int = counter()
+    usage_below_events_requests: int = counter()
+    hidden_reasoning_requests: int = counter()
+    reasoning_unexplained_requests: int = counter()
     errors: dict[str, ErrorGroup] = error_table()
     first_send_unix: float | None = earliest()
     last_end_unix: float | None = latest()
@@ -319,6 +346,8 @@ class EndpointStats:
             if client_count != completion.value:
                 self.tokenizer_disagreed_requests += 1
                 self.tokenizer_abs_diff_tokens += abs(client_count - completion.value)
+        if record.reasoning_tokens is not None or record.cached_prompt_tokens is not None or record.usage_notes:
+            self._add_usage_details(record)
 
         ttft = record.ttft_s
         if ttft is not None:
@@ -342,6 +371,19 @@ class EndpointStats:
         if itl:
             self.itl_s.add_many(itl)
             _add_count(self.itl_kind_requests, record.itl_kind, 1)
+
+    def _add_usage_details(self, record: RequestRecord) -> None:
+        """Count a success's reasoning and cached prompt tokens and its usage notes."""
+        if record.reasoning_tokens is not None:
+            self.reasoning_tokens_sum += record.reasoning_tokens
+            self.reasoning_known_requests += 1
+        self.hidden_reasoning_tokens_sum += record.hidden_reasoning_tokens
+        if record.cached_prompt_tokens is not None:
+            self.cached_prompt_tokens_sum += record.cached_prompt_tokens
+            self.cached_prompt_tokens_known_requests += 1
+        for note in record.usage_notes:
+            name = _USAGE_NOTE_FIELDS[note]
+            setattr(self, name, getattr(self, name) + 1)
 
     def add_failure(self, category: str, status: int | None, message: str, count: int) -> None:
         """Add ``count`` failures to ``category`` (folded into ``OVERFLOW_CATEGORY`` past the bound).

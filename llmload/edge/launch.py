@@ -32,7 +32,7 @@ from llmload.exporters.requests_log import RequestsLog, worker_path
 from llmload.net.scrape import ServerScraper, metrics_urls, routed_fetch
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request import preflight
-from llmload.request.payloads import LLMRequest
+from llmload.request.payloads import LLMRequest, check_endpoint_path
 from llmload.request.record import RequestRecord
 from llmload.request.tokens import load_tokenizer
 from llmload.run.plan import RequestLimitNote, WorkerShare, split_run
@@ -84,6 +84,7 @@ def prepare(
     if runtime.prepared_for == (host, config):
         return
     runtime.config = config
+    _check_endpoint_path(environment, config)
     for flag, path in (
         ("--results-json", config.results_json),
         ("--html-report", config.html_report),
@@ -128,6 +129,7 @@ def prepare(
 
             with preflight_step(_probe_step(probes), limit_s):
                 report = preflight.probe(transport, probes, config, models, runtime.model, retry=without_usage)
+            runtime.not_streamed.update(report.not_streamed)  # warned once, here
             for note in report.notes:
                 log.info("llmload preflight: %s", note)
             for warning in report.warnings:
@@ -196,6 +198,16 @@ def _probe_step(probes: list[tuple[str, LLMRequest]]) -> str:
     """``POST /v1/chat/completions (ChatUser)``: what the probe requests are, for the waiting line."""
     shown = ", ".join(f"POST {request.path} ({name})" for name, request in probes)
     return f"the probe request{'s' if len(probes) > 1 else ''} {shown}" if probes else "the probe requests"
+
+
+def _check_endpoint_path(environment: Environment, config: RunConfig) -> None:
+    """Refuse, before any load, an ``--endpoint-path`` of an API the run's user classes do not speak."""
+    if config.endpoint_path is None:
+        return
+    for cls in environment.user_classes:
+        endpoint = getattr(cls, "endpoint", None)
+        if endpoint in ("chat", "completions"):
+            check_endpoint_path(config.endpoint_path, endpoint)
 
 
 def choose_route(runtime: Runtime, host: str, master_note: str | None = None) -> str | None:

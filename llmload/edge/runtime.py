@@ -29,6 +29,7 @@ from llmload.exporters.window import SlidingWindow
 from llmload.net.scrape import ServerScraper
 from llmload.net.sockets import AddressCache
 from llmload.request.payloads import LLMRequest
+from llmload.request.preflight import not_streamed_warning
 from llmload.request.record import RequestRecord
 from llmload.request.tokens import TokenCounter
 from llmload.run.clock import OffsetEstimate
@@ -342,6 +343,7 @@ class Runtime:
     live_task: gevent.Greenlet[[], None] | None = None  # worker live reports / single-process window ticks
     export: ExportState | None = None  # master or single process, when --prometheus-port is not 0
     usage_refused: set[str] = field(default_factory=set)  # endpoints that refused stream_options
+    not_streamed: set[str] = field(default_factory=set)  # endpoints already warned of a JSON answer to stream: true
 
     def include_usage(self, endpoint: str) -> bool:
         """Whether requests to ``endpoint`` ask for ``stream_options.include_usage`` (``--stream-usage``)."""
@@ -381,6 +383,17 @@ class Runtime:
             counts,
         )
         return True
+
+    def note_not_streamed(self, endpoint: str, request_streamed: bool, record: RequestRecord) -> None:
+        """Warn once per endpoint and process (not per request) that a streamed request got one JSON body.
+
+        Such replies succeed with the server's usage, but have no token times:
+        TTFT, ITL and TPOT are unavailable for them.
+        """
+        if not request_streamed or record.streamed or not record.ok or endpoint in self.not_streamed:
+            return
+        self.not_streamed.add(endpoint)
+        log.warning("llmload: %s", not_streamed_warning(f"the {endpoint} endpoint"))
 
     def send_figures(self) -> SendFigures:
         """This process's open-loop figures: schedule rate, send rate, and how far behind it was at the stop."""

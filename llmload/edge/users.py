@@ -209,6 +209,7 @@ class LLMUser(User):
         met_slo = slo is not None and slo.met_by(record)
         runtime.count(record, met_slo=met_slo)
         self._counted = True
+        runtime.note_not_streamed(self.endpoint, request.stream, record)
         if runtime.window_delta is not None:  # single process with the Prometheus exporter
             runtime.window_delta.add(record, met_slo=met_slo)
         if runtime.requests_log is not None:

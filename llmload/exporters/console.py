@@ -95,6 +95,7 @@ def format_summary(results: Mapping[str, Any]) -> str:
     lines.append(
         _line("Output token count source:", _sources_text(tok["completion_source"], tok["completion_sources"]))
     )
+    lines.extend(_usage_detail_lines(tok, thr))
     itl_title = "Inter-token Latency" if lat["itl_kind"] != "chunk" else "Inter-chunk Latency (ITL)"
     for key, title in (
         ("e2e_s", "End-to-end Latency"),
@@ -111,7 +112,41 @@ def format_summary(results: Mapping[str, Any]) -> str:
             lines.append(_line(f"{name.upper()} {abbrev} (ms):", _num(metric[name], scale=1000.0)))
     lines.append("=" * _WIDTH)
     lines.extend(_token_warnings(tok))
+    lines.extend(_usage_check_notes(tok))
     return "\n".join(lines)
+
+
+def _usage_detail_lines(tok: Mapping[str, Any], thr: Mapping[str, Any]) -> list[str]:
+    """Reasoning vs answer tokens and cached prompt tokens, when the server's usage said (older results: none)."""
+    lines = []
+    if tok.get("reasoning") is not None:
+        lines.append(_line("Reasoning / answer tokens:", f"{_num(tok['reasoning'])} / {_num(tok.get('answer'))}"))
+        if tok.get("hidden_reasoning"):
+            lines.append(_line("Reasoning tokens never streamed:", _num(tok["hidden_reasoning"])))
+            lines.append(_line("Streamed output throughput (tok/s):", _num(thr.get("streamed_output_tokens_per_s"))))
+    if tok.get("cached_prompt") is not None:
+        prompt = tok.get("prompt")
+        share = f" ({tok['cached_prompt'] / prompt * 100:.1f}% of input)" if prompt else ""
+        lines.append(_line("Cached prompt tokens:", f"{_num(tok['cached_prompt'])}{share}"))
+    return lines
+
+
+_USAGE_CHECKS = {
+    "usage_incremental": "usage sent per chunk held per-chunk counts: summed",
+    "usage_not_growing": "usage sent per chunk did not grow while tokens streamed",
+    "usage_below_events": "usage counted fewer tokens than token-bearing events: not used, "
+    "the count comes from the next source (logprobs, tokenizer or chunks)",
+    "hidden_reasoning": "usage's reasoning tokens were never streamed: TPOT is over the streamed tokens",
+    "reasoning_unexplained": "usage's reasoning tokens were never streamed and do not add up: TPOT unavailable",
+}
+
+
+def _usage_check_notes(tok: Mapping[str, Any]) -> list[str]:
+    """One NOTE per usage check that fired (``tokens.usage_checks``)."""
+    checks = tok.get("usage_checks") or {}
+    return [
+        f"NOTE: {n} request(s): {_USAGE_CHECKS[name]}." for name, n in checks.items() if n and name in _USAGE_CHECKS
+    ]
 
 
 def _goodput_lines(goodput: Mapping[str, Any] | None) -> list[str]:
@@ -255,6 +290,16 @@ def _change(metric: Mapping[str, Any]) -> str:
     return f"{text} (tolerance {bound}){flag}"
 
 
+def _cached_beside_server(results: Mapping[str, Any]) -> list[str]:
+    """The client's view of the prefix cache (usage's cached prompt tokens), beside the server's counters."""
+    tok = results.get("tokens") or {}
+    cached, prompt = tok.get("cached_prompt"), tok.get("prompt")
+    if cached is None:
+        return []
+    share = f" ({cached / prompt * 100:.1f}% of input)" if prompt else ""
+    return [_row("Cached prompt tokens (usage):", f"{cached:,}{share}")]
+
+
 def _server_lines(results: Mapping[str, Any]) -> list[str]:
     """The summary's server block: gauges, server latencies, the token check and the TTFT split; [] without one."""
     server = results.get("server")
@@ -277,6 +322,7 @@ def _server_lines(results: Mapping[str, Any]) -> list[str]:
         lines.append(_row("Preemptions:", f"{counters['preemptions']:,}"))
     if server.get("prefix_cache_hit_ratio") is not None:
         lines.append(_row("Prefix-cache hit ratio:", f"{server['prefix_cache_hit_ratio'] * 100:.1f}%"))
+    lines.extend(_cached_beside_server(results))
     check = server["cross_check"]
     figures = ", ".join(
         f"{k} {server[k]:,}" for k in ("prompt_tokens", "generation_tokens", "prompt_cached_tokens") if server[k]

@@ -21,8 +21,15 @@ the results JSON (``requests.by_outcome``, ``errors``, ``tokens``,
   100 characters). Error messages never become labels.
 - ``llmload_prompt_tokens_total{endpoint,model}``: prompt tokens of successes.
 - ``llmload_completion_tokens_total{endpoint,model,source}``: completion tokens
-  of successes by count source (``server``, ``client-tokenized``,
+  of successes by count source (``server``, ``logprobs``, ``client-tokenized``,
   ``chunk-count``); the sum over sources is ``tokens.completion``.
+- ``llmload_reasoning_tokens_total{endpoint,model}``: usage's reasoning tokens
+  of successes (part of the completion tokens; ``tokens.reasoning``);
+  ``llmload_hidden_reasoning_tokens_total``: those never streamed
+  (``tokens.hidden_reasoning``); ``llmload_cached_prompt_tokens_total``:
+  prompt tokens the server served from its prefix cache (``tokens.cached_prompt``);
+  ``llmload_usage_checks_total{endpoint,model,check}``: successes per usage
+  check (``tokens.usage_checks``).
 - histograms ``llmload_time_to_first_token_seconds``,
   ``llmload_inter_token_latency_seconds``,
   ``llmload_time_per_output_token_seconds``,
@@ -124,7 +131,51 @@ _READ_LAG = (
     "How long reply bytes waited in the kernel before the client read them (client delay), every read",
 )
 _KEY_LABELS = ("endpoint", "model")
-_TOKEN_SOURCES = (TokenSource.SERVER, TokenSource.TOKENIZER, TokenSource.CHUNKS)
+_TOKEN_SOURCES = (TokenSource.SERVER, TokenSource.LOGPROBS, TokenSource.TOKENIZER, TokenSource.CHUNKS)
+
+
+_USAGE_CHECK_FIELDS = (
+    ("usage_incremental", "usage_incremental_requests"),
+    ("usage_not_growing", "usage_not_growing_requests"),
+    ("usage_below_events", "usage_below_events_requests"),
+    ("hidden_reasoning", "hidden_reasoning_requests"),
+    ("reasoning_unexplained", "reasoning_unexplained_requests"),
+)
+
+
+def _usage_detail_counters(stats: LLMStats) -> Iterator[Metric]:
+    """Reasoning, hidden reasoning and cached prompt tokens, and the usage checks, per (endpoint, model)."""
+    families = [
+        (
+            CounterMetricFamily(f"llmload_{name}", doc, labels=_KEY_LABELS),
+            attribute,
+        )
+        for name, doc, attribute in (
+            ("reasoning_tokens", "Reasoning tokens of successes per the server's usage", "reasoning_tokens_sum"),
+            (
+                "hidden_reasoning_tokens",
+                "Reasoning tokens counted in usage but never streamed",
+                "hidden_reasoning_tokens_sum",
+            ),
+            (
+                "cached_prompt_tokens",
+                "Prompt tokens served from the server's prefix cache, per its usage",
+                "cached_prompt_tokens_sum",
+            ),
+        )
+    ]
+    checks = CounterMetricFamily(
+        "llmload_usage_checks",
+        "Successful requests whose usage needed a check, by check",
+        labels=(*_KEY_LABELS, "check"),
+    )
+    for key, s in stats.items():
+        for family, attribute in families:
+            family.add_metric(key, getattr(s, attribute))
+        for check, attribute in _USAGE_CHECK_FIELDS:
+            checks.add_metric((*key, check), getattr(s, attribute))
+    yield from (family for family, _ in families)
+    yield checks
 
 
 def histogram_buckets(
@@ -228,6 +279,7 @@ class LLMLoadCollector:
             for source in _TOKEN_SOURCES:
                 completion.add_metric((endpoint, model, source.value), by_source.get(source, 0))
         yield from (requests, errors, prompt, completion)
+        yield from _usage_detail_counters(stats)
 
     @staticmethod
     def _histograms(stats: LLMStats) -> Iterator[Metric]:

@@ -30,7 +30,10 @@ class RequestsLog:
 
     Fields: ``started_at_unix``, ``endpoint``, ``model``, ``outcome``, ``error`` (category) and
     ``status``, ``ttft_s``, ``ttfc_s``, ``tpot_s``, ``e2e_s`` (seconds, null = unknown),
-    ``prompt_tokens``/``completion_tokens`` with ``*_source``, ``finish_reason``.
+    ``prompt_tokens``/``completion_tokens`` with ``*_source``, ``finish_reason``;
+    usage's ``reasoning_tokens`` and ``cached_prompt_tokens`` (null: the
+    server did not say), ``streamed_tokens`` (what TPOT is over) and
+    ``usage_notes``.
     """
 
     def __init__(self, path: str) -> None:
@@ -62,6 +65,7 @@ class RequestsLog:
             "finish_reason": record.finish_reason,
             "connect_s": record.connect_s,
             "read_lag_max_s": max(record.read_lags_s, default=None),
+            **_usage_fields(record),
         }
         self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
 
@@ -70,3 +74,13 @@ class RequestsLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _usage_fields(record: RequestRecord) -> dict[str, object]:
+    """Usage details of one request: reasoning and cached prompt tokens, streamed tokens, usage notes."""
+    return {
+        "reasoning_tokens": record.reasoning_tokens,
+        "cached_prompt_tokens": record.cached_prompt_tokens,
+        "streamed_tokens": record.streamed_tokens,
+        "usage_notes": [note.value for note in record.usage_notes],
+    }

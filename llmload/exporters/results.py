@@ -26,11 +26,13 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   ``request_throughput``). ``output_tokens_per_s``: completion tokens of
   successes / duration_s (vLLM ``output_throughput``). ``total_tokens_per_s``:
   (prompt + completion tokens) / duration_s (vLLM ``total_token_throughput``).
+  ``streamed_output_tokens_per_s``: (completion − hidden reasoning tokens) / duration_s.
 - ``latency``: over successes only (failures' partial timings are
   excluded). TTFT = send → first generated token of any kind; TTFC = send →
   first content token (guidellm's time to first output token); ITL = gaps
   between token events, never including TTFT; TPOT = (last - first token) /
-  (completion tokens - 1); E2E = send → end of reply (vLLM definitions).
+  (streamed tokens - 1), streamed = completion minus reasoning tokens usage
+  counts but the stream never carried (``RequestRecord.tpot_s``); E2E = send → end of reply (vLLM definitions).
   Percentiles are nearest-rank estimates within 1% (see
   ``llmload.aggregate.histogram``); ``max`` is exact.
 - ``goodput`` (with ``--slo``, else null): ``requests_per_s`` = requests that
@@ -43,6 +45,10 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   ``console.PROMPT_MISMATCH_WARN_RATIO``.
   ``tokens.completion_client_vs_server``: how often and by how much a local
   tokenizer disagreed with the server's completion count (a diagnostic; the server count is used).
+- ``tokens.reasoning``/``answer``/``hidden_reasoning``/``streamed_completion``/
+  ``cached_prompt`` and ``tokens.usage_checks``: usage's details and the
+  checks of usage against the stream (``llmload.exporters.sections``,
+  ``llmload.request.tokens.read_usage``).
 - ``client``: the load generator's own delays, over finished requests.
   ``read_lag_s``: for every body read with a kernel receive stamp, how long
   its bytes had waited in the kernel before the client read them; latencies

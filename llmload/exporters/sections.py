@@ -146,6 +146,38 @@ def _tokens(s: EndpointStats) -> dict[str, Any]:
         "requested_prompt_avg": s.requested_prompt_tokens_sum / requested_n if requested_n else None,
         "prompt_vs_requested": _prompt_vs_requested(s),
         "completion_client_vs_server": _client_vs_server(s),
+        **_usage_details(s, completion_known),
+    }
+
+
+def _usage_details(s: EndpointStats, completion_known: int) -> dict[str, Any]:
+    """Reasoning vs answer tokens, cached prompt tokens and the usage checks (``UsageNote`` counts).
+
+    ``reasoning``/``cached_prompt`` are None when no success's server said;
+    ``answer`` (completion − reasoning) only when every success with a
+    completion count also had a reasoning count. ``streamed_completion`` is
+    completion minus reasoning tokens that were never streamed.
+    """
+    reasoning_n, cached_n = s.reasoning_known_requests, s.cached_prompt_tokens_known_requests
+    completion = s.completion_tokens_sum if completion_known else None
+    return {
+        "reasoning": s.reasoning_tokens_sum if reasoning_n else None,
+        "reasoning_known_requests": reasoning_n,
+        "answer": completion - s.reasoning_tokens_sum
+        if completion is not None and reasoning_n == completion_known
+        else None,
+        "hidden_reasoning": s.hidden_reasoning_tokens_sum,
+        "streamed_completion": completion - s.hidden_reasoning_tokens_sum if completion is not None else None,
+        "cached_prompt": s.cached_prompt_tokens_sum if cached_n else None,
+        "cached_prompt_known_requests": cached_n,
+        "avg_cached_prompt_per_request": s.cached_prompt_tokens_sum / cached_n if cached_n else None,
+        "usage_checks": {
+            "usage_incremental": s.usage_incremental_requests,
+            "usage_not_growing": s.usage_not_growing_requests,
+            "usage_below_events": s.usage_below_events_requests,
+            "hidden_reasoning": s.hidden_reasoning_requests,
+            "reasoning_unexplained": s.reasoning_unexplained_requests,
+        },
     }
 
 
@@ -189,11 +221,17 @@ def _duration_s(s: EndpointStats) -> float | None:
 
 def _throughput(s: EndpointStats, tokens: Mapping[str, Any], duration_s: float | None) -> dict[str, Any]:
     if not duration_s or duration_s <= 0:
-        return {"requests_per_s": None, "output_tokens_per_s": None, "total_tokens_per_s": None}
-    prompt, completion = tokens["prompt"], tokens["completion"]
+        return {
+            "requests_per_s": None,
+            "output_tokens_per_s": None,
+            "total_tokens_per_s": None,
+            "streamed_output_tokens_per_s": None,
+        }
+    prompt, completion, streamed = tokens["prompt"], tokens["completion"], tokens["streamed_completion"]
     return {
         "requests_per_s": s.succeeded / duration_s,
         "output_tokens_per_s": completion / duration_s if completion is not None else None,
+        "streamed_output_tokens_per_s": streamed / duration_s if streamed is not None else None,
         "total_tokens_per_s": (
             (prompt + completion) / duration_s if prompt is not None and completion is not None else None
         ),

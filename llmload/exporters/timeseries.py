@@ -14,6 +14,9 @@ start (``llmload.aggregate.series`` says how workers' clocks are aligned). A row
   ``timeout``, ...), so a new outcome becomes a column by itself.
 - ``prompt_tokens``, ``output_tokens``: sums over the interval's successes
   whose count is known (as in the results' ``tokens``).
+- ``reasoning_tokens``, ``cached_prompt_tokens``: usage's reasoning tokens
+  (part of ``output_tokens``) and prompt tokens served from the prefix cache,
+  over the interval's successes whose server said; None when none did.
 - rates over ``interval_s``: ``requests_per_s`` (successes),
   ``output_tokens_per_s``, ``total_tokens_per_s``.
 - ``<metric>_<p>_s`` for TTFT, ITL, TPOT, E2E and p50/p90/p99: quantiles of
@@ -113,6 +116,8 @@ def columns(extra_columns: Sequence[str] = ()) -> tuple[str, ...]:
         "requests_per_s",
         "output_tokens_per_s",
         "total_tokens_per_s",
+        "reasoning_tokens",
+        "cached_prompt_tokens",
         *_quantile_columns(),
         "read_lag_p99_s",
         *GAUGE_COLUMNS,
@@ -138,6 +143,7 @@ def _stats_row(s: EndpointStats, interval_s: float) -> Row:
     row["requests_per_s"] = _per_s(s.succeeded, interval_s)
     row["output_tokens_per_s"] = _per_s(output, interval_s)
     row["total_tokens_per_s"] = _per_s(prompt + output, interval_s)
+    row.update(_usage_detail_columns(s))
     for prefix, name in QUANTILE_METRICS:
         hist: LatencyHistogram = getattr(s, name)
         values = hist.quantiles([q for _, q in PERCENTILES])
@@ -145,6 +151,14 @@ def _stats_row(s: EndpointStats, interval_s: float) -> Row:
             row[f"{prefix}_{label}_s"] = value
     row["read_lag_p99_s"] = s.read_lag_s.quantile(0.99)
     return row
+
+
+def _usage_detail_columns(s: EndpointStats) -> Row:
+    """Usage's reasoning and cached prompt tokens of the interval's successes; None when no server said."""
+    return {
+        "reasoning_tokens": s.reasoning_tokens_sum if s.reasoning_known_requests else None,
+        "cached_prompt_tokens": s.cached_prompt_tokens_sum if s.cached_prompt_tokens_known_requests else None,
+    }
 
 
 def interval_rows(

@@ -55,12 +55,15 @@ KERNEL_STAMPS = sys.platform.startswith("linux")
 
 
 class Stamps:
-    """One transport's connection and the kernel stamp of the newest bytes it received there."""
+    """One transport's connection, the kernel stamp of the newest bytes it received there, and the first bytes."""
 
-    __slots__ = ("ns", "sock")
+    __slots__ = ("first", "ns", "sock")
 
     def __init__(self) -> None:
         self.ns = 0  # CLOCK_REALTIME ns of the last receive through ``StampedSocket.recv``; 0 = none
+        # the bytes of the first receive since the transport reset it before a request (a reference,
+        # not a copy): what a reply that is not HTTP/1.1 began with
+        self.first = b""
         self.sock: StampedSocket | None = None  # the transport's newest connection
 
 
@@ -95,7 +98,10 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
                     raise
                 self._wait(self._read_event)
                 continue
-            self._stamps.ns = stamp_ns(ancillary)
+            stamps = self._stamps
+            stamps.ns = stamp_ns(ancillary)
+            if not stamps.first:
+                stamps.first = data
             received: bytes = data
             return received
 

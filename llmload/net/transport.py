@@ -50,7 +50,15 @@ End of body: ``read_some`` returns ``b""`` only at the clean end of the HTTP
 message (last chunk, full Content-Length, or close of a read-until-close
 body). A connection closed before that raises ``ConnectionClosedError``;
 the client reports it as "stream ended before completion". A connection
-whose body was not read to the end is closed, never reused.
+whose body was not read to the end is closed, never reused; ``drain``
+reads the rest for a bounded time (``gevent.Timeout`` around the waits), so
+a body held open after the reply is complete costs the connection, not the
+user's time.
+
+A reply that is not HTTP/1.1 at all (HTTP/2 frames from an h2c-only or gRPC
+port, a TLS record on an https port) raises ``WrongProtocolError`` naming it:
+the first bytes received (``Stamps.first``) are read by
+``llmload.net.protocols``.
 """
 
 from __future__ import annotations
@@ -71,7 +79,8 @@ import gevent.ssl
 from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 
-from llmload.errors import ConfigError, ConnectionClosedError, RequestTimeout, TransportError
+from llmload.errors import ConfigError, ConnectionClosedError, RequestTimeout, TransportError, WrongProtocolError
+from llmload.net.protocols import foreign_protocol, starts_like_http1
 from llmload.net.sockets import (
     CMSG_BYTES,
     AddressCache,
@@ -214,6 +223,40 @@ class GeventResponse:
             lag_s = time.monotonic() - self._last_read_s
             self.read_lag_s = lag_s if lag_s > 0.0 else 0.0
         return data
+
+    def header(self, name: str) -> str | None:
+        """The value of the response header ``name`` (any case; the last one if repeated); None if absent."""
+        value = self._resp.get(name)
+        if isinstance(value, list):
+            return value[-1] if value else None
+        return value
+
+    def drain(self, within_s: float, limit_bytes: int) -> bool:
+        """Read and discard the rest of the body for at most ``within_s`` seconds and ``limit_bytes`` bytes.
+
+        Returns True when the body ended (``close`` then keeps the connection
+        for the next request); False when it had not ended in time (a server
+        that holds the body open after ``[DONE]``, or sends ``: ping``
+        keep-alives after it), failed, or was longer: ``close`` then closes the
+        connection, and the next request opens a new one at once.
+        """
+        resp = self._resp
+        if resp.message_complete:
+            resp._body_buffer.clear()
+            return True
+        size = 0
+        # gevent.Timeout interrupts the wait for the socket inside read_some (raised, then
+        # swallowed by the with block); the idle timer then finds no waiter and is dropped.
+        with gevent.Timeout(within_s, False):
+            try:
+                while size <= limit_bytes:
+                    data = self.read_some()
+                    if not data:
+                        return True
+                    size += len(data)
+            except TransportError:
+                return False
+        return False
 
     def close(self) -> None:
         """Return the connection to the pool if the message was complete, else close it. Idempotent."""
@@ -463,6 +506,7 @@ class GeventHTTPTransport:
         where = f"{method} {self._origin}{shown}{self._via}"
         reused, self._reusable = self._reusable, False
         self._stamps.ns = 0
+        self._stamps.first = b""
         try:
             try:
                 resp = self._client.request(method, target, body=body, headers=headers)
@@ -479,6 +523,17 @@ class GeventHTTPTransport:
                 f"{where}: no connection or response headers in time "
                 f"(connect timeout {self._timeouts.connect_s:g} s, idle timeout {self._timeouts.idle_s:g} s)"
             ) from exc
+        except HTTPParseError as exc:
+            # No HTTP/1.1 status line: say what came instead when the bytes tell (HTTP/2 frames, TLS).
+            head = self._stamps.first
+            foreign = foreign_protocol(head)
+            if foreign is not None:
+                raise WrongProtocolError(f"{where}: {foreign}") from exc
+            if head and not starts_like_http1(head):
+                raise WrongProtocolError(
+                    f"{where}: the answer is not HTTP/1.1 ({describe(exc)}); it began {head[:40]!r}"
+                ) from exc
+            raise TransportError(f"{where} failed: {describe(exc)}") from exc
         except (OSError, HTTPException, RuntimeError, ValueError) as exc:
             # RuntimeError: name did not resolve to any address; ValueError: invalid path or header.
             raise TransportError(f"{where} failed: {describe(exc)}") from exc

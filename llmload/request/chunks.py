@@ -7,24 +7,32 @@ vLLM, SGLang and llama.cpp:
 
 - chat chunks carry ``choices[].delta`` (``content``, ``reasoning_content``
   or vLLM's newer ``reasoning``, ``tool_calls``); non-streamed chat bodies
-  carry ``choices[].message``; completions carry ``choices[].text``;
-- ``usage`` may come with or without choices (``"choices": []``), once at the
-  end or cumulatively on every chunk (vLLM ``continuous_usage_stats``);
+  carry ``choices[].message``; completions carry ``choices[].text``; each
+  text field may be a string, parts, an object or null
+  (``llmload.request.shapes`` reads them and names what it cannot);
+- ``usage`` (OpenAI names, or ``input_tokens``/``output_tokens`` when those
+  are absent) may come with or without choices (``"choices": []``), once at the
+  end or on every chunk, cumulative (vLLM ``continuous_usage_stats``) or
+  incremental (``llmload.request.tokens.read_usage`` decides), with
+  ``completion_tokens_details.reasoning_tokens`` and
+  ``prompt_tokens_details.cached_tokens`` read when they are counts;
+- ``logprobs`` list one entry per token (``content`` for chat, ``tokens``
+  for completions);
 - errors come as ``{"error": {...}}`` or, from older vLLM, as a top-level
   ``{"object": "error", ...}`` (runpod-workers/worker-vllm #57).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from llmload.errors import SSEProtocolError
+from llmload.request.shapes import DeltaText, describe, read_delta, read_text
 
-__all__ = ["ChunkDelta", "ReplyAccumulator", "ServerError", "parse_chunk", "read_server_error"]
+__all__ = ["ChunkDelta", "ReplyAccumulator", "ServerError", "UsageValue", "parse_chunk", "read_server_error"]
 
 _LABEL = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # a server error type/code usable as a bounded label
 
@@ -37,9 +45,17 @@ class ChunkDelta:
         text: generated text of any kind (content, reasoning, tool-call name
             and arguments), joined; "" if none.
         has_token: the chunk carried a generated token of any kind.
-        has_content: the chunk carried non-empty ``content``/``text``.
+        has_content: the chunk carried non-empty content (``content``/``text``/``refusal``).
         finish_reason: the last non-null finish_reason of its choices.
         prompt_tokens, completion_tokens: its ``usage`` values; None if absent.
+        has_reasoning: the chunk carried non-empty reasoning text.
+        shaped: some of its text came from parts, objects or mirrored fields
+            (``llmload.request.shapes``), not from one plain string.
+        reasoning_tokens: ``usage.completion_tokens_details.reasoning_tokens``;
+            None if absent or not a count.
+        cached_tokens: ``usage.prompt_tokens_details.cached_tokens``; None if absent or not a count.
+        logprob_tokens: entries in its choices' ``logprobs.content`` (chat) or
+            ``logprobs.tokens`` (completions), one per token; None without logprobs.
     """
 
     text: str
@@ -48,6 +64,11 @@ class ChunkDelta:
     finish_reason: str | None
     prompt_tokens: int | None
     completion_tokens: int | None
+    has_reasoning: bool = False
+    shaped: bool = False
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+    logprob_tokens: int | None = None
 
 
 def parse_chunk(obj: Any) -> ChunkDelta:
@@ -55,55 +76,130 @@ def parse_chunk(obj: Any) -> ChunkDelta:
 
     Handles chat (``delta`` or ``message``) and completions (``text``)
     choices, any number of choices, and a ``usage`` block with or without
-    choices.
+    choices. Text fields may take any of the shapes servers send
+    (``llmload.request.shapes``).
 
     Raises:
-        SSEProtocolError: (a ``ValueError``) the value is not a completion object.
+        SSEProtocolError: (a ``ValueError``) the value is not a completion
+            object, or a field is not understood; the message names the
+            field path and its JSON type.
     """
-    text = ""
-    has_token = has_content = False
+    if type(obj) is not dict:
+        raise SSEProtocolError(f"the chunk is {describe(obj)}; expected a completion chunk object")
     finish: str | None = None
-    try:
-        choices = obj.get("choices")
-        if choices:
-            for choice in choices:
-                delta = choice.get("delta")
-                if delta is None:
-                    delta = choice.get("message")
-                if delta is None:
-                    piece = choice.get("text")
-                    if piece:
-                        text += piece
-                        has_token = has_content = True
-                else:
-                    piece = delta.get("content")
-                    if piece:
-                        text += piece
-                        has_token = has_content = True
-                    if "reasoning_content" in delta or "reasoning" in delta or "tool_calls" in delta:
-                        piece = delta.get("reasoning_content") or delta.get("reasoning")
-                        if piece:
-                            text += piece
-                            has_token = True
-                        calls = delta.get("tool_calls")
-                        if calls:
-                            has_token = True
-                            for call in calls:
-                                function = call.get("function") or {}
-                                text += (function.get("name") or "") + (function.get("arguments") or "")
-                reason = choice.get("finish_reason")
-                if reason is not None:
-                    finish = str(reason)
-        usage = obj.get("usage")
-        prompt = completion = None
-        if usage:
-            prompt = usage.get("prompt_tokens")
-            completion = usage.get("completion_tokens")
-            if not isinstance(prompt, int | None) or not isinstance(completion, int | None):
-                raise SSEProtocolError(f"usage token counts are not integers: {usage!r}")
-    except (AttributeError, TypeError) as exc:
-        raise SSEProtocolError(f"{exc} in {obj!r:.120}") from exc
-    return ChunkDelta(text, has_token, has_content, finish, prompt, completion)
+    logprobs: int | None = None
+    into = DeltaText()
+    choices = obj.get("choices")
+    if choices:
+        if type(choices) is not list:
+            raise SSEProtocolError(f"choices is {describe(choices)}; expected a list of choices")
+        for i, choice in enumerate(choices):
+            if type(choice) is not dict:
+                raise SSEProtocolError(f"choices[{i}] is {describe(choice)}; expected a choice object")
+            delta = choice.get("delta")
+            if delta is not None:
+                read_delta(delta, f"choices[{i}].delta", into)
+            elif choice.get("message") is not None:
+                read_delta(choice["message"], f"choices[{i}].message", into)
+            else:
+                text = choice.get("text")
+                if type(text) is str:
+                    into.add(text, reasoning=False)
+                elif text is not None:
+                    read_text(text, f"choices[{i}].text", into)
+            reason = choice.get("finish_reason")
+            if reason is not None:
+                finish = str(reason)
+            if choice.get("logprobs") is not None:
+                n = _logprob_entries(choice["logprobs"])
+                if n is not None:
+                    logprobs = n if logprobs is None else logprobs + n
+    elif choices is not None and choices != []:
+        raise SSEProtocolError(f"choices is {describe(choices)}; expected a list of choices")
+    pieces = into.pieces
+    text = pieces[0] if len(pieces) == 1 else "".join(pieces)
+    has_token = into.content or into.reasoning or into.tool_call or bool(text)
+    usage = obj.get("usage")
+    if usage is None:
+        return ChunkDelta(
+            text, has_token, into.content, finish, None, None, into.reasoning, into.shaped, logprob_tokens=logprobs
+        )
+    if type(usage) is not dict:
+        raise SSEProtocolError(f"usage is {describe(usage)}; expected an object of token counts")
+    prompt = usage.get("prompt_tokens")
+    completion = usage.get("completion_tokens")
+    return ChunkDelta(
+        text,
+        has_token,
+        into.content,
+        finish,
+        _count(usage.get("input_tokens") if prompt is None else prompt, "usage.prompt_tokens"),
+        _count(usage.get("output_tokens") if completion is None else completion, "usage.completion_tokens"),
+        into.reasoning,
+        into.shaped,
+        _first_detail(usage, _REASONING_DETAILS),
+        _first_detail(usage, _CACHED_DETAILS),
+        logprobs,
+    )
+
+
+# where servers put the usage details, first found wins: OpenAI (chat, then Responses-style names),
+# then a top-level count (DeepSeek's prompt_cache_hit_tokens, Anthropic-style cache_read_input_tokens)
+_REASONING_DETAILS = (
+    ("completion_tokens_details", "reasoning_tokens"),
+    ("output_tokens_details", "reasoning_tokens"),
+    (None, "reasoning_tokens"),
+)
+_CACHED_DETAILS = (
+    ("prompt_tokens_details", "cached_tokens"),
+    ("input_tokens_details", "cached_tokens"),
+    (None, "prompt_cache_hit_tokens"),
+    (None, "cache_read_input_tokens"),
+)
+
+
+def _first_detail(usage: dict[str, Any], places: tuple[tuple[str | None, str], ...]) -> int | None:
+    for block, key in places:
+        value = _detail(usage if block is None else usage.get(block), key)
+        if value is not None:
+            return value
+    return None
+
+
+def _count(value: Any, path: str) -> int | None:
+    """A usage count: a non-negative integer (an integral float is read as one) or None."""
+    if value is None or (type(value) is int and value >= 0):
+        return value
+    if type(value) is float and value.is_integer() and value >= 0:
+        return int(value)
+    raise SSEProtocolError(
+        f"{path} is {describe(value)}; expected a non-negative integer token count "
+        "(the server's usage block cannot be read)"
+    )
+
+
+def _detail(details: Any, key: str) -> int | None:
+    """A ``*_tokens_details`` count; None (unknown) when the block or the count is missing or not a count."""
+    if type(details) is not dict:
+        return None
+    value = details.get(key)
+    if type(value) is int and value >= 0:
+        return value
+    if type(value) is float and value.is_integer() and value >= 0:
+        return int(value)
+    return None
+
+
+def _logprob_entries(logprobs: Any) -> int | None:
+    """Tokens listed in one choice's ``logprobs``: ``content`` (+ ``refusal``) for chat, ``tokens`` for completions."""
+    if type(logprobs) is not dict:
+        return None
+    n = None
+    for key in ("content", "refusal", "tokens"):
+        entries = logprobs.get(key)
+        if type(entries) is list:
+            n = len(entries) if n is None else n + len(entries)
+    return n
 
 
 def _label(value: Any) -> str | None:
@@ -163,15 +259,23 @@ class ReplyAccumulator:
         pieces: generated text fragments, in order (joined only if a tokenizer needs
             them); always empty when created with ``keep_text=False``.
         first_content_s: arrival of the first non-empty content/text; None if none.
-        finish_reason, prompt_tokens, completion_tokens: last values seen (usage may be
-            cumulative, so the last value wins, never a sum); None if never sent.
+        finish_reason, prompt_tokens, completion_tokens: last values seen; None if never sent.
+        reasoning_tokens, cached_tokens: last usage details seen; None if never sent.
+        usage_log: every ``usage.completion_tokens`` value sent, in order, each
+            with the number of token-bearing events up to and including its
+            chunk and whether that chunk carried a token (``UsageValue``), so
+            per-chunk usage can be read as cumulative or incremental
+            (``llmload.request.tokens.read_usage``).
+        reasoning_streamed: some delta carried reasoning text.
         events: number of deltas added.
         done: ``[DONE]`` was received (set by the reader).
     """
 
     __slots__ = (
-        "_cumulative",
         "_keep_text",
+        "_logprobs",
+        "_usage_per_event",
+        "cached_tokens",
         "completion_tokens",
         "done",
         "events",
@@ -179,47 +283,70 @@ class ReplyAccumulator:
         "first_content_s",
         "pieces",
         "prompt_tokens",
+        "reasoning_streamed",
+        "reasoning_tokens",
         "token_times_s",
+        "usage_log",
     )
 
     def __init__(self, *, keep_text: bool = True) -> None:
         """An empty reply; ``keep_text`` False drops the text (nothing will count or show it)."""
         self._keep_text = keep_text
         self.token_times_s: list[float] = []
-        self._cumulative: list[int] | None = []  # usage.completion_tokens per token event, while all have it
+        self._usage_per_event: list[int] | None = []  # usage.completion_tokens per token event, while all have it
+        self._logprobs: list[int] | None = []  # logprobs entries per token event, while all have them
+        self.usage_log: list[UsageValue] = []
         self.pieces: list[str] = []
         self.first_content_s: float | None = None
         self.finish_reason: str | None = None
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self.reasoning_tokens: int | None = None
+        self.cached_tokens: int | None = None
+        self.reasoning_streamed = False
         self.events = 0
         self.done = False
 
     def add(self, delta: ChunkDelta, t: float) -> None:
         """Account one delta that arrived ``t`` seconds after send."""
         self.events += 1
+        completion = delta.completion_tokens
         if delta.has_token:
             self.token_times_s.append(t)
             if delta.text and self._keep_text:
                 self.pieces.append(delta.text)
             if delta.has_content and self.first_content_s is None:
                 self.first_content_s = t
-            if self._cumulative is not None:
-                if delta.completion_tokens is None:
-                    self._cumulative = None
+            if delta.has_reasoning:
+                self.reasoning_streamed = True
+            if self._usage_per_event is not None:
+                if completion is None:
+                    self._usage_per_event = None
                 else:
-                    self._cumulative.append(delta.completion_tokens)
+                    self._usage_per_event.append(completion)
+            if self._logprobs is not None:
+                if delta.logprob_tokens is None:
+                    self._logprobs = None
+                else:
+                    self._logprobs.append(delta.logprob_tokens)
         if delta.finish_reason is not None:
             self.finish_reason = delta.finish_reason
         if delta.prompt_tokens is not None:
             self.prompt_tokens = delta.prompt_tokens
-        if delta.completion_tokens is not None:
-            self.completion_tokens = delta.completion_tokens
+        if completion is not None:
+            self.completion_tokens = completion
+            self.usage_log.append(UsageValue(completion, len(self.token_times_s), delta.has_token))
+        if delta.reasoning_tokens is not None:
+            self.reasoning_tokens = delta.reasoning_tokens
+        if delta.cached_tokens is not None:
+            self.cached_tokens = delta.cached_tokens
 
     def add_token(self, text: str, t: float, has_content: bool) -> None:
         """Account a plain token delta (non-empty ``text``, no finish_reason, no usage) at ``t``.
 
-        The same as ``add(ChunkDelta(text, True, has_content, None, None, None), t)``.
+        The same as ``add(ChunkDelta(text, True, has_content, None, None, None), t)``:
+        a fast-path template is only learned from a delta without usage or
+        logprobs, whose ``add`` already ended both per-event lists.
         """
         self.events += 1
         self.token_times_s.append(t)
@@ -227,7 +354,7 @@ class ReplyAccumulator:
             self.pieces.append(text)
         if has_content and self.first_content_s is None:
             self.first_content_s = t
-        self._cumulative = None
+        self._usage_per_event = None
 
     def add_tokens(self, texts: list[str], t: float, has_content: bool) -> None:
         """Account plain token deltas (each a non-empty text, no finish_reason, no usage), all at ``t``."""
@@ -238,12 +365,31 @@ class ReplyAccumulator:
             self.pieces += texts
         if has_content and self.first_content_s is None:
             self.first_content_s = t
-        self._cumulative = None
+        self._usage_per_event = self._logprobs = None
 
-    def token_counts(self) -> list[int] | None:
-        """Per-event token counts from cumulative usage, when every token event carried it."""
-        cum = self._cumulative
-        if not cum or len(cum) != len(self.token_times_s):
+    def usage_per_event(self) -> list[int] | None:
+        """``usage.completion_tokens`` of every token event, when every token event carried it."""
+        values = self._usage_per_event
+        return values if values and len(values) == len(self.token_times_s) else None
+
+    def logprob_counts(self) -> list[int] | None:
+        """Tokens listed in ``logprobs`` per token event, when every token event listed at least one."""
+        counts = self._logprobs
+        if not counts or len(counts) != len(self.token_times_s) or min(counts) < 1:
             return None
-        counts = [cum[0], *(b - a for a, b in itertools.pairwise(cum))]
-        return counts if min(counts) >= 1 else None
+        return counts
+
+
+@dataclass(frozen=True, slots=True)
+class UsageValue:
+    """One ``usage.completion_tokens`` value as sent.
+
+    Attributes:
+        tokens: the value.
+        token_events: token-bearing events so far, this chunk's included.
+        on_token: this chunk also carried a generated token.
+    """
+
+    tokens: int
+    token_events: int
+    on_token: bool

@@ -17,7 +17,14 @@
 - ``usage`` may be cumulative (vLLM ``continuous_usage_stats``): the last
   value wins, never a sum (vllm-project/production-stack PR #873).
 - The reply ends at ``[DONE]`` or at a clean end of body after a
-  ``finish_reason``. An ``error`` object in a 2xx body or stream is a failure
+  ``finish_reason``; an event pending at the end of the body without its
+  blank line is still read. After ``[DONE]`` the rest of the body is read
+  for at most ``DRAIN_S`` so the connection can be reused; a server that
+  holds it open longer loses the connection, not the user's time. A failed
+  stream's message says what was seen (``StreamSeen``: events, bytes, finish
+  reason, ``[DONE]``, whether the body ended). A streamed request answered
+  with one JSON body is a reply that did not stream (no token times).
+- An ``error`` object in a 2xx body or stream is a failure
   (vllm PR #57519, runpod-workers/worker-vllm #57); a 2xx reply without any
   generated token is ``EMPTY`` (vllm PR #5895).
 
@@ -35,6 +42,7 @@ from typing import Protocol
 
 from llmload.errors import TransportError
 from llmload.request.chunks import ReplyAccumulator, parse_chunk, read_server_error
+from llmload.request.error_pages import GZIP_MAGIC, describe_error_page, readable_message, summarize_body
 from llmload.request.failures import (
     IncompleteReplyError,
     Phase,
@@ -44,17 +52,29 @@ from llmload.request.failures import (
     parse_retry_after,
 )
 from llmload.request.payloads import LLMRequest
-from llmload.request.record import ErrorInfo, Outcome, RequestRecord
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenSource
+from llmload.request.seen import StreamSeen
 from llmload.request.stream import ReplyFailure, ReplyReader, new_scanner
-from llmload.request.tokens import TokenCounter, resolve_completion_tokens, resolve_prompt_tokens
+from llmload.request.tokens import TokenCounter, resolve_output_tokens, resolve_prompt_tokens
 from llmload.settings.config import Timeouts
 
-__all__ = ["Response", "StreamingClient", "Transport"]
+__all__ = ["DRAIN_S", "Response", "StreamingClient", "Transport"]
 
 _MESSAGE_CHARS = 500  # ErrorInfo.message limit
 _ERROR_BODY_BYTES = 64 * 1024  # read at most this much of a non-2xx body
 _JSON_BODY_BYTES = 16 * 1024 * 1024  # a non-streamed reply larger than this is refused
 _DRAIN_BYTES = 64 * 1024  # bytes read after [DONE] to finish the HTTP message (keeps the connection)
+_HEAD_BYTES = 1024  # the first bytes of a streamed body kept for failure messages
+DRAIN_S = 0.005
+"""Seconds the rest of a body is read after ``[DONE]`` for the connection to be reused; then it is dropped.
+
+Servers end the body with (or right after) the write that carries ``[DONE]``:
+the end arrives in the same read or within a fraction of a millisecond. A body
+still open after a few ms is held open on purpose (openai-python #3440,
+``: ping`` keep-alives from proxies, LiteLLM PR #37322) and may stay so for
+seconds; a new connection costs about one round trip (plus a TLS handshake),
+far less than waiting for such a body, so the user moves on at once.
+"""
 _STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 
@@ -75,6 +95,17 @@ class Response(Protocol):
             RequestTimeout: no bytes within the idle timeout.
             ConnectionClosedError: the body was cut short.
             TransportError: the connection failed.
+        """
+        ...
+
+    def header(self, name: str) -> str | None:
+        """The value of the response header ``name`` (any case); None if absent."""
+        ...
+
+    def drain(self, within_s: float, limit_bytes: int) -> bool:
+        """Read and discard the rest of the body for at most ``within_s`` s and ``limit_bytes``; True if it ended.
+
+        Never raises for the connection's failures: the body then did not end.
         """
         ...
 
@@ -164,6 +195,7 @@ class StreamingClient:
         clock = self._clock
         self.request_sent = False
         phase = Phase.SEND
+        seen: StreamSeen | None = None
         t0 = clock()
         try:
             self._transport.connect()
@@ -178,10 +210,11 @@ class StreamingClient:
             try:
                 status, ctype = response.status, response.content_type
                 if not 200 <= status < 300:
-                    self._read_http_error(response, record, t0)
+                    self._read_http_error(response, record, t0, len(request.body))
                 elif ctype == "text/event-stream" or (request.stream and not _is_json(ctype)):
                     phase = Phase.STREAM
-                    self._read_stream(response, record, request, t0)
+                    seen = StreamSeen(response.header("content-encoding"), ctype)
+                    self._read_stream(response, record, request, t0, seen)
                 else:
                     phase = Phase.BODY
                     self._read_json(response, record, request, t0)
@@ -192,63 +225,120 @@ class StreamingClient:
             if failure is None:
                 raise
             end_s = record.end_s if failure.at_last_read and record.end_s is not None else clock() - t0
-            return _fail(record, failure.outcome, failure.category, str(exc), end_s, status=failure.status)
+            message = str(exc)
+            if seen is not None and failure.outcome is not Outcome.SERVER_ERROR:  # the server's own words suffice
+                message = f"{message.rstrip('. ')}; {seen.describe()}"
+            return _fail(record, failure.outcome, failure.category, message, end_s, status=failure.status)
         if record.error is None:
             _check_empty(record)
         return record
 
     # ── replies ──────────────────────────────────────────────────────────
-    def _read_stream(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
+    def _read_stream(
+        self, response: Response, record: RequestRecord, request: LLMRequest, t0: float, seen: StreamSeen
+    ) -> None:
         """Read an SSE reply into ``record``; raises what ``FAILURES`` lists for ``Phase.STREAM``.
 
         ``record.end_s`` is the arrival of the last read (or the end of the
-        body), failed or not; what arrived is accounted either way.
+        body), failed or not; what arrived is accounted either way. ``seen``
+        gathers what arrived, for the failure message.
         """
         clock, read, arrived = self._clock, response.read_some, self._arrived
         deadline_s = self._total_timeout_s
         reader = ReplyReader(self._scan_json, keep_text=self._keep_text or self._token_counter is not None)
         acc, feed = reader.acc, reader.feed
-        head = b""  # the first bytes of the body, for error messages
+        seen.acc = acc
         t = 0.0
+        size = 0
+        json_head = b""
         try:
             while True:
                 data = read()
                 if not data:
+                    seen.body_ended = True
+                    reader.finish(t)  # an event pending without its blank line arrived with the last read
                     t = clock() - t0
                     break
                 t = arrived(response, record, t0, t)
-                if not head:
-                    head = data[:120]
+                if not size:
+                    seen.head = data[:_HEAD_BYTES]
+                    if seen.content_type != "text/event-stream" and data.lstrip()[:1] == b"{":
+                        json_head = data  # one JSON body under another media type: a server that did not stream
+                        size = len(data)
+                        break
+                size += len(data)
                 feed(data, t)
                 if acc.done:
                     break
                 if t > deadline_s:
                     raise TotalTimeout(f"no complete reply within {deadline_s:g} s")
         finally:
+            seen.size = size
             self._fill(record, acc, request)
             record.end_s = t
+        if json_head:
+            self._read_unlabelled_json(response, record, request, t0, seen=seen, first=json_head)
+            return
         if acc.done:
-            _drain(read)
+            response.drain(DRAIN_S, _DRAIN_BYTES)
         elif acc.finish_reason is None:
-            raise IncompleteReplyError(_incomplete_detail(acc.events, len(acc.token_times_s), head))
+            raise IncompleteReplyError("the body ended without a finish_reason or [DONE]")
 
     def _read_json(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
         """Read a whole JSON reply into ``record``; raises what ``FAILURES`` lists for ``Phase.BODY``."""
-        body, record.end_s = self._read_all(response, t0, _JSON_BODY_BYTES, record)
+        body, end_s = self._read_all(response, t0, _JSON_BODY_BYTES, record)
+        record.end_s = end_s
+        self._take_json(body, end_s, response, record, request)
+
+    def _take_json(
+        self, body: bytes, end_s: float, response: Response, record: RequestRecord, request: LLMRequest
+    ) -> None:
+        """Account a whole JSON reply whose last bytes arrived at ``end_s``; raises ``ValueError`` if not JSON."""
         try:
             obj = json.loads(body)
         except ValueError as exc:
+            if body.lstrip()[:1] == b"<" or body.startswith(GZIP_MAGIC):  # a proxy's page, or a compressed body
+                raise ValueError(f"not JSON but {summarize_body(body, response.content_type)}") from exc
             raise ValueError(f"{exc}: {body[:120]!r}") from exc
         error = read_server_error(obj, None)
         if error is not None:
             raise ReplyFailure(Outcome.SERVER_ERROR, error.category, error.message, response.status)
         acc = ReplyAccumulator()
-        acc.add(parse_chunk(obj), record.end_s)
+        acc.add(parse_chunk(obj), end_s)
         self._fill(record, acc, request, streamed=False)
         record.streamed = False
 
-    def _read_http_error(self, response: Response, record: RequestRecord, t0: float) -> None:
-        """Record a non-2xx reply as ``classify_status`` says (``THROTTLED`` ones with their ``Retry-After``)."""
+    def _read_unlabelled_json(
+        self,
+        response: Response,
+        record: RequestRecord,
+        request: LLMRequest,
+        t0: float,
+        *,
+        seen: StreamSeen,
+        first: bytes,
+    ) -> None:
+        """A streamed request answered with one JSON body that is not labelled ``application/json``.
+
+        Read as a non-streamed reply when it is valid JSON; otherwise an
+        incomplete stream that names what the body began with. ``first``: the
+        body's first read, which arrived at ``record.end_s``.
+        """
+        body, end_s = self._read_all(response, t0, _JSON_BODY_BYTES, record, first=first, first_s=record.end_s or 0.0)
+        record.end_s = end_s
+        seen.size, seen.body_ended = len(body), len(body) < _JSON_BODY_BYTES
+        try:
+            self._take_json(body, end_s, response, record, request)
+        except ValueError as exc:  # invalid JSON (ReplyFailure and SSEProtocolError are no ValueError)
+            raise IncompleteReplyError(f"not an event stream and not valid JSON ({exc})") from exc
+
+    def _read_http_error(self, response: Response, record: RequestRecord, t0: float, request_bytes: int) -> None:
+        """Record a non-2xx reply as ``classify_status`` says (``THROTTLED`` ones with their ``Retry-After``).
+
+        A body that is not an OpenAI error object (a proxy's HTML or text
+        page) becomes one line: status, the page's title, the ``Server``
+        header and, for a 413, ``request_bytes`` (``llmload.request.error_pages``).
+        """
         status = response.status
         try:
             body, t = self._read_all(response, t0, _ERROR_BODY_BYTES, record)
@@ -260,7 +350,12 @@ class StreamingClient:
             obj = None
         error = read_server_error(obj, None, http_body=True)
         kind = error.kind if error is not None else None
-        message = error.message if error is not None else body.decode("utf-8", "replace")
+        if error is not None:
+            message = readable_message(error.message)
+        else:
+            message = describe_error_page(
+                status, body, response.content_type, server=response.header("server"), request_bytes=request_bytes
+            )
         failure = classify_status(status, kind, response.retry_after)
         if failure.outcome is Outcome.THROTTLED:
             record.retry_after_s = parse_retry_after(response.retry_after, self._wall_clock())
@@ -282,11 +377,23 @@ class StreamingClient:
         arrived_s = self._clock() - t0 - lag_s
         return arrived_s if arrived_s > previous_s else previous_s
 
-    def _read_all(self, response: Response, t0: float, limit: int, record: RequestRecord) -> tuple[bytes, float]:
-        """The whole body (at most ``limit`` bytes) and when its last bytes arrived (seconds after send)."""
-        parts: list[bytes] = []
-        size = 0
-        t = 0.0
+    def _read_all(
+        self,
+        response: Response,
+        t0: float,
+        limit: int,
+        record: RequestRecord,
+        *,
+        first: bytes = b"",
+        first_s: float = 0.0,
+    ) -> tuple[bytes, float]:
+        """The whole body (at most ``limit`` bytes) and when its last bytes arrived (seconds after send).
+
+        ``first``: body bytes already read (at ``first_s``), if any.
+        """
+        parts = [first] if first else []
+        size = len(first)
+        t = first_s
         while True:
             data = response.read_some()
             if not data:
@@ -303,21 +410,18 @@ class StreamingClient:
         self, record: RequestRecord, acc: ReplyAccumulator, request: LLMRequest, *, streamed: bool = True
     ) -> None:
         record.token_times_s = acc.token_times_s
-        record.token_counts = acc.token_counts() if streamed else None
         record.first_content_s = acc.first_content_s
         record.finish_reason = acc.finish_reason
-        record.completion_tokens = resolve_completion_tokens(
-            server_tokens=acc.completion_tokens,
-            pieces=acc.pieces,
-            counter=self._token_counter,
-            chunk_count=len(acc.token_times_s) if streamed else None,
-        )
+        output = resolve_output_tokens(acc, counter=self._token_counter, streamed=streamed)
+        record.completion_tokens, record.token_counts = output.count, output.token_counts
+        record.hidden_reasoning_tokens, record.usage_notes = output.hidden_reasoning_tokens, output.notes
+        record.reasoning_tokens, record.cached_prompt_tokens = acc.reasoning_tokens, acc.cached_tokens
         record.prompt_tokens = resolve_prompt_tokens(
             server_tokens=acc.prompt_tokens, prompt_text=request.prompt_text, counter=self._token_counter
         )
         if self._keep_text:
             record.output_text = "".join(acc.pieces)
-        if self._compare_tokens and self._token_counter is not None and acc.completion_tokens is not None:
+        if self._compare_tokens and self._token_counter is not None and output.count.source is TokenSource.SERVER:
             # Both counts exist: the server's usage wins; the tokenizer's is a diagnostic only.
             record.client_completion_tokens = self._token_counter.count("".join(acc.pieces))
 
@@ -342,18 +446,6 @@ def _fail(
     return record
 
 
-# A proxy that compresses text/event-stream sends gzip bytes the SSE decoder cannot read.
-_GZIP_MAGIC = b"\x1f\x8b"
-_GZIPPED = "; the body is gzip-compressed (Content-Encoding: gzip): turn compression off in the proxy or gateway"
-
-
-def _incomplete_detail(events: int, token_events: int, head: bytes) -> str:
-    detail = f"{events} events, {token_events} with tokens"
-    if not events:
-        detail += _GZIPPED if head.startswith(_GZIP_MAGIC) else f"; body began {head!r}"
-    return f"no finish_reason or [DONE] ({detail})"
-
-
 def _check_empty(record: RequestRecord) -> None:
     """Mark a well-formed reply without any generated token as EMPTY (not a success with TTFT 0)."""
     if record.token_times_s:
@@ -366,20 +458,3 @@ def _check_empty(record: RequestRecord) -> None:
         f"completion_tokens={record.completion_tokens.value!r})",
         record.end_s if record.end_s is not None else 0.0,
     )
-
-
-def _drain(read: Callable[[], bytes]) -> None:
-    """Read the rest of the HTTP body after ``[DONE]`` so the connection can be reused.
-
-    Failures here do not change the outcome; the transport discards a
-    connection whose body was not fully read.
-    """
-    size = 0
-    try:
-        while size < _DRAIN_BYTES:
-            data = read()
-            if not data:
-                return
-            size += len(data)
-    except (TransportError, OSError):
-        return

@@ -23,12 +23,29 @@ __all__ = [
     "LLMRequest",
     "build_chat_request",
     "build_completion_request",
+    "check_endpoint_path",
 ]
 
 Endpoint = Literal["chat", "completions"]
 
 COMPLETIONS_PATH = "/v1/completions"
 CHAT_PATH = "/v1/chat/completions"
+
+# Paths of other APIs than the two llmload's bodies are for: posting a chat or completions
+# body there fails every request, or worse, is answered in a shape no figure can be read from.
+_OTHER_APIS = {
+    "/responses": "the OpenAI Responses API",
+    "/messages": "the Anthropic Messages API",
+    "/embeddings": "the embeddings API",
+    "/audio/speech": "the text-to-speech API",
+    "/audio/transcriptions": "the transcription API",
+    "/images/generations": "the image generation API",
+    "/rerank": "a rerank API",
+}
+_BODY_NAMES = {
+    "chat": "ChatUser posts chat/completions bodies",
+    "completions": "CompletionUser posts completions bodies",
+}
 
 # Keys the builders own; `extra` may not override them.
 _RESERVED = frozenset({"model", "prompt", "messages", "stream", "max_tokens", "max_completion_tokens"})
@@ -232,3 +249,21 @@ def _encode(body: Mapping[str, Any]) -> bytes:
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"request body is not JSON-serialisable: {exc}; check the extra fields") from exc
+
+
+def check_endpoint_path(path: str, endpoint: Endpoint) -> None:
+    """Refuse an ``--endpoint-path`` of another API than the one whose bodies ``endpoint``'s user posts.
+
+    Raises:
+        ConfigError: the path ends like another API's (``/v1/responses``,
+            ``/v1/messages``, ``/v1/embeddings`` …); the message names it.
+    """
+    bare = path.partition("?")[0].rstrip("/").lower()
+    for suffix, api in _OTHER_APIS.items():
+        if bare.endswith(suffix):
+            raise ConfigError(
+                f"--endpoint-path {path} is {api}, but llmload's {_BODY_NAMES[endpoint]} "
+                "(messages or prompt, max_tokens, SSE chunks with choices); posting them there would fail or be "
+                f"misread. Pass the path of the server's {'chat/completions' if endpoint == 'chat' else 'completions'} "
+                "endpoint, e.g. --endpoint-path /openai/deployments/m/chat/completions"
+            )

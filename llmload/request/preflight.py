@@ -24,13 +24,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmload.errors import ConfigError, RequestError
+from llmload.errors import ConfigError, RequestError, WrongProtocolError
 from llmload.request.client import StreamingClient, Transport
+from llmload.request.error_pages import describe_error_page, summarize_body
 from llmload.request.payloads import LLMRequest
-from llmload.request.record import RequestRecord, TokenSource
+from llmload.request.record import RequestRecord, TokenSource, UsageNote
 from llmload.settings.config import RunConfig
 
-__all__ = ["ModelList", "PreflightReport", "check_open_files", "fetch_models", "join_url", "probe"]
+__all__ = [
+    "ModelList",
+    "PreflightReport",
+    "check_open_files",
+    "fetch_models",
+    "join_url",
+    "not_streamed_warning",
+    "probe",
+]
 
 # Sockets per user (1) plus Locust's own (zmq, web UI, logs) and a margin.
 _FDS_PER_PROCESS_MARGIN = 256
@@ -53,6 +62,8 @@ class PreflightReport:
     model: str
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    not_streamed: list[str] = field(default_factory=list)
+    """Endpoints whose streamed probe was answered with one JSON body (already warned about)."""
 
 
 def fetch_models(
@@ -76,8 +87,11 @@ def fetch_models(
     try:
         reply = get("/v1/models")
     except RequestError as exc:
-        raise ConfigError(f"cannot reach {url}: {str(exc).rstrip('.')}. Is the server up and -H right?") from exc
+        raise _unreachable(url, exc) from exc
     status, body = reply.status, reply.body
+    refused = _refused_protocol(url, status, body, getattr(reply, "content_type", ""))
+    if refused is not None:
+        raise refused
     if status in (401, 403):
         if key_sent_as is not None:
             raise ConfigError(
@@ -96,7 +110,7 @@ def fetch_models(
             "credentials in the proxy variable (http://USER:PASSWORD@HOST:PORT) or pass --ignore-proxy-env"
         )
     if status != 200:
-        excerpt = body[:200].decode("utf-8", "replace")
+        excerpt = summarize_body(body[:4096], getattr(reply, "content_type", ""))
         if host.rstrip("/").endswith("/v1"):
             hint = f"drop the /v1: pass -H {host.rstrip('/')[: -len('/v1')]}"
         else:
@@ -117,6 +131,22 @@ def fetch_models(
             f"GET {url} did not return an OpenAI model list ({body[:200]!r}); is -H an OpenAI-compatible server?"
         ) from exc
     return ModelList(ids=ids, context_tokens=context)
+
+
+def _unreachable(url: str, exc: RequestError) -> ConfigError:
+    """The stop for a ``GET /v1/models`` that got no HTTP/1.1 answer: a server that speaks another protocol is
+    named as such, not asked whether it is up."""
+    text = str(exc).rstrip(".")
+    if isinstance(exc, WrongProtocolError):
+        return ConfigError(f"GET {url} got no HTTP/1.1 answer: {text.removeprefix(f'GET {url}: ')}")
+    return ConfigError(f"cannot reach {url}: {text}. Is the server up and -H right?")
+
+
+def _refused_protocol(url: str, status: int, body: bytes, content_type: str) -> ConfigError | None:
+    """The stop for ``505 HTTP Version Not Supported``: the server refuses HTTP/1.1; else None."""
+    if status != 505:
+        return None
+    return ConfigError(f"GET {url} answered HTTP 505: {describe_error_page(505, body[:4096], content_type)}")
 
 
 def join_url(base: str, path: str) -> str:
@@ -181,10 +211,20 @@ def probe(
         source = record.completion_tokens.source
         if models.missing is not None:
             report.notes.append(f"{name}: the probe request to {model} succeeded")
-        if not request.stream:
+        if request.stream and not record.streamed:
+            report.warnings.append(not_streamed_warning(name))
+            report.not_streamed.append(request.endpoint)
+        elif not request.stream:
             report.notes.append(f"{name}: non-streaming; token counts from the server's usage")
         elif source is TokenSource.SERVER:
             report.notes.append(f"{name}: the server streams usage; token counts come from the server")
+        elif UsageNote.BELOW_EVENTS in record.usage_notes:
+            report.warnings.append(
+                f"{name}: the server's usage counts fewer tokens than it streamed events; usage is not used, "
+                f"completion tokens come from {source.value}"
+            )
+        elif source is TokenSource.LOGPROBS:
+            report.notes.append(f"{name}: no usage in the stream; token counts come from the tokens listed in logprobs")
         else:
             report.warnings.append(
                 f"{name}: the server sent no usage in its stream; completion tokens will be "
@@ -202,6 +242,15 @@ def probe(
                 f"model's context length ({context}); replies will be cut short or refused"
             )
     return report
+
+
+def not_streamed_warning(who: str) -> str:
+    """The one warning of a run whose streamed requests (``stream: true``) get one JSON body."""
+    return (
+        f"{who}: the server did not stream: it answered stream: true with one JSON body; those replies count "
+        "with the server's usage, but TTFT, ITL and TPOT are unavailable (n/a) for them. Check the server or "
+        "gateway (does it pass streaming through?), or pass --no-stream to measure whole replies on purpose"
+    )
 
 
 def check_open_files(users_in_process: int) -> str | None:

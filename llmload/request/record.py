@@ -12,7 +12,9 @@ used by vLLM's ``benchmark_serving`` and guidellm:
   samples summing to last token − first token, so its mean ITL is its TPOT
   (see ``RequestRecord.itl_samples_s``); otherwise one sample per gap
   between token-bearing events (inter-chunk latency, ``ITLKind.CHUNK``).
-- TPOT: (last token − first token) / (completion_tokens − 1).
+- TPOT: (last token − first token) / (streamed tokens − 1), where streamed
+  tokens are ``completion_tokens`` minus reasoning tokens that usage counts
+  but the stream never carried (``RequestRecord.streamed_tokens``).
 - E2E: send → end of the reply (``[DONE]``, or end of body after a finish).
 
 "Send" is when the request is written on a ready connection; connection
@@ -35,6 +37,7 @@ __all__ = [
     "RequestRecord",
     "TokenCount",
     "TokenSource",
+    "UsageNote",
 ]
 
 
@@ -64,9 +67,25 @@ class TokenSource(Enum):
     """Where a token count came from, best first."""
 
     SERVER = "server"  # the server's `usage` block
+    LOGPROBS = "logprobs"  # entries of `logprobs.content` (chat) / `logprobs.tokens` (completions), one per token
     TOKENIZER = "client-tokenized"  # local tokenizer on the joined text, no special tokens
     CHUNKS = "chunk-count"  # number of token-bearing stream events (a lower bound)
     UNKNOWN = "unknown"
+
+
+class UsageNote(Enum):
+    """Why a reply's token count or TPOT is not simply read off the server's final usage.
+
+    Counted per note in the results (``tokens.usage_checks``); rules in ``llmload.request.tokens.read_usage``.
+    """
+
+    INCREMENTAL = "usage_incremental"  # usage sent per chunk held per-chunk counts: summed, not the last value
+    NOT_GROWING = "usage_not_growing"  # usage sent per chunk stayed the same while tokens streamed
+    BELOW_EVENTS = "usage_below_events"  # usage counted fewer tokens than token-bearing events: not used
+    HIDDEN_REASONING = "hidden_reasoning"  # usage's reasoning tokens were never streamed: TPOT over the streamed ones
+    # usage's reasoning tokens were not streamed, yet usage minus them is fewer than the token events:
+    # how many tokens were streamed is unknown, so TPOT is unavailable
+    REASONING_UNEXPLAINED = "reasoning_unexplained"
 
 
 class ITLKind(Enum):
@@ -143,6 +162,14 @@ class RequestRecord:
             kernel stamp: TLS, non-Linux, bytes that came with the headers).
         retry_after_s: throttled replies only: the server's ``Retry-After``
             in seconds; None if it sent none (or an unreadable one).
+        reasoning_tokens: ``usage.completion_tokens_details.reasoning_tokens``
+            (part of ``completion_tokens``); None if the server did not say.
+        cached_prompt_tokens: ``usage.prompt_tokens_details.cached_tokens``
+            (prompt tokens served from the server's prefix cache); None if the server did not say.
+        hidden_reasoning_tokens: reasoning tokens counted in
+            ``completion_tokens`` that were never streamed (the stream carried
+            no reasoning text); 0 when none were judged hidden.
+        usage_notes: why the token count or TPOT is not the plain final usage (see ``UsageNote``).
     """
 
     endpoint: str
@@ -167,6 +194,10 @@ class RequestRecord:
     read_lags_s: list[float] = field(default_factory=list)
     unstamped_reads: int = 0
     retry_after_s: float | None = None
+    reasoning_tokens: int | None = None
+    cached_prompt_tokens: int | None = None
+    hidden_reasoning_tokens: int = 0
+    usage_notes: tuple[UsageNote, ...] = ()
 
     # ── derived metrics ──────────────────────────────────────────────────
     @property
@@ -195,12 +226,29 @@ class RequestRecord:
         return self.token_times_s[-1] if self.token_times_s else None
 
     @property
-    def tpot_s(self) -> float | None:
-        """(last token − first token) / (completion_tokens − 1).
+    def streamed_tokens(self) -> int | None:
+        """Completion tokens that were streamed: ``completion_tokens`` minus hidden reasoning tokens.
 
-        None when fewer than two tokens were generated or the count is unknown.
+        None when the count is unknown, or when usage's reasoning tokens make
+        the streamed count unknowable (``UsageNote.REASONING_UNEXPLAINED``).
         """
         n = self.completion_tokens.value
+        if n is None or UsageNote.REASONING_UNEXPLAINED in self.usage_notes:
+            return None
+        return n - self.hidden_reasoning_tokens
+
+    @property
+    def tpot_s(self) -> float | None:
+        """(last token − first token) / (streamed tokens − 1).
+
+        Over the tokens that were streamed (``streamed_tokens``): reasoning
+        tokens that usage counts but the stream never carried took no part in
+        the time between the first and the last streamed token (e.g. 104
+        completion tokens of which 100 hidden reasoning, 4 streamed over 60 ms
+        give 20 ms, not 0.58 ms). None when fewer than two tokens were
+        streamed or the count is unknown (``usage_notes`` says why).
+        """
+        n = self.streamed_tokens
         if n is None or n < 2 or not self.token_times_s or not self.streamed:
             return None
         return (self.token_times_s[-1] - self.token_times_s[0]) / (n - 1)
@@ -210,7 +258,7 @@ class RequestRecord:
         """``TOKEN`` when per-chunk token counts are known, else ``CHUNK``."""
         if self.token_counts is not None:
             return ITLKind.TOKEN
-        n = self.completion_tokens.value
+        n = self.streamed_tokens
         if n is not None and self.completion_tokens.source is TokenSource.SERVER and n == len(self.token_times_s):
             return ITLKind.TOKEN  # one token per event, confirmed by the server's total
         return ITLKind.CHUNK

@@ -14,8 +14,12 @@ section "Interpreting an event stream":
 - A blank line dispatches the event. Blocks whose data buffer is empty
   (``retry:``, ``id:`` or ``event:`` only, or comments) dispatch nothing.
   Several ``data`` lines are joined with ``\\n``.
-- At the end of the stream an event not terminated by a blank line is
-  discarded, as the standard requires.
+- At the end of the stream (``flush``) an event not terminated by a blank
+  line is dispatched, its unterminated last line included. The standard
+  discards it, but a server that ends its body without the final blank line
+  meant that event: it is often the one with the finish reason and usage
+  (openai/openai-node #2725, rexxars/eventsource-parser #18). A cut-short
+  event then fails as invalid JSON instead of vanishing.
 
 Any split of the same byte stream into ``feed`` calls yields the same events
 (``tests/property/test_sse_property.py`` proves it, fast path included).
@@ -100,6 +104,20 @@ class SSEDecoder:
         return bool(self._tail or self._data or self._event or self._utf8.getstate()[0])
 
     @property
+    def pending_done(self) -> bool:
+        """True when the one thing pending is a ``data: [DONE]`` line that no blank line has ended yet.
+
+        The OpenAI end-of-stream sentinel cannot start a longer event, so a
+        reader may end the reply there instead of waiting for a blank line
+        that a server holding the body open may never send.
+        """
+        if self._event:
+            return False
+        if not self._tail:
+            return self._data == ["[DONE]"]
+        return not self._data and "".join(self._tail) in ("data: [DONE]", "data:[DONE]")
+
+    @property
     def at_event_boundary(self) -> bool:
         """True when nothing is pending: no partial line, event, CR or UTF-8 sequence."""
         return self._idle
@@ -180,20 +198,24 @@ class SSEDecoder:
         )
 
     def flush(self) -> list[SSEEvent]:
-        """Signal the end of the stream and reset the decoder.
+        """Signal the end of the stream, dispatch what is pending and reset the decoder.
 
         Returns:
-            Always an empty list: an event not terminated by a blank line is
-            discarded (WHATWG). Check ``has_partial_event`` first to report it.
+            The event that was pending (not terminated by a blank line, its
+            last line maybe not even by a line end), or an empty list.
+            ``has_partial_event`` beforehand says whether there is one.
         """
-        self._utf8.decode(b"", True)
+        text = self._utf8.decode(b"", True)  # a cut-short UTF-8 sequence becomes U+FFFD
+        pending = bool(text or self._tail or self._data or self._event)
+        # The end of the stream ends the last line and the event: as if a blank line followed.
+        events = self._feed_text(text + "\n\n") if pending else []
         self._utf8.reset()
         self._tail = []
         self._after_cr = False
         self._data = []
         self._event = ""
         self._idle = True
-        return []
+        return events
 
     def _feed_text(self, text: str) -> list[SSEEvent]:
         if self._bom_pending:

@@ -9,8 +9,11 @@ are those of ``llmload.request.client``.
 Plain token deltas skip both the SSE decoder and the JSON decoder: a server
 sends every token delta of one reply as the same JSON text with only the
 generated text changing (same id, created, model and index, no
-finish_reason, no usage). ``DeltaTemplate`` learns that text's surroundings
-from the first such delta, and a run of whole events of that form in one
+finish_reason, no usage, no logprobs). Only a plain string delta is learned:
+content given as parts or objects, mirrored reasoning and object tool-call
+arguments (``ChunkDelta.shaped``) always take the full path.
+``DeltaTemplate`` learns that text's surroundings from the first such
+delta, and a run of whole events of that form in one
 read is split in a single pass (``str.split`` on "surroundings of one event
 + start of the next"). Anything else, or any text that a JSON encoder would
 have escaped, takes the full path, so both paths account exactly the same.
@@ -87,6 +90,8 @@ class DeltaTemplate:
         text = delta.text
         if (
             delta.finish_reason is not None
+            or delta.shaped  # parts, objects, mirrored fields: always the full path
+            or delta.logprob_tokens is not None
             or delta.prompt_tokens is not None
             or delta.completion_tokens is not None
             or not plain_text(text)
@@ -102,7 +107,7 @@ class DeltaTemplate:
             probe = parse_chunk(scan(template.prefix + _TEMPLATE_PROBE + template.suffix, 0)[0])
         except (ValueError, StopIteration):
             return None
-        if probe != ChunkDelta(_TEMPLATE_PROBE, True, delta.has_content, None, None, None):
+        if probe != ChunkDelta(_TEMPLATE_PROBE, True, delta.has_content, None, None, None, delta.has_reasoning):
             return None
         return template
 
@@ -186,7 +191,8 @@ class ReplyReader:
     def feed(self, data: bytes, t: float) -> None:
         """Account the events that ``data`` completes, all as arrived ``t`` seconds after send.
 
-        Events after ``[DONE]`` are ignored.
+        Events after ``[DONE]`` are ignored. A ``data: [DONE]`` line at the
+        end of ``data`` ends the reply even before its blank line arrives.
 
         Raises:
             ReplyFailure: an error object (``SERVER_ERROR``) or invalid JSON
@@ -196,12 +202,15 @@ class ReplyReader:
         template, decoder = self._template, self._decoder
         if template is None:
             self._events(decoder.feed(data), t)
+            if not decoder.at_event_boundary:
+                self._end_at_pending_done(t)
             return
         start = 0
         if not decoder.at_event_boundary:
             cut = data.find(_EVENT_END)  # complete the pending event first
             if cut < 0:
                 self._events(decoder.feed(data), t)
+                self._end_at_pending_done(t)
                 return
             start = cut + 2
             self._events(decoder.feed(data[:start]), t)
@@ -209,6 +218,7 @@ class ReplyReader:
                 return
             if not decoder.at_event_boundary:
                 self._events(decoder.feed(data[start:]), t)
+                self._end_at_pending_done(t)
                 return
         end = data.rfind(_EVENT_END) + 2
         if end > start:  # whole events: data[start:end] begins and ends at event boundaries
@@ -224,6 +234,29 @@ class ReplyReader:
             start = end
         if start < len(data) and not self.acc.done:
             self._events(decoder.feed(data[start:]), t)
+            self._end_at_pending_done(t)
+
+    def _end_at_pending_done(self, t: float) -> None:
+        """End the reply at a ``[DONE]`` line still waiting for its blank line: a server may hold the body open."""
+        decoder = self._decoder
+        if not self.acc.done and decoder.pending_done:
+            self._events(decoder.flush(), t)
+
+    def finish(self, t: float) -> None:
+        """The body ended: account an event still pending without its blank line, as arrived at ``t``.
+
+        Raises:
+            ReplyFailure: as ``feed``; invalid JSON in that event says it was the unterminated last one.
+        """
+        if self.acc.done or not self._decoder.has_partial_event:
+            return
+        try:
+            self._events(self._decoder.flush(), t)
+        except ReplyFailure as exc:
+            if exc.outcome is not Outcome.STREAM_ERROR:
+                raise
+            message = f"the last event, not terminated by a blank line, is cut short: {exc.message}"
+            raise ReplyFailure(exc.outcome, exc.category, message, exc.status) from exc
 
     def _events(self, events: list[SSEEvent], t: float) -> None:
         acc, template, scan = self.acc, self._template, self._scan

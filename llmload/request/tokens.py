@@ -2,14 +2,25 @@
 
 Precedence (the same as vLLM's ``benchmark_serving`` and guidellm):
 
-1. the server's ``usage`` block (``TokenSource.SERVER``);
-2. a local tokenizer run *once* on the joined text, never per chunk and never
+1. the server's ``usage`` block (``TokenSource.SERVER``), when it adds up
+   with the stream (``read_usage``);
+2. the tokens listed in ``logprobs`` (``logprobs.content`` for chat,
+   ``logprobs.tokens`` for completions), when every token-bearing event
+   listed them (``TokenSource.LOGPROBS``): exact even when a server groups
+   several tokens per chunk and sends no usage;
+3. a local tokenizer run *once* on the joined text, never per chunk and never
    with special tokens (``TokenSource.TOKENIZER``) — counting each chunk
    separately or adding BOS inflates output lengths (kubernetes-sigs/
    inference-perf #564, eugr/llama-benchy #18, ray-project/llmperf #35);
-3. for completions only, the number of token-bearing stream events, a lower
+4. for completions only, the number of token-bearing stream events, a lower
    bound when servers group tokens (``TokenSource.CHUNKS``);
-4. unknown (``TokenSource.UNKNOWN``), never silently zero.
+5. unknown (``TokenSource.UNKNOWN``), never silently zero.
+
+Usage that does not add up is detected and said (``UsageNote``, counted per
+note in the results): per-chunk usage is read as cumulative or incremental
+from the stream itself, usage below the number of token-bearing events is
+not used, and reasoning tokens that usage counts but the stream never
+carried are kept out of TPOT (``resolve_output_tokens``).
 
 ``transformers`` is imported only inside ``load_tokenizer`` so that
 ``import llmload`` stays light.
@@ -17,18 +28,25 @@ Precedence (the same as vLLM's ``benchmark_serving`` and guidellm):
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llmload.errors import TokenizerError
-from llmload.request.record import TokenCount, TokenSource
+from llmload.request.chunks import ReplyAccumulator, UsageValue
+from llmload.request.record import TokenCount, TokenSource, UsageNote
 
 __all__ = [
     "HFTokenCounter",
+    "OutputTokens",
     "TokenCounter",
+    "UsageReading",
     "load_tokenizer",
+    "read_usage",
     "resolve_completion_tokens",
+    "resolve_output_tokens",
     "resolve_prompt_tokens",
 ]
 
@@ -149,6 +167,7 @@ def resolve_completion_tokens(
     pieces: Sequence[str],
     counter: TokenCounter | None,
     chunk_count: int | None,
+    logprob_tokens: int | None = None,
 ) -> TokenCount:
     """Decide the completion token count and its source.
 
@@ -160,12 +179,16 @@ def resolve_completion_tokens(
         counter: local tokenizer, or None.
         chunk_count: number of token-bearing stream events, or None for a
             non-streamed reply (where one body is not a token count).
+        logprob_tokens: tokens listed in ``logprobs`` over the whole reply,
+            when every token-bearing event listed them; else None.
 
     Returns:
         The count from the best available source.
     """
     if server_tokens is not None:
         return TokenCount(server_tokens, TokenSource.SERVER)
+    if logprob_tokens is not None:
+        return TokenCount(logprob_tokens, TokenSource.LOGPROBS)
     if counter is not None:
         return TokenCount(counter.count("".join(pieces)), TokenSource.TOKENIZER)
     if chunk_count is not None:
@@ -185,3 +208,136 @@ def resolve_prompt_tokens(*, server_tokens: int | None, prompt_text: str, counte
     if counter is not None:
         return TokenCount(counter.count(prompt_text), TokenSource.TOKENIZER)
     return TokenCount.unknown()
+
+
+@dataclass(frozen=True, slots=True)
+class UsageReading:
+    """What a reply's usage values say once checked against its stream.
+
+    Attributes:
+        total: the completion tokens to use; None when usage was not sent or
+            does not add up (``UsageNote.BELOW_EVENTS``).
+        per_event: the tokens of each token-bearing event, when every one
+            carried usage and the values read as counts ≥ 1; else None.
+        notes: what was detected.
+    """
+
+    total: int | None
+    per_event: list[int] | None
+    notes: tuple[UsageNote, ...]
+
+
+def read_usage(log: Sequence[UsageValue], token_events: int, per_event: Sequence[int] | None = None) -> UsageReading:
+    """Read the usage values of one reply (``ReplyAccumulator.usage_log``) against its stream.
+
+    Rules, for values u1..uk of ``usage.completion_tokens`` in arrival order:
+
+    - one value (usage once, at the end): it is the count;
+    - several, never falling, and the last at least the number of
+      token-bearing events: cumulative (vLLM ``continuous_usage_stats``); the
+      last value is the count. If it stayed the same while tokens streamed
+      between the first and the last of them, ``NOT_GROWING`` is noted;
+    - otherwise, when every value rode on a token-bearing event (or is 0,
+      as on a role chunk) and their sum covers the events (or a value fell, which a running count never
+      does): incremental, each value the tokens of its own chunk; the sum is
+      the count (``INCREMENTAL``);
+    - a count below the number of token-bearing events cannot be right
+      (every such event carries at least one token): it is not used
+      (``BELOW_EVENTS``) and the next source is taken.
+
+    Args:
+        log: the values with the token-event count at each.
+        token_events: token-bearing events of the whole reply; 0 for a
+            non-streamed reply (nothing to check against).
+        per_event: the usage value of every token event
+            (``ReplyAccumulator.usage_per_event``), if each carried one.
+    """
+    if not log:
+        return UsageReading(None, None, ())
+    values = [u.tokens for u in log]
+    notes: list[UsageNote] = []
+    last = values[-1]
+    rising = all(b >= a for a, b in itertools.pairwise(values))
+    incremental = False
+    total = last
+    if len(values) > 1:
+        if rising and last >= token_events:
+            if last == values[0] and log[-1].token_events > log[0].token_events:
+                notes.append(UsageNote.NOT_GROWING)
+        elif (not rising) or (all(u.on_token or not u.tokens for u in log) and sum(values) >= token_events):
+            incremental, total = True, sum(values)
+            notes.append(UsageNote.INCREMENTAL)
+        elif last == values[0] and log[-1].token_events > log[0].token_events:
+            notes.append(UsageNote.NOT_GROWING)
+    if total < token_events:
+        notes.append(UsageNote.BELOW_EVENTS)
+        return UsageReading(None, None, tuple(notes))
+    counts: list[int] | None = None
+    if per_event:
+        counts = list(per_event) if incremental else [per_event[0], *(b - a for a, b in itertools.pairwise(per_event))]
+        if min(counts) < 1:
+            counts = None
+    return UsageReading(total, counts, tuple(notes))
+
+
+@dataclass(frozen=True, slots=True)
+class OutputTokens:
+    """A reply's completion count with what stands behind it.
+
+    Attributes:
+        count: the completion tokens and their source.
+        token_counts: tokens per token-bearing event, when known (usage per
+            event, or logprobs); None otherwise.
+        hidden_reasoning_tokens: reasoning tokens in ``count`` never streamed (0: none).
+        notes: what was detected (``UsageNote``).
+    """
+
+    count: TokenCount
+    token_counts: list[int] | None
+    hidden_reasoning_tokens: int
+    notes: tuple[UsageNote, ...]
+
+
+def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None, streamed: bool) -> OutputTokens:
+    """Decide a reply's completion count, per-event counts and hidden reasoning from what it carried.
+
+    The count follows the module's precedence after ``read_usage`` has
+    checked the usage against the stream. Hidden reasoning (the rule TPOT
+    uses, ``RequestRecord.tpot_s``): when the count is the server's, usage
+    says ``reasoning_tokens`` r > 0 and the stream carried no reasoning
+    text, those r tokens were generated but never streamed — if the count
+    minus r still covers the token-bearing events they are set apart
+    (``HIDDEN_REASONING``: TPOT is over count − r), else the streamed count
+    is unknowable (``REASONING_UNEXPLAINED``: TPOT unavailable). A server
+    whose r exceeds its count reports reasoning outside the completion
+    count, so nothing is set apart.
+    """
+    events = len(acc.token_times_s) if streamed else 0
+    usage = read_usage(acc.usage_log, events, acc.usage_per_event() if streamed else None)
+    logprob_counts = acc.logprob_counts()  # a non-streamed body's logprobs count its tokens too
+    count = resolve_completion_tokens(
+        server_tokens=usage.total,
+        pieces=acc.pieces,
+        counter=counter,
+        chunk_count=events if streamed else None,
+        logprob_tokens=sum(logprob_counts) if logprob_counts else None,
+    )
+    token_counts = usage.per_event if count.source is TokenSource.SERVER else None
+    if token_counts is None and count.source is TokenSource.LOGPROBS and streamed:
+        token_counts = logprob_counts
+    notes, hidden = usage.notes, 0
+    reasoning = acc.reasoning_tokens
+    if (
+        count.source is TokenSource.SERVER
+        and count.value is not None
+        and reasoning
+        and reasoning <= count.value
+        and not acc.reasoning_streamed
+        and streamed
+    ):
+        if count.value - reasoning >= events:
+            hidden, notes = reasoning, (*notes, UsageNote.HIDDEN_REASONING)
+            token_counts = None  # per-event usage differences would put the hidden tokens on one event
+        else:
+            notes = (*notes, UsageNote.REASONING_UNEXPLAINED)
+    return OutputTokens(count, token_counts, hidden, notes)

@@ -32,15 +32,42 @@ Where each server's names come from (read at the cited place; first listed name 
 - DCGM exporter: ``etc/default-counters.csv`` (GPU util in %, FB memory in MiB, power in W).
 - ``llmload sim``: publishes the vLLM names (``llmload.sim.metrics``) beside its own
   ``llmload_sim_`` ground truth; it is told apart by the latter, which are read
-  when the vLLM names are missing (a simulator older than them).
+  when the vLLM names are missing (a simulator older than them). Told to spell
+  another server's names (``--metric-names sglang_``), it is read as that server.
+
+Names by family, not by exact spelling: a server's metric is its namespace
+(``vllm``, ``sglang``, ``llamacpp``, ``tgi``), a separator and a family name.
+Servers and their exporters spell the separator ``:`` (the names above) or
+``_`` (SGLang pages and dashboards seen in the wild, kubernetes-sigs/inference-perf
+#600 and llm-d/llm-d PR #1970; exporters and relabelling that turn ``:`` into
+``_``: ``sglang_num_running_reqs``, ``vllm_prompt_tokens_total``), so
+``canonical`` rewrites either spelling to the one in ``NAMES`` before any
+lookup; ``snapshot`` keeps the spelling it read for ``ServerSnapshot.names``.
+Families that look like an LLM server's (``llm_looking``) but that no
+mapping knows are listed by name (``ServerSnapshot.unmapped``), so a page in
+an unknown vocabulary is reported as such, not as "no token counters".
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
-__all__ = ["GAUGES", "HISTOGRAMS", "MEAN_GAUGES", "MODEL_LABEL", "NAMES", "SCALE", "ServerKind", "detect"]
+__all__ = [
+    "GAUGES",
+    "HISTOGRAMS",
+    "MEAN_GAUGES",
+    "MODEL_LABEL",
+    "NAMES",
+    "SCALE",
+    "ServerKind",
+    "canonical",
+    "detect",
+    "family_of",
+    "llm_looking",
+    "mapped_families",
+]
 
 
 class ServerKind(StrEnum):
@@ -55,14 +82,18 @@ class ServerKind(StrEnum):
     UNKNOWN = "unknown"
 
 
-_PREFIXES: tuple[tuple[str, ServerKind], ...] = (
-    ("llmload_sim_", ServerKind.SIM),  # before vllm: the simulator publishes vllm: names too
-    ("vllm:", ServerKind.VLLM),
-    ("sglang:", ServerKind.SGLANG),
-    ("llamacpp:", ServerKind.LLAMACPP),
-    ("tgi_", ServerKind.TGI),
-    ("DCGM_FI_", ServerKind.DCGM),
+_NAMESPACES: tuple[tuple[str, str, ServerKind], ...] = (
+    # (namespace, separator of the names in NAMES, kind), in detection precedence: the simulator
+    # before vLLM, whose names it publishes by default; a simulator that publishes another server's
+    # names instead (--metric-names) is read as that server
+    ("llmload_sim", "_", ServerKind.SIM),
+    ("vllm", ":", ServerKind.VLLM),
+    ("sglang", ":", ServerKind.SGLANG),
+    ("llamacpp", ":", ServerKind.LLAMACPP),
+    ("tgi", "_", ServerKind.TGI),
+    ("DCGM_FI", "_", ServerKind.DCGM),
 )
+_SEPARATORS = (":", "_")
 
 GAUGES: tuple[str, ...] = (
     "running_requests",
@@ -152,14 +183,74 @@ SCALE = {"DCGM_FI_DEV_GPU_UTIL": 0.01, "DCGM_FI_DEV_FB_USED": float(1 << 20)}  #
 MODEL_LABEL = "model_name"
 
 
+def canonical(name: str) -> str:
+    """``name`` with a known server's namespace separator spelled as in ``NAMES``, else unchanged.
+
+    ``sglang_num_running_reqs`` → ``sglang:num_running_reqs``, ``vllm_prompt_tokens_total`` →
+    ``vllm:prompt_tokens_total``, ``tgi:queue_size`` → ``tgi_queue_size``; ``llmload_sim_`` and
+    ``DCGM_FI_`` names have one spelling.
+    """
+    for namespace, separator, kind in _NAMESPACES:
+        if name.startswith(namespace) and len(name) > len(namespace) + 1:
+            found = name[len(namespace)]
+            if found in _SEPARATORS and kind not in (ServerKind.SIM, ServerKind.DCGM):
+                return name if found == separator else namespace + separator + name[len(namespace) + 1 :]
+    return name
+
+
+def family_of(name: str) -> str:
+    """A sample name's family: without ``_bucket``, ``_sum``, ``_count``, ``_total`` or ``_created``."""
+    for suffix in ("_bucket", "_count", "_sum", "_created", "_total"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
 def detect(names: Iterable[str]) -> ServerKind:
-    """The server kind whose metric name prefix occurs in ``names`` (the simulator before vLLM)."""
+    """The server kind whose namespace occurs in ``names`` (canonical spellings), by ``_NAMESPACES`` precedence.
+
+    ``llmload_sim_`` names mean the simulator only beside vLLM's names (its default) or none; beside
+    another server's names they mean the simulator imitating that server, which is then the kind.
+    """
     seen = set()
     for name in names:
-        for prefix, kind in _PREFIXES:
-            if name.startswith(prefix):
+        for namespace, separator, kind in _NAMESPACES:
+            if name.startswith(namespace + separator):
                 seen.add(kind)
-    for _, kind in _PREFIXES:
+    if ServerKind.SIM in seen and seen - {ServerKind.SIM, ServerKind.VLLM, ServerKind.DCGM}:
+        seen.discard(ServerKind.SIM)  # the simulator speaking another server's names
+    for _, _, kind in _NAMESPACES:
         if kind in seen:
             return kind
     return ServerKind.UNKNOWN
+
+
+@functools.cache
+def mapped_families() -> frozenset[str]:
+    """Every family (canonical spelling) that some mapping of ``NAMES`` reads."""
+    return frozenset(family_of(name) for table in NAMES.values() for names in table.values() for name in names)
+
+
+_LLM_STEMS = (
+    "token", "ttft", "tpot", "time_to_first", "kv_cache", "prefill", "decode", "prompt", "generat",
+    "inference", "preempt", "queue", "request",
+)  # fmt: skip
+_LLM_WORDS = frozenset({"req", "reqs", "itl", "kv", "cache", "running", "waiting", "batch", "seqs", "sequences"})
+_GENERIC_NAMESPACES = ("http_", "process_", "python_", "go_", "promhttp_", "llmload_")  # not an LLM server's own
+
+
+def llm_looking(family: str) -> bool:
+    """Whether a family's name reads like an LLM server's (tokens, TTFT, requests, KV cache, queue...).
+
+    A name looks so when it contains a stem such as ``token``, ``ttft``, ``time_to_first``,
+    ``kv_cache``, ``prefill``, ``decode``, ``prompt``, ``generat``, ``queue`` or ``request``, or a
+    word (split at ``_`` and ``:``) such as ``reqs``, ``itl``, ``cache``, ``running``, ``waiting``
+    or ``batch``. Generic HTTP, process and runtime families (``http_``, ``process_``,
+    ``python_``, ``go_``) and llmload's own do not count.
+    """
+    if family.startswith(_GENERIC_NAMESPACES):
+        return False
+    lowered = family.lower()
+    if any(stem in lowered for stem in _LLM_STEMS):
+        return True
+    return bool(set(lowered.replace(":", "_").split("_")) & _LLM_WORDS)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from llmload.servermetrics.names import GAUGES, HISTOGRAMS, ServerKind
-from llmload.servermetrics.snapshot import BucketCounts, ServerSnapshot
+from llmload.servermetrics.snapshot import MAX_UNMAPPED, BucketCounts, ServerSnapshot
 
 __all__ = ["Endpoint", "ServerRun", "counter_increase", "cross_check", "summarise"]
 
@@ -41,6 +41,7 @@ class ServerRun:
     gauges: dict[str, _GaugeStats] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    unmapped: list[str] = field(default_factory=list)
     snapshots: int = 0
     _last: ServerSnapshot | None = None
 
@@ -50,6 +51,7 @@ class ServerRun:
         self.kind = snap.kind
         self.names.update(snap.names)
         self.notes.extend(n for n in snap.notes if n not in self.notes)
+        self.unmapped.extend(n for n in snap.unmapped if n not in self.unmapped)
         if sample_gauges:
             for name in GAUGES:
                 if name in snap.values:
@@ -119,7 +121,9 @@ def summarise(endpoints: list[Endpoint]) -> dict[str, object] | None:
     histograms: dict[str, BucketCounts] = {}
     names: dict[str, str] = {}
     gauges: dict[str, dict[str, float | int | None]] = {}
+    unmapped: list[str] = []
     for e in answered:
+        unmapped.extend(n for n in e.run.unmapped if n not in unmapped)
         for name, value in e.run.counters.items():
             counters.setdefault(name, value)
         for name, hist in e.run.histograms.items():
@@ -157,6 +161,7 @@ def summarise(endpoints: list[Endpoint]) -> dict[str, object] | None:
         "latency": {name: _latency(histograms.get(name)) for name in HISTOGRAMS},
         "names": dict(sorted(names.items())),
         "notes": [n for e in answered for n in e.run.notes],
+        "unmapped_families": unmapped[:MAX_UNMAPPED],
     }
 
 
@@ -219,9 +224,21 @@ def _diff(client: float | None, server: object) -> float | None:
     return client - server
 
 
+_SHOWN_UNMAPPED = 12
+"""Unmapped families named in the token verdict (the results list them all)."""
+
+
 def _token_verdict(server: Mapping[str, object], prompt_diff: float | None, gen_diff: float | None) -> str:
     if prompt_diff is None and gen_diff is None:
-        return "server has no token counters"
+        unmapped = server.get("unmapped_families")
+        if not isinstance(unmapped, list) or not unmapped:
+            return "server has no token counters"
+        shown = ", ".join(str(n) for n in unmapped[:_SHOWN_UNMAPPED])
+        more = f" and {len(unmapped) - _SHOWN_UNMAPPED} more" if len(unmapped) > _SHOWN_UNMAPPED else ""
+        return (
+            f"no token counters llmload can read; the page has LLM-looking metrics no mapping knows: {shown}{more} "
+            "(all in server.unmapped_families; llmload reads vLLM, SGLang, TGI and llama.cpp names, `:` or `_` spelled)"
+        )
     diffs = {"prompt": prompt_diff, "generation": gen_diff}
     if all(not d for d in diffs.values()):
         return "client = server" + ("" if None not in diffs.values() else " (generation only)")

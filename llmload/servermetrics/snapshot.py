@@ -9,9 +9,24 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmload.errors import ServerMetricsError
-from llmload.servermetrics.names import HISTOGRAMS, MEAN_GAUGES, MODEL_LABEL, NAMES, SCALE, ServerKind, detect
+from llmload.servermetrics.names import (
+    HISTOGRAMS,
+    MEAN_GAUGES,
+    MODEL_LABEL,
+    NAMES,
+    SCALE,
+    ServerKind,
+    canonical,
+    detect,
+    family_of,
+    llm_looking,
+    mapped_families,
+)
 
-__all__ = ["BucketCounts", "ServerSnapshot", "parse_snapshot"]
+__all__ = ["MAX_UNMAPPED", "BucketCounts", "ServerSnapshot", "parse_snapshot"]
+
+MAX_UNMAPPED = 50
+"""Most unmapped LLM-looking families listed per snapshot (a page of a few hundred families stays readable)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +89,11 @@ class ServerSnapshot:
         kind: who published it.
         values: common gauge and counter names → value (base units; ratios 0..1).
         histograms: common histogram names → bucket counts.
-        names: common name → the raw name it was read from.
-        raw: every sample name (buckets excluded) → value, summed over the kept series.
+        names: common name → the raw name it was read from (as the server spelled it).
+        raw: every sample name (buckets excluded; one spelling per family) → value, summed over the kept series.
         notes: what the reader should know (e.g. no series for ``--model``).
+        unmapped: LLM-looking families (``names.llm_looking``) that no mapping reads, as spelled on
+            the page, sorted, at most ``MAX_UNMAPPED``.
     """
 
     kind: ServerKind
@@ -85,6 +102,7 @@ class ServerSnapshot:
     names: Mapping[str, str]
     raw: Mapping[str, float]
     notes: tuple[str, ...] = ()
+    unmapped: tuple[str, ...] = ()
 
 
 def parse_snapshot(text: str, model: str | None = None) -> ServerSnapshot:
@@ -110,16 +128,22 @@ def parse_snapshot(text: str, model: str | None = None) -> ServerSnapshot:
         samples = [s for s in samples if s.labels.get(MODEL_LABEL, model) == model]
     elif model and labelled:
         notes.append(f"no series labelled {MODEL_LABEL}={model!r} (found {sorted(labelled)}); all were kept")
-    kind = detect(s.name for s in samples)
-    raw: dict[str, list[float]] = {}
+    sent = dict.fromkeys(s.name for s in samples)  # distinct names, in page order
+    canonical_of = {name: canonical(name) for name in sent}
+    spelled = _spellings(canonical_of)
+    kind = detect(spelled)
+    raw: dict[str, list[float]] = {}  # by canonical name, one spelling per family (see _spellings)
     buckets: dict[str, dict[float, float]] = {}
     for s in samples:
-        if s.name.endswith("_bucket") and "le" in s.labels:
-            per_le = buckets.setdefault(s.name[: -len("_bucket")], {})
+        name = canonical_of[s.name]
+        if spelled[name] != s.name:
+            continue  # the same family in another spelling: read once
+        if name.endswith("_bucket") and "le" in s.labels:
+            per_le = buckets.setdefault(name[: -len("_bucket")], {})
             le = float(s.labels["le"])
             per_le[le] = per_le.get(le, 0.0) + s.value
         elif "quantile" not in s.labels and math.isfinite(s.value):  # a NaN gauge is "no value", not a number
-            raw.setdefault(s.name, []).append(s.value)
+            raw.setdefault(name, []).append(s.value)
     values: dict[str, float] = {}
     histograms: dict[str, BucketCounts] = {}
     names: dict[str, str] = {}
@@ -128,16 +152,38 @@ def parse_snapshot(text: str, model: str | None = None) -> ServerSnapshot:
             if common in HISTOGRAMS:
                 hist = _histogram(name, buckets, raw)
                 if hist is not None:
-                    histograms[common], names[common] = hist, name
+                    histograms[common], names[common] = hist, _spelled_family(name, spelled)
                     break
             elif name in raw:
                 series = raw[name]
                 total = math.fsum(series) * SCALE.get(name, 1.0)
                 values[common] = total / len(series) if common in MEAN_GAUGES else total
-                names[common] = name
+                names[common] = spelled[name]
                 break
-    summed = {name: math.fsum(v) for name, v in raw.items()}
-    return ServerSnapshot(kind, values, histograms, names, summed, tuple(notes))
+    summed = {spelled[name]: math.fsum(v) for name, v in raw.items()}
+    return ServerSnapshot(kind, values, histograms, names, summed, tuple(notes), _unmapped(spelled))
+
+
+def _spellings(canonical_of: Mapping[str, str]) -> dict[str, str]:
+    """Canonical sample name → the one spelling read for it: the canonical one if sent, else the first seen."""
+    out: dict[str, str] = {}
+    for name, key in canonical_of.items():
+        if key not in out or name == key:
+            out[key] = name
+    return out
+
+
+def _spelled_family(family: str, spelled: Mapping[str, str]) -> str:
+    """A histogram's family name as the page spells it (read from its ``_count`` sample)."""
+    count = spelled.get(f"{family}_count")
+    return family if count is None else count[: -len("_count")]
+
+
+def _unmapped(spelled: Mapping[str, str]) -> tuple[str, ...]:
+    known = mapped_families()
+    families = {family_of(key): family_of(name) for key, name in spelled.items()}
+    found = sorted(name for key, name in families.items() if key not in known and llm_looking(name))
+    return tuple(found[:MAX_UNMAPPED])
 
 
 def _histogram(name: str, buckets: dict[str, dict[float, float]], raw: dict[str, list[float]]) -> BucketCounts | None:

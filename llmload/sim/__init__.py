@@ -6,6 +6,9 @@ from ``--seed``, and ``GET /metrics`` counts exactly what was served.
 
 - Endpoints and request validation: ``llmload.sim.protocol``.
 - Reply lengths, words and chunk bytes: ``llmload.sim.replies``.
+- Fault injection: ``llmload.sim.faults``; reply shapes real servers send
+  (typed parts, object arguments, hidden reasoning, odd stream ends...):
+  ``llmload.sim.shapes`` and their bytes ``llmload.sim.shaped_replies``.
 - Timing model (batch slots, FIFO queue, prefill and decode step costs):
   ``llmload.sim.engine``.
 - Metrics: ``llmload.sim.metrics``. Options and defaults: ``llmload.sim.config``.

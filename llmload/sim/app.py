@@ -37,6 +37,8 @@ from llmload.sim.faults import (
 from llmload.sim.metrics import SimMetrics
 from llmload.sim.protocol import Endpoint, ErrorReply, GenerationRequest, parse_generation_request
 from llmload.sim.replies import ReplyPlan, StreamEncoder, encode_whole_reply, plan_reply
+from llmload.sim.shaped_replies import PING, ShapedStreamEncoder, encode_shaped_whole_reply  # reply shapes
+from llmload.sim.shapes import NO_SHAPE, ShapePlan, plan_shapes  # reply shapes
 
 __all__ = ["MAX_BODY_BYTES", "SimApp"]
 
@@ -161,13 +163,19 @@ class SimApp:
         plan = plan_reply(parsed, cfg.seed, self._accepted, cfg.output_len_mean)
         prefix = "chatcmpl" if endpoint is Endpoint.CHAT else "cmpl"
         request_id = f"{prefix}-sim{cfg.seed}-{self._accepted}"
-        seq = Sequence(parsed.prompt_tokens, len(plan.words), wake_per_token=parsed.stream)
+        shape = plan_shapes(cfg.shapes, cfg.seed, self._accepted, parsed)  # reply shapes
+        streamed = parsed.stream and not shape.no_stream
+        seq = Sequence(parsed.prompt_tokens, shape.hidden_tokens + len(plan.words), wake_per_token=streamed)
         if cfg.queue_delay_ms > 0:
             gevent.sleep(cfg.queue_delay_ms / 1000.0)
         if fault.stall_s:
             m.faults[FaultKind.STALL].inc()
-        if parsed.stream:
-            encoder = StreamEncoder(parsed, request_id, int(self._wall_clock()), cfg.model)
+        if streamed:
+            encoder: StreamEncoder | ShapedStreamEncoder
+            if shape.shapes_stream:
+                encoder = ShapedStreamEncoder(parsed, shape, request_id, int(self._wall_clock()), cfg.model)
+            else:
+                encoder = StreamEncoder(parsed, request_id, int(self._wall_clock()), cfg.model)
             self._stream(
                 start_response=start_response,
                 request=parsed,
@@ -176,6 +184,7 @@ class SimApp:
                 encoder=encoder,
                 received_s=received_s,
                 fault=fault,
+                shape=shape,
             )
             return []
         return self._whole(
@@ -186,6 +195,7 @@ class SimApp:
             request_id=request_id,
             received_s=received_s,
             fault=fault,
+            shape=shape,
         )
 
     def _immediate_fault(self, start_response: StartResponse, kind: FaultKind) -> Iterable[bytes]:
@@ -213,9 +223,10 @@ class SimApp:
         request: GenerationRequest,
         plan: ReplyPlan,
         seq: Sequence,
-        encoder: StreamEncoder,
+        encoder: StreamEncoder | ShapedStreamEncoder,
         received_s: float,
         fault: FaultPlan,
+        shape: ShapePlan = NO_SHAPE,
     ) -> None:
         m = self._metrics.endpoints[request.endpoint]
         engine = self._engine
@@ -225,6 +236,7 @@ class SimApp:
         cut = midstream_cut(len(words)) if fault.failure is not None else None
         written = 0
         first_token_s = 0.0
+        hidden, group = shape.hidden_tokens, shape.tokens_per_chunk  # reply shapes
         ended: FaultKind | bool | None = False  # True: completed; a FaultKind: ended by that fault
         try:
             if fault.stall_s:
@@ -235,8 +247,11 @@ class SimApp:
             if request.endpoint is Endpoint.CHAT:
                 out.append(encoder.role_chunk())
             while True:
-                engine.wait_for_tokens(seq, written)
-                generated = seq.generated if cut is None else min(seq.generated, cut)
+                need = hidden + written + group - 1  # reply shapes: hidden tokens are never written
+                while seq.generated <= need and not seq.done:
+                    engine.wait_for_tokens(seq, need)
+                visible = max(0, seq.generated - hidden)
+                generated = visible if cut is None else min(visible, cut)
                 encoder.add_tokens(words, written, generated, out)
                 if generated == cut:
                     if fault.failure is FaultKind.MIDSTREAM_ERROR:
@@ -259,7 +274,7 @@ class SimApp:
                     break
         finally:
             if ended is True:
-                self._count_completed(request, written, received_s, plan.finish_reason, first_token_s)
+                self._count_completed(request, hidden + written, received_s, plan.finish_reason, first_token_s)
             elif isinstance(ended, FaultKind):
                 m.faults[ended].inc()
             else:
@@ -267,6 +282,8 @@ class SimApp:
                 m.aborted.inc()
         if ended is FaultKind.DROP:
             raise _ConnectionDroppedError
+        if ended is True and shape.hold_s:
+            _hold_after_done(write, shape)
 
     def _whole(
         self,
@@ -278,14 +295,21 @@ class SimApp:
         request_id: str,
         received_s: float,
         fault: FaultPlan,
+        shape: ShapePlan = NO_SHAPE,
     ) -> Iterable[bytes]:
         completed = False
+        created, model = int(self._wall_clock()), self._config.model
         try:
             if fault.stall_s:
                 gevent.sleep(fault.stall_s)
             self._engine.submit(seq)
-            self._engine.wait_for_tokens(seq, len(plan.words) - 1)
-            body = encode_whole_reply(request, plan, request_id, int(self._wall_clock()), self._config.model)
+            self._engine.wait_for_tokens(seq, seq.target_tokens - 1)
+            if shape is NO_SHAPE:
+                body = encode_whole_reply(request, plan, request_id, created, model)
+            else:  # reply shapes
+                body = encode_shaped_whole_reply(
+                    request, plan, shape, request_id=request_id, created_unix=created, model=model
+                )
             write = start_response("200 OK", [_JSON, ("Content-Length", str(len(body)))])
             if fault.failure is FaultKind.DROP:
                 write(body[: len(body) // 2])
@@ -294,7 +318,8 @@ class SimApp:
                 completed = True
         finally:
             if completed:
-                self._count_completed(request, len(plan.words), received_s, plan.finish_reason, None)
+                tokens = shape.hidden_tokens + len(plan.words)
+                self._count_completed(request, tokens, received_s, plan.finish_reason, None)
             elif fault.failure is FaultKind.DROP and seq.done:
                 self._metrics.endpoints[request.endpoint].faults[FaultKind.DROP].inc()
             else:
@@ -346,6 +371,29 @@ def _midstream_error_event(shape: ErrorShape) -> bytes:
     if shape is ErrorShape.VLLM:  # vLLM wraps its error response in {"error": ...} mid-stream
         body = b'{"error":' + body + b"}"
     return b"data: " + body + b"\n\ndata: [DONE]\n\n"
+
+
+# ── reply shapes ─────────────────────────────────────────────────────────────
+
+
+def _hold_after_done(write: Callable[[bytes], object], shape: ShapePlan) -> None:
+    """Keep a complete stream's body open ``shape.hold_s`` after ``[DONE]``, pinging every ``ping_s``.
+
+    The reply was counted as completed before; a client that closed the
+    connection ends the hold at the next ping, silently (pywsgi then drops the
+    connection without the chunked terminator).
+    """
+    deadline = time.perf_counter() + shape.hold_s
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return
+        gevent.sleep(min(left, shape.ping_s) if shape.ping_s else left)
+        if shape.ping_s and deadline - time.perf_counter() > 0:
+            try:
+                write(PING)
+            except OSError:
+                return
 
 
 def _respond(start_response: StartResponse, status: str, content_type: tuple[str, str], body: bytes) -> list[bytes]:

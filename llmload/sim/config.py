@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from llmload.errors import ConfigError
 from llmload.sim.faults import FaultConfig, add_fault_arguments, fault_config_from
+from llmload.sim.shapes import ShapeConfig, add_shape_arguments, shape_config_from  # reply shapes
 
 __all__ = ["SimConfig", "build_parser", "parse_config"]
 
@@ -51,6 +52,7 @@ class SimConfig:
         shutdown_grace_s: on SIGTERM/SIGINT, how long in-flight replies may
             continue before their connections are closed.
         faults: fault injection (``llmload.sim.faults``); all off by default.
+        shapes: reply shapes real servers send (``llmload.sim.shapes``); all off by default.
     """
 
     host: str = "127.0.0.1"
@@ -70,6 +72,7 @@ class SimConfig:
     backlog: int = 2048
     shutdown_grace_s: float = 0.5
     faults: FaultConfig = field(default_factory=FaultConfig)
+    shapes: ShapeConfig = field(default_factory=ShapeConfig)  # reply shapes
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -164,6 +167,7 @@ def build_parser(prog: str = "llmload sim") -> argparse.ArgumentParser:
         help="seconds in-flight replies may continue after SIGTERM/SIGINT",
     )
     add_fault_arguments(p)
+    add_shape_arguments(p)  # reply shapes
     return p
 
 
@@ -176,4 +180,5 @@ def parse_config(argv: list[str] | None) -> SimConfig:
     """
     values = vars(build_parser().parse_args(argv))
     faults = fault_config_from(values)
-    return SimConfig(**values, faults=faults)
+    shapes = shape_config_from(values)  # reply shapes
+    return SimConfig(**values, faults=faults, shapes=shapes)

@@ -42,6 +42,14 @@ histograms ``vllm:time_to_first_token_seconds``,
 They are updated at the same moments as the ``llmload_sim_`` metrics, so their
 token counters equal the ground truth (both endpoints together).
 
+With ``--metric-names sglang:`` or ``sglang_`` (``llmload.sim.shapes``)
+SGLang's names take their place, spelled with that separator
+(``python/sglang/srt/metrics/collector.py``): ``num_running_reqs``,
+``num_queue_reqs``, ``token_usage`` (the batch-slot share, as above),
+``prompt_tokens_total``, ``generation_tokens_total``, ``num_requests_total``
+(completed requests) and the histograms ``time_to_first_token_seconds`` and
+``e2e_request_latency_seconds``, labelled ``model_name``.
+
 "Request received" is when the request's first bytes reached the server's
 kernel (its receive stamp, Linux), so time a request waited to be read under
 a burst of connections counts, as it does for a client; elsewhere it is when
@@ -57,8 +65,9 @@ from prometheus_client.registry import Collector
 from llmload.sim.engine import Engine
 from llmload.sim.faults import FaultKind
 from llmload.sim.protocol import Endpoint
+from llmload.sim.shapes import MetricNames
 
-__all__ = ["LATENCY_BUCKETS_S", "SimMetrics", "VLLMNames"]
+__all__ = ["LATENCY_BUCKETS_S", "SGLangNames", "SimMetrics", "VLLMNames"]
 
 LATENCY_BUCKETS_S: tuple[float, ...] = (
     *(round(i * 0.001, 3) for i in range(1, 101)),  # 1 ms resolution to 100 ms: TTFT accuracy benchmark
@@ -111,9 +120,18 @@ class SimMetrics:
         engine: read at scrape time for the running/waiting gauges and steps.
         model: the served model name, the ``model_name`` label of the vLLM-named metrics.
         max_num_seqs: batch slots, the denominator of ``vllm:kv_cache_usage_perc``.
+        metric_names: the server vocabulary published beside the ground truth (``--metric-names``).
     """
 
-    def __init__(self, registry: CollectorRegistry, engine: Engine, *, model: str, max_num_seqs: int) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        engine: Engine,
+        *,
+        model: str,
+        max_num_seqs: int,
+        metric_names: MetricNames = MetricNames.VLLM,
+    ) -> None:
         self.completed = Counter(
             "llmload_sim_requests_completed", "Replies written to the end.", ["endpoint"], registry=registry
         )
@@ -168,7 +186,13 @@ class SimMetrics:
         waiting.set_function(lambda: engine.waiting)
         registry.register(_EngineCollector(engine))
         self.endpoints = {e: EndpointMetrics(self, e.value) for e in Endpoint}
-        self.vllm = VLLMNames(registry, engine, model=model, max_num_seqs=max_num_seqs)
+        self.vllm: VLLMNames | SGLangNames
+        """The server-named metrics (vLLM's by default; the attribute keeps its name for either)."""
+        if metric_names is MetricNames.VLLM:
+            self.vllm = VLLMNames(registry, engine, model=model, max_num_seqs=max_num_seqs)
+        else:  # reply shapes
+            separator = metric_names.value[-1]
+            self.vllm = SGLangNames(registry, engine, model=model, max_num_seqs=max_num_seqs, separator=separator)
 
 
 class VLLMNames:
@@ -214,3 +238,67 @@ class VLLMNames:
                 ("vllm:request_time_per_output_token_seconds", "Histogram of time per output token per request."),
             )
         )
+
+
+# ── reply shapes: SGLang's names in either spelling ──────────────────────────
+
+
+class _Dropped:
+    """A histogram child that records nothing (SGLang has no per-request TPOT histogram)."""
+
+    def observe(self, amount: float) -> None:
+        """Drop ``amount``."""
+
+
+class _EveryReason:
+    """``success[reason]`` for every finish reason: SGLang counts requests without a reason label."""
+
+    __slots__ = ("_child",)
+
+    def __init__(self, child: Counter) -> None:
+        self._child = child
+
+    def __getitem__(self, reason: str) -> Counter:
+        return self._child
+
+
+class SGLangNames:
+    """SGLang's metric names spelled ``sglang`` + ``separator`` (see the module docstring), children resolved once.
+
+    The same attributes as ``VLLMNames``; ``success`` maps every finish reason
+    onto ``num_requests_total``, and ``tpot_s`` records nothing.
+    """
+
+    __slots__ = ("e2e_s", "generation_tokens", "prompt_tokens", "success", "tpot_s", "ttft_s")
+
+    def __init__(
+        self, registry: CollectorRegistry, engine: Engine, *, model: str, max_num_seqs: int, separator: str
+    ) -> None:
+        p = f"sglang{separator}"
+        labels = ("model_name",)
+        for name, doc, read in (
+            (f"{p}num_running_reqs", "The number of running requests.", lambda: engine.running),
+            (f"{p}num_queue_reqs", "The number of requests in the waiting queue.", lambda: engine.waiting),
+            (
+                f"{p}token_usage",
+                "The token usage (simulator: share of batch slots in use).",
+                lambda: engine.running / max(max_num_seqs, 1),
+            ),
+        ):
+            Gauge(name, doc, labels, registry=registry).labels(model).set_function(read)
+        self.prompt_tokens = Counter(
+            f"{p}prompt_tokens", "Number of prefill tokens processed.", labels, registry=registry
+        ).labels(model)
+        self.generation_tokens = Counter(
+            f"{p}generation_tokens", "Number of generation tokens processed.", labels, registry=registry
+        ).labels(model)
+        requests = Counter(f"{p}num_requests", "Number of requests processed.", labels, registry=registry).labels(model)
+        self.success = _EveryReason(requests)
+        self.ttft_s, self.e2e_s = (
+            Histogram(name, doc, labels, buckets=LATENCY_BUCKETS_S, registry=registry).labels(model)
+            for name, doc in (
+                (f"{p}time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+                (f"{p}e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds"),
+            )
+        )
+        self.tpot_s: _Dropped = _Dropped()

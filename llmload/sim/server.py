@@ -170,7 +170,13 @@ def serve(config: SimConfig) -> int:
         return 1
     registry = CollectorRegistry()
     engine = Engine(config)
-    metrics = SimMetrics(registry, engine, model=config.model, max_num_seqs=config.max_num_seqs)
+    metrics = SimMetrics(
+        registry,
+        engine,
+        model=config.model,
+        max_num_seqs=config.max_num_seqs,
+        metric_names=config.shapes.metric_names,
+    )
     app = SimApp(config=config, engine=engine, metrics=metrics, registry=registry)
     server = _StampingServer(listener, app, log=None)
     stop = Event()

@@ -52,6 +52,7 @@ class Reply:
     keep_alive: bool = True
     content_length: int | None = None  # CONTENT_LENGTH framing: announce this instead of the sum
     close_after_ms: float | None = None  # complete the reply as keep-alive, then close the idle connection
+    raw: bool = False  # no status line or headers: the writes are the whole answer, then close (not HTTP/1.1)
 
 
 def json_reply(status: int, body: str | bytes, *, at_ms: float = 0.0) -> Reply:
@@ -224,6 +225,13 @@ class ScriptedServer:
 
     def _play(self, conn: socket.socket, reply: Reply, log: SendLog) -> bool:
         """Send one reply; return True when the connection may serve another request."""
+        if reply.raw:  # a port that speaks another protocol (HTTP/2 frames, TLS): bytes as they are, then close
+            for write in reply.writes:
+                if not self._sleep_until(log.arrived_s + write.at_ms / 1000):
+                    return False
+                log.writes_s.append(time.perf_counter())
+                conn.sendall(write.data)
+            return False
         chunked = reply.framing is Framing.CHUNKED
         head = [f"HTTP/1.1 {reply.status} {_phrase(reply.status)}"]
         head += [f"{name}: {value}" for name, value in reply.headers.items()]

@@ -17,7 +17,9 @@ def reference_decode(raw: bytes) -> list[SSEEvent]:
     text = raw.decode("utf-8", "replace")
     text = text.removeprefix("\ufeff")
     parts = _LINE_END.split(text)
-    lines = parts[:-1]  # the last part is not terminated by a line end
+    # The end of the stream ends an unterminated last line and then the event (as a blank line
+    # would): llmload dispatches the pending event where the standard discards it (NC-27).
+    lines = [*parts[:-1], parts[-1], ""] if parts[-1] else [*parts[:-1], ""]
     events: list[SSEEvent] = []
     data, event_type, last_id = "", "", ""
     for line in lines:

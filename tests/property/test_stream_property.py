@@ -70,7 +70,10 @@ def _state(acc: ReplyAccumulator) -> tuple[object, ...]:
         acc.finish_reason,
         acc.prompt_tokens,
         acc.completion_tokens,
-        acc.token_counts(),
+        acc.usage_per_event(),
+        acc.logprob_counts(),
+        acc.usage_log,
+        acc.reasoning_streamed,
         acc.done,
     )
 

@@ -6,6 +6,7 @@ import pytest
 
 from llmload.errors import SSEProtocolError
 from llmload.request.chunks import ChunkDelta, ReplyAccumulator, parse_chunk, read_server_error
+from llmload.request.tokens import read_usage
 
 
 def test_parse_chunk_reads_multiple_choices_and_usage():
@@ -32,7 +33,7 @@ def test_parse_chunk_role_only_and_usage_only_carry_no_token():
 def test_parse_chunk_reasoning_is_a_token_but_not_content():
     for key in ("reasoning_content", "reasoning"):
         delta = parse_chunk({"choices": [{"delta": {key: "hmm"}, "finish_reason": None}]})
-        assert delta == ChunkDelta("hmm", True, False, None, None, None)
+        assert delta == ChunkDelta("hmm", True, False, None, None, None, has_reasoning=True)
 
 
 def test_parse_chunk_reads_non_streamed_message_and_completion_text():
@@ -81,7 +82,7 @@ def test_reply_accumulator_derives_per_event_counts_from_cumulative_usage():
     for t, cumulative in ((0.1, 4), (0.2, 8), (0.3, 13)):
         acc.add(ChunkDelta("x", True, True, None, 8, cumulative), t)
     acc.add(ChunkDelta("", False, False, "stop", 8, 13), 0.31)
-    assert acc.token_counts() == [4, 4, 5]
+    assert read_usage(acc.usage_log, 3, acc.usage_per_event()).per_event == [4, 4, 5]
     assert acc.completion_tokens == 13
     assert acc.token_times_s == [0.1, 0.2, 0.3]
 
@@ -90,4 +91,5 @@ def test_reply_accumulator_no_counts_when_a_token_event_lacks_usage():
     acc = ReplyAccumulator()
     acc.add(ChunkDelta("x", True, True, None, None, 1), 0.1)
     acc.add(ChunkDelta("y", True, True, None, None, None), 0.2)
-    assert acc.token_counts() is None
+    assert acc.usage_per_event() is None
+    assert read_usage(acc.usage_log, 2, acc.usage_per_event()).per_event is None

@@ -43,6 +43,18 @@ class FakeResponse:
             raise item
         return item
 
+    headers: Mapping[str, str] = {}
+
+    def header(self, name: str) -> str | None:
+        return {k.lower(): v for k, v in self.headers.items()}.get(name.lower())
+
+    def drain(self, within_s: float, limit_bytes: int) -> bool:
+        self.drained_within_s = within_s
+        while self._reads:
+            if isinstance(self.read_some(), BaseException):
+                return False
+        return True
+
     def close(self) -> None:
         self.closed = True
 
@@ -184,7 +196,7 @@ def test_client_http_error_without_json_keeps_body_as_message():
     assert record.outcome is Outcome.HTTP_ERROR
     assert record.error is not None
     assert record.error.category == "HTTP 502"
-    assert record.error.message == "<html>Bad Gateway</html>"
+    assert record.error.message.startswith('"Bad Gateway" (an HTML error page)')
 
 
 @pytest.mark.parametrize(
@@ -529,3 +541,28 @@ def test_nc09_client_bare_503_without_retry_after_is_an_http_error_not_throttlin
     assert record.retry_after_s is None
     assert record.error is not None
     assert (record.error.category, record.error.status) == ("HTTP 503", 503)
+
+
+# The Content-Encoding header names a compressed stream, whatever the compression.
+@pytest.mark.parametrize("encoding", ["gzip", "br", "deflate"])
+def test_client_compressed_stream_names_its_content_encoding(encoding):
+    response = FakeResponse([b"\x8b\x00\x10\xff\x01garbled"], 200, "text/event-stream")
+    response.headers = {"Content-Encoding": encoding}
+    record = StreamingClient(FakeTransport(response), clock=StepClock()).run(CHAT)
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    assert f"(Content-Encoding: {encoding}): turn compression off" in record.error.message
+
+
+# NC-21: after [DONE] the rest of the body is drained for DRAIN_S at most, then the connection is the transport's.
+def test_nc21_client_drains_for_a_bounded_time_after_done():
+    from llmload.request.client import DRAIN_S
+
+    response = FakeResponse(
+        [sse(ROLE, C({"content": "a"}), CF("stop"), "[DONE]"), b": ping\n\n"], 200, "text/event-stream"
+    )
+    record = StreamingClient(FakeTransport(response), clock=StepClock()).run(CHAT)
+    assert record.outcome is Outcome.OK
+    assert response.drained_within_s == DRAIN_S
+    assert 0 < DRAIN_S <= 0.01
+    assert response.closed

@@ -126,3 +126,19 @@ def test_summary_warns_about_a_server_metrics_url_that_never_answered() -> None:
     assert f"WARNING: {warning}" in lines
     assert "--- Server" not in "\n".join(lines)
     assert lines[-1] == results["verdict"]
+
+
+def test_nc24_summary_server_block_names_unmapped_llm_families_instead_of_no_token_counters() -> None:
+    from llmload.exporters.results import RunOutcome, build_results
+    from llmload.servermetrics import summarise
+    from tests.unit.test_results import CONFIG
+    from tests.unit.test_servermetrics import run_of
+
+    page = "myllm_prompt_tokens_total 5\nmyllm_time_to_first_token_seconds_count 1\nuptime_seconds 9\n"
+    results = build_results(RunOutcome(_scenario(), config=CONFIG, server=summarise([run_of(page, page)])))
+    assert results["server"]["unmapped_families"] == ["myllm_prompt_tokens", "myllm_time_to_first_token_seconds"]
+    text = "\n".join(summary_lines(results))
+    assert "--- Server (unknown) " in text
+    assert "server has no token counters" not in text
+    tokens = next(line for line in text.splitlines() if line.startswith("Tokens: "))
+    assert "LLM-looking metrics no mapping knows: myllm_prompt_tokens, myllm_time_to_first_token_seconds" in tokens

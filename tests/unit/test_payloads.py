@@ -7,7 +7,7 @@ import json
 import pytest
 
 from llmload.errors import ConfigError
-from llmload.request.payloads import build_chat_request, build_completion_request
+from llmload.request.payloads import build_chat_request, build_completion_request, check_endpoint_path
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello world"}]
 
@@ -117,3 +117,27 @@ def test_build_request_body_is_compact_utf8():
     request = build_completion_request(model="m", prompt="café", max_tokens=8)
     assert "café".encode() in request.body
     assert b", " not in request.body
+
+
+# NC-28: a chat or completions body is never posted to another API's path.
+@pytest.mark.parametrize(
+    ("path", "api"),
+    [
+        ("/v1/responses", "Responses API"),
+        ("/openai/v1/responses/", "Responses API"),
+        ("/v1/messages?beta=true", "Messages API"),
+        ("/v1/embeddings", "embeddings API"),
+        ("/V1/Rerank", "rerank API"),
+    ],
+)
+def test_nc28_check_endpoint_path_refuses_other_apis(path, api):
+    with pytest.raises(ConfigError, match=api):
+        check_endpoint_path(path, "chat")
+
+
+@pytest.mark.parametrize(
+    "path", ["/openai/deployments/m/chat/completions?api-version=2024-06-01", "/v1/completions", "/generate"]
+)
+def test_nc28_check_endpoint_path_accepts_completion_paths(path):
+    check_endpoint_path(path, "chat")
+    check_endpoint_path(path, "completions")

@@ -16,6 +16,7 @@ from llmload.servermetrics import (
     parse_snapshot,
     summarise,
 )
+from llmload.servermetrics.names import llm_looking
 
 FIXTURES = Path(__file__).parent / "server_metrics"
 
@@ -240,3 +241,139 @@ def test_parse_skips_nan_values_so_results_stay_valid_json():
     snap = parse_snapshot('vllm:kv_cache_usage_perc{model_name="m"} NaN\nvllm:num_requests_running{model_name="m"} 2\n')
     assert "kv_cache_usage" not in snap.values
     assert snap.values["running_requests"] == 2
+
+
+# ── NC-24: names by family, not by exact spelling ───────────────────────────
+def sglang_text(sep: str, requests: int) -> str:
+    """NC-24's page after ``requests`` requests of 5 prompt / 2 generation tokens, spelled ``sglang{sep}``."""
+    p = f"sglang{sep}"
+    return (
+        f'# TYPE {p}num_running_reqs gauge\n{p}num_running_reqs{{model_name="m"}} 1\n'
+        f'# TYPE {p}prompt_tokens_total counter\n{p}prompt_tokens_total{{model_name="m"}} {5 * requests}\n'
+        f'# TYPE {p}generation_tokens_total counter\n{p}generation_tokens_total{{model_name="m"}} {2 * requests}\n'
+        f'# TYPE {p}num_requests_total counter\n{p}num_requests_total{{model_name="m"}} {requests}\n'
+        f"# TYPE {p}time_to_first_token_seconds histogram\n"
+        f'{p}time_to_first_token_seconds_bucket{{le="0.1",model_name="m"}} {requests}\n'
+        f'{p}time_to_first_token_seconds_bucket{{le="+Inf",model_name="m"}} {requests}\n'
+        f'{p}time_to_first_token_seconds_sum{{model_name="m"}} {0.05 * requests}\n'
+        f'{p}time_to_first_token_seconds_count{{model_name="m"}} {requests}\n'
+    )
+
+
+@pytest.mark.parametrize("sep", ["_", ":"])  # NC-24 and its control
+def test_nc24_sglang_both_spellings_read_as_sglang_and_cross_check_holds(sep):
+    snap = parse_snapshot(sglang_text(sep, 4), model="m")
+    assert snap.kind is ServerKind.SGLANG
+    assert snap.values == {
+        "running_requests": 1,
+        "prompt_tokens": 20,
+        "generation_tokens": 8,
+        "requests_succeeded": 4,
+    }
+    assert snap.names["prompt_tokens"] == f"sglang{sep}prompt_tokens_total"  # the spelling the server used
+    assert snap.names["ttft_s"] == f"sglang{sep}time_to_first_token_seconds"
+    assert snap.histograms["ttft_s"].count == 4
+    assert snap.unmapped == ()
+    server = summarise([run_of(sglang_text(sep, 0), sglang_text(sep, 3))])
+    assert server is not None
+    assert (server["kind"], server["prompt_tokens"], server["generation_tokens"]) == ("sglang", 15, 6)
+    assert server["counters"]["requests_succeeded"] == 3
+    assert server["latency"]["ttft_s"]["count"] == 3
+    check = cross_check(server, prompt_tokens=15, completion_tokens=6, ttft_mean_s=0.06, ttft_p50_s=0.05)
+    assert check["tokens"] == "client = server"
+    assert check["ttft_client_minus_server_s"]["mean"] == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "common", "value"),
+    [
+        ('vllm_prompt_tokens_total{model_name="m"} 7\n', ServerKind.VLLM, "prompt_tokens", 7),
+        ("llamacpp_tokens_predicted_total 9\n", ServerKind.LLAMACPP, "generation_tokens", 9),
+        ("tgi:queue_size 2\n", ServerKind.TGI, "waiting_requests", 2),
+        ('vllm_kv_cache_usage_perc{model_name="m"} 0.5\n', ServerKind.VLLM, "kv_cache_usage", 0.5),
+    ],
+)
+def test_nc24_every_known_server_read_in_either_spelling(text, kind, common, value):
+    snap = parse_snapshot(text, model="m")
+    assert snap.kind is kind
+    assert snap.values[common] == value
+
+
+def test_nc24_family_sent_in_both_spellings_is_counted_once():
+    text = 'sglang:prompt_tokens_total{model_name="m"} 10\nsglang_prompt_tokens_total{model_name="m"} 10\n'
+    snap = parse_snapshot(text, model="m")
+    assert snap.values["prompt_tokens"] == 10
+    assert snap.names["prompt_tokens"] == "sglang:prompt_tokens_total"
+
+
+def test_nc24_unknown_llm_families_are_listed_by_name_instead_of_no_token_counters():
+    page = (
+        "# TYPE myllm_prompt_tokens_total counter\nmyllm_prompt_tokens_total 50\n"
+        "# TYPE myllm_generated_tokens_total counter\nmyllm_generated_tokens_total 20\n"
+        "# TYPE myllm_ttft_seconds histogram\n"
+        'myllm_ttft_seconds_bucket{le="+Inf"} 10\nmyllm_ttft_seconds_sum 1\nmyllm_ttft_seconds_count 10\n'
+        "# TYPE myllm_kv_cache_usage gauge\nmyllm_kv_cache_usage 0.3\n"
+        "# TYPE http_requests_total counter\nhttp_requests_total 99\n"  # generic: not an LLM family
+        "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 3\n"
+        "# TYPE engine_uptime_seconds gauge\nengine_uptime_seconds 3\n"  # not LLM-looking
+    )
+    snap = parse_snapshot(page)
+    assert snap.kind is ServerKind.UNKNOWN
+    expected = ("myllm_generated_tokens", "myllm_kv_cache_usage", "myllm_prompt_tokens", "myllm_ttft_seconds")
+    assert snap.unmapped == expected
+    server = summarise([run_of(page, page)])
+    assert server is not None
+    assert server["unmapped_families"] == list(expected)
+    check = cross_check(server, prompt_tokens=50, completion_tokens=20, ttft_mean_s=None, ttft_p50_s=None)
+    assert check["tokens"].startswith("no token counters llmload can read; the page has LLM-looking metrics")
+    assert "myllm_generated_tokens, myllm_kv_cache_usage, myllm_prompt_tokens, myllm_ttft_seconds" in check["tokens"]
+
+
+def test_nc24_known_server_lists_its_unmapped_llm_families_too():
+    page = sglang_text("_", 1) + "# TYPE sglang_num_prefill_tokens_total counter\nsglang_num_prefill_tokens_total 4\n"
+    snap = parse_snapshot(page, model="m")
+    assert snap.kind is ServerKind.SGLANG
+    assert snap.unmapped == ("sglang_num_prefill_tokens",)
+
+
+def test_nc24_page_without_llm_families_keeps_the_plain_verdict():
+    server = summarise([run_of("engine_uptime_seconds 1\n", "engine_uptime_seconds 2\n")])
+    assert server is not None
+    assert server["unmapped_families"] == []
+    check = cross_check(server, prompt_tokens=5, completion_tokens=2, ttft_mean_s=None, ttft_p50_s=None)
+    assert check["tokens"] == "server has no token counters"
+
+
+@pytest.mark.parametrize(
+    ("names", "kind"),
+    [
+        (["llmload_sim_requests_running", "vllm:num_requests_running"], ServerKind.SIM),  # the sim's default page
+        (["llmload_sim_requests_running", "sglang_num_running_reqs"], ServerKind.SGLANG),  # the sim imitating SGLang
+        (["vllm_num_requests_running", "sglang_num_running_reqs"], ServerKind.VLLM),  # precedence as before
+        (["DCGM_FI_DEV_GPU_UTIL", "llamacpp_requests_processing"], ServerKind.LLAMACPP),
+    ],
+)
+def test_nc24_detect_by_namespace_in_either_spelling(names, kind):
+    text = "".join(f"{name} 1\n" for name in names)
+    assert parse_snapshot(text).kind is kind
+
+
+@pytest.mark.parametrize(
+    ("family", "looks"),
+    [
+        ("trtllm_kv_cache_utilization", True),
+        ("lmdeploy_num_running_reqs", True),
+        ("engine_gentokens", True),
+        ("srv_time_to_first_token_seconds", True),
+        ("router_queue_depth", True),
+        ("myllm_itl_seconds", True),
+        ("http_requests_total", False),
+        ("process_resident_memory_bytes", False),
+        ("python_gc_objects_collected", False),
+        ("llmload_sim_requests_aborted", False),  # the simulator's own ground truth
+        ("DCGM_FI_DEV_GPU_UTIL", False),
+        ("uptime_seconds", False),
+    ],
+)
+def test_nc24_llm_looking_families(family, looks):
+    assert llm_looking(family) is looks

@@ -111,12 +111,27 @@ def test_sse_decoder_leading_bom_dropped_once():
     assert datas(b"data: a\n\n\xef\xbb\xbfdata: b\n\n") == ["a"]
 
 
-def test_sse_decoder_flush_discards_unterminated_event():
+# NC-27: the event pending at the end of the body is dispatched, not discarded.
+def test_nc27_sse_decoder_flush_dispatches_event_without_blank_line():
     decoder = SSEDecoder()
-    assert decoder.feed(b"data: a\n\ndata: partial\n") == [SSEEvent("a")]
+    assert decoder.feed(b"data: a\n\ndata: pending\n") == [SSEEvent("a")]
     assert decoder.has_partial_event
-    assert decoder.flush() == []
+    assert decoder.flush() == [SSEEvent("pending")]
     assert not decoder.has_partial_event
+    assert decoder.flush() == []
+
+
+def test_nc27_sse_decoder_flush_ends_an_unterminated_last_line():
+    assert datas(b"data: a\n\nid: 4\nevent: x\ndata: b\ndata: c") == ["a", "b\nc"]
+    assert feed_all(b"event: x\ndata: b\r")[-1] == SSEEvent("b", "x")
+    assert datas(b"data: caf\xc3") == ["caf\ufffd"]  # a cut-short character, never an exception
+
+
+def test_sse_decoder_flush_after_complete_events_dispatches_nothing():
+    for stream in (b"data: a\n\n", b"data: a\r\n\r", b"data: a\n\n: ping\n", b"data: a\n\nevent: x\n"):
+        decoder = SSEDecoder()
+        assert decoder.feed(stream) == [SSEEvent("a")]
+        assert decoder.flush() == []
 
 
 def test_sse_decoder_no_partial_event_after_complete_events():
@@ -183,3 +198,20 @@ def test_sse_decoder_keeps_a_character_split_after_whole_events():
     events = [event for chunk in reads for event in decoder.feed(chunk)]
     assert events == SSEDecoder().feed(b"".join(reads))
     assert [event.data for event in events] == ["x", "é"]
+
+
+def test_nc21_sse_decoder_pending_done_only_for_a_lone_done_line():
+    for stream in (
+        b"data: [DONE]",
+        b"data:[DONE]",
+        b"data: [DONE]\n",
+        b"data: [DONE]\r",
+        b"data: a\n\ndata: [DONE]\r\n",
+    ):
+        decoder = SSEDecoder()
+        decoder.feed(stream)
+        assert decoder.pending_done, stream
+    for stream in (b"data: [DONE]\n\n", b"data: [DON", b"event: x\ndata: [DONE]\n", b"data: a\ndata: [DONE]\n", b""):
+        decoder = SSEDecoder()
+        decoder.feed(stream)
+        assert not decoder.pending_done, stream

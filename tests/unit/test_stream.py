@@ -6,7 +6,7 @@ import pytest
 
 from llmload.request.record import Outcome
 from llmload.request.stream import ReplyFailure, ReplyReader
-from llmload.testing import TF, T, sse
+from llmload.testing import CF, TF, C, T, sse
 
 
 def _created(payload: str, second: int) -> str:
@@ -42,3 +42,24 @@ def test_reply_reader_raises_a_server_error_after_a_run_of_deltas():
         reader.feed(sse(T(" b"), '{"error":{"message":"boom","type":"InternalServerError"}}'), 1.0)
     assert failure.value.outcome is Outcome.SERVER_ERROR
     assert reader.acc.pieces == ["a", " b"]  # tokens before the error are accounted (and excluded later)
+
+
+# NC-21: a [DONE] whose blank line never comes still ends the reply, on every path of the reader.
+@pytest.mark.parametrize("done", [b"data: [DONE]", b"data: [DONE]\n", b"data:[DONE]\r\n"])
+def test_nc21_reply_reader_ends_at_a_done_line_without_its_blank_line(done):
+    plain = sse(C({"content": "a"}), C({"content": "b"}))
+    for reads in ([plain + done], [plain, done], [plain + sse(CF("stop")) + done], [plain, b"data: [DO", b"NE]\n"]):
+        reader = ReplyReader()
+        for data in reads:
+            reader.feed(data, 1.0)
+        assert reader.acc.done, reads
+        assert reader.acc.pieces == ["a", "b"]
+
+
+# NC-27: the event pending at the end of the body is accounted by finish().
+def test_nc27_reply_reader_finish_accounts_the_pending_event():
+    reader = ReplyReader()
+    reader.feed(sse(C({"content": "a"})) + b"data: " + CF("stop").encode() + b"\n", 1.0)
+    assert reader.acc.finish_reason is None
+    reader.finish(2.0)
+    assert reader.acc.finish_reason == "stop"

@@ -8,8 +8,16 @@ import sys
 import pytest
 
 from llmload.errors import TokenizerError
-from llmload.request.record import TokenCount, TokenSource
-from llmload.request.tokens import HFTokenCounter, load_tokenizer, resolve_completion_tokens, resolve_prompt_tokens
+from llmload.request.chunks import ChunkDelta, ReplyAccumulator
+from llmload.request.record import ITLKind, RequestRecord, TokenCount, TokenSource, UsageNote
+from llmload.request.tokens import (
+    HFTokenCounter,
+    load_tokenizer,
+    read_usage,
+    resolve_completion_tokens,
+    resolve_output_tokens,
+    resolve_prompt_tokens,
+)
 
 
 def test_hf_token_counter_never_adds_bos(tiny_bos_tokenizer):
@@ -122,3 +130,134 @@ def test_resolve_prompt_tokens_precedence():
     assert resolve_prompt_tokens(server_tokens=None, prompt_text="hello world", counter=None) == TokenCount(
         None, TokenSource.UNKNOWN
     )
+
+
+# ── usage checked against the stream (read_usage, resolve_output_tokens) ──
+def _acc(*deltas: ChunkDelta) -> ReplyAccumulator:
+    acc = ReplyAccumulator()
+    for i, delta in enumerate(deltas):
+        acc.add(delta, 0.1 + 0.01 * i)
+    return acc
+
+
+def _tok(text: str = "x", completion: int | None = None, **more: object) -> ChunkDelta:
+    return ChunkDelta(text, True, True, None, None, completion, **more)  # type: ignore[arg-type]
+
+
+def _usage(completion: int, **more: object) -> ChunkDelta:
+    return ChunkDelta("", False, False, None, 5, completion, **more)  # type: ignore[arg-type]
+
+
+def test_read_usage_single_final_value_is_the_count():
+    acc = _acc(_tok(), _tok(), _usage(2))
+    reading = read_usage(acc.usage_log, 2)
+    assert (reading.total, reading.notes) == (2, ())
+
+
+def test_read_usage_cumulative_per_chunk_takes_the_last_value_and_per_event_counts():
+    acc = _acc(_tok(completion=1), _tok(completion=3), _tok(completion=4), _usage(4))
+    reading = read_usage(acc.usage_log, 3, acc.usage_per_event())
+    assert (reading.total, reading.per_event, reading.notes) == (4, [1, 2, 1], ())
+
+
+def test_read_usage_incremental_per_chunk_is_summed():
+    acc = _acc(_tok(completion=1), _tok(completion=1), _tok(completion=2))
+    reading = read_usage(acc.usage_log, 3, acc.usage_per_event())
+    assert (reading.total, reading.per_event) == (4, [1, 1, 2])
+    assert reading.notes == (UsageNote.INCREMENTAL,)
+
+
+def test_read_usage_a_falling_value_is_incremental():
+    acc = _acc(_tok(completion=3), _tok(completion=1), _usage(0))
+    assert read_usage(acc.usage_log, 2).total == 4
+
+
+def test_read_usage_not_growing_while_tokens_stream_is_noted():
+    acc = _acc(_usage(5), _tok(), _tok(), _tok(), _usage(5))
+    reading = read_usage(acc.usage_log, 3)
+    assert reading.total == 5
+    assert reading.notes == (UsageNote.NOT_GROWING,)
+
+
+def test_read_usage_below_token_events_is_not_used():
+    acc = _acc(_tok(), _tok(), _tok(), _usage(1))
+    reading = read_usage(acc.usage_log, 3)
+    assert reading.total is None
+    assert reading.notes == (UsageNote.BELOW_EVENTS,)
+
+
+def test_resolve_output_tokens_prefers_logprobs_over_tokenizer_and_chunks(recording_counter):
+    acc = _acc(_tok("ab", logprob_tokens=2), _tok("c", logprob_tokens=1))
+    out = resolve_output_tokens(acc, counter=recording_counter, streamed=True)
+    assert out.count == TokenCount(3, TokenSource.LOGPROBS)
+    assert out.token_counts == [2, 1]
+    assert recording_counter.texts == []
+
+
+def test_resolve_output_tokens_logprobs_only_when_every_token_event_listed_them():
+    acc = _acc(_tok("ab", logprob_tokens=2), _tok("c"))
+    out = resolve_output_tokens(acc, counter=None, streamed=True)
+    assert out.count == TokenCount(2, TokenSource.CHUNKS)
+
+
+def test_resolve_output_tokens_below_events_falls_back_to_the_chunk_count():
+    acc = _acc(_tok(), _tok(), _tok(), _usage(2))
+    out = resolve_output_tokens(acc, counter=None, streamed=True)
+    assert out.count == TokenCount(3, TokenSource.CHUNKS)
+    assert out.notes == (UsageNote.BELOW_EVENTS,)
+
+
+def test_resolve_output_tokens_hidden_reasoning_is_set_apart():
+    acc = _acc(_tok(), _tok(), _tok(), _tok(), _usage(104, reasoning_tokens=100))
+    out = resolve_output_tokens(acc, counter=None, streamed=True)
+    assert out.count == TokenCount(104, TokenSource.SERVER)
+    assert out.hidden_reasoning_tokens == 100
+    assert out.notes == (UsageNote.HIDDEN_REASONING,)
+
+
+def test_resolve_output_tokens_streamed_reasoning_is_not_hidden():
+    acc = _acc(
+        ChunkDelta("hm", True, False, None, None, None, has_reasoning=True), _tok(), _usage(10, reasoning_tokens=8)
+    )
+    out = resolve_output_tokens(acc, counter=None, streamed=True)
+    assert (out.hidden_reasoning_tokens, out.notes) == (0, ())
+
+
+def test_resolve_output_tokens_reasoning_that_does_not_add_up_makes_tpot_unavailable():
+    acc = _acc(_tok(), _tok(), _tok(), _tok(), _usage(6, reasoning_tokens=5))
+    out = resolve_output_tokens(acc, counter=None, streamed=True)
+    assert (out.hidden_reasoning_tokens, out.notes) == (0, (UsageNote.REASONING_UNEXPLAINED,))
+
+
+def test_resolve_output_tokens_reasoning_above_the_count_is_counted_apart_by_the_server():
+    acc = _acc(_tok(), _tok(), _usage(2, reasoning_tokens=50))
+    out = resolve_output_tokens(acc, counter=None, streamed=True)
+    assert (out.count.value, out.hidden_reasoning_tokens, out.notes) == (2, 0, ())
+
+
+def test_record_tpot_over_streamed_tokens_and_unavailable_with_reason():
+    hidden = RequestRecord(
+        "chat", "m", 0.0, token_times_s=[0.5, 0.52, 0.54, 0.56], completion_tokens=TokenCount(104, TokenSource.SERVER)
+    )
+    hidden.hidden_reasoning_tokens = 100
+    assert hidden.streamed_tokens == 4
+    assert hidden.tpot_s == pytest.approx(0.02)
+    assert hidden.itl_kind is ITLKind.TOKEN
+    unexplained = RequestRecord(
+        "chat", "m", 0.0, token_times_s=[0.5, 0.52], completion_tokens=TokenCount(6, TokenSource.SERVER)
+    )
+    unexplained.usage_notes = (UsageNote.REASONING_UNEXPLAINED,)
+    assert unexplained.streamed_tokens is None
+    assert unexplained.tpot_s is None
+
+
+def test_resolve_output_tokens_counts_logprobs_of_a_non_streamed_body():
+    acc = _acc(_tok("abc", logprob_tokens=3))
+    out = resolve_output_tokens(acc, counter=None, streamed=False)
+    assert (out.count, out.token_counts) == (TokenCount(3, TokenSource.LOGPROBS), None)
+
+
+def test_read_usage_incremental_after_a_zero_on_the_role_chunk():
+    acc = _acc(_usage(0), _tok(completion=1), _tok(completion=1), _tok(completion=1))
+    reading = read_usage(acc.usage_log, 3, acc.usage_per_event())
+    assert (reading.total, reading.per_event, reading.notes) == (3, [1, 1, 1], (UsageNote.INCREMENTAL,))

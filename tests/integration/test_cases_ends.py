@@ -1,0 +1,458 @@
+"""Issue 18, streams that end oddly and replies that are not what was asked (NC-21, NC-27, NC-31, error pages).
+
+Over real HTTP: ScriptedServer → GeventHTTPTransport → StreamingClient; the
+run-level cases start a bounded `locust` process on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from llmload.net.transport import GeventHTTPTransport
+from llmload.request.client import DRAIN_S, StreamingClient
+from llmload.request.payloads import build_chat_request
+from llmload.request.record import Outcome, TokenSource
+from llmload.settings.config import Timeouts
+from llmload.testing import CF, ROLE, C, Ending, Framing, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
+from tests.integration.procs import run_locust
+
+pytestmark = [pytest.mark.integration]
+
+MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
+HOLD_MS = 15_000  # the server holds the body this long after [DONE]
+CHAT = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+
+
+def _client(url: str) -> tuple[StreamingClient, GeventHTTPTransport]:
+    transport = GeventHTTPTransport(url, headers={}, timeouts=Timeouts(connect_s=5, idle_s=30, total_s=60))
+    return StreamingClient(transport), transport
+
+
+def _normal_writes() -> list[W]:
+    return [W(10, sse(ROLE)), W(30, sse(C({"content": "Hi"}))), W(40, sse(C({"content": " there"})))]
+
+
+# ── NC-21: the body stays open after [DONE] ──────────────────────────────
+def _held_open(pings: bool) -> Reply:
+    writes = [*_normal_writes(), W(50, sse(CF("stop"), U(5, 2), "[DONE]"))]
+    if pings:  # a proxy's keep-alive comments every second after [DONE]
+        writes += [W(50 + 1000 * s, b": ping\n\n") for s in range(1, HOLD_MS // 1000)]
+    writes.append(W(50 + HOLD_MS, b""))  # nothing more; then the terminating zero-length chunk
+    return Reply(writes=writes)
+
+
+@pytest.mark.parametrize("pings", [False, True], ids=["silent", "ping-every-second"])
+def test_nc21_body_held_open_after_done_does_not_hold_the_user(gevent_ready, pings):
+    with ScriptedServer(_held_open(pings)) as srv:
+        client, transport = _client(srv.base_url)
+        try:
+            started = time.perf_counter()
+            records = [client.run(CHAT) for _ in range(3)]
+            elapsed_s = time.perf_counter() - started
+        finally:
+            transport.close()
+        received, connections = len(srv.requests), srv.connections_accepted
+    assert [r.outcome for r in records] == [Outcome.OK] * 3
+    assert [r.completion_tokens.value for r in records] == [2, 2, 2]
+    for record in records:
+        assert record.e2e_s is not None
+        assert 0.045 < record.e2e_s < 0.1  # ends at [DONE] (50 ms), not when the body ends
+    # each request starts at once: 3 x (50 ms + a drain bounded by DRAIN_S), far below one 15 s hold
+    assert elapsed_s < 1.5, f"3 requests took {elapsed_s:.2f} s: the user waited for the held body"
+    assert received == 3
+    assert connections == 3  # a body still open after the drain loses its connection
+
+
+@pytest.mark.parametrize("done", [b"data: [DONE]\n", b"data: [DONE]", b"data:[DONE]\r\n"], ids=["lf", "none", "crlf"])
+def test_nc21_done_without_its_blank_line_then_held_open_ends_the_reply(gevent_ready, done):
+    writes = [*_normal_writes(), W(50, sse(CF("stop"), U(5, 2)) + done), W(50 + HOLD_MS, b"")]
+    with ScriptedServer(Reply(writes=writes)) as srv:
+        client, transport = _client(srv.base_url)
+        try:
+            started = time.perf_counter()
+            records = [client.run(CHAT) for _ in range(2)]
+            elapsed_s = time.perf_counter() - started
+        finally:
+            transport.close()
+    assert [r.outcome for r in records] == [Outcome.OK] * 2
+    assert [r.completion_tokens.value for r in records] == [2, 2]
+    assert elapsed_s < 1.0
+
+
+def test_nc21_body_that_ends_after_done_keeps_the_connection(gevent_ready):
+    reply = Reply(writes=[*_normal_writes(), W(50, sse(CF("stop"), U(5, 2), "[DONE]"))])
+    with ScriptedServer(reply) as srv:
+        client, transport = _client(srv.base_url)
+        try:
+            records = [client.run(CHAT) for _ in range(3)]
+        finally:
+            transport.close()
+        connections = srv.connections_accepted
+    assert [r.outcome for r in records] == [Outcome.OK] * 3
+    assert connections == 1
+    assert DRAIN_S <= 0.01  # "a few ms"
+
+
+def test_nc21_end_of_body_a_moment_after_done_still_keeps_the_connection(gevent_ready):
+    # the zero-length chunk comes in its own write, 1 ms after [DONE]: within the drain
+    reply = Reply(writes=[*_normal_writes(), W(50, sse(CF("stop"), U(5, 2), "[DONE]")), W(51, b"")])
+    with ScriptedServer(reply) as srv:
+        client, transport = _client(srv.base_url)
+        try:
+            records = [client.run(CHAT) for _ in range(3)]
+        finally:
+            transport.close()
+        connections = srv.connections_accepted
+    assert [r.outcome for r in records] == [Outcome.OK] * 3
+    assert connections == 1
+
+
+def _route(post_reply: Reply):
+    def reply(request: ReceivedRequest) -> Reply:
+        if request.method == "GET":
+            return json_reply(200, MODELS) if request.path == "/v1/models" else json_reply(404, "{}")
+        return post_reply
+
+    return reply
+
+
+def test_nc21_run_against_a_held_open_body_measures_the_server_rate(tmp_path):
+    out = tmp_path / "r.json"
+    with ScriptedServer(_route(_held_open(pings=False))) as srv:
+        proc = run_locust(
+            [
+                "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", srv.base_url,
+                "-u", "1", "-r", "1", "--num-requests", "10", "-t", "60s", "--results-json", str(out),
+            ],
+            timeout_s=90,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["requests"]["succeeded"] == 10
+    e2e = results["latency"]["e2e_s"]
+    assert 0.045 < e2e["p50"] < 0.1
+    assert results["throughput"]["requests_per_s"] > 5  # ~20/s: 50 ms replies, not 15 s holds (0.07/s)
+
+
+# ── NC-27: the last event is not ended by a blank line ───────────────────
+def _unterminated_last_event(tail: bytes) -> Reply:
+    last = CF("stop")[:-1] + ',"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}'
+    writes = [W(20, sse(ROLE)), W(30, sse(C({"content": "Hi"}))), W(40, sse(C({"content": " there"})))]
+    return Reply(writes=[*writes, W(50, b"data: " + last.encode() + tail)])
+
+
+@pytest.mark.parametrize("tail", [b"\n", b"", b"\r\n"], ids=["lf-only", "no-line-end", "crlf-only"])
+def test_nc27_last_event_without_blank_line_is_dispatched(run_scripted, tail):
+    run = run_scripted(_unterminated_last_event(tail))
+    record = run.record
+    assert record.outcome is Outcome.OK, record.error
+    assert record.finish_reason == "stop"
+    assert record.completion_tokens.value == 2
+    assert record.completion_tokens.source is TokenSource.SERVER
+    assert record.prompt_tokens.value == 5
+    assert record.ttft_s == run.at(30)
+
+
+def test_nc27_cut_short_last_event_says_so_and_what_was_seen(run_scripted):
+    writes = [W(20, sse(ROLE)), W(30, sse(C({"content": "Hi"}))), W(40, b'data: {"id":"c1","choices":[{"ind')]
+    record = run_scripted(Reply(writes=writes)).record
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    message = record.error.message
+    assert "not terminated by a blank line" in message
+    assert "seen: 2 events (1 with tokens)" in message
+    assert "no finish_reason" in message
+    assert "no [DONE]" in message
+    assert "body ended" in message
+
+
+@pytest.mark.parametrize("ending", ["close", "clean"])
+def test_nc27_stream_failure_messages_say_what_was_seen(run_scripted, ending):
+    writes = [W(20, sse(ROLE)), W(30, sse(C({"content": "Hi"}))), W(40, sse(C({"content": " there"})))]
+    reply = Reply(writes=writes, ending=Ending.CLOSE if ending == "close" else Ending.COMPLETE)
+    record = run_scripted(reply).record
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    size = sum(len(w.data) for w in writes)
+    message = record.error.message
+    assert f"seen: 3 events (2 with tokens), {size} bytes, no finish_reason, no [DONE]" in message
+    assert ("body not ended" if ending == "close" else "body ended") in message
+
+
+# ── error pages from proxies ─────────────────────────────────────────────
+_NGINX_413 = (
+    b"<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n"
+    b"<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>nginx/1.25.3</center>\r\n"
+    b"</body>\r\n</html>\r\n"
+)
+_CLOUDFLARE_502 = (
+    b'<!DOCTYPE html>\n<!--[if lt IE 7]> <html class="no-js ie6 oldie" lang="en-US"> <![endif]-->\n'
+    b'<html lang="en-US"><head><title>api.example.com | 502: Bad gateway</title>'
+    b'<meta charset="UTF-8" /><style>body{margin:0}</style><script>window._cf="<title>x</title>"</script></head>'
+    b'<body><div id="cf-wrapper"><h1><span class="inline-block">Bad gateway</span>'
+    b'<span class="code-label">Error code 502</span></h1></div></body></html>'
+)
+_HAPROXY_504 = b"<html><body><h1>504 Gateway Time-out</h1>\nThe server didn't respond in time.\n</body></html>\n"
+_ENVOY_503 = b"upstream connect error or disconnect/reset before headers. reset reason: connection failure"
+
+
+_PAGES = {
+    "nginx-413": (413, _NGINX_413, "text/html", "nginx/1.25.3", '"413 Request Entity Too Large" (an HTML error page'),
+    "cloudflare-502": (
+        502,
+        _CLOUDFLARE_502,
+        "text/html",
+        "cloudflare",
+        '"api.example.com | 502: Bad gateway" (an HTML error page',
+    ),
+    "haproxy-504": (504, _HAPROXY_504, "text/html", None, '"504 Gateway Time-out" (an HTML error page)'),
+    "envoy-503": (
+        503,
+        _ENVOY_503,
+        "text/plain",
+        "envoy",
+        '"upstream connect error or disconnect/reset before headers.',
+    ),
+}
+
+
+@pytest.mark.parametrize("page", list(_PAGES))
+def test_proxy_error_pages_become_one_line(run_scripted, page):
+    status, body, ctype, server, expected = _PAGES[page]
+    headers = {"Content-Type": ctype} | ({"Server": server} if server else {})
+    reply = Reply(writes=[W(5, body)], status=status, headers=headers, framing=Framing.CONTENT_LENGTH)
+    run = run_scripted(reply)
+    record = run.record
+    assert record.outcome is Outcome.HTTP_ERROR
+    assert record.error is not None
+    assert record.error.category == f"HTTP {status}"
+    message = record.error.message
+    assert message.startswith(expected)
+    assert "\n" not in message
+    assert "<" not in message.replace(expected, "")  # no markup beyond a title that had none
+    assert "style" not in message
+    assert "script" not in message
+    if server:
+        assert f"Server: {server}" in message
+    if status == 413:
+        assert f"the request body was {len(run.requests[0].body):,} bytes" in message
+
+
+# ── NC-31: stream: true answered with one JSON body ──────────────────────
+_COMPLETION = json.dumps(
+    {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "Hi there, you"}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9},
+    }
+)
+
+
+def test_nc31_streamed_request_answered_with_one_json_body(run_scripted):
+    run = run_scripted(json_reply(200, _COMPLETION, at_ms=400))
+    record = run.record
+    assert run.requests[0].json()["stream"] is True
+    assert record.outcome is Outcome.OK
+    assert record.streamed is False
+    assert record.completion_tokens.value == 4
+    assert record.completion_tokens.source is TokenSource.SERVER
+    assert (record.ttft_s, record.tpot_s) == (None, None)
+    assert record.itl_samples_s() == []
+    assert record.e2e_s is not None
+    assert record.e2e_s == pytest.approx(0.4, abs=0.05)
+
+
+@pytest.mark.parametrize("preflight", [True, False], ids=["preflight", "skip-preflight"])
+def test_nc31_run_warns_once_that_the_server_did_not_stream(tmp_path, preflight):
+    out = tmp_path / "r.json"
+    with ScriptedServer(_route(json_reply(200, _COMPLETION, at_ms=20))) as srv:
+        proc = run_locust(
+            [
+                "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", srv.base_url,
+                "-u", "2", "-r", "2", "--num-requests", "6", "-t", "60s", "--results-json", str(out),
+                *([] if preflight else ["--skip-preflight"]),
+            ],
+            timeout_s=90,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["requests"]["succeeded"] == 6
+    assert results["tokens"]["completion"] == 6 * 4
+    assert results["latency"]["ttft_s"]["count"] == 0
+    assert proc.stderr.count("did not stream") == 1, proc.stderr[-3000:]
+    assert "the server streams usage" not in proc.stderr
+
+
+# ── NC-29: the port speaks HTTP/2 only ───────────────────────────────────
+_H2_SETTINGS = bytes.fromhex("000006040000000000") + bytes.fromhex("000300000064")  # MAX_CONCURRENT_STREAMS 100
+_H2_GOAWAY = bytes.fromhex("000008070000000000") + bytes.fromhex("00000000") + bytes.fromhex("00000001")
+
+
+def _refused_run(reply: Reply) -> tuple[object, list[ReceivedRequest]]:
+    with ScriptedServer(reply) as srv:
+        proc = run_locust(
+            [
+                "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", srv.base_url,
+                "-u", "2", "-r", "2", "--num-requests", "4", "-t", "30s",
+            ],
+            timeout_s=60,
+        )  # fmt: skip
+        return proc, srv.requests
+
+
+@pytest.mark.parametrize(
+    "frames", [_H2_SETTINGS + _H2_GOAWAY, _H2_GOAWAY, _H2_SETTINGS], ids=["settings-goaway", "goaway", "settings"]
+)
+def test_nc29_http2_only_port_is_named_before_load(frames):
+    proc, requests = _refused_run(Reply(writes=[W(1, frames)], raw=True))
+    assert proc.returncode == 2, proc.stderr[-3000:]  # type: ignore[attr-defined]
+    stderr = proc.stderr  # type: ignore[attr-defined]
+    assert "the server answered with HTTP/2 frames, not HTTP/1.1 (a gRPC or h2c-only port?)" in stderr
+    assert "Is the server up" not in stderr
+    assert "Expected HTTP/" not in stderr
+    assert [r.method for r in requests] == ["GET"]  # the model list only: nothing posted
+
+
+def test_nc29_http_version_not_supported_is_named_before_load():
+    proc, requests = _refused_run(
+        Reply(writes=[W(1, b"HTTP/2 required\n")], status=505, headers={"Content-Type": "text/plain"})
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]  # type: ignore[attr-defined]
+    stderr = proc.stderr  # type: ignore[attr-defined]
+    assert "answered HTTP 505" in stderr
+    assert "HTTP Version Not Supported" in stderr
+    assert "the server refuses HTTP/1.1" in stderr
+    assert [r.method for r in requests] == ["GET"]
+
+
+def test_nc29_http2_frames_fail_a_request_with_their_name(gevent_ready):
+    with ScriptedServer(Reply(writes=[W(1, _H2_SETTINGS + _H2_GOAWAY)], raw=True)) as srv:
+        client, transport = _client(srv.base_url)
+        try:
+            record = client.run(CHAT)
+        finally:
+            transport.close()
+    assert record.outcome is Outcome.TRANSPORT_ERROR
+    assert record.error is not None
+    assert "HTTP/2 frames, not HTTP/1.1" in record.error.message
+    assert "SETTINGS, GOAWAY PROTOCOL_ERROR" in record.error.message
+
+
+# ── NC-28 (refusal half): a chat or completions body for another API's path ──
+@pytest.mark.parametrize(
+    ("locustfile", "path", "api"),
+    [
+        ("chat", "/v1/responses", "the OpenAI Responses API"),
+        ("chat", "/v1/messages", "the Anthropic Messages API"),
+        ("completions", "/api/v1/embeddings?x=1", "the embeddings API"),
+    ],
+)
+def test_nc28_endpoint_path_of_another_api_is_refused_before_load(locustfile, path, api):
+    with ScriptedServer(_route(Reply(writes=[W(1, sse(ROLE, C({"content": "Hi"}), CF("stop"), "[DONE]"))]))) as srv:
+        proc = run_locust(
+            [
+                "-f", f"locustfiles/{locustfile}.py", "--headless", "--only-summary", "-H", srv.base_url,
+                "-u", "1", "-r", "1", "--num-requests", "2", "-t", "30s", "--endpoint-path", path,
+            ],
+            timeout_s=60,
+        )  # fmt: skip
+        requests = srv.requests
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"--endpoint-path {path} is {api}" in proc.stderr
+    user = "ChatUser posts chat/completions" if locustfile == "chat" else "CompletionUser posts completions"
+    assert user in proc.stderr
+    assert requests == []  # refused before anything was sent
+
+
+# An HTML page with status 200 (a captive portal, a proxy's login or error page) instead of the reply.
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "no-stream"])
+def test_html_page_with_status_200_is_named_not_dumped(run_scripted, stream):
+    page = b"<!DOCTYPE html><html><head><style>p{}</style><title>Sign in to the proxy</title></head></html>"
+    reply = Reply(writes=[W(5, page)], headers={"Content-Type": "text/html"}, framing=Framing.CONTENT_LENGTH)
+    request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8, stream=stream)
+    record = run_scripted(reply, request).record
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    assert '"Sign in to the proxy" (an HTML error page)' in record.error.message
+    assert "<style>" not in record.error.message
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n", "the answer is not HTTP/1.1"),
+        (bytes.fromhex("150301000202") + bytes.fromhex("28"), "the server answered with TLS, not plain HTTP"),
+        (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "HTTP/2 frames, not HTTP/1.1"),
+    ],
+    ids=["ssh", "tls-alert", "h2-preface"],
+)
+def test_nc29_other_protocols_are_named_in_the_preflight(gevent_ready, answer, named):
+    from llmload.errors import ConfigError
+    from llmload.request.preflight import fetch_models
+
+    with ScriptedServer(Reply(writes=[W(1, answer)], raw=True)) as srv:
+        transport = GeventHTTPTransport(srv.base_url, headers={}, timeouts=Timeouts(connect_s=5, idle_s=5, total_s=10))
+        try:
+            with pytest.raises(ConfigError) as refused:
+                fetch_models(srv.base_url, transport.get, "OPENAI_API_KEY")
+        finally:
+            transport.close()
+    message = str(refused.value)
+    assert named in message
+    assert "Is the server up" not in message
+
+
+def test_nc29_a_malformed_header_of_a_real_http1_answer_is_not_called_another_protocol(gevent_ready):
+    from llmload.errors import ConfigError
+    from llmload.request.preflight import fetch_models
+
+    answer = [W(1, b"HTTP/1.1 200 OK\r\n"), W(5, b"Content-Length: x\r\n\r\n{}")]
+    with ScriptedServer(Reply(writes=answer, raw=True)) as srv:
+        transport = GeventHTTPTransport(srv.base_url, headers={}, timeouts=Timeouts(connect_s=5, idle_s=5, total_s=10))
+        try:
+            with pytest.raises(ConfigError) as refused:
+                fetch_models(srv.base_url, transport.get, "OPENAI_API_KEY")
+        finally:
+            transport.close()
+    assert "not HTTP/1.1" not in str(refused.value)
+
+
+def test_gateway_error_object_wrapping_a_proxy_page_is_one_line(run_scripted):
+    wrapped = {"error": {"message": _CLOUDFLARE_502.decode(), "type": "APIError", "param": None, "code": "502"}}
+    record = run_scripted(json_reply(502, json.dumps(wrapped))).record
+    assert record.outcome is Outcome.HTTP_ERROR
+    assert record.error is not None
+    assert record.error.message == '"api.example.com | 502: Bad gateway" (an HTML error page in the error message)'
+
+
+@pytest.mark.parametrize("ctype", ["text/plain", "text/html", ""], ids=["text-plain", "text-html", "none"])
+def test_nc31_one_json_body_under_another_media_type_is_a_reply_that_did_not_stream(run_scripted, ctype):
+    reply = Reply(
+        writes=[W(100, _COMPLETION)],
+        headers={"Content-Type": ctype} if ctype else {},
+        headers_at_ms=100,
+        framing=Framing.CONTENT_LENGTH,
+    )
+    record = run_scripted(reply).record
+    assert record.outcome is Outcome.OK, record.error
+    assert record.streamed is False
+    assert record.completion_tokens.value == 4
+    assert record.ttft_s is None
+
+
+def test_nc31_invalid_json_under_another_media_type_is_named(run_scripted):
+    reply = Reply(writes=[W(5, b'{"id": "c1", "choi')], headers={"Content-Type": "text/plain"})
+    record = run_scripted(reply).record
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    assert "not an event stream and not valid JSON" in record.error.message
+    assert "seen: 0 events (0 with tokens), 18 bytes, no finish_reason, no [DONE], body ended" in record.error.message
+    assert 'body began b\'{"id"' in record.error.message

@@ -1,0 +1,40 @@
+"""protocols: the first bytes of a reply that is not HTTP/1.1 name the protocol (NC-29)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmload.net.protocols import H2_MESSAGE, foreign_protocol
+
+SETTINGS = bytes.fromhex("00000c040000000000000300000064000400100000")
+SETTINGS_EMPTY = bytes.fromhex("000000040000000000")
+GOAWAY = bytes.fromhex("0000080700000000000000000000000001")
+GOAWAY_DEBUG = bytes.fromhex("00000f0700000000000000000000000001") + b"bad pre"
+
+
+@pytest.mark.parametrize(
+    ("head", "frames"),
+    [
+        (SETTINGS + GOAWAY, "SETTINGS, GOAWAY PROTOCOL_ERROR"),
+        (SETTINGS_EMPTY + GOAWAY_DEBUG, "SETTINGS, GOAWAY PROTOCOL_ERROR"),
+        (GOAWAY, "GOAWAY PROTOCOL_ERROR"),
+        (SETTINGS, "SETTINGS"),
+        (SETTINGS + GOAWAY[:12], "SETTINGS, GOAWAY"),  # cut inside the GOAWAY payload
+    ],
+)
+def test_nc29_http2_frames_are_named(head, frames):
+    message = foreign_protocol(head)
+    assert message is not None
+    assert message.startswith(f"{H2_MESSAGE}: {frames};")
+
+
+def test_nc29_http2_preface_and_tls_are_named():
+    assert H2_MESSAGE in (foreign_protocol(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") or "")
+    assert "https" in (foreign_protocol(bytes.fromhex("15030100020250")) or "")  # TLS alert
+
+
+@pytest.mark.parametrize(
+    "head", [b"", b"garbage here", b"HTTP/1.1 200 OK\r\n", bytes.fromhex("000006010000000001000000000000")]
+)
+def test_nc29_other_bytes_are_not_named(head):
+    assert foreign_protocol(head) is None
