@@ -36,12 +36,20 @@ demo: install
 # they measure. Then everything else under coverage.py with the gate in pyproject.toml
 # ([tool.coverage.report] fail_under); the `locust` processes and simulators the tests start are
 # measured too (coverage's subprocess patch), each writing a .coverage.* file that `combine` merges.
+# Both passes always run and the coverage figure is always printed; the exit status is the first
+# failing pass's (pytest's own code), else the coverage gate's.
 test: install
 	@rm -f .coverage .coverage.*
-	$(PY) -m pytest -q -m timing
-	$(PY) -m coverage run -m pytest -q -m "not timing"
-	@$(PY) -m coverage combine -q
-	$(PY) -m coverage report
+	@status=0; \
+	echo "$(PY) -m pytest -q -m timing"; \
+	$(PY) -m pytest -q -m timing || status=$$?; \
+	echo "$(PY) -m coverage run -m pytest -q -m \"not timing\""; \
+	$(PY) -m coverage run -m pytest -q -m "not timing" || { test $$status -ne 0 || status=$$?; }; \
+	$(PY) -m coverage combine -q || true; \
+	echo "$(PY) -m coverage report"; \
+	$(PY) -m coverage report || { test $$status -ne 0 || status=$$?; }; \
+	if [ $$status -ne 0 ]; then echo "make test: FAILED (exit $$status); see the failures above the coverage table" >&2; fi; \
+	exit $$status
 
 # Opt-in, not part of `make test`: tests/real against llama.cpp's llama-server, built once by the
 # real-server kit (../shared/realserver beside the repo, or LLMLOAD_REALSERVER_DIR; ~5-10 min, cached in /tmp/rs).

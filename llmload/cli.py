@@ -1,8 +1,9 @@
 """The ``llmload`` command: ``sim`` (simulated server), ``demo`` (the main job end to end), ``options``,
-``sweep``, ``report`` (the HTML report of results files).
+``locustfile`` (the path of an installed locustfile, or a starter copy), ``sweep``, ``report`` (the HTML
+report of results files).
 
-Load itself is run by Locust: ``locust -f locustfiles/chat.py ...`` (see README);
-this module only starts processes and builds their argument lists.
+Load itself is run by Locust: ``locust -f $(llmload locustfile chat) ...`` (or ``locustfiles/chat.py``
+in a clone; see README); this module only starts processes and builds their argument lists.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from typing import Any
 
 __all__ = ["main"]
 
-_REPO = Path(__file__).resolve().parent.parent
+# The locustfiles shipped in the package (llmload/locustfiles/): found by path, never imported here
+# (importing one imports Locust and installs llmload's hooks).
+_LOCUSTFILES = Path(__file__).resolve().parent / "locustfiles"
+_LOCUSTFILE_NAMES = ("chat", "completions")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,12 +34,20 @@ def main(argv: list[str] | None = None) -> int:
         return sim.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="llmload",
-        description="LLM load generator on Locust. Load runs: locust -f locustfiles/chat.py -H URL ...",
+        description="LLM load generator on Locust. Load runs: locust -f $(llmload locustfile chat) -H URL ...",
         epilog="Every option of a load run (--max-tokens, --num-requests, --request-rate, ...): llmload options",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("options", help="list every load-run option, grouped, with help, default and env var")
     sub.add_parser("sim", help="start the simulated OpenAI-compatible server (llmload sim --help)")
+    locustfile = sub.add_parser(
+        "locustfile",
+        help="print the path of an installed locustfile (locust -f $(llmload locustfile chat)), or write a copy",
+        description="Examples: locust -f $(llmload locustfile chat) -H http://127.0.0.1:8000; "
+        "llmload locustfile chat -o mytest.py (a starter locustfile to edit)",
+    )
+    locustfile.add_argument("name", choices=_LOCUSTFILE_NAMES, help="chat (ChatUser) or completions (CompletionUser)")
+    locustfile.add_argument("-o", "--output", metavar="PATH", help="write a copy to PATH (never overwritten)")
     demo = sub.add_parser("demo", help="start llmload sim and run the main job against it")
     demo.add_argument("--chat-users", type=int, default=256, help="ChatUser users (default 256)")
     demo.add_argument("--chat-run-time", default="30s", help="ChatUser run time (default 30s)")
@@ -43,6 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--num-requests", type=int, default=300, help="CompletionUser requests (default 300)")
     demo.add_argument("--processes", type=int, default=2, help="local Locust worker processes (default 2)")
     demo.add_argument("--results-dir", default="results", help="where the results JSON files go")
+    demo.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a short run of the same job (ChatUser {_QUICK['chat_users']} users for {_QUICK['chat_run_time']}, "
+        f"CompletionUser {_QUICK['num_requests']} requests at {_QUICK['completion_users']} users), "
+        "to check an installation; options given explicitly win",
+    )
     sweep = sub.add_parser(
         "sweep",
         help="run Locust once per concurrency or rate step and name the saturation knee",
@@ -83,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(describe())
         return 0
     if args.command == "demo":
-        return _demo(args)
+        return _demo(_quick(args, argv) if args.quick else args)
+    if args.command == "locustfile":
+        return _locustfile_command(args.name, args.output)
     if args.command == "sweep":
         return _sweep(args)
     if args.command == "report":
@@ -198,11 +219,43 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+_QUICK: dict[str, Any] = {"chat_users": 16, "chat_run_time": "5s", "completion_users": 32, "num_requests": 64}
+
+
+def _quick(args: argparse.Namespace, argv: list[str]) -> argparse.Namespace:
+    """``demo --quick``: the short sizes of ``_QUICK``, except options given on the command line."""
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    for name, value in _QUICK.items():
+        if "--" + name.replace("_", "-") not in given:
+            setattr(args, name, value)
+    return args
+
+
 def _locustfile(name: str) -> str:
-    path = _REPO / "locustfiles" / name
+    """The installed locustfile ``name`` (``chat.py``): in a clone and in an installed wheel alike."""
+    path = _LOCUSTFILES / name
     if not path.exists():
-        raise SystemExit(f"llmload demo: {path} not found; run the demo from a clone of the llmload repository")
+        raise SystemExit(f"llmload: {path} not found; this llmload installation is incomplete, reinstall it")
     return str(path)
+
+
+def _locustfile_command(name: str, output: str | None) -> int:
+    """``llmload locustfile NAME [-o PATH]``: print the installed file's path, or write a starter copy."""
+    source = Path(_locustfile(f"{name}.py"))
+    if output is None:
+        print(source)
+        return 0
+    target = Path(output)
+    if target.exists():
+        print(f"llmload locustfile: error: {output} exists; pass another path or remove it", file=sys.stderr)
+        return 2
+    try:
+        target.write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    except OSError as exc:
+        print(f"llmload locustfile: error: cannot write {output!r} ({exc.strerror})", file=sys.stderr)
+        return 2
+    print(f"llmload locustfile: wrote {output}; run it with: locust -f {output} -H http://127.0.0.1:8000")
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@
 
     LLMLoadError
     ├── ConfigError          bad option value, caught before any load is sent
+    │   └── InvalidOptionsError  every option whose value is refused, at once
     ├── DatasetError         unusable prompt source
     ├── TokenizerError       tokenizer cannot be loaded (never fetched silently)
     ├── RequestError         one request failed; becomes a failed RequestRecord, never escapes a user
@@ -29,6 +30,7 @@ __all__ = [
     "ConnectionClosedError",
     "DatasetError",
     "HTTPStatusError",
+    "InvalidOptionsError",
     "LLMLoadError",
     "RequestError",
     "RequestTimeout",
@@ -50,6 +52,24 @@ class LLMLoadError(Exception):
 
 class ConfigError(LLMLoadError):
     """An option value is invalid; raised before any load is sent."""
+
+
+class InvalidOptionsError(ConfigError):
+    """Every option whose value was refused, each with its own message (the flag first, then the message).
+
+    One refused option reads as its own message; several are numbered in one
+    message, so a run (or the web form) reports all of them at once.
+    """
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = tuple(problems)
+        if len(problems) == 1:
+            text = problems[0][1]
+        else:
+            text = f"{len(problems)} invalid options: " + " ".join(
+                f"({n}) {message}" for n, (_flag, message) in enumerate(problems, 1)
+            )
+        super().__init__(text)
 
 
 class DatasetError(LLMLoadError):

@@ -251,6 +251,11 @@ def _watch_workers(environment: Environment, run_id: str) -> None:
             if client_id not in runtime.lost_workers:
                 runtime.lost_workers.append(client_id)
                 log.warning("llmload: worker %s lost mid-run; its unreported requests are missing", client_id)
+        for client_id in [c for c in runtime.lost_workers if c in alive]:
+            # Its heartbeats resumed (a worker whose loop was busy for seconds, e.g. loading a
+            # tokenizer on a loaded machine): it kept its share and its reports, so it is not lost.
+            runtime.lost_workers.remove(client_id)
+            log.warning("llmload: worker %s is back (its heartbeats resumed); not lost", client_id)
         remaining = runtime.planned_workers - set(runtime.lost_workers)
         if runtime.config.num_requests is not None and remaining <= runtime.done_workers and not runtime.flushed:
             if runtime.lost_workers:

@@ -30,9 +30,9 @@ from typing import Any
 import gevent
 
 from llmload.aggregate.series import interval_index
-from llmload.edge import checkpoints, cluster, live, web
+from llmload.edge import checkpoints, cluster, live, locust_internals, web
 from llmload.edge.interrupt import Interrupter
-from llmload.edge.launch import note_request_limit, prepare, stop_process_services
+from llmload.edge.launch import note_request_limit, preload_tokenizer, prepare, stop_process_services
 from llmload.edge.runtime import Runtime
 from llmload.errors import ConfigError, LLMLoadError
 from llmload.exporters.console import results_line, summary_lines
@@ -48,7 +48,12 @@ log = logging.getLogger("llmload")
 
 
 def install(events: Events | None = None) -> None:
-    """Register llmload's listeners on Locust's event hooks (idempotent per ``events``)."""
+    """Register llmload's listeners on Locust's event hooks (idempotent per ``events``).
+
+    Also makes a worker's spawn messages cheap (``llmload.edge.locust_internals``):
+    without that, a worker starves its own heartbeats during a ramp-up.
+    """
+    locust_internals.cache_default_args()
     events = events or locust_events
     if getattr(events, "_llmload_installed", False):
         return
@@ -143,6 +148,7 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
     _install_interrupter(environment, runtime)
     cluster.register_messages(runner)
     if is_worker:
+        preload_tokenizer(runtime)  # not in the first spawn message's handler: it would starve the heartbeats
         return
     web.install(environment)
     try:

@@ -13,10 +13,13 @@ from locust.env import Environment
 from locust.runners import MasterRunner
 
 import argparse
+import contextlib
 import logging
 import os
 import tempfile
+import time
 import urllib.request
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import gevent
@@ -24,7 +27,7 @@ import gevent.event
 import gevent.lock
 
 from llmload.edge.runtime import CpuMonitor, Runtime, SendWindow, WarmupGate
-from llmload.errors import ConfigError
+from llmload.errors import ConfigError, LLMLoadError
 from llmload.exporters.requests_log import RequestsLog, worker_path
 from llmload.net.scrape import ServerScraper, metrics_urls, routed_fetch
 from llmload.net.transport import GeventHTTPTransport
@@ -34,7 +37,7 @@ from llmload.request.record import RequestRecord
 from llmload.request.tokens import load_tokenizer
 from llmload.run.plan import RequestLimitNote, WorkerShare, split_run
 from llmload.settings import proxies
-from llmload.settings.config import RunConfig
+from llmload.settings.config import RunConfig, Timeouts
 from llmload.settings.credentials import public_url, secret_query_names, split_credentials
 from llmload.workload.arrivals import Arrival, ArrivalSchedule
 from llmload.workload.prompts import build_workload
@@ -43,6 +46,10 @@ __all__ = [
     "choose_route",
     "load_local_parts",
     "note_request_limit",
+    "preflight_limit_s",
+    "preflight_step",
+    "preflight_timeouts",
+    "preload_tokenizer",
     "prepare",
     "split",
     "start_open_loop",
@@ -91,13 +98,19 @@ def prepare(
     if config.insecure:
         log.warning("llmload: --insecure: TLS certificates of %s are NOT verified", host)
     runtime.proxy_note = choose_route(runtime, host)
+    limit_s = preflight_limit_s(config, getattr(options, "run_time", None))
     transport = GeventHTTPTransport(
-        host, headers=runtime.headers, timeouts=config.timeouts, insecure=config.insecure, proxy=runtime.proxy
+        host,
+        headers=runtime.headers,
+        timeouts=preflight_timeouts(config, limit_s),
+        insecure=config.insecure,
+        proxy=runtime.proxy,
     )
     try:
-        models = preflight.fetch_models(
-            host, transport.get, config.api_key_env, model=config.model, key_sent_as=runtime.key_sent_as
-        )
+        with preflight_step(f"GET {preflight.join_url(host, '/v1/models')}", limit_s):
+            models = preflight.fetch_models(
+                host, transport.get, config.api_key_env, model=config.model, key_sent_as=runtime.key_sent_as
+            )
         if models.missing is not None:
             log.warning("llmload preflight: %s; using --model %s as given", models.missing, config.model)
         runtime.model = preflight.choose_model(models, config.model, host)
@@ -114,7 +127,8 @@ def prepare(
                     return None
                 return classes[request.endpoint].build_request(runtime, max_tokens=2)  # type: ignore[attr-defined,no-any-return]
 
-            report = preflight.probe(transport, probes, config, models, runtime.model, retry=without_usage)
+            with preflight_step(_probe_step(probes), limit_s):
+                report = preflight.probe(transport, probes, config, models, runtime.model, retry=without_usage)
             runtime.not_streamed.update(report.not_streamed)  # warned once, here
             for note in report.notes:
                 log.info("llmload preflight: %s", note)
@@ -129,6 +143,61 @@ def prepare(
     if raised:
         log.info("llmload: %s", raised)
     runtime.prepared_for = (host, config)
+
+
+def preflight_limit_s(config: RunConfig, run_time_s: object) -> float:
+    """Longest wait for one preflight step: ``--preflight-timeout``, and no longer than ``-t`` (seconds) when set."""
+    limit_s = config.preflight_timeout_s
+    if isinstance(run_time_s, int | float) and run_time_s > 0:
+        limit_s = min(limit_s, float(run_time_s))
+    return limit_s
+
+
+_BACKSTOP_S = 1.0
+
+
+def preflight_timeouts(config: RunConfig, limit_s: float) -> Timeouts:
+    """The preflight connection's timeouts: the run's, none longer than ``limit_s`` plus one second.
+
+    ``preflight_step`` ends a step at ``limit_s`` with a message that names the
+    options; these limits are a backstop just behind it (a connect refused or
+    timed out earlier still says so).
+    """
+    t, cap_s = config.timeouts, limit_s + _BACKSTOP_S
+    return Timeouts(connect_s=min(t.connect_s, cap_s), idle_s=min(t.idle_s, cap_s), total_s=min(t.total_s, cap_s))
+
+
+@contextlib.contextmanager
+def preflight_step(what: str, limit_s: float) -> Iterator[None]:
+    """Say what the preflight waits for and for how long; stop waiting after ``limit_s`` seconds.
+
+    The limit holds for the whole step, however the server answers (silence,
+    or bytes trickling in forever), on top of the connection's own timeouts.
+
+    Raises:
+        ConfigError: the step did not finish within ``limit_s`` (the message names it and the options).
+    """
+    log.info("llmload preflight: waiting for %s (up to %g s)", what, limit_s)
+    timer = gevent.Timeout(limit_s)
+    timer.start()
+    try:
+        yield
+    except gevent.Timeout as exc:
+        if exc is not timer:
+            raise
+        raise ConfigError(
+            f"preflight: no complete answer to {what} within {limit_s:g} s; is the server up and not hung? "
+            "Raise --preflight-timeout if it is only slow to answer (-t bounds it too), "
+            "or pass --skip-preflight to skip the probe requests"
+        ) from None
+    finally:
+        timer.close()
+
+
+def _probe_step(probes: list[tuple[str, LLMRequest]]) -> str:
+    """``POST /v1/chat/completions (ChatUser)``: what the probe requests are, for the waiting line."""
+    shown = ", ".join(f"POST {request.path} ({name})" for name, request in probes)
+    return f"the probe request{'s' if len(probes) > 1 else ''} {shown}" if probes else "the probe requests"
 
 
 def _check_endpoint_path(environment: Environment, config: RunConfig) -> None:
@@ -252,6 +321,31 @@ def load_local_parts(runtime: Runtime) -> None:
     if config.tokenizer and runtime.token_counter is None:
         runtime.token_counter = load_tokenizer(config.tokenizer, allow_download=config.allow_download)
     _load_workload(runtime)
+
+
+def preload_tokenizer(runtime: Runtime) -> None:
+    """Worker at ``init``: load the tokenizer its own options name, before any spawn message arrives.
+
+    Loading a tokenizer directory imports transformers: seconds of CPU in one
+    turn of the gevent loop (4-5 s measured on a busy 2-core machine). In the
+    handler of the first spawn message that stall starves the worker's
+    heartbeats, and the master drops it as missing before it sends anything;
+    at ``init`` the run has not started. The master's options still decide:
+    ``load_local_parts`` loads at test start when nothing was loaded here (a
+    failure here is left for it to report).
+    """
+    config = runtime.config
+    if not config.tokenizer or runtime.token_counter is not None:
+        return
+    started_s = time.perf_counter()
+    try:
+        runtime.token_counter = load_tokenizer(config.tokenizer, allow_download=config.allow_download)
+    except LLMLoadError:
+        runtime.token_counter = None  # reported at test start, with the master's options
+        return
+    log.info(
+        "llmload: worker loaded tokenizer %s before the run (%.1f s)", config.tokenizer, time.perf_counter() - started_s
+    )
 
 
 def _load_workload(runtime: Runtime) -> None:

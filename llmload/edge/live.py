@@ -34,6 +34,7 @@ from locust.runners import WORKER_REPORT_INTERVAL, MasterRunner, WorkerRunner
 
 import functools
 import logging
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +46,7 @@ import gevent.lock
 from llmload.aggregate.series import interval_index
 from llmload.aggregate.stats import LLMStats
 from llmload.edge.runtime import ExportState, Runtime
+from llmload.errors import ConfigError
 from llmload.exporters.drift import RSS_GAUGE, drift_section
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.sections import client_saturated
@@ -54,10 +56,12 @@ from llmload.exporters.window import RunView, SlidingWindow
 from llmload.run.wire import WorkerReport, report_to_wire
 from llmload.servermetrics import SERVER_COLUMNS
 from llmload.settings.credentials import public_url
+from llmload.settings.options import default
 from llmload.settings.thresholds import ThresholdWatch
 from llmload.version import __version__
 
 __all__ = [
+    "exporter_url_host",
     "feed",
     "finish_timeline",
     "on_quit",
@@ -86,10 +90,21 @@ def start_exporter(environment: Environment, runtime: Runtime) -> None:
     if config.prometheus_port == 0:
         return
     exporter = PrometheusExporter(functools.partial(_run_view, environment))
-    port = exporter.start(config.prometheus_port, config.prometheus_host)
-    url = f"http://{config.prometheus_host or '0.0.0.0'}:{port}/metrics"
+    try:
+        port = exporter.start(config.prometheus_port, config.prometheus_host)
+    except ConfigError as exc:
+        if config.prometheus_port != default("--prometheus-port"):
+            raise  # a port asked for: the run stops, naming it
+        log.warning("llmload: %s This run serves no /metrics.", exc)  # the default port: another run has it
+        return
+    url = f"http://{exporter_url_host(config.prometheus_host)}:{port}/metrics"
     runtime.export = ExportState(exporter=exporter, window=SlidingWindow(), grace_s=config.prometheus_grace_s, url=url)
     log.info("llmload: Prometheus metrics at %s", url)
+
+
+def exporter_url_host(host: str) -> str:
+    """The host to show in the exporter's URL: the listen address, or this machine's name for all interfaces."""
+    return socket.gethostname() if host in ("", "0.0.0.0") else host
 
 
 def _run_view(environment: Environment) -> RunView:
@@ -216,10 +231,18 @@ def on_quit(environment: Environment, **_kw: Any) -> None:
     if export is None:
         return
     exporter = export.exporter
-    if exporter.scrapes and export.grace_s > 0:
-        log.info("llmload: waiting up to %g s for a Prometheus scrape of the final totals", export.grace_s)
-        if not exporter.wait_for_final_scrape(export.grace_s):
-            log.warning("llmload: no scrape of the final totals within --prometheus-grace %g s", export.grace_s)
+    wait_s = exporter.final_scrape_wait_s(export.grace_s)
+    if wait_s > 0:
+        log.info("llmload: waiting up to %.3g s for a Prometheus scrape of the final totals", wait_s)
+        if not exporter.wait_for_final_scrape(wait_s):
+            log.warning(
+                "llmload: no scrape of the final totals within %.3g s (--prometheus-grace %g s)", wait_s, export.grace_s
+            )
+    elif exporter.scrapes and export.grace_s > 0:
+        log.info(
+            "llmload: /metrics was scraped %d time(s), but no scraper is scraping regularly now: not waiting for it",
+            exporter.scrapes,
+        )
     exporter.stop()
 
 

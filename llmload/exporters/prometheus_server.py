@@ -28,6 +28,8 @@ __all__ = ["PrometheusExporter"]
 _METRICS_PATH = "/metrics"
 _REQUEST_TIMEOUT_S = 10.0  # a scraper that stalls mid-request cannot pin a handler forever
 _POLL_INTERVAL_S = 0.1  # how fast stop() is noticed by the serving loop
+_OVERDUE_FACTOR = 2.0  # a scraper is gone when its next scrape is this many intervals late
+_OVERDUE_SLACK_S = 1.0  # plus this (jitter of Prometheus's scrape offsets, a slow scrape)
 
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
@@ -90,12 +92,13 @@ class PrometheusExporter:
         self._scrapes = 0
         self._final_at_s: float | None = None
         self._last_scrape_start_s = float("-inf")  # start of the latest scrape fully written
+        self._previous_scrape_start_s = float("-inf")  # start of the one before it
         self._server: _ThreadingWSGIServer | None = None
         self._thread: threading.Thread | None = None
 
     # ── serving ─────────────────────────────────────────────────────────
-    def start(self, port: int, host: str = "") -> int:
-        """Listen on ``host:port`` (``""``: all interfaces; port 0: any free port) and serve in a thread.
+    def start(self, port: int, host: str = "127.0.0.1") -> int:
+        """Listen on ``host:port`` (``""`` or ``0.0.0.0``: all interfaces; port 0: any free port) and serve in a thread.
 
         Returns:
             The port actually bound.
@@ -163,6 +166,23 @@ class PrometheusExporter:
         with self._cond:
             self._final_at_s = self._clock()
 
+    def final_scrape_wait_s(self, grace_s: float) -> float:
+        """How long it is worth waiting for a scrape of the final totals (at most ``grace_s``); 0 = not at all.
+
+        Only a scraper that scrapes regularly is waited for: two scrapes give
+        its interval, and the wait ends when the next one would be overdue
+        (twice the interval after the last scrape, plus a second). No scrape, a
+        single one (a stray ``curl``) or an overdue scraper: 0, and the run
+        ends at once. A Prometheus whose interval is longer than the run has
+        scraped at most once, so it misses the final totals (README).
+        """
+        with self._cond:
+            if self._scrapes < 2 or grace_s <= 0:
+                return 0.0
+            interval_s = self._last_scrape_start_s - self._previous_scrape_start_s
+            due_by_s = self._last_scrape_start_s + _OVERDUE_FACTOR * interval_s + _OVERDUE_SLACK_S
+            return max(0.0, min(grace_s, due_by_s - self._clock()))
+
     def wait_for_final_scrape(self, timeout_s: float) -> bool:
         """Wait until a scrape that began after ``mark_final`` has been written in full.
 
@@ -191,5 +211,8 @@ class PrometheusExporter:
     def _scrape_done(self, started_s: float) -> None:
         with self._cond:
             self._scrapes += 1
-            self._last_scrape_start_s = max(self._last_scrape_start_s, started_s)
+            if started_s > self._last_scrape_start_s:
+                self._previous_scrape_start_s, self._last_scrape_start_s = self._last_scrape_start_s, started_s
+            else:  # two scrapes overlapped and the later one finished first
+                self._previous_scrape_start_s = max(self._previous_scrape_start_s, started_s)
             self._cond.notify_all()

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmload.errors import ConfigError
+from llmload.errors import ConfigError, InvalidOptionsError
 from llmload.settings.goodput import SLO
 from llmload.settings.option_values import LengthSpec, parse_rate
 from llmload.settings.options import OPTIONS, OptionSpec, default
@@ -110,11 +110,12 @@ class RunConfig:
         abort_on: ``--abort-on`` thresholds that stop the run early (``llmload.settings.thresholds``).
         max_retry_after_s: closed loop: longest pause of a user after a throttled reply.
         skip_preflight: skip the probe requests before load.
+        preflight_timeout_s: longest wait for each preflight step (``-t`` bounds it too).
         requests_log: per-request JSON lines path, or None.
         timeseries: per-interval time series JSON lines path, or None.
         timeseries_interval_s: length of one time-series interval (s).
         prometheus_port: exporter port on the master, 0 = no exporter.
-        prometheus_host: exporter listen address, "" = all interfaces.
+        prometheus_host: exporter listen address (default loopback), "" or "0.0.0.0" = all interfaces.
         prometheus_grace_s: longest wait after the run for a scrape of the final totals.
         server_metrics: ``--server-metrics``: "auto", "off", or comma-separated URLs ("auto" among them allowed).
         dataset: prompt file, or None.
@@ -157,6 +158,7 @@ class RunConfig:
     abort_on: tuple[Threshold, ...] = default("--abort-on")
     max_retry_after_s: float = default("--max-retry-after")
     skip_preflight: bool = False
+    preflight_timeout_s: float = default("--preflight-timeout")
     requests_log: str | None = None
     timeseries: str | None = None
     timeseries_interval_s: float = default("--timeseries-interval")
@@ -205,9 +207,18 @@ class RunConfig:
         declaration, then the rules that involve several options are applied.
 
         Raises:
-            ConfigError: naming the option, the value and an accepted example.
+            InvalidOptionsError: every refused value, each naming the option, the value and an accepted example.
+            ConfigError: options that conflict with each other.
         """
-        values = {spec.dest: spec.value(getattr(options, spec.dest, None)) for spec in OPTIONS}
+        values: dict[str, Any] = {}
+        problems: list[tuple[str, str]] = []
+        for spec in OPTIONS:
+            try:
+                values[spec.dest] = spec.value(getattr(options, spec.dest, None))
+            except ConfigError as exc:
+                problems.append((spec.flag, str(exc)))
+        if problems:
+            raise InvalidOptionsError(problems)
         direct = {spec.target: values[spec.dest] for spec in OPTIONS if spec.target is not None}
         direct["stream"] = not direct.pop("no_stream")
         loop = OpenLoop.from_values(values)

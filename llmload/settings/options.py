@@ -393,6 +393,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
         field=None,
         label="Request timeout (s)",
     ),
+    OptionSpec(
+        "--preflight-timeout",
+        "Longest wait in seconds for each preflight step (GET /v1/models, the probe requests) before any load; "
+        "-t bounds it too. A server that does not answer within it stops the run with a line saying so.",
+        _SERVER,
+        30.0,
+        _SECONDS,
+        "S",
+        field="preflight_timeout_s",
+        label="Preflight timeout (s)",
+    ),
     _switch(
         "--skip-preflight",
         "Skip the probe requests before load (GET /v1/models still runs).",
@@ -523,7 +534,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "--prometheus-port",
         "Serve Prometheus metrics at /metrics on this port on the master (or the single "
-        "process); workers serve nothing. 0 disables the exporter.",
+        "process); workers serve nothing. 0 disables the exporter. The default port in use "
+        "(another run on this machine) is a warning and no exporter; another port in use stops the run.",
         _PROM,
         9646,
         v.number(int, lambda x: 0 <= x <= 65535, "a port number from 0 to 65535 (0: off)", "9646"),
@@ -533,19 +545,20 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--prometheus-host",
-        "Address the Prometheus exporter listens on.",
+        "Address the Prometheus exporter listens on: loopback by default (this machine only); "
+        "0.0.0.0 for every interface (Kubernetes, a Prometheus on another host).",
         _PROM,
-        "",
+        "127.0.0.1",
         lambda _flag, value: value.strip(),
         "ADDR",
         launch_only=True,
-        shown="all interfaces",
         label="Prometheus listen address",
     ),
     OptionSpec(
         "--prometheus-grace",
         "After the run, keep /metrics up at most S seconds until one scrape has read the final "
-        "totals. No wait when nothing has scraped /metrics yet.",
+        "totals. Only while a scraper scrapes regularly: no wait after no scrape or a single one "
+        "(a stray curl), nor once the scraper is overdue.",
         _PROM,
         60.0,
         v.number(float, lambda x: 0 <= x < math.inf, "a finite number >= 0", "60"),

@@ -46,11 +46,23 @@ def _start(url: str, out: Path, *extra: str, headless: bool = True) -> subproces
     )  # fmt: skip
 
 
-def _wait_for_first_request(url: str, before: float, timeout_s: float = 60) -> None:
+def _wait_for_first_request(url: str, before: float, proc: subprocess.Popen[str], timeout_s: float = 60) -> None:
+    """Block until the simulator has completed a request; on failure show what Locust said (issue 24)."""
     deadline = time.monotonic() + timeout_s
     while metric_sum(metrics(url), "llmload_sim_requests_completed_total") <= before:
-        assert time.monotonic() < deadline, f"no load within {timeout_s} s"
+        if proc.poll() is not None or time.monotonic() >= deadline:
+            exited = proc.poll() is not None
+            why = f"locust exited {proc.returncode}" if exited else f"still running after {timeout_s} s"
+            pytest.fail(f"no load within {timeout_s} s ({why}); Locust's output:\n{_output_of(proc)}")
         time.sleep(0.05)
+
+
+def _output_of(proc: subprocess.Popen[str]) -> str:
+    """Stop ``proc`` (and its workers) if it still runs; return the last of its stdout and stderr."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=30)
+    return f"--- stdout (last 2000 chars)\n{stdout[-2000:]}\n--- stderr (last 6000 chars)\n{stderr[-6000:]}"
 
 
 def _counted(out: Path) -> tuple[int, int]:
@@ -87,7 +99,7 @@ def test_p1_signal_during_ramp_up_counts_every_request(tmp_path, signum, process
         before = _settled(url)[_CHAT]
         extra = ["-t", "60s", *(["--processes", str(processes)] if processes else [])]
         proc = _start(url, out, *extra)
-        _wait_for_first_request(url, before)
+        _wait_for_first_request(url, before, proc)
         time.sleep(_LOAD_S)
         if group:
             os.killpg(proc.pid, signum)
@@ -126,7 +138,7 @@ def test_p1_web_ui_stop_during_ramp_up_counts_every_request(tmp_path):
         extra = ["--processes", "2", "--web-host", "127.0.0.1", "--web-port", str(port), "--autostart"]
         proc = _start(url, out, *extra, headless=False)
         try:
-            _wait_for_first_request(url, before)
+            _wait_for_first_request(url, before, proc)
             time.sleep(_LOAD_S)
             web_ui_stop(port, out)
             time.sleep(2.0)  # spawn messages still due after the stop would start users now

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from llmload.errors import ConfigError
+from llmload.errors import ConfigError, InvalidOptionsError
 from llmload.settings.config import OPTIONS, RunConfig, Timeouts
 
 
@@ -87,3 +87,23 @@ def test_config_max_retry_after_default_value_and_refusal():
     assert RunConfig.from_options(options(max_retry_after="2.5")).max_retry_after_s == 2.5
     with pytest.raises(ConfigError, match=r"--max-retry-after must be a finite number of seconds > 0, got '0'"):
         RunConfig.from_options(options(max_retry_after="0"))
+
+
+def test_issue24_every_invalid_option_is_reported_in_one_message():
+    """Only the first bad value used to be reported: fix one, run again, meet the next."""
+    bad = options(max_tokens="abc", read_timeout="-1", preflight_timeout="0", prometheus_port="70000")
+    with pytest.raises(InvalidOptionsError) as caught:
+        RunConfig.from_options(bad)
+    flags = [flag for flag, _message in caught.value.problems]
+    assert flags == ["--max-tokens", "--read-timeout", "--preflight-timeout", "--prometheus-port"]
+    text = str(caught.value)
+    assert text.startswith("4 invalid options: (1) --max-tokens must be a positive integer, got 'abc'")
+    for n, (flag, message) in enumerate(caught.value.problems, 1):
+        assert f"({n}) {message}" in text
+        assert flag in message  # each message names its own option
+
+
+def test_issue24_one_invalid_option_reads_as_its_own_message():
+    with pytest.raises(ConfigError) as caught:
+        RunConfig.from_options(options(max_tokens="abc"))
+    assert str(caught.value).startswith("--max-tokens must be a positive integer, got 'abc'")

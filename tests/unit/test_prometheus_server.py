@@ -90,3 +90,45 @@ def test_exporter_stop_releases_the_port(exporter):
     again = PrometheusExporter(lambda: _view(LLMStats.empty()), registry=CollectorRegistry())
     assert again.start(port, "127.0.0.1") == port
     again.stop()
+
+
+@pytest.fixture
+def clocked():
+    """An exporter on loopback whose clock the test moves (scrapes are real HTTP requests)."""
+    clock = FakeClock()
+    exporter = PrometheusExporter(lambda: _view(LLMStats.empty()), registry=CollectorRegistry(), clock=clock)
+    port = exporter.start(0, "127.0.0.1")
+    exporter.url = f"http://127.0.0.1:{port}/metrics"  # type: ignore[attr-defined]
+    yield exporter, clock
+    exporter.stop()
+
+
+def test_issue24_a_single_stray_scrape_is_not_waited_for(clocked):
+    """One `curl /metrics` during the run used to keep a finished run up for the whole grace (60 s)."""
+    exporter, clock = clocked
+    _get(exporter.url)
+    clock.now_s += 5.0
+    exporter.mark_final()
+    assert exporter.final_scrape_wait_s(60.0) == 0.0
+
+
+def test_issue24_a_regular_scraper_is_waited_for_until_its_next_scrape_is_overdue(clocked):
+    exporter, clock = clocked
+    for _ in range(3):  # every 5 s
+        _get(exporter.url)
+        clock.now_s += 5.0
+    exporter.mark_final()
+    # the last scrape began 5 s ago; overdue at 2 x 5 s + 1 s after it
+    assert exporter.final_scrape_wait_s(60.0) == pytest.approx(6.0)
+    assert exporter.final_scrape_wait_s(3.0) == pytest.approx(3.0)  # never beyond the grace
+    assert exporter.final_scrape_wait_s(0.0) == 0.0
+
+
+def test_issue24_a_scraper_that_stopped_is_not_waited_for(clocked):
+    exporter, clock = clocked
+    for _ in range(2):
+        _get(exporter.url)
+        clock.now_s += 1.0
+    clock.now_s += 10.0  # no scrape for 11 s: a 1 s scraper is gone
+    exporter.mark_final()
+    assert exporter.final_scrape_wait_s(60.0) == 0.0

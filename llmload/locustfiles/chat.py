@@ -1,0 +1,8 @@
+"""Chat clients: `locust -f $(llmload locustfile chat) -H http://HOST:PORT` (see README)."""
+
+from llmload.edge import hooks
+from llmload.edge.users import ChatUser
+
+hooks.install()
+
+__all__ = ["ChatUser"]

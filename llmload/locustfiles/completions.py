@@ -1,0 +1,8 @@
+"""Completion clients: `locust -f $(llmload locustfile completions) -H http://HOST:PORT` (see README)."""
+
+from llmload.edge import hooks
+from llmload.edge.users import CompletionUser
+
+hooks.install()
+
+__all__ = ["CompletionUser"]
