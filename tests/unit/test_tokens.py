@@ -217,7 +217,9 @@ def test_resolve_output_tokens_hidden_reasoning_is_set_apart():
 
 def test_resolve_output_tokens_streamed_reasoning_is_not_hidden():
     acc = _acc(
-        ChunkDelta("hm", True, False, None, None, None, has_reasoning=True), _tok(), _usage(10, reasoning_tokens=8)
+        ChunkDelta("hmm, let me see", True, False, None, None, None, has_reasoning=True),
+        _tok(),
+        _usage(10, reasoning_tokens=8),
     )
     out = resolve_output_tokens(acc, counter=None, streamed=True)
     assert (out.hidden_reasoning_tokens, out.notes) == (0, ())
@@ -232,7 +234,7 @@ def test_resolve_output_tokens_reasoning_that_does_not_add_up_makes_tpot_unavail
 def test_resolve_output_tokens_reasoning_above_the_count_is_counted_apart_by_the_server():
     acc = _acc(_tok(), _tok(), _usage(2, reasoning_tokens=50))
     out = resolve_output_tokens(acc, counter=None, streamed=True)
-    assert (out.count.value, out.hidden_reasoning_tokens, out.notes) == (2, 0, ())
+    assert (out.count.value, out.hidden_reasoning_tokens, out.notes) == (2, 0, (UsageNote.REASONING_APART,))
 
 
 def test_record_tpot_over_streamed_tokens_and_unavailable_with_reason():
