@@ -212,3 +212,42 @@ def test_nc20_preflight_probe_reads_content_parts():
     report = _probe_with([sse(ROLE, C({"content": parts}), CF("stop"), U(3, 2), "[DONE]")])
     assert any("token counts come from the server" in note for note in report.notes)
     assert report.warnings == []
+
+
+def _probe_whole(body: dict[str, object], config: RunConfig | None = None) -> PreflightReport:
+    request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2, stream=False)
+    transport = FakeTransport(FakeResponse([json.dumps(body).encode()], 200, "application/json"))
+    return probe(transport, [("ChatUser", request)], config or RunConfig(), ModelList(("m",), {}), "m")
+
+
+_WHOLE = {
+    "id": "c1",
+    "object": "chat.completion",
+    "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "The answer is 42"}, "finish_reason": "stop"}],
+}
+
+
+# NC-26 (kind: token counting without usage, --no-stream): a whole reply without usage:
+# the preflight says so and what counts instead.
+def test_nc26_kind_no_stream_preflight_warns_when_the_reply_has_no_usage():
+    report = _probe_whole(_WHOLE)
+    assert not any("token counts from the server's usage" in note for note in report.notes)
+    assert report.warnings == [
+        "ChatUser: non-streaming, the server sent no usage in its reply; token counts, output tok/s and "
+        "total tok/s will be unavailable (n/a): pass --tokenizer PATH, or make the server return usage"
+    ]
+    with_usage = _probe_whole({**_WHOLE, "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}})
+    assert "ChatUser: non-streaming; token counts from the server's usage" in with_usage.notes
+    assert with_usage.warnings == []
+
+
+# NC-26 (kind): usage with total_tokens alone is usage without completion_tokens, not "no usage".
+def test_nc26_kind_preflight_names_usage_without_completion_tokens():
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": {"total_tokens": 7}}
+    total_only = json.dumps(chunk)
+    report = _probe_with([sse(ROLE, C({"content": "Hi"}), C({"content": " there"}), CF("stop"), total_only, "[DONE]")])
+    assert any("sent usage without completion_tokens in its stream" in w for w in report.warnings)
+    assert not any("sent no usage" in w for w in report.warnings)
+    whole = _probe_whole({**_WHOLE, "usage": {"total_tokens": 9}})
+    assert any("sent usage without completion_tokens in its reply" in w for w in whole.warnings)
