@@ -203,6 +203,13 @@ def _token_warnings(tok: Mapping[str, Any]) -> list[str]:
             f"(mean |diff| {mismatch['mean_abs_diff']:.1f} tokens over {mismatch['compared']} requests; "
             "chat template/BOS, or approximate lengths without --tokenizer). Input metrics use server counts."
         )
+    unknown = (tok.get("completion_sources") or {}).get("unknown")
+    if unknown:
+        lines.append(
+            f"WARNING: {unknown} successful request(s) had no output token count (no usage in the reply, no "
+            "logprobs, no --tokenizer): their tokens are left out of output tok/s and token totals; pass "
+            "--tokenizer PATH or make the server return usage."
+        )
     client = tok.get("completion_client_vs_server") or {}
     if client.get("disagreed"):
         lines.append(

@@ -251,3 +251,10 @@ def test_nc26_kind_preflight_names_usage_without_completion_tokens():
     assert not any("sent no usage" in w for w in report.warnings)
     whole = _probe_whole({**_WHOLE, "usage": {"total_tokens": 9}})
     assert any("sent usage without completion_tokens in its reply" in w for w in whole.warnings)
+
+
+def test_nc26_kind_summary_warns_when_successes_had_no_output_token_count():
+    record = ok_record(completion_tokens=TokenCount.unknown())
+    text = format_summary(_results(stats_of(record, ok_record())))
+    assert "WARNING: 1 successful request(s) had no output token count" in text
+    assert "no output token count" not in format_summary(_results(stats_of(ok_record())))
