@@ -355,7 +355,7 @@ def _server_lines(results: Mapping[str, Any]) -> list[str]:
     for key, label in _LATENCY_LINES:
         h = server["latency"][key]
         if h and h["count"]:
-            p50 = "n/a" if h["p50"] is None else f"{h['p50'] * 1e3:.2f}"
+            p50 = "n/a" if h["p50"] is None else f"{h['p50'] * 1e3:.2f}{_server_range(h.get('p50_range'))}"
             lines.append(_row(f"Server {label} mean / p50 (ms):", f"{h['mean'] * 1e3:.2f} / {p50}"))
     counters = server["counters"]
     if counters.get("preemptions") is not None:
@@ -371,6 +371,9 @@ def _server_lines(results: Mapping[str, Any]) -> list[str]:
     split = check["ttft_client_minus_server_s"]
     if split:
         parts = ["n/a" if v is None else f"{v * 1e3:+.2f}" for v in (split["mean"], split["p50"])]
+        resolution = split.get("p50_resolution_s")
+        if split["p50"] is None and resolution:
+            parts[1] += f" (finer than the server's {resolution * 1e3:.2f} ms p50 range)"
         lines.append(
             _row("TTFT client − server mean / p50 (ms):", f"{' / '.join(parts)} (network + HTTP + client time)")
         )
@@ -378,6 +381,18 @@ def _server_lines(results: Mapping[str, Any]) -> list[str]:
         failed = [f"{e['url']} ({e['error']})" for e in server["endpoints"] if e["failed_scrapes"]]
         lines.append(f"WARNING: server metrics incomplete; failed scrapes: {'; '.join(failed) or 'start or end'}")
     return lines
+
+
+def _server_range(bounds: Any) -> str:
+    """`` (in 0.00–40.00)`` after a server quantile whose histogram range is wide (> 10% of its upper end); else ""."""
+    if not isinstance(bounds, list) or len(bounds) != 2:
+        return ""  # a results file written before quantile ranges
+    lower, upper = bounds
+    if upper is None:
+        return f" (in {lower * 1e3:.2f}–+Inf)"
+    if upper - lower <= 0.1 * upper:
+        return ""
+    return f" (in {lower * 1e3:.2f}–{upper * 1e3:.2f})"
 
 
 def results_line(results: Mapping[str, Any]) -> str:
