@@ -19,8 +19,10 @@ Precedence (the same as vLLM's ``benchmark_serving`` and guidellm):
 Usage that does not add up is detected and said (``UsageNote``, counted per
 note in the results): per-chunk usage is read as cumulative or incremental
 from the stream itself, usage below the number of token-bearing events is
-not used, and reasoning tokens that usage counts but the stream never
-carried are kept out of TPOT (``resolve_output_tokens``).
+not used, reasoning tokens that usage counts but the stream never
+carried are kept out of TPOT, reasoning above the completion count is read
+as counted apart, and a count above what the streamed text can hold (fewer
+bytes than tokens) makes TPOT unknown (``resolve_output_tokens``).
 
 ``transformers`` is imported only inside ``load_tokenizer`` so that
 ``import llmload`` stays light.
