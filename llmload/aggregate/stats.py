@@ -69,6 +69,8 @@ _USAGE_NOTE_FIELDS = {
     UsageNote.BELOW_EVENTS: "usage_below_events_requests",
     UsageNote.HIDDEN_REASONING: "hidden_reasoning_requests",
     UsageNote.REASONING_UNEXPLAINED: "reasoning_unexplained_requests",
+    UsageNote.REASONING_APART: "reasoning_apart_requests",
+    UsageNote.ABOVE_TEXT: "usage_above_text_requests",
 }
 OVERFLOW_CATEGORY = "other"
 _EXACT_SOURCES = (TokenSource.SERVER, TokenSource.LOGPROBS, TokenSource.TOKENIZER)
@@ -208,11 +210,16 @@ class EndpointStats:
             ``reasoning_known_requests`` of them.
         hidden_reasoning_tokens_sum: reasoning tokens counted in usage but
             never streamed (``RequestRecord.hidden_reasoning_tokens``).
+        reasoning_apart_tokens_sum: the part of ``reasoning_tokens_sum``
+            that servers counted apart from the completion tokens (their
+            reasoning exceeded their completion count, ``UsageNote.REASONING_APART``);
+            answer tokens are ``answer_tokens``.
         cached_prompt_tokens_sum: prompt tokens served from the server's
             prefix cache over successes whose server said; with ``cached_prompt_tokens_known_requests``.
         usage_incremental_requests, usage_not_growing_requests,
         usage_below_events_requests, hidden_reasoning_requests,
-        reasoning_unexplained_requests: successes per ``UsageNote``.
+        reasoning_unexplained_requests, reasoning_apart_requests,
+        usage_above_text_requests: successes per ``UsageNote``.
         errors: failures and skipped requests grouped by category (at most
             ``MAX_ERROR_CATEGORIES``).
         first_send_unix: earliest send of a finished request; None if none.
@@ -267,6 +274,9 @@ class EndpointStats:
     usage_below_events_requests: int = counter()
     hidden_reasoning_requests: int = counter()
     reasoning_unexplained_requests: int = counter()
+    reasoning_apart_requests: int = counter()
+    reasoning_apart_tokens_sum: int = counter()
+    usage_above_text_requests: int = counter()
     errors: dict[str, ErrorGroup] = error_table()
     first_send_unix: float | None = earliest()
     last_end_unix: float | None = latest()
@@ -315,6 +325,20 @@ class EndpointStats:
     def completion_tokens_known_requests(self) -> int:
         """Successes whose completion token count is known."""
         return self.succeeded - self.completion_source_requests.get(TokenSource.UNKNOWN, 0)
+
+    @property
+    def answer_tokens(self) -> int | None:
+        """Completion tokens that are not reasoning (``RequestRecord.answer_tokens`` summed); never negative.
+
+        Completion − the reasoning counted inside it: reasoning a server
+        counted apart (more than its completion count) takes nothing off.
+        None unless every success with a completion count also had a
+        reasoning count. The one rule for results, summary, time series and Prometheus.
+        """
+        known = self.completion_tokens_known_requests
+        if not known or self.reasoning_known_requests != known:
+            return None
+        return self.completion_tokens_sum - (self.reasoning_tokens_sum - self.reasoning_apart_tokens_sum)
 
     def histograms(self) -> dict[str, LatencyHistogram]:
         """Return the latency histograms by attribute name (not copies)."""
@@ -458,6 +482,8 @@ class EndpointStats:
         if record.reasoning_tokens is not None:
             self.reasoning_tokens_sum += record.reasoning_tokens
             self.reasoning_known_requests += 1
+            if UsageNote.REASONING_APART in record.usage_notes:
+                self.reasoning_apart_tokens_sum += record.reasoning_tokens
         self.hidden_reasoning_tokens_sum += record.hidden_reasoning_tokens
         if record.cached_prompt_tokens is not None:
             self.cached_prompt_tokens_sum += record.cached_prompt_tokens

@@ -140,6 +140,10 @@ _USAGE_CHECKS = {
     "the count comes from the next source (logprobs, tokenizer or chunks)",
     "hidden_reasoning": "usage's reasoning tokens were never streamed: TPOT is over the streamed tokens",
     "reasoning_unexplained": "usage's reasoning tokens were never streamed and do not add up: TPOT unavailable",
+    "reasoning_apart": "usage's reasoning tokens exceed its completion_tokens: the server counts reasoning "
+    "apart, so every completion token is counted as an answer token (check the server's usage)",
+    "usage_above_text": "usage counted more tokens than the streamed text can hold (fewer bytes than tokens): "
+    "not every token was streamed, so TPOT is unavailable for them; output tok/s is the server's count",
 }
 
 
@@ -198,6 +202,13 @@ def _token_warnings(tok: Mapping[str, Any]) -> list[str]:
             f"WARNING: server prompt tokens differ from the requested lengths by {relative:.1%} on average "
             f"(mean |diff| {mismatch['mean_abs_diff']:.1f} tokens over {mismatch['compared']} requests; "
             "chat template/BOS, or approximate lengths without --tokenizer). Input metrics use server counts."
+        )
+    unknown = (tok.get("completion_sources") or {}).get("unknown")
+    if unknown:
+        lines.append(
+            f"WARNING: {unknown} successful request(s) had no output token count (no usage in the reply, no "
+            "logprobs, no --tokenizer): their tokens are left out of output tok/s and token totals; pass "
+            "--tokenizer PATH or make the server return usage."
         )
     client = tok.get("completion_client_vs_server") or {}
     if client.get("disagreed"):
@@ -344,7 +355,7 @@ def _server_lines(results: Mapping[str, Any]) -> list[str]:
     for key, label in _LATENCY_LINES:
         h = server["latency"][key]
         if h and h["count"]:
-            p50 = "n/a" if h["p50"] is None else f"{h['p50'] * 1e3:.2f}"
+            p50 = "n/a" if h["p50"] is None else f"{h['p50'] * 1e3:.2f}{_server_range(h.get('p50_range'))}"
             lines.append(_row(f"Server {label} mean / p50 (ms):", f"{h['mean'] * 1e3:.2f} / {p50}"))
     counters = server["counters"]
     if counters.get("preemptions") is not None:
@@ -360,6 +371,9 @@ def _server_lines(results: Mapping[str, Any]) -> list[str]:
     split = check["ttft_client_minus_server_s"]
     if split:
         parts = ["n/a" if v is None else f"{v * 1e3:+.2f}" for v in (split["mean"], split["p50"])]
+        resolution = split.get("p50_resolution_s")
+        if split["p50"] is None and resolution:
+            parts[1] += f" (finer than the server's {resolution * 1e3:.2f} ms p50 range)"
         lines.append(
             _row("TTFT client − server mean / p50 (ms):", f"{' / '.join(parts)} (network + HTTP + client time)")
         )
@@ -367,6 +381,18 @@ def _server_lines(results: Mapping[str, Any]) -> list[str]:
         failed = [f"{e['url']} ({e['error']})" for e in server["endpoints"] if e["failed_scrapes"]]
         lines.append(f"WARNING: server metrics incomplete; failed scrapes: {'; '.join(failed) or 'start or end'}")
     return lines
+
+
+def _server_range(bounds: Any) -> str:
+    """`` (in 0.00–40.00)`` after a server quantile whose histogram range is wide (> 10% of its upper end); else ""."""
+    if not isinstance(bounds, list) or len(bounds) != 2:
+        return ""  # a results file written before quantile ranges
+    lower, upper = bounds
+    if upper is None:
+        return f" (in {lower * 1e3:.2f}–+Inf)"
+    if upper - lower <= 0.1 * upper:
+        return ""
+    return f" (in {lower * 1e3:.2f}–{upper * 1e3:.2f})"
 
 
 def results_line(results: Mapping[str, Any]) -> str:

@@ -26,7 +26,9 @@ the results JSON (``requests.by_outcome``, ``errors``, ``tokens``,
 - ``llmload_reasoning_tokens_total{endpoint,model}``: usage's reasoning tokens
   of successes (part of the completion tokens; ``tokens.reasoning``);
   ``llmload_hidden_reasoning_tokens_total``: those never streamed
-  (``tokens.hidden_reasoning``); ``llmload_cached_prompt_tokens_total``:
+  (``tokens.hidden_reasoning``); ``llmload_reasoning_apart_tokens_total``:
+  those servers counted apart from (above) their completion tokens
+  (``tokens.reasoning_apart``; answer = completion − (reasoning − apart)); ``llmload_cached_prompt_tokens_total``:
   prompt tokens the server served from its prefix cache (``tokens.cached_prompt``);
   ``llmload_usage_checks_total{endpoint,model,check}``: successes per usage
   check (``tokens.usage_checks``).
@@ -140,6 +142,8 @@ _USAGE_CHECK_FIELDS = (
     ("usage_below_events", "usage_below_events_requests"),
     ("hidden_reasoning", "hidden_reasoning_requests"),
     ("reasoning_unexplained", "reasoning_unexplained_requests"),
+    ("reasoning_apart", "reasoning_apart_requests"),
+    ("usage_above_text", "usage_above_text_requests"),
 )
 
 
@@ -156,6 +160,11 @@ def _usage_detail_counters(stats: LLMStats) -> Iterator[Metric]:
                 "hidden_reasoning_tokens",
                 "Reasoning tokens counted in usage but never streamed",
                 "hidden_reasoning_tokens_sum",
+            ),
+            (
+                "reasoning_apart_tokens",
+                "Reasoning tokens counted apart from completion_tokens (more than them)",
+                "reasoning_apart_tokens_sum",
             ),
             (
                 "cached_prompt_tokens",

@@ -181,8 +181,10 @@ def _usage_details(s: EndpointStats, completion_known: int) -> dict[str, Any]:
     """Reasoning vs answer tokens, cached prompt tokens and the usage checks (``UsageNote`` counts).
 
     ``reasoning``/``cached_prompt`` are None when no success's server said;
-    ``answer`` (completion − reasoning) only when every success with a
-    completion count also had a reasoning count. ``streamed_completion`` is
+    ``answer`` (completion − the reasoning counted inside it, never negative:
+    ``EndpointStats.answer_tokens``) only when every success with a
+    completion count also had a reasoning count; ``reasoning_apart`` is the
+    reasoning servers counted apart from their completion tokens. ``streamed_completion`` is
     completion minus reasoning tokens that were never streamed.
     """
     reasoning_n, cached_n = s.reasoning_known_requests, s.cached_prompt_tokens_known_requests
@@ -190,9 +192,8 @@ def _usage_details(s: EndpointStats, completion_known: int) -> dict[str, Any]:
     return {
         "reasoning": s.reasoning_tokens_sum if reasoning_n else None,
         "reasoning_known_requests": reasoning_n,
-        "answer": completion - s.reasoning_tokens_sum
-        if completion is not None and reasoning_n == completion_known
-        else None,
+        "answer": s.answer_tokens,
+        "reasoning_apart": s.reasoning_apart_tokens_sum,
         "hidden_reasoning": s.hidden_reasoning_tokens_sum,
         "streamed_completion": completion - s.hidden_reasoning_tokens_sum if completion is not None else None,
         "cached_prompt": s.cached_prompt_tokens_sum if cached_n else None,
@@ -204,6 +205,8 @@ def _usage_details(s: EndpointStats, completion_known: int) -> dict[str, Any]:
             "usage_below_events": s.usage_below_events_requests,
             "hidden_reasoning": s.hidden_reasoning_requests,
             "reasoning_unexplained": s.reasoning_unexplained_requests,
+            "reasoning_apart": s.reasoning_apart_requests,
+            "usage_above_text": s.usage_above_text_requests,
         },
     }
 

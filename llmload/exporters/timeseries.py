@@ -14,9 +14,11 @@ start (``llmload.aggregate.series`` says how workers' clocks are aligned). A row
   ``timeout``, ...), so a new outcome becomes a column by itself.
 - ``prompt_tokens``, ``output_tokens``: sums over the interval's successes
   whose count is known (as in the results' ``tokens``).
-- ``reasoning_tokens``, ``cached_prompt_tokens``: usage's reasoning tokens
-  (part of ``output_tokens``) and prompt tokens served from the prefix cache,
-  over the interval's successes whose server said; None when none did.
+- ``reasoning_tokens``, ``answer_tokens``, ``cached_prompt_tokens``: usage's
+  reasoning tokens, the output tokens that are not reasoning (never negative,
+  ``EndpointStats.answer_tokens``: the rule of the results' ``tokens.answer``)
+  and prompt tokens served from the prefix cache, over the interval's
+  successes whose server said; None when unknown.
 - rates over ``interval_s``: ``requests_per_s`` (successes),
   ``output_tokens_per_s``, ``total_tokens_per_s``.
 - ``<metric>_<p>_s`` for TTFT, ITL, TPOT, E2E and p50/p90/p99: quantiles of
@@ -117,6 +119,7 @@ def columns(extra_columns: Sequence[str] = ()) -> tuple[str, ...]:
         "output_tokens_per_s",
         "total_tokens_per_s",
         "reasoning_tokens",
+        "answer_tokens",
         "cached_prompt_tokens",
         *_quantile_columns(),
         "read_lag_p99_s",
@@ -154,9 +157,10 @@ def _stats_row(s: EndpointStats, interval_s: float) -> Row:
 
 
 def _usage_detail_columns(s: EndpointStats) -> Row:
-    """Usage's reasoning and cached prompt tokens of the interval's successes; None when no server said."""
+    """Usage's reasoning, answer (``EndpointStats.answer_tokens``) and cached prompt tokens; None: unknown."""
     return {
         "reasoning_tokens": s.reasoning_tokens_sum if s.reasoning_known_requests else None,
+        "answer_tokens": s.answer_tokens,
         "cached_prompt_tokens": s.cached_prompt_tokens_sum if s.cached_prompt_tokens_known_requests else None,
     }
 

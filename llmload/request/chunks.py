@@ -56,6 +56,10 @@ class ChunkDelta:
         cached_tokens: ``usage.prompt_tokens_details.cached_tokens``; None if absent or not a count.
         logprob_tokens: entries in its choices' ``logprobs.content`` (chat) or
             ``logprobs.tokens`` (completions), one per token; None without logprobs.
+        skipped_part: a typed part without text it carried, skipped
+            (``DeltaText.skipped``); None if none.
+        usage_without_completion: it carried a ``usage`` object with no
+            completion count (e.g. ``total_tokens`` alone).
     """
 
     text: str
@@ -69,6 +73,8 @@ class ChunkDelta:
     reasoning_tokens: int | None = None
     cached_tokens: int | None = None
     logprob_tokens: int | None = None
+    skipped_part: str | None = None
+    usage_without_completion: bool = False
 
 
 def parse_chunk(obj: Any) -> ChunkDelta:
@@ -122,24 +128,37 @@ def parse_chunk(obj: Any) -> ChunkDelta:
     usage = obj.get("usage")
     if usage is None:
         return ChunkDelta(
-            text, has_token, into.content, finish, None, None, into.reasoning, into.shaped, logprob_tokens=logprobs
+            text,
+            has_token,
+            into.content,
+            finish,
+            None,
+            None,
+            into.reasoning,
+            into.shaped,
+            logprob_tokens=logprobs,
+            skipped_part=into.skipped,
         )
     if type(usage) is not dict:
         raise SSEProtocolError(f"usage is {describe(usage)}; expected an object of token counts")
     prompt = usage.get("prompt_tokens")
     completion = usage.get("completion_tokens")
+    if completion is None:
+        completion = usage.get("output_tokens")
     return ChunkDelta(
         text,
         has_token,
         into.content,
         finish,
         _count(usage.get("input_tokens") if prompt is None else prompt, "usage.prompt_tokens"),
-        _count(usage.get("output_tokens") if completion is None else completion, "usage.completion_tokens"),
+        _count(completion, "usage.completion_tokens"),
         into.reasoning,
         into.shaped,
         _first_detail(usage, _REASONING_DETAILS),
         _first_detail(usage, _CACHED_DETAILS),
         logprobs,
+        into.skipped,
+        completion is None,
     )
 
 
@@ -267,7 +286,11 @@ class ReplyAccumulator:
             per-chunk usage can be read as cumulative or incremental
             (``llmload.request.tokens.read_usage``).
         reasoning_streamed: some delta carried reasoning text.
+        skipped_part: the first typed part without text a delta carried
+            (``ChunkDelta.skipped_part``); None if none.
+        usage_without_completion: some ``usage`` object had no completion count.
         events: number of deltas added.
+        unread_events: events received but not read (the one a failure stopped at).
         done: ``[DONE]`` was received (set by the reader).
     """
 
@@ -285,8 +308,11 @@ class ReplyAccumulator:
         "prompt_tokens",
         "reasoning_streamed",
         "reasoning_tokens",
+        "skipped_part",
         "token_times_s",
+        "unread_events",
         "usage_log",
+        "usage_without_completion",
     )
 
     def __init__(self, *, keep_text: bool = True) -> None:
@@ -304,7 +330,10 @@ class ReplyAccumulator:
         self.reasoning_tokens: int | None = None
         self.cached_tokens: int | None = None
         self.reasoning_streamed = False
+        self.skipped_part: str | None = None
+        self.usage_without_completion = False
         self.events = 0
+        self.unread_events = 0
         self.done = False
 
     def add(self, delta: ChunkDelta, t: float) -> None:
@@ -331,11 +360,15 @@ class ReplyAccumulator:
                     self._logprobs.append(delta.logprob_tokens)
         if delta.finish_reason is not None:
             self.finish_reason = delta.finish_reason
+        if delta.skipped_part is not None and self.skipped_part is None:
+            self.skipped_part = delta.skipped_part
         if delta.prompt_tokens is not None:
             self.prompt_tokens = delta.prompt_tokens
         if completion is not None:
             self.completion_tokens = completion
             self.usage_log.append(UsageValue(completion, len(self.token_times_s), delta.has_token))
+        elif delta.usage_without_completion:
+            self.usage_without_completion = True
         if delta.reasoning_tokens is not None:
             self.reasoning_tokens = delta.reasoning_tokens
         if delta.cached_tokens is not None:

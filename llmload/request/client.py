@@ -444,6 +444,7 @@ class StreamingClient:
         record.completion_tokens, record.token_counts = output.count, output.token_counts
         record.hidden_reasoning_tokens, record.usage_notes = output.hidden_reasoning_tokens, output.notes
         record.reasoning_tokens, record.cached_prompt_tokens = acc.reasoning_tokens, acc.cached_tokens
+        record.skipped_part, record.usage_without_completion = acc.skipped_part, acc.usage_without_completion
         record.prompt_tokens = resolve_prompt_tokens(
             server_tokens=acc.prompt_tokens, prompt_text=request.prompt_text, counter=self._token_counter
         )
@@ -526,14 +527,18 @@ def _check_degenerate(
 
 
 def _check_empty(record: RequestRecord) -> None:
-    """Mark a well-formed reply without any generated token as EMPTY (not a success with TTFT 0)."""
+    """Mark a well-formed reply without any generated token as EMPTY (not a success with TTFT 0).
+
+    A reply left empty by typed parts that hold no text llmload reads says which (``skipped_part``).
+    """
     if record.token_times_s:
         return
+    skipped = f"; {record.skipped_part}, which carries no text llmload reads" if record.skipped_part else ""
     _fail(
         record,
         Outcome.EMPTY,
         "empty response",
         f"no generated token in the reply (finish_reason={record.finish_reason!r}, "
-        f"completion_tokens={record.completion_tokens.value!r})",
+        f"completion_tokens={record.completion_tokens.value!r}){skipped}",
         record.end_s if record.end_s is not None else 0.0,
     )

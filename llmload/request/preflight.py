@@ -215,7 +215,7 @@ def probe(
             report.warnings.append(not_streamed_warning(name))
             report.not_streamed.append(request.endpoint)
         elif not request.stream:
-            report.notes.append(f"{name}: non-streaming; token counts from the server's usage")
+            _whole_reply_counts(report, name, record, tokenizer=bool(config.tokenizer))
         elif source is TokenSource.SERVER:
             report.notes.append(f"{name}: the server streams usage; token counts come from the server")
         elif UsageNote.BELOW_EVENTS in record.usage_notes:
@@ -227,7 +227,7 @@ def probe(
             report.notes.append(f"{name}: no usage in the stream; token counts come from the tokens listed in logprobs")
         else:
             report.warnings.append(
-                f"{name}: the server sent no usage in its stream; completion tokens will be "
+                f"{name}: {_no_usage(record, 'stream')}; completion tokens will be "
                 + (
                     "counted with --tokenizer"
                     if config.tokenizer
@@ -242,6 +242,33 @@ def probe(
                 f"model's context length ({context}); replies will be cut short or refused"
             )
     return report
+
+
+def _no_usage(record: RequestRecord, where: str) -> str:
+    """What the server sent instead of a completion count: no usage, or usage without completion_tokens."""
+    if record.usage_without_completion:
+        return f"the server sent usage without completion_tokens in its {where}"
+    return f"the server sent no usage in its {where}"
+
+
+def _whole_reply_counts(report: PreflightReport, name: str, record: RequestRecord, *, tokenizer: bool) -> None:
+    """Say where a non-streamed (--no-stream) reply's token counts come from; a warning when not from usage."""
+    source = record.completion_tokens.source
+    if source is TokenSource.SERVER:
+        report.notes.append(f"{name}: non-streaming; token counts from the server's usage")
+    elif source is TokenSource.LOGPROBS:
+        report.notes.append(
+            f"{name}: non-streaming, {_no_usage(record, 'reply')}; token counts come from the tokens listed in logprobs"
+        )
+    elif tokenizer:
+        report.warnings.append(
+            f"{name}: non-streaming, {_no_usage(record, 'reply')}; completion tokens will be counted with --tokenizer"
+        )
+    else:
+        report.warnings.append(
+            f"{name}: non-streaming, {_no_usage(record, 'reply')}; token counts, output tok/s and total tok/s "
+            "will be unavailable (n/a): pass --tokenizer PATH, or make the server return usage"
+        )
 
 
 def not_streamed_warning(who: str) -> str:

@@ -88,6 +88,16 @@ class UsageNote(Enum):
     # usage's reasoning tokens were not streamed, yet usage minus them is fewer than the token events:
     # how many tokens were streamed is unknown, so TPOT is unavailable
     REASONING_UNEXPLAINED = "reasoning_unexplained"
+    # usage's reasoning tokens exceed its completion_tokens: the server counts reasoning apart from
+    # them; every completion token is an answer token and the reasoning is reported on its own
+    REASONING_APART = "reasoning_apart"
+    # usage counted more tokens than the streamed text has bytes (a generated token carries at least
+    # one, bar one end-of-sequence token): not every token was streamed, so TPOT over them is unavailable
+    ABOVE_TEXT = "usage_above_text"
+
+
+_STREAMED_COUNT_UNKNOWN = frozenset({UsageNote.REASONING_UNEXPLAINED, UsageNote.ABOVE_TEXT})
+"""Notes that make the number of streamed tokens unknown (``RequestRecord.streamed_tokens``)."""
 
 
 class ITLKind(Enum):
@@ -175,6 +185,11 @@ class RequestRecord:
         requested_output_tokens: the reply length asked for as a minimum
             (``max_tokens`` with ``ignore_eos``, or a ``min_tokens`` body field);
             None when the server may end the reply when it likes.
+        skipped_part: the first typed part of the reply that holds no text
+            llmload reads (e.g. ``choices[0].delta.content[0] has type 'audio'``);
+            an empty reply's message names it. None if none.
+        usage_without_completion: the reply's ``usage`` had no completion
+            count (``total_tokens`` alone, say), so its count came from elsewhere.
     """
 
     endpoint: str
@@ -204,6 +219,8 @@ class RequestRecord:
     hidden_reasoning_tokens: int = 0
     usage_notes: tuple[UsageNote, ...] = ()
     requested_output_tokens: int | None = None
+    skipped_part: str | None = None
+    usage_without_completion: bool = False
 
     # ── derived metrics ──────────────────────────────────────────────────
     @property
@@ -235,13 +252,26 @@ class RequestRecord:
     def streamed_tokens(self) -> int | None:
         """Completion tokens that were streamed: ``completion_tokens`` minus hidden reasoning tokens.
 
-        None when the count is unknown, or when usage's reasoning tokens make
-        the streamed count unknowable (``UsageNote.REASONING_UNEXPLAINED``).
+        None when the count is unknown, or when usage makes the streamed count
+        unknowable (``UsageNote.REASONING_UNEXPLAINED``, ``UsageNote.ABOVE_TEXT``).
         """
         n = self.completion_tokens.value
-        if n is None or UsageNote.REASONING_UNEXPLAINED in self.usage_notes:
+        if n is None or not _STREAMED_COUNT_UNKNOWN.isdisjoint(self.usage_notes):
             return None
         return n - self.hidden_reasoning_tokens
+
+    @property
+    def answer_tokens(self) -> int | None:
+        """Completion tokens that are not reasoning; None when the count or the reasoning count is unknown.
+
+        ``reasoning_tokens`` are part of ``completion_tokens`` unless they
+        exceed them (``UsageNote.REASONING_APART``: the server counts them
+        apart, and every completion token is an answer token). Never negative.
+        """
+        n, r = self.completion_tokens.value, self.reasoning_tokens
+        if n is None or r is None:
+            return None
+        return n if r > n else n - r
 
     @property
     def tpot_s(self) -> float | None:
@@ -252,12 +282,18 @@ class RequestRecord:
         the time between the first and the last streamed token (e.g. 104
         completion tokens of which 100 hidden reasoning, 4 streamed over 60 ms
         give 20 ms, not 0.58 ms). None when fewer than two tokens were
-        streamed or the count is unknown (``usage_notes`` says why).
+        streamed or the count is unknown (``usage_notes`` says why), and
+        when the tokens did not spread over time: a reply whose tokens all
+        came in one token-bearing event (or in events that arrived at the
+        same instant) has no time between its first and last token to
+        divide, so its TPOT is unknown, never 0.
         """
         n = self.streamed_tokens
-        if n is None or n < 2 or not self.token_times_s or not self.streamed:
+        times = self.token_times_s
+        if n is None or n < 2 or len(times) < 2 or not self.streamed:
             return None
-        return (self.token_times_s[-1] - self.token_times_s[0]) / (n - 1)
+        span = times[-1] - times[0]
+        return span / (n - 1) if span > 0 else None
 
     @property
     def itl_kind(self) -> ITLKind:
@@ -278,10 +314,12 @@ class RequestRecord:
         the first token are samples of 0, and the gap before an event of k
         tokens is k samples of gap / k. A request's mean ITL then equals its
         TPOT. Without per-event counts each gap between token-bearing events
-        is one sample (inter-chunk latency).
+        is one sample (inter-chunk latency). A reply whose tokens did not
+        spread over time (one token-bearing event, or all at one instant)
+        gives no sample: its gaps are unknown, not 0 (as its TPOT).
         """
         times = self.token_times_s
-        if not times or not self.streamed:
+        if len(times) < 2 or not self.streamed or times[-1] <= times[0]:
             return []
         counts = self.token_counts
         if counts is None:

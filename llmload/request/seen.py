@@ -33,14 +33,17 @@ class StreamSeen:
         self.body_ended = False  # the HTTP message ended cleanly
 
     def describe(self) -> str:
-        """e.g. ``seen: 4 events (2 with tokens), 812 bytes, finish_reason 'stop', no [DONE], body ended``."""
+        """e.g. ``seen: 4 events (2 with tokens), 812 bytes, finish_reason 'stop', no [DONE], body ended``.
+
+        Events count every event received, the one that could not be read included.
+        """
         acc = self.acc
-        events = acc.events if acc is not None else 0
+        events = acc.events + acc.unread_events if acc is not None else 0
         tokens = len(acc.token_times_s) if acc is not None else 0
         finish = acc.finish_reason if acc is not None else None
         done = acc is not None and acc.done
         parts = [
-            f"seen: {events} events ({tokens} with tokens)",
+            f"seen: {events} event{'' if events == 1 else 's'} ({tokens} with tokens)",
             f"{self.size} bytes",
             f"finish_reason {finish!r}" if finish is not None else "no finish_reason",
             "[DONE]" if done else "no [DONE]",

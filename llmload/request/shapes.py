@@ -16,7 +16,9 @@ token counts, but not content):
   ``summary_text``, ``reasoning.text`` are reasoning, and everything nested in
   a reasoning part is reasoning. ``{"type": "refusal", "refusal": ...}`` is
   content. A typed part without any text field (images, audio, signatures,
-  redacted reasoning) carries no streamed text and is skipped.
+  redacted reasoning) carries no streamed text and is skipped; the first one
+  skipped is kept (``DeltaText.skipped``) so that a reply left empty by them
+  says so.
 - ``refusal``: content, in any of the shapes above.
 - ``reasoning_content`` and ``reasoning`` (string, parts or null) are
   reasoning; a server that mirrors one text in both (kimi-code #3928) is
@@ -68,14 +70,18 @@ class DeltaText:
         shaped: some text came from a field that was not a plain string
             (parts, objects, mirrored reasoning): such deltas are never
             learned as a fast-path template.
+        skipped: the first typed part without any text field that was
+            skipped, as ``<path> has type '<type>'`` (an empty reply's message
+            names it); None if none.
     """
 
-    __slots__ = ("content", "pieces", "reasoning", "shaped", "tool_call")
+    __slots__ = ("content", "pieces", "reasoning", "shaped", "skipped", "tool_call")
 
     def __init__(self) -> None:
         """Nothing seen yet."""
         self.pieces: list[str] = []
         self.content = self.reasoning = self.tool_call = self.shaped = False
+        self.skipped: str | None = None
 
     def add(self, text: str, *, reasoning: bool) -> None:
         """Add a fragment of content (or of reasoning); empty text carries no token."""
@@ -159,6 +165,8 @@ def _part(part: dict[str, Any], path: str, into: DeltaText, reasoning: bool, dep
     if kind is None and part:
         raise _refuse(path, part, 'a typed part ({"type": "text", "text": ...}) or a string')
     # a typed part without text (image, audio, signature, redacted reasoning): nothing streamed
+    if into.skipped is None:
+        into.skipped = f"{path} has type {kind!r}"
 
 
 def read_delta(delta: Any, path: str, into: DeltaText) -> None:

@@ -25,6 +25,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from llmload.errors import SSEProtocolError
 from llmload.request.chunks import ChunkDelta, ReplyAccumulator, parse_chunk, read_server_error
 from llmload.request.record import Outcome
 from llmload.request.sse import SSEDecoder, SSEEvent
@@ -280,13 +281,18 @@ class ReplyReader:
                 if end != len(payload):
                     obj = json.loads(payload)  # same value, or the same error, as json.loads alone
             except ValueError as exc:
+                acc.unread_events += 1
                 message = f"{exc}: {payload[:120]!r}"
                 raise ReplyFailure(Outcome.STREAM_ERROR, "invalid JSON in stream", message) from exc
             if event.event is not None or type(obj) is not dict or "error" in obj or "choices" not in obj:
                 error = read_server_error(obj, event.event)  # {"object": "error"} has no choices
                 if error is not None:
                     raise ReplyFailure(Outcome.SERVER_ERROR, error.category, error.message, 200)
-            delta = parse_chunk(obj)
+            try:
+                delta = parse_chunk(obj)
+            except SSEProtocolError:
+                acc.unread_events += 1  # received, though not understood: the failure message counts it
+                raise
             acc.add(delta, t)
             if event.event is None and delta.has_token:
                 if self._learn:

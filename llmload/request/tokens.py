@@ -19,8 +19,10 @@ Precedence (the same as vLLM's ``benchmark_serving`` and guidellm):
 Usage that does not add up is detected and said (``UsageNote``, counted per
 note in the results): per-chunk usage is read as cumulative or incremental
 from the stream itself, usage below the number of token-bearing events is
-not used, and reasoning tokens that usage counts but the stream never
-carried are kept out of TPOT (``resolve_output_tokens``).
+not used, reasoning tokens that usage counts but the stream never
+carried are kept out of TPOT, reasoning above the completion count is read
+as counted apart, and a count above what the streamed text can hold (fewer
+bytes than tokens) makes TPOT unknown (``resolve_output_tokens``).
 
 ``transformers`` is imported only inside ``load_tokenizer`` so that
 ``import llmload`` stays light.
@@ -310,7 +312,14 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
     (``HIDDEN_REASONING``: TPOT is over count − r), else the streamed count
     is unknowable (``REASONING_UNEXPLAINED``: TPOT unavailable). A server
     whose r exceeds its count reports reasoning outside the completion
-    count, so nothing is set apart.
+    count (``REASONING_APART``): nothing is set apart, every completion token
+    is an answer token (``RequestRecord.answer_tokens``).
+
+    Usage above the streamed text (``ABOVE_TEXT``): a streamed reply whose
+    server count (less hidden reasoning) exceeds the bytes of its streamed
+    text plus one did not stream all its tokens (``_above_text``); the count
+    is still the server's (output tok/s stays the server's figure), but TPOT
+    and per-token ITL over the streamed tokens are unknown.
     """
     events = len(acc.token_times_s) if streamed else 0
     usage = read_usage(acc.usage_log, events, acc.usage_per_event() if streamed else None)
@@ -327,17 +336,38 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
         token_counts = logprob_counts
     notes, hidden = usage.notes, 0
     reasoning = acc.reasoning_tokens
+    if count.source is TokenSource.SERVER and count.value is not None and reasoning:
+        if reasoning > count.value:
+            notes = (*notes, UsageNote.REASONING_APART)
+        elif not acc.reasoning_streamed and streamed:
+            if count.value - reasoning >= events:
+                hidden, notes = reasoning, (*notes, UsageNote.HIDDEN_REASONING)
+                token_counts = None  # per-event usage differences would put the hidden tokens on one event
+            else:
+                notes = (*notes, UsageNote.REASONING_UNEXPLAINED)
     if (
-        count.source is TokenSource.SERVER
+        streamed
+        and count.source is TokenSource.SERVER
         and count.value is not None
-        and reasoning
-        and reasoning <= count.value
-        and not acc.reasoning_streamed
-        and streamed
+        and UsageNote.REASONING_UNEXPLAINED not in notes
+        and _above_text(acc.pieces, count.value - hidden)
     ):
-        if count.value - reasoning >= events:
-            hidden, notes = reasoning, (*notes, UsageNote.HIDDEN_REASONING)
-            token_counts = None  # per-event usage differences would put the hidden tokens on one event
-        else:
-            notes = (*notes, UsageNote.REASONING_UNEXPLAINED)
+        notes, token_counts = (*notes, UsageNote.ABOVE_TEXT), None
     return OutputTokens(count, token_counts, hidden, notes)
+
+
+def _above_text(pieces: Sequence[str], tokens: int) -> bool:
+    """True when ``tokens`` streamed tokens cannot fit in the streamed text ``pieces``.
+
+    Every generated token carries at least one byte of text, except special
+    tokens; one of those (the end-of-sequence token some servers count) is
+    allowed. So more tokens than the text's UTF-8 bytes plus one were not all
+    streamed. Once per reply: characters are summed first (a character is at
+    least one byte), and the text is encoded only when they are too few.
+    """
+    if tokens <= 1:
+        return False
+    chars = sum(map(len, pieces))
+    if chars + 1 >= tokens:
+        return False
+    return sum(len(p.encode("utf-8", "surrogatepass")) for p in pieces) + 1 < tokens

@@ -171,12 +171,15 @@ def _count(value: float | None) -> float | int | None:
     return int(value) if float(value).is_integer() else value
 
 
-def _latency(hist: BucketCounts | None) -> dict[str, float | int | None] | None:
+def _latency(hist: BucketCounts | None) -> dict[str, object] | None:
+    """Mean, quantiles and count; each quantile's ``<p>_range`` is ``[lower, upper]`` (``BucketCounts.estimate``)."""
     if hist is None:
         return None
-    out: dict[str, float | int | None] = {"mean": hist.mean()}
+    out: dict[str, object] = {"mean": hist.mean()}
     for key, q in _QUANTILES:
-        out[key] = hist.quantile(q)
+        estimate = hist.estimate(q)
+        out[key] = None if estimate is None else estimate.value
+        out[f"{key}_range"] = None if estimate is None else [estimate.lower, estimate.upper]
     out["count"] = _count(hist.count)
     return out
 
@@ -200,7 +203,11 @@ def cross_check(
         ``{tokens, prompt_tokens_diff, generation_tokens_diff, ttft_client_minus_server_s}``:
         ``tokens`` says "client = server" or the difference and its likely
         cause; diffs are client − server (None when either is unknown); the
-        TTFT difference (``{mean, p50}``) is network + HTTP + client time.
+        TTFT difference (``{mean, p50, p50_resolution_s}``) is network + HTTP
+        + client time. The p50 difference is None when it is finer than the
+        server's histogram can tell: smaller than the width of the range its
+        p50 may lie in (``p50_resolution_s``; a 100 ms bucket cannot show a
+        3 ms difference).
     """
     prompt_diff = _diff(prompt_tokens, server.get("prompt_tokens"))
     gen_diff = _diff(completion_tokens, server.get("generation_tokens"))
@@ -208,13 +215,25 @@ def cross_check(
     ttft = latency.get("ttft_s") if isinstance(latency, Mapping) else None
     ttft_diff = None
     if isinstance(ttft, Mapping) and ttft.get("count"):
-        ttft_diff = {"mean": _diff(ttft_mean_s, ttft.get("mean")), "p50": _diff(ttft_p50_s, ttft.get("p50"))}
+        ttft_diff = {"mean": _diff(ttft_mean_s, ttft.get("mean")), **_p50_diff(ttft_p50_s, ttft)}
     return {
         "tokens": _token_verdict(server, prompt_diff, gen_diff),
         "prompt_tokens_diff": prompt_diff,
         "generation_tokens_diff": gen_diff,
         "ttft_client_minus_server_s": ttft_diff,
     }
+
+
+def _p50_diff(client_p50_s: float | None, server: Mapping[str, object]) -> dict[str, float | None]:
+    """``{p50, p50_resolution_s}``: client − server p50, None when the server's p50 range is wider than it."""
+    diff = _diff(client_p50_s, server.get("p50"))
+    bounds = server.get("p50_range")
+    width: float | None = None
+    if isinstance(bounds, list) and len(bounds) == 2 and isinstance(bounds[0], int | float):
+        width = bounds[1] - bounds[0] if isinstance(bounds[1], int | float) else math.inf
+    if diff is not None and width is not None and width > abs(diff):
+        diff = None
+    return {"p50": diff, "p50_resolution_s": None if width is None or math.isinf(width) else width}
 
 
 def _diff(client: float | None, server: object) -> float | None:

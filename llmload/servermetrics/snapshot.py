@@ -23,7 +23,7 @@ from llmload.servermetrics.names import (
     mapped_families,
 )
 
-__all__ = ["MAX_UNMAPPED", "BucketCounts", "ServerSnapshot", "parse_snapshot"]
+__all__ = ["MAX_UNMAPPED", "BucketCounts", "QuantileEstimate", "ServerSnapshot", "parse_snapshot"]
 
 MAX_UNMAPPED = 50
 """Most unmapped LLM-looking families listed per snapshot (a page of a few hundred families stays readable)."""
@@ -79,6 +79,50 @@ class BucketCounts:
                 return lower + (bound - lower) * (rank - below) / (cum - below)
             lower, below = bound, cum
         return lower
+
+    def estimate(self, q: float) -> QuantileEstimate | None:
+        """The ``q``-quantile with the range a histogram can support for it; None without observations.
+
+        The rule: the true quantile lies in its bucket ``(lower, upper]``, and
+        (latencies being non-negative) never above ``mean / (1 − q)``: no
+        distribution with that mean has more than a share 1 − q of it above
+        that (Markov). So ``upper`` is the smaller of the bucket's bound and
+        that cap (never below ``lower``; None for the ``+Inf`` bucket without
+        a cap), and ``value`` is the interpolated quantile held within
+        ``[lower, upper]``. A wide range marks the value as an estimate.
+        """
+        value = self.quantile(q)
+        if value is None:
+            return None
+        rank = q * self.cumulative[-1]
+        lower, below, upper = 0.0, 0.0, math.inf
+        for bound, cum in zip(self.upper_bounds, self.cumulative, strict=True):
+            if cum >= rank and cum > below:
+                upper = bound
+                break
+            lower, below = bound, cum
+        mean = self.mean()
+        if mean is not None and q < 1.0:
+            upper = min(upper, max(lower, mean / (1.0 - q)))
+        value = min(max(value, lower), upper)
+        return QuantileEstimate(value, lower, None if math.isinf(upper) else upper)
+
+
+@dataclass(frozen=True, slots=True)
+class QuantileEstimate:
+    """A server histogram quantile (seconds) and the range its buckets and mean allow (``BucketCounts.estimate``).
+
+    ``upper`` is None when the quantile fell in the ``+Inf`` bucket and the mean gives no cap.
+    """
+
+    value: float
+    lower: float
+    upper: float | None
+
+    @property
+    def width(self) -> float | None:
+        """``upper − lower``: how finely the histogram resolves the quantile; None when unbounded."""
+        return None if self.upper is None else self.upper - self.lower
 
 
 @dataclass(frozen=True, slots=True)

@@ -163,7 +163,7 @@ def test_nc27_cut_short_last_event_says_so_and_what_was_seen(run_scripted):
     assert record.error is not None
     message = record.error.message
     assert "not terminated by a blank line" in message
-    assert "seen: 2 events (1 with tokens)" in message
+    assert "seen: 3 events (1 with tokens)" in message  # the cut-short one counted: it was received
     assert "no finish_reason" in message
     assert "no [DONE]" in message
     assert "body ended" in message

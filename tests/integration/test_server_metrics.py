@@ -74,7 +74,11 @@ def test_server_metrics_sim_token_deltas_equal_client_totals(sim_url, tmp_path, 
     split = check["ttft_client_minus_server_s"]
     # client TTFT = server TTFT + network + HTTP + client time: a small positive remainder on loopback
     assert -0.002 < split["mean"] < 0.05
-    assert split["p50"] is not None
+    if split["p50"] is None:  # the difference is finer than the range the server's buckets allow its p50
+        resolution = split["p50_resolution_s"]
+        server_p50 = server["latency"]["ttft_s"]["p50"]
+        assert resolution is not None
+        assert abs(results["latency"]["ttft_s"]["p50"] - server_p50) < resolution
     assert "Tokens: client = server" in stdout
     assert "TTFT client − server mean / p50 (ms):" in stdout
 

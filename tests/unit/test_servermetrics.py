@@ -193,7 +193,11 @@ def test_summarise_and_cross_check_equal_tokens_and_ttft_difference():
     check = cross_check(server, prompt_tokens=50, completion_tokens=500, ttft_mean_s=0.104, ttft_p50_s=0.103)
     assert check["tokens"] == "client = server"
     assert check["ttft_client_minus_server_s"]["mean"] == pytest.approx(0.004)
-    assert check["ttft_client_minus_server_s"]["p50"] == pytest.approx(0.103 - 0.1)
+    # the server's p50 lies somewhere in its (0, 0.1] bucket: a 3 ms difference is finer than that
+    assert check["ttft_client_minus_server_s"]["p50"] is None
+    assert check["ttft_client_minus_server_s"]["p50_resolution_s"] == pytest.approx(0.1)
+    far = cross_check(server, prompt_tokens=50, completion_tokens=500, ttft_mean_s=0.35, ttft_p50_s=0.3)
+    assert far["ttft_client_minus_server_s"]["p50"] == pytest.approx(0.3 - 0.1)
 
 
 def test_cross_check_names_the_difference_and_a_shared_server():
@@ -377,3 +381,44 @@ def test_nc24_detect_by_namespace_in_either_spelling(names, kind):
 )
 def test_nc24_llm_looking_families(family, looks):
     assert llm_looking(family) is looks
+
+
+# Server histogram quantiles inside one coarse bucket are estimates: one bucket le=0.1 holding every
+# sample, with a sum giving a 20 ms mean, cannot support a 50 ms p50 (no latencies with a 20 ms
+# mean have half above 40 ms), nor a client − server p50 difference of a few ms.
+def test_servermetrics_coarse_bucket_quantiles_are_ranges_capped_by_the_mean():
+    hist = BucketCounts((0.1, float("inf")), (10, 10), 0.2, 10)
+    assert hist.quantile(0.5) == pytest.approx(0.05)  # Prometheus' interpolation alone
+    p50 = hist.estimate(0.5)
+    assert p50 is not None
+    assert (p50.value, p50.lower, p50.upper) == (pytest.approx(0.04), 0.0, pytest.approx(0.04))
+    p99 = hist.estimate(0.99)
+    assert p99 is not None
+    assert (p99.value, p99.upper) == (pytest.approx(0.099), 0.1)  # the bucket bound is the tighter cap
+    tail = BucketCounts((0.1, float("inf")), (1, 10), 10.0, 10).estimate(0.5)
+    assert tail is not None
+    assert (tail.value, tail.lower) == (pytest.approx(0.1), 0.1)
+    assert tail.upper == pytest.approx(2.0)  # +Inf bucket, capped by mean / (1 - q)
+    assert BucketCounts((0.1,), (0,), 0.0, 0).estimate(0.5) is None
+
+
+def test_servermetrics_coarse_bucket_summary_marks_the_range_and_drops_a_finer_difference():
+    from llmload.exporters.console import _server_lines
+
+    coarse = """# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{{le="0.1",model_name="m"}} {n}
+vllm:time_to_first_token_seconds_bucket{{le="+Inf",model_name="m"}} {n}
+vllm:time_to_first_token_seconds_sum{{model_name="m"}} {total}
+vllm:time_to_first_token_seconds_count{{model_name="m"}} {n}
+"""
+    server = summarise([run_of(coarse.format(n=0, total=0), coarse.format(n=10, total=0.2))])
+    assert server is not None
+    ttft = server["latency"]["ttft_s"]
+    assert ttft["mean"] == pytest.approx(0.02)
+    assert ttft["p50"] == pytest.approx(0.04)
+    assert ttft["p50_range"] == [0.0, pytest.approx(0.04)]
+    check = cross_check(server, prompt_tokens=None, completion_tokens=None, ttft_mean_s=0.0211, ttft_p50_s=0.0311)
+    assert check["ttft_client_minus_server_s"]["p50"] is None  # not "−8.9 ms" off a 40 ms-wide range
+    text = "\n".join(_server_lines({"server": {**server, "cross_check": check}, "tokens": {}}))
+    assert "20.00 / 40.00 (in 0.00–40.00)" in text
+    assert "finer than the server's 40.00 ms p50 range" in text

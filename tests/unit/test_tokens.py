@@ -217,7 +217,9 @@ def test_resolve_output_tokens_hidden_reasoning_is_set_apart():
 
 def test_resolve_output_tokens_streamed_reasoning_is_not_hidden():
     acc = _acc(
-        ChunkDelta("hm", True, False, None, None, None, has_reasoning=True), _tok(), _usage(10, reasoning_tokens=8)
+        ChunkDelta("hmm, let me see", True, False, None, None, None, has_reasoning=True),
+        _tok(),
+        _usage(10, reasoning_tokens=8),
     )
     out = resolve_output_tokens(acc, counter=None, streamed=True)
     assert (out.hidden_reasoning_tokens, out.notes) == (0, ())
@@ -232,7 +234,7 @@ def test_resolve_output_tokens_reasoning_that_does_not_add_up_makes_tpot_unavail
 def test_resolve_output_tokens_reasoning_above_the_count_is_counted_apart_by_the_server():
     acc = _acc(_tok(), _tok(), _usage(2, reasoning_tokens=50))
     out = resolve_output_tokens(acc, counter=None, streamed=True)
-    assert (out.count.value, out.hidden_reasoning_tokens, out.notes) == (2, 0, ())
+    assert (out.count.value, out.hidden_reasoning_tokens, out.notes) == (2, 0, (UsageNote.REASONING_APART,))
 
 
 def test_record_tpot_over_streamed_tokens_and_unavailable_with_reason():
@@ -261,3 +263,17 @@ def test_read_usage_incremental_after_a_zero_on_the_role_chunk():
     acc = _acc(_usage(0), _tok(completion=1), _tok(completion=1), _tok(completion=1))
     reading = read_usage(acc.usage_log, 3, acc.usage_per_event())
     assert (reading.total, reading.per_event, reading.notes) == (3, [1, 1, 1], (UsageNote.INCREMENTAL,))
+
+
+# NC-23 (kind): usage above what the streamed text can hold is noted; the check reads bytes, so byte-level
+# tokens of multi-byte characters (2 emoji = 8 bytes = up to 8 tokens) are not flagged.
+def test_nc23_kind_usage_above_text_counts_bytes_not_characters():
+    emoji = _acc(_tok("\U0001f600"), _tok("\U0001f600"), _usage(8))
+    assert resolve_output_tokens(emoji, counter=None, streamed=True).notes == ()
+    high = _acc(_tok("The"), _tok(" answer"), _usage(40))
+    out = resolve_output_tokens(high, counter=None, streamed=True)
+    assert (out.count.value, out.notes, out.token_counts) == (40, (UsageNote.ABOVE_TEXT,), None)
+    eos = _acc(_tok("a"), _tok("b"), _usage(3))  # one unstreamed end-of-sequence token is allowed
+    assert resolve_output_tokens(eos, counter=None, streamed=True).notes == ()
+    whole = _acc(_tok("The"), _usage(40))
+    assert resolve_output_tokens(whole, counter=None, streamed=False).notes == ()  # --no-stream: no TPOT anyway

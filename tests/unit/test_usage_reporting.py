@@ -115,6 +115,53 @@ def test_usage_prometheus_counters():
     assert registry.get_sample_value("llmload_completion_tokens_total", logprobs) == 0
 
 
+def _reasoning_apart_stats() -> LLMStats:
+    # reason_gt: completion_tokens 4 with reasoning_tokens 100: the server counts reasoning apart
+    apart = ok_record(
+        (0.5, 0.52, 0.54, 0.56),
+        completion_tokens=4,
+        prompt_tokens=12,
+        reasoning_tokens=100,
+        usage_notes=(UsageNote.REASONING_APART,),
+    )
+    inside = ok_record((0.1, 0.12), start_unix=T0 + 1.0, completion_tokens=5, prompt_tokens=12, reasoning_tokens=3)
+    return stats_of(apart, inside)
+
+
+def test_nc23_kind_reasoning_above_completion_answer_never_negative_everywhere():
+    stats = _reasoning_apart_stats()
+    s = stats.total()
+    assert (s.reasoning_tokens_sum, s.reasoning_apart_tokens_sum, s.reasoning_apart_requests) == (103, 100, 1)
+    assert s.answer_tokens == 4 + (5 - 3)  # not 9 - 103 = -94
+    assert wire.from_wire(wire.to_wire(stats)) == stats
+    results = _results(stats)
+    tok = results["tokens"]
+    assert (tok["completion"], tok["reasoning"], tok["answer"], tok["reasoning_apart"]) == (9, 103, 6, 100)
+    assert tok["usage_checks"]["reasoning_apart"] == 1
+    text = format_summary(results)
+    assert "103 / 6" in text
+    assert "NOTE: 1 request(s): usage's reasoning tokens exceed its completion_tokens" in text
+    total = interval_rows(0, stats, 10.0)[0]
+    assert (total["reasoning_tokens"], total["answer_tokens"]) == (103, 6)
+    registry = CollectorRegistry()
+    view = _view(stats)
+    PrometheusExporter(lambda: view, registry=registry)
+    assert registry.get_sample_value("llmload_reasoning_apart_tokens_total", CHAT) == 100
+    assert registry.get_sample_value("llmload_usage_checks_total", {**CHAT, "check": "reasoning_apart"}) == 1
+    assert ok_record(completion_tokens=4, reasoning_tokens=100).answer_tokens == 4
+    assert ok_record(completion_tokens=5, reasoning_tokens=3).answer_tokens == 2
+
+
+def test_usage_above_text_check_is_counted_and_noted():
+    record = ok_record((0.5, 0.52, 0.54, 0.56), completion_tokens=40, usage_notes=(UsageNote.ABOVE_TEXT,))
+    assert (record.streamed_tokens, record.tpot_s) == (None, None)
+    results = _results(stats_of(record))
+    assert results["tokens"]["usage_checks"]["usage_above_text"] == 1
+    assert results["latency"]["tpot_s"]["count"] == 0
+    assert results["throughput"]["output_tokens_per_s"] is not None  # still the server's count
+    assert "NOTE: 1 request(s): usage counted more tokens than the streamed text can hold" in format_summary(results)
+
+
 def test_usage_requests_log_has_per_request_reasoning_cached_and_notes(tmp_path):
     path = tmp_path / "req.jsonl"
     log = RequestsLog(str(path))
@@ -165,3 +212,49 @@ def test_nc20_preflight_probe_reads_content_parts():
     report = _probe_with([sse(ROLE, C({"content": parts}), CF("stop"), U(3, 2), "[DONE]")])
     assert any("token counts come from the server" in note for note in report.notes)
     assert report.warnings == []
+
+
+def _probe_whole(body: dict[str, object], config: RunConfig | None = None) -> PreflightReport:
+    request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2, stream=False)
+    transport = FakeTransport(FakeResponse([json.dumps(body).encode()], 200, "application/json"))
+    return probe(transport, [("ChatUser", request)], config or RunConfig(), ModelList(("m",), {}), "m")
+
+
+_WHOLE = {
+    "id": "c1",
+    "object": "chat.completion",
+    "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "The answer is 42"}, "finish_reason": "stop"}],
+}
+
+
+# NC-26 (kind: token counting without usage, --no-stream): a whole reply without usage:
+# the preflight says so and what counts instead.
+def test_nc26_kind_no_stream_preflight_warns_when_the_reply_has_no_usage():
+    report = _probe_whole(_WHOLE)
+    assert not any("token counts from the server's usage" in note for note in report.notes)
+    assert report.warnings == [
+        "ChatUser: non-streaming, the server sent no usage in its reply; token counts, output tok/s and "
+        "total tok/s will be unavailable (n/a): pass --tokenizer PATH, or make the server return usage"
+    ]
+    with_usage = _probe_whole({**_WHOLE, "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}})
+    assert "ChatUser: non-streaming; token counts from the server's usage" in with_usage.notes
+    assert with_usage.warnings == []
+
+
+# NC-26 (kind): usage with total_tokens alone is usage without completion_tokens, not "no usage".
+def test_nc26_kind_preflight_names_usage_without_completion_tokens():
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": {"total_tokens": 7}}
+    total_only = json.dumps(chunk)
+    report = _probe_with([sse(ROLE, C({"content": "Hi"}), C({"content": " there"}), CF("stop"), total_only, "[DONE]")])
+    assert any("sent usage without completion_tokens in its stream" in w for w in report.warnings)
+    assert not any("sent no usage" in w for w in report.warnings)
+    whole = _probe_whole({**_WHOLE, "usage": {"total_tokens": 9}})
+    assert any("sent usage without completion_tokens in its reply" in w for w in whole.warnings)
+
+
+def test_nc26_kind_summary_warns_when_successes_had_no_output_token_count():
+    record = ok_record(completion_tokens=TokenCount.unknown())
+    text = format_summary(_results(stats_of(record, ok_record())))
+    assert "WARNING: 1 successful request(s) had no output token count" in text
+    assert "no output token count" not in format_summary(_results(stats_of(ok_record())))
