@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmload.errors import ConfigError, RequestError, WrongProtocolError
-from llmload.request.client import StreamingClient, Transport
+from llmload.request.client import FINISH_WAIT_S, ReplyEnd, StreamingClient, Transport
 from llmload.request.error_pages import describe_error_page, summarize_body
 from llmload.request.payloads import LLMRequest
 from llmload.request.record import RequestRecord, TokenSource, UsageNote
@@ -211,6 +211,12 @@ def probe(
         source = record.completion_tokens.source
         if models.missing is not None:
             report.notes.append(f"{name}: the probe request to {model} succeeded")
+        if client.reply_end is ReplyEnd.FINISH_WAIT:
+            report.warnings.append(
+                f"{name}: the server sent neither [DONE] nor an end of body after the finish_reason; each reply "
+                f"is taken as complete {FINISH_WAIT_S:g} s after its finish chunk (E2E ends at that chunk, the "
+                "connection is dropped), which holds every user that long: check the server or proxy"
+            )
         if request.stream and not record.streamed:
             report.warnings.append(not_streamed_warning(name))
             report.not_streamed.append(request.endpoint)
