@@ -44,7 +44,7 @@ stats = RequestStats()
 errors = [
     HTTPStatusError("HTTP 502 (e.g. Bad gateway)"),
     HTTPStatusError("HTTP 502 (e.g. Bad gateway)"),
-    StreamError("stream error (e.g. connection closed mid-body)"),
+    StreamError("stream error (e.g. closed mid-body)"),
     TransportError('transport error (e.g. "refused")'),
 ]
 for error in errors:
@@ -64,6 +64,6 @@ def test_locust_error_table_shows_plain_messages_not_exception_reprs():
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
     assert rows == [
         ["POST chat: HTTP 502 (e.g. Bad gateway)", 2, "HTTP 502 (e.g. Bad gateway)"],
-        ["POST chat: stream error (e.g. connection closed mid-body)", 1, "stream error (e.g. connection closed mid-body)"],
+        ["POST chat: stream error (e.g. closed mid-body)", 1, "stream error (e.g. closed mid-body)"],
         ['POST chat: transport error (e.g. "refused")', 1, 'transport error (e.g. "refused")'],
     ]

@@ -95,9 +95,9 @@ def test_scraper_drops_a_target_that_answers_html():
 @pytest.mark.parametrize(
     ("answer", "said"),
     [
-        ('{"object": "list", "data": []}', "the answer is JSON, not the Prometheus text format: is it the /metrics path?"),
+        ('{"object": "list"}', "the answer is JSON, not the Prometheus text format: is it the /metrics path?"),
         ("[1, 2]", "the answer is JSON, not the Prometheus text format"),
-        ("hello world of things\n", "not the Prometheus text format (it began 'hello world of things')"),
+        ("hello world of it\n", "not the Prometheus text format (it began 'hello world of it')"),
     ],
     ids=["json-object", "json-list", "text"],
 )
