@@ -117,10 +117,11 @@ def test_base_url_kind_host_ending_in_v1_names_the_path_requested_and_the_fix(su
 
     with ScriptedServer(reply) as srv:
         proc = _locust(
+            # with --model, a model list that 404s is only a note; the probe is what fails
             ["-f", "locustfiles/chat.py", "--headless", "-H", srv.base_url + suffix, "-u", "1", "-t", "30s",
-             "--model", "m"],  # with --model, a model list that 404s is only a note; the probe is what fails
+             "--model", "m"],
             timeout_s=60,
-        )
+        )  # fmt: skip
         posts = [r.path for r in srv.requests if r.method == "POST"]
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert posts == ["/v1/v1/chat/completions"]  # the probe only
