@@ -371,6 +371,11 @@ class StreamingClient:
         elif self.reply_end is None and acc.finish_reason is not None:
             self.reply_end = ReplyEnd.BODY_END
         elif acc.finish_reason is None:
+            if not acc.events and seen.head.lstrip()[:1] == b"{":  # JSON lines are no SSE field: nothing dispatched
+                raise IncompleteReplyError(
+                    "one JSON body where an event stream was announced (Content-Type: text/event-stream, "
+                    "no data: lines): a server or gateway that does not stream but labels its reply as a stream"
+                )
             raise IncompleteReplyError("the body ended without a finish_reason or [DONE]")
 
     def _read_json(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
@@ -443,7 +448,12 @@ class StreamingClient:
             message = readable_message(error.message)
         else:
             message = describe_error_page(
-                status, body, response.content_type, server=response.header("server"), request_bytes=request_bytes
+                status,
+                body,
+                response.content_type,
+                server=response.header("server"),
+                request_bytes=request_bytes,
+                upgrade=response.header("upgrade"),
             )
         failure = classify_status(status, kind, response.retry_after)
         if failure.outcome is Outcome.THROTTLED:

@@ -612,3 +612,28 @@ def test_nc31_invalid_json_under_another_media_type_is_named(run_scripted):
     assert "not an event stream and not valid JSON" in record.error.message
     assert "seen: 0 events (0 with tokens), 18 bytes, no finish_reason, no [DONE], body ended" in record.error.message
     assert 'body began b\'{"id"' in record.error.message
+
+
+# ── 426 Upgrade Required; one JSON body labelled as an event stream ──────
+@pytest.mark.parametrize("upgrade", ["h2c", None], ids=["h2c", "no-header"])
+def test_s426_kind_upgrade_required_names_the_protocol_wanted(run_scripted, upgrade):
+    headers = {"Content-Type": "text/plain", **({"Upgrade": upgrade} if upgrade else {})}
+    reply = Reply(
+        writes=[W(1, b"Upgrade to h2c required\n")], status=426, headers=headers, framing=Framing.CONTENT_LENGTH
+    )
+    record = run_scripted(reply).record
+    assert record.outcome is Outcome.HTTP_ERROR
+    assert record.error is not None
+    message = record.error.message
+    assert '"Upgrade to h2c required"' in message
+    wanted = "Upgrade: h2c" if upgrade else "it sent no Upgrade header to say which"
+    assert f"the server wants another protocol than HTTP/1.1 ({wanted}); llmload speaks HTTP/1.1" in message
+
+
+def test_nc31_kind_json_body_labelled_event_stream_is_named(run_scripted):
+    reply = Reply(writes=[W(100, _COMPLETION)], headers={"Content-Type": "text/event-stream"}, headers_at_ms=100)
+    record = run_scripted(reply).record
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    assert "one JSON body where an event stream was announced" in record.error.message
+    assert "seen: 0 events" in record.error.message
