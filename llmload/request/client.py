@@ -106,7 +106,7 @@ ms on a loaded server). A body that stays silent this long after the finish is
 held open by the server or a proxy: the reply is taken as complete (success,
 E2E at the finish chunk), the connection is dropped, and the preflight warns
 once that the server sent neither ``[DONE]`` nor an end of body. Token chunks
-that each carry a finish_reason (NC-32) do not start the wait: those replies
+that each carry a finish_reason (litellm #2195) do not start the wait: those replies
 are read on to ``[DONE]``.
 """
 
