@@ -209,7 +209,7 @@ def probe(
             error = record.error
             reason = f"{error.category}: {error.message}" if error else record.outcome.value
             hint = doubled_v1_hint(host, request.path)
-            fix = f"{hint}; or fix" if hint else "Fix"
+            fix = f"{hint[:1].upper()}{hint[1:]}; or fix" if hint else "Fix"
             raise ConfigError(
                 f"probe request for {name} (POST {urlsplit(host).path.rstrip('/')}{request.path}) failed: "
                 f"{reason.strip().rstrip('.')}. {fix} the server or the options (use --skip-preflight to bypass)"

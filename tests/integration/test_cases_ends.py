@@ -177,7 +177,7 @@ def test_nc21_kind_hold_nodone_usage_then_done_within_the_drain_keeps_the_connec
     reply = Reply(writes=[*_normal_writes(), W(50, sse(CF("stop"), U(5, 2))), W(51, sse("[DONE]"))])
     records, _, connections, ends = _run_three(reply)
     assert [r.outcome for r in records] == [Outcome.OK] * 3
-    assert ends == [ReplyEnd.USAGE] * 3
+    assert set(ends) <= {ReplyEnd.USAGE, ReplyEnd.DONE}  # [DONE] 1 ms later may come in the same read
     assert all(0.045 < (r.e2e_s or 0) < 0.1 for r in records)
     assert connections == 1  # [DONE] and the end of the body came within the drain
 

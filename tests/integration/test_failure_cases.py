@@ -103,7 +103,7 @@ def test_bc29_preflight_probe_failure_stops_before_load(tmp_path):
         posts = [r for r in srv.requests if r.method == "POST"]
     assert proc.returncode == 2
     assert "probe request for CompletionUser (POST /v1/completions) failed: HTTP 404 NotFoundError" in proc.stderr
-    assert "drop /v1" not in proc.stderr
+    assert "Drop /v1" not in proc.stderr
     assert len(posts) == 1  # the probe only; no load
 
 
@@ -126,7 +126,7 @@ def test_base_url_kind_host_ending_in_v1_names_the_path_requested_and_the_fix(su
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert posts == ["/v1/v1/chat/completions"]  # the probe only
     assert "probe request for ChatUser (POST /v1/v1/chat/completions) failed: HTTP 404" in proc.stderr
-    assert "drop /v1 from -H (llmload adds /v1/chat/completions)" in proc.stderr
+    assert "Not Found. Drop /v1 from -H (llmload adds /v1/chat/completions); or fix the server" in proc.stderr
 
 
 @pytest.mark.parametrize(
