@@ -107,7 +107,7 @@ def prepare(
         proxy=runtime.proxy,
     )
     try:
-        with preflight_step(f"GET {preflight.join_url(host, '/v1/models')}", limit_s):
+        with preflight_step(f"GET {public_url(preflight.join_url(host, '/v1/models'))}", limit_s):
             models = preflight.fetch_models(
                 host, transport.get, config.api_key_env, model=config.model, key_sent_as=runtime.key_sent_as
             )

@@ -284,8 +284,9 @@ def check_host_path(host: str, endpoint: Endpoint) -> None:
     path = parts.path.rstrip("/")
     if path:
         own = CHAT_PATH if endpoint == "chat" else COMPLETIONS_PATH
-        fix = f"Pass the server's root, -H {parts.scheme}://{parts.netloc} (llmload adds {own})"
-        _refuse_other_api(path, endpoint, f"-H {host} ends in {path}, which", fix)
+        root = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"  # never a user:password
+        fix = f"Pass the server's root, -H {root} (llmload adds {own})"
+        _refuse_other_api(path, endpoint, f"-H {root}{parts.path} ends in {path}, which", fix)
 
 
 def doubled_v1_hint(host: str, path: str) -> str | None:

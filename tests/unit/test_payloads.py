@@ -171,6 +171,7 @@ def test_base_url_kind_doubled_v1_hint(host, path, hint):
         ("http://h:8000/v1", False),
         ("http://h:8000", False),
         ("https://gw.example.com/openai/v1?api-version=1", False),
+        ("https://u:secret@gw.example.com/v1/responses?key=secret", True),
     ],
 )
 def test_nc28_kind_host_path_of_another_api_is_refused(host, refused):
@@ -179,5 +180,7 @@ def test_nc28_kind_host_path_of_another_api_is_refused(host, refused):
         return
     with pytest.raises(ConfigError) as caught:
         check_host_path(host, "chat")
-    assert f"-H {host} ends in" in str(caught.value)
-    assert "Pass the server's root, -H " in str(caught.value)
+    message = str(caught.value)
+    assert f"-H {host.partition('?')[0].replace('u:secret@', '')} ends in" in message
+    assert "Pass the server's root, -H " in message
+    assert "secret" not in message
