@@ -207,7 +207,7 @@ class GeventResponse:
                 resp.release()
                 if not data:
                     raise ConnectionClosedError(f"{self._where}: connection closed mid-body") from exc
-                raise TransportError(f"{self._where}: malformed HTTP body: {exc}") from exc
+                raise TransportError(f"{self._where}: malformed HTTP body ({_parse_error(exc)})") from exc
             if not data and not resp.message_complete:
                 resp.release()
                 raise ConnectionClosedError(f"{self._where}: connection closed mid-body")
@@ -535,7 +535,7 @@ class GeventHTTPTransport:
             head = self._stamps.first
             if foreign_protocol(head) is not None or (head and not starts_like_http1(head)):
                 raise WrongProtocolError(f"{where}: {not_http1_message(head)}") from exc
-            raise TransportError(f"{where} failed: {describe(exc)}") from exc
+            raise TransportError(f"{where} failed: malformed HTTP/1.1 answer ({_parse_error(exc)})") from exc
         except (OSError, HTTPException, RuntimeError, ValueError) as exc:
             # RuntimeError: name did not resolve to any address; ValueError: invalid path or header.
             raise TransportError(f"{where} failed: {describe(exc)}") from exc
@@ -545,6 +545,12 @@ class GeventHTTPTransport:
 
     def _note_reusable(self, reusable: bool) -> None:
         self._reusable = reusable
+
+
+def _parse_error(exc: HTTPParseError) -> str:
+    """The HTTP parser's reason alone: its exceptions carry ``(reason, code)`` and print as that tuple."""
+    reason = exc.args[0] if exc.args else None
+    return reason if isinstance(reason, str) and reason else type(exc).__name__
 
 
 def _media_type(value: str | list[str] | None) -> str:

@@ -579,6 +579,8 @@ def test_nc29_a_malformed_header_of_a_real_http1_answer_is_not_called_another_pr
         finally:
             transport.close()
     assert "not HTTP/1.1" not in str(refused.value)
+    assert "malformed HTTP/1.1 answer (" in str(refused.value)
+    assert "', " not in str(refused.value)  # the parser's reason, not its (reason, code) tuple
 
 
 def test_gateway_error_object_wrapping_a_proxy_page_is_one_line(run_scripted):
