@@ -81,7 +81,16 @@ class TokenizerError(LLMLoadError):
 
 
 class RequestError(LLMLoadError):
-    """One request failed."""
+    """One request failed.
+
+    Its ``repr`` is its message: Locust's failure table (console, web UI,
+    CSV) shows ``repr()`` of the request event's exception, and groups rows by
+    that text; the exception's class name and quotes would only get in the way.
+    """
+
+    def __repr__(self) -> str:
+        """The message alone (what Locust shows in its failure table)."""
+        return str(self)
 
 
 class TransportError(RequestError):

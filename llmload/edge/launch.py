@@ -32,7 +32,7 @@ from llmload.exporters.requests_log import RequestsLog, worker_path
 from llmload.net.scrape import ServerScraper, metrics_urls, routed_fetch
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request import preflight
-from llmload.request.payloads import LLMRequest, check_endpoint_path
+from llmload.request.payloads import LLMRequest, check_endpoint_path, check_host_path
 from llmload.request.record import RequestRecord
 from llmload.request.tokens import load_tokenizer
 from llmload.run.plan import RequestLimitNote, WorkerShare, split_run
@@ -84,7 +84,7 @@ def prepare(
     if runtime.prepared_for == (host, config):
         return
     runtime.config = config
-    _check_endpoint_path(environment, config)
+    _check_endpoint_path(environment, config, host)
     for flag, path in (
         ("--results-json", config.results_json),
         ("--html-report", config.html_report),
@@ -128,7 +128,9 @@ def prepare(
                 return classes[request.endpoint].build_request(runtime, max_tokens=2)  # type: ignore[attr-defined,no-any-return]
 
             with preflight_step(_probe_step(probes), limit_s):
-                report = preflight.probe(transport, probes, config, models, runtime.model, retry=without_usage)
+                report = preflight.probe(
+                    transport, probes, config, models, runtime.model, retry=without_usage, host=host
+                )
             runtime.not_streamed.update(report.not_streamed)  # warned once, here
             for note in report.notes:
                 log.info("llmload preflight: %s", note)
@@ -200,14 +202,15 @@ def _probe_step(probes: list[tuple[str, LLMRequest]]) -> str:
     return f"the probe request{'s' if len(probes) > 1 else ''} {shown}" if probes else "the probe requests"
 
 
-def _check_endpoint_path(environment: Environment, config: RunConfig) -> None:
-    """Refuse, before any load, an ``--endpoint-path`` of an API the run's user classes do not speak."""
-    if config.endpoint_path is None:
-        return
+def _check_endpoint_path(environment: Environment, config: RunConfig, host: str) -> None:
+    """Refuse, before any load, an ``--endpoint-path`` or ``-H`` path of an API the run's user classes do not speak."""
     for cls in environment.user_classes:
         endpoint = getattr(cls, "endpoint", None)
         if endpoint in ("chat", "completions"):
-            check_endpoint_path(config.endpoint_path, endpoint)
+            if host:
+                check_host_path(host, endpoint)
+            if config.endpoint_path is not None:
+                check_endpoint_path(config.endpoint_path, endpoint)
 
 
 def choose_route(runtime: Runtime, host: str, master_note: str | None = None) -> str | None:

@@ -6,11 +6,14 @@ frame, then GOAWAY with PROTOCOL_ERROR (RFC 9113 sections 3.4 and 6.8). An
 ``http://`` URL pointed at a TLS port gets a TLS record (an alert or a
 handshake) instead. Either way the HTTP/1.1 parser only says that the
 status line is missing; ``foreign_protocol`` says what the bytes were.
+A port of another service altogether answers with its own banner or error
+line (SSH ``SSH-2.0-…``, Redis ``-ERR …``, SMTP/FTP ``220 …``):
+``not_http1_message`` names those too, and otherwise quotes the first bytes.
 """
 
 from __future__ import annotations
 
-__all__ = ["H2_MESSAGE", "foreign_protocol", "starts_like_http1"]
+__all__ = ["H2_MESSAGE", "foreign_protocol", "not_http1_message", "starts_like_http1"]
 
 H2_MESSAGE = "the server answered with HTTP/2 frames, not HTTP/1.1 (a gRPC or h2c-only port?)"
 _H2_FIX = (
@@ -48,6 +51,33 @@ def foreign_protocol(head: bytes) -> str | None:
     if len(head) >= 3 and head[0] in (_TLS_ALERT, _TLS_HANDSHAKE) and head[1] == 0x03:
         return "the server answered with TLS, not plain HTTP: the port expects https; pass -H https://…"
     return None
+
+
+_PORT_FIX = "point -H at the LLM server's HTTP port"
+_BANNERS = (  # (first bytes, what answered): services that speak first or answer any line with an error line
+    (b"SSH-", "an SSH server"),
+    (b"-ERR", "Redis (a RESP error line)"),
+    (b"-NOAUTH", "Redis (a RESP error line)"),
+    (b"+OK", "Redis (a RESP reply)"),
+    (b"220 ", "an SMTP or FTP server"),
+    (b"220-", "an SMTP or FTP server"),
+    (b"* OK", "an IMAP server"),
+)
+
+
+def not_http1_message(head: bytes) -> str:
+    """One sentence for a reply beginning with ``head`` that has no HTTP/1.1 status line.
+
+    Names HTTP/2, TLS (``foreign_protocol``) and the banners of other
+    services (SSH, Redis, SMTP/FTP, IMAP); otherwise quotes the first bytes.
+    """
+    foreign = foreign_protocol(head)
+    if foreign is not None:
+        return foreign
+    for start, what in _BANNERS:
+        if head.startswith(start):
+            return f"the port answered like {what}, not HTTP/1.1 (it began {head[:40]!r}): {_PORT_FIX}"
+    return f"the answer is not HTTP/1.1, it began {head[:40]!r}: {_PORT_FIX}"
 
 
 def starts_like_http1(head: bytes) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import logging
 import math
+import socket
 import ssl
 import time
 import urllib.error
@@ -40,6 +41,7 @@ __all__ = [
     "Fetch",
     "IntervalSink",
     "ServerScraper",
+    "fetch_failure",
     "fetch_text",
     "metrics_urls",
     "routed_fetch",
@@ -119,6 +121,18 @@ def fetch_text(
     if len(body) > _MAX_BODY_BYTES:
         raise ServerMetricsError(f"{url} answered more than {_MAX_BODY_BYTES >> 20} MiB; not a /metrics page")
     return str(body.decode("utf-8", errors="replace"))
+
+
+def fetch_failure(url: str, exc: OSError) -> str:
+    """One sentence for a scrape of ``url`` that failed with ``exc`` (no ``<urlopen error …>`` wrapper)."""
+    reason: object = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, ConnectionRefusedError):
+        return f"connection refused at {url}: is the server's metrics port right?"
+    if isinstance(reason, socket.gaierror):
+        return f"the host of {url} does not resolve ({reason.strerror or reason}): is the URL right?"
+    if isinstance(reason, OSError) and reason.strerror:
+        return f"{url}: {reason.strerror}"
+    return f"{url}: {reason}" if str(reason) else f"{url}: {type(reason).__name__}"
 
 
 def routed_fetch(urls: tuple[str, ...], proxies: Mapping[str, str], *, ignore: bool, insecure: bool) -> Fetch:
@@ -359,7 +373,9 @@ class ServerScraper:
             error = f"no answer within {timeout_s:g} s"
         except urllib.error.HTTPError as exc:
             error = f"HTTP {exc.code}"
-        except (OSError, ServerMetricsError, UnicodeError) as exc:
+        except OSError as exc:
+            error = fetch_failure(url, exc)
+        except (ServerMetricsError, UnicodeError) as exc:
             error = str(exc) or type(exc).__name__
         ended_s = self._elapsed_s()
         return Reading(url, snapshot, (began_s + ended_s) / 2, ended_s - began_s, error)

@@ -80,7 +80,7 @@ from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 
 from llmload.errors import ConfigError, ConnectionClosedError, RequestTimeout, TransportError, WrongProtocolError
-from llmload.net.protocols import foreign_protocol, starts_like_http1
+from llmload.net.protocols import foreign_protocol, not_http1_message, starts_like_http1
 from llmload.net.sockets import (
     CMSG_BYTES,
     AddressCache,
@@ -207,7 +207,7 @@ class GeventResponse:
                 resp.release()
                 if not data:
                     raise ConnectionClosedError(f"{self._where}: connection closed mid-body") from exc
-                raise TransportError(f"{self._where}: malformed HTTP body: {exc}") from exc
+                raise TransportError(f"{self._where}: malformed HTTP body ({_parse_error(exc)})") from exc
             if not data and not resp.message_complete:
                 resp.release()
                 raise ConnectionClosedError(f"{self._where}: connection closed mid-body")
@@ -230,6 +230,13 @@ class GeventResponse:
         if isinstance(value, list):
             return value[-1] if value else None
         return value
+
+    def read_within(self, within_s: float) -> bytes | None:
+        """As ``read_some``, but None when no bytes arrive within ``within_s`` seconds (the body stays open)."""
+        # As in drain: gevent.Timeout interrupts only the wait for the socket (no bytes are lost).
+        with gevent.Timeout(within_s, False):
+            return self.read_some()
+        return None
 
     def drain(self, within_s: float, limit_bytes: int) -> bool:
         """Read and discard the rest of the body for at most ``within_s`` seconds and ``limit_bytes`` bytes.
@@ -526,14 +533,9 @@ class GeventHTTPTransport:
         except HTTPParseError as exc:
             # No HTTP/1.1 status line: say what came instead when the bytes tell (HTTP/2 frames, TLS).
             head = self._stamps.first
-            foreign = foreign_protocol(head)
-            if foreign is not None:
-                raise WrongProtocolError(f"{where}: {foreign}") from exc
-            if head and not starts_like_http1(head):
-                raise WrongProtocolError(
-                    f"{where}: the answer is not HTTP/1.1 ({describe(exc)}); it began {head[:40]!r}"
-                ) from exc
-            raise TransportError(f"{where} failed: {describe(exc)}") from exc
+            if foreign_protocol(head) is not None or (head and not starts_like_http1(head)):
+                raise WrongProtocolError(f"{where}: {not_http1_message(head)}") from exc
+            raise TransportError(f"{where} failed: malformed HTTP/1.1 answer ({_parse_error(exc)})") from exc
         except (OSError, HTTPException, RuntimeError, ValueError) as exc:
             # RuntimeError: name did not resolve to any address; ValueError: invalid path or header.
             raise TransportError(f"{where} failed: {describe(exc)}") from exc
@@ -543,6 +545,12 @@ class GeventHTTPTransport:
 
     def _note_reusable(self, reusable: bool) -> None:
         self._reusable = reusable
+
+
+def _parse_error(exc: HTTPParseError) -> str:
+    """The HTTP parser's reason alone: its exceptions carry ``(reason, code)`` and print as that tuple."""
+    reason = exc.args[0] if exc.args else None
+    return reason if isinstance(reason, str) and reason else type(exc).__name__
 
 
 def _media_type(value: str | list[str] | None) -> str:

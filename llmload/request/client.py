@@ -16,11 +16,17 @@
   and usage-only chunks do not count (vllm PR #3768, sglang PR #29251).
 - ``usage`` may be cumulative (vLLM ``continuous_usage_stats``): the last
   value wins, never a sum (vllm-project/production-stack PR #873).
-- The reply ends at ``[DONE]`` or at a clean end of body after a
-  ``finish_reason``; an event pending at the end of the body without its
-  blank line is still read. After ``[DONE]`` the rest of the body is read
-  for at most ``DRAIN_S`` so the connection can be reused; a server that
-  holds it open longer loses the connection, not the user's time. A failed
+- The reply ends at ``[DONE]``; or, after a ``finish_reason``, at the
+  first of: a clean end of body, the peer closing the connection, the usage
+  chunk with ``"choices": []`` (with ``stream_options.include_usage`` the
+  last chunk before ``[DONE]``), or ``FINISH_WAIT_S`` without any byte after
+  a finish chunk that carried no token. An event pending at the end of the
+  body (or at the close) without its blank line is still read; a close
+  before any finish_reason, or inside an event, is a failure. After
+  ``[DONE]`` or the usage chunk the rest of the body is read for at most
+  ``DRAIN_S`` so the connection can be reused; a server that holds it open
+  longer loses the connection, not the user's time. E2E ends at the event
+  that ended the reply; ``StreamingClient.reply_end`` says which it was. A failed
   stream's message says what was seen (``StreamSeen``: events, bytes, finish
   reason, ``[DONE]``, whether the body ended). A streamed request answered
   with one JSON body is a reply that did not stream (no token times).
@@ -43,9 +49,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
+from enum import Enum
 from typing import Protocol
 
-from llmload.errors import TransportError
+from llmload.errors import ConnectionClosedError, TransportError
 from llmload.request.chunks import ReplyAccumulator, parse_chunk, read_server_error
 from llmload.request.degenerate import (
     DEGENERATE_REPEATED,
@@ -73,7 +80,7 @@ from llmload.request.stream import ReplyFailure, ReplyReader, new_scanner
 from llmload.request.tokens import TokenCounter, resolve_output_tokens, resolve_prompt_tokens
 from llmload.settings.config import Timeouts
 
-__all__ = ["DRAIN_S", "Response", "StreamingClient", "Transport"]
+__all__ = ["DRAIN_S", "FINISH_WAIT_S", "ReplyEnd", "Response", "StreamingClient", "Transport"]
 
 _MESSAGE_CHARS = 500  # ErrorInfo.message limit
 _ERROR_BODY_BYTES = 64 * 1024  # read at most this much of a non-2xx body
@@ -90,6 +97,30 @@ still open after a few ms is held open on purpose (openai-python #3440,
 seconds; a new connection costs about one round trip (plus a TLS handshake),
 far less than waiting for such a body, so the user moves on at once.
 """
+FINISH_WAIT_S = 1.0
+"""Seconds a reply is waited for after a chunk that carries a finish_reason and no token, when nothing follows.
+
+A server writes the usage chunk, ``[DONE]`` and the end of the body right
+after its finish chunk (the same loop turn: well under a millisecond, tens of
+ms on a loaded server). A body that stays silent this long after the finish is
+held open by the server or a proxy: the reply is taken as complete (success,
+E2E at the finish chunk), the connection is dropped, and the preflight warns
+once that the server sent neither ``[DONE]`` nor an end of body. Token chunks
+that each carry a finish_reason (litellm #2195) do not start the wait: those replies
+are read on to ``[DONE]``.
+"""
+
+
+class ReplyEnd(Enum):
+    """What ended the last streamed reply that succeeded (``StreamingClient.reply_end``)."""
+
+    DONE = "[DONE]"
+    BODY_END = "end of body after the finish_reason"
+    USAGE = "the usage chunk after the finish_reason (no [DONE] within the drain)"
+    CLOSE = "connection closed after the finish_reason"
+    FINISH_WAIT = f"nothing for {FINISH_WAIT_S:g} s after the finish_reason (neither [DONE] nor an end of body)"
+
+
 _STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 
@@ -115,6 +146,10 @@ class Response(Protocol):
 
     def header(self, name: str) -> str | None:
         """The value of the response header ``name`` (any case); None if absent."""
+        ...
+
+    def read_within(self, within_s: float) -> bytes | None:
+        """As ``read_some``, but None when no bytes arrive within ``within_s`` s (the body is then still open)."""
         ...
 
     def drain(self, within_s: float, limit_bytes: int) -> bool:
@@ -196,6 +231,7 @@ class StreamingClient:
         self._same_text = same_text
         self._pieces: list[str] = []  # the last reply's generated text pieces (for the degenerate-output rules)
         self.request_sent = False
+        self.reply_end: ReplyEnd | None = None  # what ended the last streamed reply (None: not streamed, or failed)
 
     def run(self, request: LLMRequest) -> RequestRecord:
         """Send ``request``, read the whole reply and return its record.
@@ -216,6 +252,7 @@ class StreamingClient:
         )
         clock = self._clock
         self.request_sent = False
+        self.reply_end = None
         self._pieces = []
         phase = Phase.SEND
         seen: StreamSeen | None = None
@@ -244,6 +281,7 @@ class StreamingClient:
             finally:
                 response.close()
         except Exception as exc:
+            self.reply_end = None
             failure = classify(phase, exc)
             if failure is None:
                 raise
@@ -281,7 +319,22 @@ class StreamingClient:
         json_head = b""
         try:
             while True:
-                data = read()
+                try:
+                    if reader.finish_at_s is None or reader.has_partial_event:
+                        data = read()
+                    else:  # a finish chunk was the last event: wait a bounded time for usage, [DONE] or the end
+                        wait_s = reader.finish_at_s + FINISH_WAIT_S - t  # t: the last read's arrival
+                        got = response.read_within(wait_s) if wait_s > 0 else None
+                        if got is None:
+                            self.reply_end = ReplyEnd.FINISH_WAIT
+                            break
+                        data = got
+                except ConnectionClosedError:
+                    if acc.finish_reason is None:
+                        raise
+                    reader.finish(t)  # a close after the finish ends the reply; a cut event still fails
+                    self.reply_end = ReplyEnd.CLOSE
+                    break
                 if not data:
                     seen.body_ended = True
                     reader.finish(t)  # an event pending without its blank line arrived with the last read
@@ -298,6 +351,9 @@ class StreamingClient:
                 feed(data, t)
                 if acc.done:
                     break
+                if reader.usage_ended:
+                    self.reply_end = ReplyEnd.USAGE
+                    break
                 if t > deadline_s:
                     raise TotalTimeout(f"no complete reply within {deadline_s:g} s")
         finally:
@@ -308,8 +364,18 @@ class StreamingClient:
             self._read_unlabelled_json(response, record, request, t0, seen=seen, first=json_head)
             return
         if acc.done:
+            self.reply_end = ReplyEnd.DONE
             response.drain(DRAIN_S, _DRAIN_BYTES)
+        elif self.reply_end is ReplyEnd.USAGE:
+            response.drain(DRAIN_S, _DRAIN_BYTES)  # for [DONE] and the end of the body; else the connection goes
+        elif self.reply_end is None and acc.finish_reason is not None:
+            self.reply_end = ReplyEnd.BODY_END
         elif acc.finish_reason is None:
+            if not acc.events and seen.head.lstrip()[:1] == b"{":  # JSON lines are no SSE field: nothing dispatched
+                raise IncompleteReplyError(
+                    "one JSON body where an event stream was announced (Content-Type: text/event-stream, "
+                    "no data: lines): a server or gateway that does not stream but labels its reply as a stream"
+                )
             raise IncompleteReplyError("the body ended without a finish_reason or [DONE]")
 
     def _read_json(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
@@ -382,7 +448,12 @@ class StreamingClient:
             message = readable_message(error.message)
         else:
             message = describe_error_page(
-                status, body, response.content_type, server=response.header("server"), request_bytes=request_bytes
+                status,
+                body,
+                response.content_type,
+                server=response.header("server"),
+                request_bytes=request_bytes,
+                upgrade=response.header("upgrade"),
             )
         failure = classify_status(status, kind, response.retry_after)
         if failure.outcome is Outcome.THROTTLED:

@@ -39,6 +39,10 @@ _STATUS_HINTS = {
 }
 
 
+_UPGRADE_FIX = (
+    "llmload speaks HTTP/1.1 (no h2c or WebSocket upgrade): point -H at the server's HTTP/1.1 "
+    "(OpenAI-compatible) port, or put an HTTP/1.1 proxy in front of it"
+)
 _HTTP_VERSION_HINT = (
     "the server refuses HTTP/1.1 (HTTP Version Not Supported: an HTTP/2-only or gRPC port?); llmload speaks "
     "HTTP/1.1: point -H at the server's HTTP/1.1 (OpenAI-compatible) port, or put an HTTP/1.1 proxy in front of it"
@@ -155,7 +159,13 @@ def _read(body: bytes, content_type: str) -> tuple[str, str, bool]:
 
 
 def describe_error_page(
-    status: int, body: bytes, content_type: str, *, server: str | None = None, request_bytes: int | None = None
+    status: int,
+    body: bytes,
+    content_type: str,
+    *,
+    server: str | None = None,
+    request_bytes: int | None = None,
+    upgrade: str | None = None,
 ) -> str:
     """The message of a non-2xx reply whose body is not an OpenAI error object (the status is its category).
 
@@ -165,6 +175,7 @@ def describe_error_page(
         content_type: the lower-cased media type, "" if unknown.
         server: the ``Server`` header (names the proxy: nginx, cloudflare, envoy…); None if absent.
         request_bytes: the size of the request body, named for a 413; None if unknown.
+        upgrade: the ``Upgrade`` header, named for a 426 (the protocol the server wants); None if absent.
 
     Returns:
         e.g. ``"413 Request Entity Too Large" (an HTML error page, Server: nginx/1.25.3);
@@ -175,6 +186,9 @@ def describe_error_page(
     hint = _STATUS_HINTS.get(status) if page else None  # a proxy's page; an API server's JSON speaks for itself
     if status == 505:
         hint = _HTTP_VERSION_HINT
+    if status == 426:
+        wanted = f"Upgrade: {upgrade}" if upgrade else "it sent no Upgrade header to say which"
+        hint = f"the server wants another protocol than HTTP/1.1 ({wanted}); {_UPGRADE_FIX}"
     if status == 413:
         hint = None if request_bytes is None else _STATUS_HINTS[413].format(size=f"{request_bytes:,} bytes")
     return f"{line}; {hint}" if hint is not None else line

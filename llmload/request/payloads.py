@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from llmload.errors import ConfigError
 
@@ -24,6 +25,8 @@ __all__ = [
     "build_chat_request",
     "build_completion_request",
     "check_endpoint_path",
+    "check_host_path",
+    "doubled_v1_hint",
 ]
 
 Endpoint = Literal["chat", "completions"]
@@ -267,6 +270,33 @@ def _encode(body: Mapping[str, Any]) -> bytes:
         raise ConfigError(f"request body is not JSON-serialisable: {exc}; check the extra fields") from exc
 
 
+def check_host_path(host: str, endpoint: Endpoint) -> None:
+    """Refuse a ``-H`` whose path is another API's (``-H http://h/v1/responses``), as ``check_endpoint_path``.
+
+    llmload appends its own path (``/v1/chat/completions``) to the host's; a
+    host that already names an API endpoint is the OpenAI ``base_url`` habit
+    gone one step further.
+
+    Raises:
+        ConfigError: the host's path ends like another API's; the message names it and the fix.
+    """
+    parts = urlsplit(host)
+    path = parts.path.rstrip("/")
+    if path:
+        own = CHAT_PATH if endpoint == "chat" else COMPLETIONS_PATH
+        root = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"  # never a user:password
+        fix = f"Pass the server's root, -H {root} (llmload adds {own})"
+        _refuse_other_api(path, endpoint, f"-H {root}{parts.path} ends in {path}, which", fix)
+
+
+def doubled_v1_hint(host: str, path: str) -> str | None:
+    """The fix when ``-H`` already ends in ``/v1`` and ``path`` (the endpoint path) starts with it; else None."""
+    base = urlsplit(host).path.rstrip("/")
+    if base.lower().endswith("/v1") and path.lower().startswith("/v1/"):
+        return f"drop /v1 from -H (llmload adds {path.partition('?')[0]})"
+    return None
+
+
 def check_endpoint_path(path: str, endpoint: Endpoint) -> None:
     """Refuse an ``--endpoint-path`` of another API than the one whose bodies ``endpoint``'s user posts.
 
@@ -274,12 +304,20 @@ def check_endpoint_path(path: str, endpoint: Endpoint) -> None:
         ConfigError: the path ends like another API's (``/v1/responses``,
             ``/v1/messages``, ``/v1/embeddings`` …); the message names it.
     """
+    _refuse_other_api(path, endpoint, f"--endpoint-path {path}")
+
+
+def _refuse_other_api(path: str, endpoint: Endpoint, what: str, fix: str | None = None) -> None:
     bare = path.partition("?")[0].rstrip("/").lower()
     for suffix, api in _OTHER_APIS.items():
         if bare.endswith(suffix):
+            if fix is None:
+                fix = (
+                    f"Pass the path of the server's {'chat/completions' if endpoint == 'chat' else 'completions'} "
+                    "endpoint, e.g. --endpoint-path /openai/deployments/m/chat/completions"
+                )
             raise ConfigError(
-                f"--endpoint-path {path} is {api}, but llmload's {_BODY_NAMES[endpoint]} "
+                f"{what} is {api}, but llmload's {_BODY_NAMES[endpoint]} "
                 "(messages or prompt, max_tokens, SSE chunks with choices); posting them there would fail or be "
-                f"misread. Pass the path of the server's {'chat/completions' if endpoint == 'chat' else 'completions'} "
-                "endpoint, e.g. --endpoint-path /openai/deployments/m/chat/completions"
+                f"misread. {fix}"
             )

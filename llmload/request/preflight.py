@@ -23,11 +23,12 @@ import resource
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from llmload.errors import ConfigError, RequestError, WrongProtocolError
-from llmload.request.client import StreamingClient, Transport
+from llmload.request.client import FINISH_WAIT_S, ReplyEnd, StreamingClient, Transport
 from llmload.request.error_pages import describe_error_page, summarize_body
-from llmload.request.payloads import LLMRequest
+from llmload.request.payloads import LLMRequest, doubled_v1_hint
 from llmload.request.record import RequestRecord, TokenSource, UsageNote
 from llmload.settings.config import RunConfig
 
@@ -179,6 +180,7 @@ def probe(
     model: str,
     *,
     retry: Callable[[LLMRequest, RequestRecord], LLMRequest | None] | None = None,
+    host: str = "",
 ) -> PreflightReport:
     """Send one small request per user class and report where token counts will come from.
 
@@ -190,6 +192,8 @@ def probe(
         model: the model being tested.
         retry: given a failed probe, the request to send once more instead (e.g.
             without ``stream_options``), or None to stop.
+        host: the ``-H`` URL; its path is named with the request's in a failure
+            (the path actually requested) and a doubled ``/v1`` gets a hint.
 
     Raises:
         ConfigError: a probe request failed (the message carries the server's reason).
@@ -204,13 +208,21 @@ def probe(
         if not record.ok:
             error = record.error
             reason = f"{error.category}: {error.message}" if error else record.outcome.value
+            hint = doubled_v1_hint(host, request.path)
+            fix = f"{hint[:1].upper()}{hint[1:]}; or fix" if hint else "Fix"
             raise ConfigError(
-                f"probe request for {name} ({request.path}) failed: {reason.strip().rstrip('.')}. "
-                "Fix the server or the options (use --skip-preflight to bypass)"
+                f"probe request for {name} (POST {urlsplit(host).path.rstrip('/')}{request.path}) failed: "
+                f"{reason.strip().rstrip('.')}. {fix} the server or the options (use --skip-preflight to bypass)"
             )
         source = record.completion_tokens.source
         if models.missing is not None:
             report.notes.append(f"{name}: the probe request to {model} succeeded")
+        if client.reply_end is ReplyEnd.FINISH_WAIT:
+            report.warnings.append(
+                f"{name}: the server sent neither [DONE] nor an end of body after the finish_reason; each reply "
+                f"is taken as complete {FINISH_WAIT_S:g} s after its finish chunk (E2E ends at that chunk, the "
+                "connection is dropped), which holds every user that long: check the server or proxy"
+            )
         if request.stream and not record.streamed:
             report.warnings.append(not_streamed_warning(name))
             report.not_streamed.append(request.endpoint)

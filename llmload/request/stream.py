@@ -165,9 +165,14 @@ class ReplyReader:
 
     Attributes:
         acc: what the reply has carried so far (``acc.done`` after ``[DONE]``).
+        usage_ended: a usage chunk with no choices (``"choices": []``) came
+            after a finish_reason: with ``stream_options.include_usage`` that
+            is the last chunk before ``[DONE]`` (OpenAI), so the reply is complete.
+        finish_at_s: when the last event accounted was a chunk carrying a
+            finish_reason and no token, its arrival time; else None.
     """
 
-    __slots__ = ("_decoder", "_learn", "_learn_after", "_scan", "_template", "acc")
+    __slots__ = ("_decoder", "_learn", "_learn_after", "_scan", "_template", "acc", "finish_at_s", "usage_ended")
 
     def __init__(self, scan: Scan | None = None, *, keep_text: bool = True) -> None:
         """A reader at the start of a reply.
@@ -183,6 +188,8 @@ class ReplyReader:
         self._template: DeltaTemplate | None = None
         self._learn = True  # no template yet: learn one from the first plain token delta
         self._learn_after = 0  # with a template: learn again from a delta that missed it after this many events
+        self.usage_ended = False
+        self.finish_at_s: float | None = None
 
     @property
     def has_partial_event(self) -> bool:
@@ -230,6 +237,7 @@ class ReplyReader:
             else:
                 texts, rest = run
                 self.acc.add_tokens(texts, t, template.has_content)
+                self.finish_at_s = None
                 if rest:
                     self._events(decoder.feed_text(rest), t)
             start = end
@@ -267,6 +275,7 @@ class ReplyReader:
                 text = template.match(payload)
                 if text is not None:
                     acc.add_token(text, t, template.has_content)
+                    self.finish_at_s = None
                     continue
             if payload == "[DONE]":
                 acc.done = True
@@ -294,6 +303,16 @@ class ReplyReader:
                 acc.unread_events += 1  # received, though not understood: the failure message counts it
                 raise
             acc.add(delta, t)
+            if delta.has_token:
+                self.finish_at_s = None
+            elif delta.finish_reason is not None:
+                self.finish_at_s = t
+            if (
+                acc.finish_reason is not None
+                and not obj.get("choices")
+                and (delta.completion_tokens is not None or delta.prompt_tokens is not None)
+            ):
+                self.usage_ended = True  # the final usage chunk (a [DONE] later in this read still counts)
             if event.event is None and delta.has_token:
                 if self._learn:
                     template = self._template = DeltaTemplate.learn(payload, obj, delta, scan)

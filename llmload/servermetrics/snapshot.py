@@ -149,6 +149,18 @@ class ServerSnapshot:
     unmapped: tuple[str, ...] = ()
 
 
+def _not_prometheus(text: str) -> str:
+    """What a body that the Prometheus text parser refused looks like, as one sentence with the fix."""
+    head = text.lstrip()[:1]
+    fix = "is it the /metrics path?"
+    if head in ("{", "["):
+        return f"the answer is JSON, not the Prometheus text format: {fix}"
+    if head == "<":
+        return f"the answer is an HTML page, not the Prometheus text format: {fix}"
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"the answer is not the Prometheus text format (it began {first[:60]!r}): {fix}"
+
+
 def parse_snapshot(text: str, model: str | None = None) -> ServerSnapshot:
     """Parse one Prometheus text exposition and map it onto the common vocabulary.
 
@@ -163,7 +175,7 @@ def parse_snapshot(text: str, model: str | None = None) -> ServerSnapshot:
     try:
         samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
     except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise ServerMetricsError(f"not Prometheus text ({exc}); point --server-metrics at a /metrics URL") from exc
+        raise ServerMetricsError(_not_prometheus(text)) from exc
     if not samples:
         raise ServerMetricsError("no metric samples in the answer; point --server-metrics at a /metrics URL")
     notes: list[str] = []

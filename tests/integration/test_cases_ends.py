@@ -12,7 +12,7 @@ import time
 import pytest
 
 from llmload.net.transport import GeventHTTPTransport
-from llmload.request.client import DRAIN_S, StreamingClient
+from llmload.request.client import DRAIN_S, FINISH_WAIT_S, ReplyEnd, StreamingClient
 from llmload.request.payloads import build_chat_request
 from llmload.request.record import Outcome, TokenSource
 from llmload.settings.config import Timeouts
@@ -135,6 +135,159 @@ def test_nc21_run_against_a_held_open_body_measures_the_server_rate(tmp_path):
     e2e = results["latency"]["e2e_s"]
     assert 0.045 < e2e["p50"] < 0.1
     assert results["throughput"]["requests_per_s"] > 5  # ~20/s: 50 ms replies, not 15 s holds (0.07/s)
+
+
+# ── NC-21 kinds: no [DONE], the body held open after the reply is complete ──
+def _held_after(tail: list[bytes]) -> Reply:
+    writes = [*_normal_writes(), *(W(50, data) for data in tail), W(50 + HOLD_MS, b"")]
+    return Reply(writes=writes)
+
+
+def _run_three(reply: Reply) -> tuple[list, float, int, list[object]]:
+    with ScriptedServer(reply) as srv:
+        client, transport = _client(srv.base_url)
+        try:
+            started = time.perf_counter()
+            records, ends = [], []
+            for _ in range(3):
+                records.append(client.run(CHAT))
+                ends.append(client.reply_end)
+            elapsed_s = time.perf_counter() - started
+        finally:
+            transport.close()
+        connections = srv.connections_accepted
+    return records, elapsed_s, connections, ends
+
+
+def test_nc21_kind_hold_nodone_usage_chunk_ends_the_reply(gevent_ready):
+    # finish chunk, then the usage chunk with "choices": [] (stream_options.include_usage), no [DONE], held 15 s
+    records, elapsed_s, connections, ends = _run_three(_held_after([sse(CF("stop"), U(5, 2))]))
+    assert [r.outcome for r in records] == [Outcome.OK] * 3
+    assert [r.completion_tokens.value for r in records] == [2, 2, 2]
+    assert [r.completion_tokens.source for r in records] == [TokenSource.SERVER] * 3
+    for record in records:
+        assert record.e2e_s is not None
+        assert 0.045 < record.e2e_s < 0.1  # ends at the usage chunk (50 ms), not at the end of the body
+    assert ends == [ReplyEnd.USAGE] * 3
+    assert elapsed_s < 1.5, f"3 requests took {elapsed_s:.2f} s: the user waited for the held body"
+    assert connections == 3  # a body still open after the drain loses its connection
+
+
+def test_nc21_kind_hold_nodone_usage_then_done_within_the_drain_keeps_the_connection(gevent_ready):
+    reply = Reply(writes=[*_normal_writes(), W(50, sse(CF("stop"), U(5, 2))), W(51, sse("[DONE]"))])
+    records, _, connections, ends = _run_three(reply)
+    assert [r.outcome for r in records] == [Outcome.OK] * 3
+    assert set(ends) <= {ReplyEnd.USAGE, ReplyEnd.DONE}  # [DONE] 1 ms later may come in the same read
+    assert all(0.045 < (r.e2e_s or 0) < 0.1 for r in records)
+    assert connections == 1  # [DONE] and the end of the body came within the drain
+
+
+def test_nc21_kind_hold_nodone_finish_without_usage_is_bounded(gevent_ready):
+    records, elapsed_s, connections, ends = _run_three(_held_after([sse(CF("stop"))]))
+    assert [r.outcome for r in records] == [Outcome.OK] * 3
+    assert [r.finish_reason for r in records] == ["stop"] * 3
+    for record in records:
+        assert record.e2e_s is not None
+        assert 0.045 < record.e2e_s < 0.3  # E2E at the finish chunk (50 ms); not the 1 s wait after it
+    assert ends == [ReplyEnd.FINISH_WAIT] * 3
+    assert 3 * FINISH_WAIT_S <= elapsed_s < 3 * (FINISH_WAIT_S + 0.5), elapsed_s  # bounded, not 3 x 15 s
+    assert connections == 3
+
+
+def test_nc21_kind_hold_nodone_finish_then_usage_later_is_still_read(gevent_ready):
+    # the usage chunk comes 300 ms after the finish chunk (within FINISH_WAIT_S): it is counted
+    reply = Reply(writes=[*_normal_writes(), W(50, sse(CF("stop"))), W(350, sse(U(5, 7))), W(50 + HOLD_MS, b"")])
+    records, elapsed_s, _, ends = _run_three(reply)
+    assert elapsed_s < 3 * 0.4 + 1.0  # no 15 s hold
+    assert [r.outcome for r in records] == [Outcome.OK] * 3
+    assert [r.completion_tokens.value for r in records] == [7, 7, 7]
+    assert all(0.33 < (r.e2e_s or 0) < 0.4 for r in records)
+    assert ends == [ReplyEnd.USAGE] * 3
+
+
+def test_nc32_kind_finish_on_every_chunk_is_read_on_to_done(gevent_ready):
+    stop = (
+        '{"id":"c1","object":"chat.completion.chunk",'
+        '"choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":"stop"}]}'
+    )
+    writes = [W(10, sse(ROLE))] + [W(10 + 200 * i, sse(stop % f"t{i}")) for i in range(1, 8)]
+    writes.append(W(1700, sse(U(5, 7), "[DONE]")))
+    records, _, _, ends = _run_three(Reply(writes=writes))
+    assert [r.outcome for r in records] == [Outcome.OK] * 3
+    assert [len(r.token_times_s) for r in records] == [7, 7, 7]  # gaps of 200 ms, 1.4 s from first to last
+    assert [r.completion_tokens.value for r in records] == [7, 7, 7]
+    assert ends == [ReplyEnd.DONE] * 3
+
+
+def test_nc21_kind_continuous_usage_on_every_chunk_is_read_on_to_done(gevent_ready):
+    # vLLM continuous_usage_stats: usage on every chunk (choices non-empty), then the final usage chunk and [DONE]
+    chunk = (
+        '{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"%s"},'
+        '"finish_reason":%s}],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}'
+    )
+    writes = [W(10 + 20 * i, sse(chunk % (f"t{i}", "null", i, 5 + i))) for i in range(1, 4)]
+    writes += [W(80, sse(chunk % ("t4", '"stop"', 4, 9))), W(90, sse(U(5, 4))), W(95, sse("[DONE]"))]
+    records, _, _, ends = _run_three(Reply(writes=writes))
+    assert [r.outcome for r in records] == [Outcome.OK] * 3
+    assert [r.completion_tokens.value for r in records] == [4, 4, 4]
+    assert ends == [ReplyEnd.USAGE] * 3  # the final usage chunk; [DONE] 5 ms later is drained or dropped
+    assert all(0.085 < (r.e2e_s or 0) < 0.13 for r in records)  # the usage chunk at 90 ms (or [DONE] with it)
+
+
+def test_nc21_kind_finish_no_done_run_warns_once_and_measures_the_server(tmp_path):
+    out = tmp_path / "r.json"
+    with ScriptedServer(_route(_held_after([sse(CF("stop"))]))) as srv:
+        proc = run_locust(
+            [
+                "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", srv.base_url,
+                "-u", "1", "-r", "1", "--num-requests", "3", "-t", "60s", "--results-json", str(out),
+            ],
+            timeout_s=90,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("sent neither [DONE] nor an end of body after the finish_reason") == 1
+    results = json.loads(out.read_text())
+    assert results["requests"]["succeeded"] == 3
+    assert 0.045 < results["latency"]["e2e_s"]["p50"] < 0.1
+
+
+# ── close_after_finish: the connection closes right after the finish (no last chunk, no [DONE]) ──
+@pytest.mark.parametrize("usage", [True, False], ids=["finish-usage", "finish-only"])
+def test_nc21_kind_close_after_finish_is_the_end_of_the_reply(gevent_ready, usage):
+    last = sse(CF("stop"), U(5, 2)) if usage else sse(CF("stop"))
+    reply = Reply(writes=[*_normal_writes(), W(50, last)], ending=Ending.CLOSE)
+    records, _, connections, ends = _run_three(reply)
+    assert [r.outcome for r in records] == [Outcome.OK] * 3, records[0].error
+    assert [r.completion_tokens.source for r in records] == [TokenSource.SERVER if usage else TokenSource.CHUNKS] * 3
+    assert all(0.045 < (r.e2e_s or 0) < 0.1 for r in records)
+    assert ends == [ReplyEnd.USAGE if usage else ReplyEnd.CLOSE] * 3
+    assert connections == 3  # not reused
+
+
+@pytest.mark.parametrize("tail", [b'data: {"id":"c1","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}'])
+def test_nc21_kind_close_after_finish_flushes_the_pending_event(gevent_ready, tail):
+    reply = Reply(writes=[*_normal_writes(), W(50, sse(CF("stop")) + tail)], ending=Ending.CLOSE)
+    records, _, _, ends = _run_three(reply)
+    assert [r.outcome for r in records] == [Outcome.OK] * 3, records[0].error
+    assert [r.completion_tokens.value for r in records] == [2, 2, 2]  # the pending usage event was read
+    assert ends == [ReplyEnd.CLOSE] * 3
+
+
+def test_nc21_kind_close_mid_event_after_finish_stays_a_failure(run_scripted):
+    writes = [*_normal_writes(), W(50, sse(CF("stop")) + b'data: {"id":"c1","choices":[],"usa')]
+    record = run_scripted(Reply(writes=writes, ending=Ending.CLOSE)).record
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    assert "cut short" in record.error.message
+    assert "finish_reason 'stop'" in record.error.message
+
+
+def test_nc21_kind_close_before_any_finish_stays_a_failure(run_scripted):
+    record = run_scripted(Reply(writes=_normal_writes(), ending=Ending.CLOSE)).record
+    assert record.outcome is Outcome.TRANSPORT_ERROR or record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    assert "closed mid-body" in record.error.message
+    assert "no finish_reason" in record.error.message
 
 
 # ── NC-27: the last event is not ended by a blank line ───────────────────
@@ -388,11 +541,13 @@ def test_html_page_with_status_200_is_named_not_dumped(run_scripted, stream):
 @pytest.mark.parametrize(
     ("answer", "named"),
     [
-        (b"SSH-2.0-OpenSSH_9.6\r\n", "the answer is not HTTP/1.1"),
+        (b"SSH-2.0-OpenSSH_9.6\r\n", "the port answered like an SSH server, not HTTP/1.1"),
+        (b"-ERR unknown command 'POST'\r\n", "the port answered like Redis (a RESP error line), not HTTP/1.1"),
+        (b"\x00\x01garbage\r\n", "the answer is not HTTP/1.1, it began b'\\x00\\x01garbage"),
         (bytes.fromhex("150301000202") + bytes.fromhex("28"), "the server answered with TLS, not plain HTTP"),
         (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "HTTP/2 frames, not HTTP/1.1"),
     ],
-    ids=["ssh", "tls-alert", "h2-preface"],
+    ids=["ssh", "redis", "unknown", "tls-alert", "h2-preface"],
 )
 def test_nc29_other_protocols_are_named_in_the_preflight(gevent_ready, answer, named):
     from llmload.errors import ConfigError
@@ -408,6 +563,7 @@ def test_nc29_other_protocols_are_named_in_the_preflight(gevent_ready, answer, n
     message = str(refused.value)
     assert named in message
     assert "Is the server up" not in message
+    assert "Expected HTTP/" not in message  # no parser exception in the sentence
 
 
 def test_nc29_a_malformed_header_of_a_real_http1_answer_is_not_called_another_protocol(gevent_ready):
@@ -423,6 +579,8 @@ def test_nc29_a_malformed_header_of_a_real_http1_answer_is_not_called_another_pr
         finally:
             transport.close()
     assert "not HTTP/1.1" not in str(refused.value)
+    assert "malformed HTTP/1.1 answer (" in str(refused.value)
+    assert "', " not in str(refused.value)  # the parser's reason, not its (reason, code) tuple
 
 
 def test_gateway_error_object_wrapping_a_proxy_page_is_one_line(run_scripted):
@@ -456,3 +614,28 @@ def test_nc31_invalid_json_under_another_media_type_is_named(run_scripted):
     assert "not an event stream and not valid JSON" in record.error.message
     assert "seen: 0 events (0 with tokens), 18 bytes, no finish_reason, no [DONE], body ended" in record.error.message
     assert 'body began b\'{"id"' in record.error.message
+
+
+# ── 426 Upgrade Required; one JSON body labelled as an event stream ──────
+@pytest.mark.parametrize("upgrade", ["h2c", None], ids=["h2c", "no-header"])
+def test_s426_kind_upgrade_required_names_the_protocol_wanted(run_scripted, upgrade):
+    headers = {"Content-Type": "text/plain", **({"Upgrade": upgrade} if upgrade else {})}
+    reply = Reply(
+        writes=[W(1, b"Upgrade to h2c required\n")], status=426, headers=headers, framing=Framing.CONTENT_LENGTH
+    )
+    record = run_scripted(reply).record
+    assert record.outcome is Outcome.HTTP_ERROR
+    assert record.error is not None
+    message = record.error.message
+    assert '"Upgrade to h2c required"' in message
+    wanted = "Upgrade: h2c" if upgrade else "it sent no Upgrade header to say which"
+    assert f"the server wants another protocol than HTTP/1.1 ({wanted}); llmload speaks HTTP/1.1" in message
+
+
+def test_nc31_kind_json_body_labelled_event_stream_is_named(run_scripted):
+    reply = Reply(writes=[W(100, _COMPLETION)], headers={"Content-Type": "text/event-stream"}, headers_at_ms=100)
+    record = run_scripted(reply).record
+    assert record.outcome is Outcome.STREAM_ERROR
+    assert record.error is not None
+    assert "one JSON body where an event stream was announced" in record.error.message
+    assert "seen: 0 events" in record.error.message

@@ -102,8 +102,50 @@ def test_bc29_preflight_probe_failure_stops_before_load(tmp_path):
         )
         posts = [r for r in srv.requests if r.method == "POST"]
     assert proc.returncode == 2
-    assert "probe request for CompletionUser (/v1/completions) failed: HTTP 404 NotFoundError" in proc.stderr
+    assert "probe request for CompletionUser (POST /v1/completions) failed: HTTP 404 NotFoundError" in proc.stderr
+    assert "Drop /v1" not in proc.stderr
     assert len(posts) == 1  # the probe only; no load
+
+
+# The OpenAI base_url habit: -H http://host/v1 makes llmload post /v1/v1/chat/completions.
+@pytest.mark.parametrize("suffix", ["/v1", "/v1/"], ids=["v1", "v1-slash"])
+def test_base_url_kind_host_ending_in_v1_names_the_path_requested_and_the_fix(suffix):
+    def reply(request: ReceivedRequest) -> Reply:
+        if request.method == "GET" and request.path == "/v1/models":
+            return json_reply(200, MODELS)
+        return Reply(writes=[W(1, b"Not Found")], status=404, headers={"Content-Type": "text/plain"})
+
+    with ScriptedServer(reply) as srv:
+        proc = _locust(
+            # with --model, a model list that 404s is only a note; the probe is what fails
+            ["-f", "locustfiles/chat.py", "--headless", "-H", srv.base_url + suffix, "-u", "1", "-t", "30s",
+             "--model", "m"],
+            timeout_s=60,
+        )  # fmt: skip
+        posts = [r.path for r in srv.requests if r.method == "POST"]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert posts == ["/v1/v1/chat/completions"]  # the probe only
+    assert "probe request for ChatUser (POST /v1/v1/chat/completions) failed: HTTP 404" in proc.stderr
+    assert "Drop /v1 from -H (llmload adds /v1/chat/completions); or fix the server" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("locustfile", "path", "api"),
+    [("chat", "/v1/responses", "the OpenAI Responses API"), ("completions", "/v1/embeddings/", "the embeddings API")],
+)
+def test_nc28_kind_host_naming_another_api_is_refused_before_load(locustfile, path, api):
+    with ScriptedServer(_route(json_reply(200, "{}"))) as srv:
+        root = srv.base_url
+        host = root + path
+        proc = _locust(
+            ["-f", f"locustfiles/{locustfile}.py", "--headless", "-H", host, "-u", "1", "-t", "30s"], timeout_s=60
+        )
+        requests = srv.requests
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"-H {host} ends in {path.rstrip('/')}, which is {api}" in proc.stderr
+    own = "/v1/chat/completions" if locustfile == "chat" else "/v1/completions"
+    assert f"Pass the server's root, -H {root} (llmload adds {own})" in proc.stderr
+    assert requests == []  # refused before anything was sent
 
 
 # Issue 14, P5: a web-UI run blocked by preflight exits 2, as the README says, and says why.

@@ -105,7 +105,7 @@ def test_server_metrics_hanging_and_wrong_endpoints_only_warn(sim_url, tmp_path)
     assert (hang["url"], hang["scrapes"], hang["failed_scrapes"]) == (hang_url, 0, 2)
     assert "no answer within 2 s" in hang["error"]
     assert (wrong["scrapes"], wrong["failed_scrapes"]) == (0, 2)
-    assert "not Prometheus text" in wrong["error"]
+    assert "the answer is JSON, not the Prometheus text format: is it the /metrics path?" in wrong["error"]
     assert "WARNING: server metrics incomplete" in stdout
     assert elapsed_s < 60  # two bounded scrapes of 2 s, never the run's limit
 

@@ -48,6 +48,9 @@ class FakeResponse:
     def header(self, name: str) -> str | None:
         return {k.lower(): v for k, v in self.headers.items()}.get(name.lower())
 
+    def read_within(self, within_s: float) -> bytes | None:
+        return self.read_some()
+
     def drain(self, within_s: float, limit_bytes: int) -> bool:
         self.drained_within_s = within_s
         while self._reads:

@@ -197,3 +197,8 @@ def test_throttle_pause_without_retry_after_doubles_with_jitter_and_stays_under_
 def test_skip_pause_doubles_from_50_ms_and_stays_at_one_second():
     assert [skip_pause_s(n) for n in range(1, 8)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
     assert skip_pause_s(10_000) == 1.0
+
+
+@pytest.mark.parametrize("kind", [HTTPStatusError, StreamError, TransportError, ConnectionClosedError, RequestTimeout])
+def test_request_error_repr_is_its_message_for_locusts_failure_table(kind):
+    assert repr(kind("HTTP 502 (e.g. Bad gateway)")) == "HTTP 502 (e.g. Bad gateway)"

@@ -7,7 +7,13 @@ import json
 import pytest
 
 from llmload.errors import ConfigError
-from llmload.request.payloads import build_chat_request, build_completion_request, check_endpoint_path
+from llmload.request.payloads import (
+    build_chat_request,
+    build_completion_request,
+    check_endpoint_path,
+    check_host_path,
+    doubled_v1_hint,
+)
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello world"}]
 
@@ -141,3 +147,40 @@ def test_nc28_check_endpoint_path_refuses_other_apis(path, api):
 def test_nc28_check_endpoint_path_accepts_completion_paths(path):
     check_endpoint_path(path, "chat")
     check_endpoint_path(path, "completions")
+
+
+@pytest.mark.parametrize(
+    ("host", "path", "hint"),
+    [
+        ("http://h:8000/v1", "/v1/chat/completions", "drop /v1 from -H (llmload adds /v1/chat/completions)"),
+        ("http://h:8000/V1/", "/v1/completions", "drop /v1 from -H (llmload adds /v1/completions)"),
+        ("http://h:8000", "/v1/chat/completions", None),
+        ("http://h:8000/v1", "/openai/deployments/m/chat/completions", None),  # --endpoint-path without /v1
+        ("http://h:8000/api/v10", "/v1/chat/completions", None),
+    ],
+)
+def test_base_url_kind_doubled_v1_hint(host, path, hint):
+    assert doubled_v1_hint(host, path) == hint
+
+
+@pytest.mark.parametrize(
+    ("host", "refused"),
+    [
+        ("http://h:8000/v1/responses", True),
+        ("http://h:8000/v1/messages/", True),
+        ("http://h:8000/v1", False),
+        ("http://h:8000", False),
+        ("https://gw.example.com/openai/v1?api-version=1", False),
+        ("https://u:secret@gw.example.com/v1/responses?key=secret", True),
+    ],
+)
+def test_nc28_kind_host_path_of_another_api_is_refused(host, refused):
+    if not refused:
+        check_host_path(host, "chat")
+        return
+    with pytest.raises(ConfigError) as caught:
+        check_host_path(host, "chat")
+    message = str(caught.value)
+    assert f"-H {host.partition('?')[0].replace('u:secret@', '')} ends in" in message
+    assert "Pass the server's root, -H " in message
+    assert "secret" not in message

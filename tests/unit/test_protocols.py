@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmload.net.protocols import H2_MESSAGE, foreign_protocol
+from llmload.net.protocols import H2_MESSAGE, foreign_protocol, not_http1_message
 
 SETTINGS = bytes.fromhex("00000c040000000000000300000064000400100000")
 SETTINGS_EMPTY = bytes.fromhex("000000040000000000")
@@ -38,3 +38,20 @@ def test_nc29_http2_preface_and_tls_are_named():
 )
 def test_nc29_other_bytes_are_not_named(head):
     assert foreign_protocol(head) is None
+
+
+@pytest.mark.parametrize(
+    ("head", "named"),
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n", "the port answered like an SSH server, not HTTP/1.1 (it began b'SSH-2.0-"),
+        (b"-ERR unknown command 'POST'\r\n", "the port answered like Redis (a RESP error line), not HTTP/1.1"),
+        (b"220 mail.example.com ESMTP\r\n", "the port answered like an SMTP or FTP server"),
+        (b"garbage here", "the answer is not HTTP/1.1, it began b'garbage here'"),
+        (SETTINGS + GOAWAY, H2_MESSAGE),
+    ],
+    ids=["ssh", "redis", "smtp", "unknown", "h2"],
+)
+def test_nc29_banner_kind_other_services_are_named_without_parser_details(head, named):
+    message = not_http1_message(head)
+    assert named in message
+    assert "Expected" not in message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import urllib.error
 
 import gevent
 import pytest
@@ -88,7 +89,34 @@ def test_scraper_drops_a_target_that_answers_html():
     scraper = ServerScraper(AUTO, (), model=None, fetch=fetch)
     scraper.start()
     assert not scraper.active
-    assert "not Prometheus text" in scraper.notes[0]
+    assert "the answer is an HTML page, not the Prometheus text format: is it the /metrics path?" in scraper.notes[0]
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ('{"object": "list"}', "the answer is JSON, not the Prometheus text format: is it the /metrics path?"),
+        ("[1, 2]", "the answer is JSON, not the Prometheus text format"),
+        ("hello world of it\n", "not the Prometheus text format (it began 'hello world of it')"),
+    ],
+    ids=["json-object", "json-list", "text"],
+)
+def test_server_metrics_kind_wrong_page_is_named_without_parser_details(answer, said):
+    fetch = FakeFetch({AUTO: [answer]})
+    scraper = ServerScraper(AUTO, (), model=None, fetch=fetch)
+    scraper.start()
+    assert not scraper.active
+    assert said in scraper.notes[0]
+    assert "Invalid" not in scraper.notes[0]
+
+
+def test_server_metrics_kind_closed_port_says_connection_refused():
+    refused = urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+    fetch = FakeFetch({AUTO: [refused]})
+    scraper = ServerScraper(AUTO, (), model=None, fetch=fetch)
+    scraper.start()
+    assert f"connection refused at {AUTO}: is the server's metrics port right?" in scraper.notes[0]
+    assert "urlopen" not in scraper.notes[0]
 
 
 def test_scraper_hanging_endpoint_is_bounded_and_reported():

@@ -6,7 +6,7 @@ import pytest
 
 from llmload.request.record import Outcome
 from llmload.request.stream import ReplyFailure, ReplyReader
-from llmload.testing import CF, TF, C, T, sse
+from llmload.testing import CF, TF, C, T, U, sse
 
 
 def _created(payload: str, second: int) -> str:
@@ -63,3 +63,44 @@ def test_nc27_reply_reader_finish_accounts_the_pending_event():
     assert reader.acc.finish_reason is None
     reader.finish(2.0)
     assert reader.acc.finish_reason == "stop"
+
+
+def _read(*reads: bytes) -> ReplyReader:
+    reader = ReplyReader()
+    for i, data in enumerate(reads):
+        reader.feed(data, 0.01 * (i + 1))
+    return reader
+
+
+def test_nc21_kind_usage_chunk_with_no_choices_after_a_finish_ends_the_reply():
+    reader = _read(sse(C({"content": "Hi"})), sse(CF("stop")), sse(U(5, 1)))
+    assert reader.usage_ended
+    assert not reader.acc.done
+    assert reader.acc.completion_tokens == 1
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        (sse(U(5, 0)), sse(C({"content": "Hi"}))),  # usage before any finish
+        (  # per-chunk usage (continuous usage stats): choices are not empty
+            sse(
+                '{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}],'
+                '"usage":{"completion_tokens":1}}'
+            ),
+        ),
+    ],
+    ids=["usage-first", "usage-on-a-token-chunk"],
+)
+def test_nc21_kind_usage_that_is_not_the_final_chunk_does_not_end_the_reply(reads):
+    assert not _read(*reads).usage_ended
+
+
+def test_nc32_kind_finish_wait_starts_only_after_a_finish_chunk_without_a_token():
+    stop = '{"choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":"stop"}]}'
+    reader = _read(sse(stop % "a"), sse(stop % "b"))
+    assert reader.finish_at_s is None  # tokens that carry a finish_reason: read on to [DONE]
+    reader.feed(sse(CF("stop")), 0.5)
+    assert reader.finish_at_s == 0.5
+    reader.feed(sse(C({"content": "c"})), 0.6)
+    assert reader.finish_at_s is None
