@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import gevent
 import gevent.lock
 import gevent.socket
 import gevent.ssl
@@ -35,6 +36,7 @@ __all__ = [
     "CMSG_BYTES",
     "KERNEL_STAMPS",
     "AddressCache",
+    "LoopTurns",
     "StampedSocket",
     "Stamps",
     "describe",
@@ -51,16 +53,20 @@ __all__ = [
 _SO_TIMESTAMPNS = 35
 _TIMESPEC = struct.Struct("@ll")
 CMSG_BYTES = 64  # room for one timespec control message
+_BLOCKED_POLL_NS = 1_000_000  # a poll this long found nothing ready when it began (LoopTurns)
 KERNEL_STAMPS = sys.platform.startswith("linux")
 
 
 class Stamps:
     """One transport's connection, the kernel stamp of the newest bytes it received there, and the first bytes."""
 
-    __slots__ = ("first", "ns", "sock")
+    __slots__ = ("drained_ns", "first", "ns", "sock")
 
     def __init__(self) -> None:
         self.ns = 0  # CLOCK_REALTIME ns of the last receive through ``StampedSocket.recv``; 0 = none
+        # CLOCK_REALTIME ns after which the bytes not yet received arrived: set to the send time by the
+        # transport, then to the start of each receive that emptied the socket; 0 = unknown
+        self.drained_ns = 0
         # the bytes of the first receive since the transport reset it before a request (a reference,
         # not a copy): what a reply that is not HTTP/1.1 began with
         self.first = b""
@@ -91,6 +97,7 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
         bufsize = args[0]
         flags = args[1] if len(args) > 1 else 0
         while True:
+            before_ns = time.time_ns()
             try:
                 data, ancillary, _flags, _address = self._sock.recvmsg(bufsize, CMSG_BYTES, flags)
             except BlockingIOError:
@@ -100,6 +107,8 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
                 continue
             stamps = self._stamps
             stamps.ns = stamp_ns(ancillary)
+            if len(data) < bufsize:
+                stamps.drained_ns = before_ns
             if not stamps.first:
                 stamps.first = data
             received: bytes = data
@@ -113,6 +122,66 @@ def stamp_ns(ancillary: list[tuple[int, int, bytes]]) -> int:
             seconds, nanoseconds = _TIMESPEC.unpack_from(value)
             return int(seconds * 1_000_000_000 + nanoseconds)
     return 0
+
+
+class LoopTurns:
+    """When this process's gevent loop polled, for the read lag (``GeventResponse``).
+
+    Two watchers note, in CLOCK_REALTIME ns, each loop iteration's start of
+    its poll (``prep_ns``, a prepare watcher) and its return from it
+    (``check_ns``, a check watcher, which libev runs before the iteration's
+    I/O callbacks; ``prev_check_ns`` is the iteration before). A greenlet
+    that began waiting for a socket before the previous poll returned, and
+    is woken now, knows its bytes were not there then: they arrived after
+    ``prev_check_ns``; when this poll blocked (returned 1 ms or more after it
+    began), they arrived after ``prep_ns``. Two short callbacks per loop
+    iteration, shared by the process's transports; started on first use, on
+    the current hub; they do not keep the loop alive.
+    """
+
+    __slots__ = ("_watchers", "check_ns", "prep_ns", "prev_check_ns")
+
+    def __init__(self) -> None:
+        """Create the clock; no watcher runs until ``start``."""
+        self._watchers: tuple[Any, Any] | None = None
+        self.prep_ns = 0  # the current iteration began its poll; 0 = unknown
+        self.check_ns = 0  # the current iteration returned from its poll
+        self.prev_check_ns = 0  # the iteration before returned from its poll
+
+    def start(self) -> None:
+        """Start noting loop iterations on the current hub (idempotent)."""
+        if self._watchers is None:
+            loop = gevent.get_hub().loop
+            prepare, check = loop.prepare(ref=False), loop.check(ref=False)
+            prepare.start(self._prepared)
+            check.start(self._checked)
+            self._watchers = (prepare, check)
+
+    def close(self) -> None:
+        """Stop noting loop iterations (idempotent)."""
+        watchers, self._watchers = self._watchers, None
+        for watcher in watchers or ():
+            watcher.stop()
+            watcher.close()
+        self.prep_ns = self.check_ns = self.prev_check_ns = 0
+
+    def floor_ns(self, wait_ns: int) -> int:
+        """The time after which bytes arrived on a socket watched since ``wait_ns`` and readable now; 0 = unknown.
+
+        Call from the woken greenlet, before it yields to the loop again.
+        """
+        floor = self.prev_check_ns if wait_ns < self.prev_check_ns else 0
+        prep = self.prep_ns
+        if wait_ns < prep and self.check_ns - prep >= _BLOCKED_POLL_NS and prep > floor:
+            floor = prep
+        return floor
+
+    def _prepared(self) -> None:
+        self.prep_ns = time.time_ns()
+
+    def _checked(self) -> None:
+        self.prev_check_ns = self.check_ns
+        self.check_ns = time.time_ns()
 
 
 class AddressCache:

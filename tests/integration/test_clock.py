@@ -35,6 +35,7 @@ class HeldRun:
     record: RequestRecord
     held_until_s: float  # when the test let the loop go, seconds after the send
     first_write_s: float  # when the server sent its first write, seconds after the send
+    writes_s: list[float]  # when the server sent each write, seconds after the send
 
 
 def _run_with_the_loop_held(reply: Reply, request: LLMRequest, hold_s: float) -> HeldRun:
@@ -47,9 +48,9 @@ def _run_with_the_loop_held(reply: Reply, request: LLMRequest, hold_s: float) ->
         _block_loop(hold_s)
         held_until_s = time.perf_counter() - sent
         record = runner.get(timeout=5)
-        first_write_s = server.send_log(0).writes_s[0] - sent
+        writes_s = [at - sent for at in server.send_log(0).writes_s]
     transport.close()
-    return HeldRun(record, held_until_s, first_write_s)
+    return HeldRun(record, held_until_s, writes_s[0], writes_s)
 
 
 def _client(server: ScriptedServer) -> tuple[StreamingClient, GeventHTTPTransport]:
@@ -72,7 +73,9 @@ def test_kernel_stamps_time_every_body_read(gevent_ready):
     assert record.outcome is Outcome.OK
     assert record.unstamped_reads == 0
     assert len(record.read_lags_s) >= 3  # one per write: the client kept up
-    assert all(0.0 <= lag < 0.02 for lag in record.read_lags_s)
+    assert all(0.0 <= lag < 0.02 for lag in record.read_lags_s[:2])
+    # the last write holds two events: the lag counts from when the socket was last known empty
+    assert 0.0 <= record.read_lags_s[-1] < 0.04
     results = build_results(RunOutcome(stats_of(record)))
     assert results["client"]["clock"] == "kernel"
     assert results["client"]["stamped_reads"] == len(record.read_lags_s)
@@ -148,3 +151,43 @@ def test_a_connection_the_server_closed_while_idle_is_reopened_before_the_send_t
     assert second.connect_s is not None
     assert second.connect_s > 20e-6  # a real connect, not the kept-alive shortcut
     assert second.ttft_s == pytest.approx(0.02, abs=0.01)
+
+
+def test_issue19_the_lag_of_events_queued_behind_a_held_loop_covers_the_hold(gevent_ready):
+    # Four events arrive 20 ms apart while the test holds the client's loop until ~400 ms:
+    # they queue in the kernel, which merges them into one buffer stamped with the newest
+    # segment. The first token's time is then that stamp (up to 60 ms late), and the lag
+    # of the read must cover the oldest byte: at least the hold minus the first arrival.
+    reply = Reply(
+        [
+            W(100, sse(T("a"))),
+            W(120, sse(T(" b"))),
+            W(140, sse(T(" c"))),
+            W(160, sse(T(" d"))),
+            W(600, sse(TF("length"), "[DONE]")),
+        ]
+    )
+    run = _run_with_the_loop_held(reply, build_completion_request(model="m", prompt="count", max_tokens=5), 0.4)
+    record = run.record
+    assert record.outcome is Outcome.OK
+    assert run.held_until_s > 0.35
+    writes = run.writes_s
+    assert len(record.token_times_s) == 4
+    ttft_s = record.ttft_s
+    assert ttft_s is not None
+    error_s = ttft_s - writes[0]
+    assert error_s > -0.005
+    # the lag bounds the error of every time the read gave, and covers the wait of the first token
+    assert max(record.read_lags_s) >= error_s
+    assert max(record.read_lags_s) >= run.held_until_s - writes[0] - 0.005
+    results = build_results(RunOutcome(stats_of(record)))
+    assert results["client"]["read_lag_saturated"] is True
+
+
+def test_issue19_one_event_per_read_keeps_the_lag_of_its_stamp(gevent_ready):
+    # The client keeps up: every read holds one event, its stamp is its arrival, the lag is small.
+    reply = Reply([W(20, sse(T("a"))), W(40, sse(T(" b"))), W(60, sse(T(" c"))), W(80, sse(TF("length"), "[DONE]"))])
+    record = _run(reply)
+    assert record.outcome is Outcome.OK
+    assert len(record.read_lags_s) >= 4
+    assert all(0.0 <= lag < 0.005 for lag in record.read_lags_s[:3])

@@ -24,6 +24,7 @@ class FakeResponse:
     """Plays ``reads`` (bytes, or an exception to raise) from ``read_some``; then b""."""
 
     read_lag_s = 0.0
+    read_age_s = 0.0
     read_stamped = False
     retry_after = None
 
@@ -439,6 +440,7 @@ class LaggedResponse(FakeResponse):
         data = super().read_some()
         if data:
             self.read_lag_s, self.read_stamped = self._lags[self.reads_done - 1]
+            self.read_age_s = self.read_lag_s
         return data
 
 
