@@ -53,7 +53,6 @@ __all__ = [
 _SO_TIMESTAMPNS = 35
 _TIMESPEC = struct.Struct("@ll")
 CMSG_BYTES = 64  # room for one timespec control message
-_BLOCKED_POLL_NS = 1_000_000  # a poll this long found nothing ready when it began (LoopTurns)
 KERNEL_STAMPS = sys.platform.startswith("linux")
 
 
@@ -125,59 +124,50 @@ def stamp_ns(ancillary: list[tuple[int, int, bytes]]) -> int:
 
 
 class LoopTurns:
-    """When this process's gevent loop polled, for the read lag (``GeventResponse``).
+    """When this process's gevent loop last returned from a poll, for the read lag (``GeventResponse``).
 
-    Two watchers note, in CLOCK_REALTIME ns, each loop iteration's start of
-    its poll (``prep_ns``, a prepare watcher) and its return from it
-    (``check_ns``, a check watcher, which libev runs before the iteration's
-    I/O callbacks; ``prev_check_ns`` is the iteration before). A greenlet
-    that began waiting for a socket before the previous poll returned, and
-    is woken now, knows its bytes were not there then: they arrived after
-    ``prev_check_ns``; when this poll blocked (returned 1 ms or more after it
-    began), they arrived after ``prep_ns``. Two short callbacks per loop
-    iteration, shared by the process's transports; started on first use, on
-    the current hub; they do not keep the loop alive.
+    A check watcher notes, in CLOCK_REALTIME ns, when each loop iteration
+    returned from its poll (libev runs check watchers before the iteration's
+    I/O callbacks): ``check_ns`` for the current iteration, ``prev_check_ns``
+    for the one before. A greenlet that began waiting for a socket before the
+    previous poll returned, and is woken now, knows that poll did not find the
+    socket readable: its bytes arrived after ``prev_check_ns``. (A poll that
+    blocked says nothing safer: the process may have been descheduled between
+    its start and the system call.) One short callback per loop iteration,
+    shared by the process's transports; started on first use, on the current
+    hub; it does not keep the loop alive.
     """
 
-    __slots__ = ("_watchers", "check_ns", "prep_ns", "prev_check_ns")
+    __slots__ = ("_watcher", "check_ns", "prev_check_ns")
 
     def __init__(self) -> None:
         """Create the clock; no watcher runs until ``start``."""
-        self._watchers: tuple[Any, Any] | None = None
-        self.prep_ns = 0  # the current iteration began its poll; 0 = unknown
-        self.check_ns = 0  # the current iteration returned from its poll
+        self._watcher: Any = None
+        self.check_ns = 0  # the current iteration returned from its poll; 0 = unknown
         self.prev_check_ns = 0  # the iteration before returned from its poll
 
     def start(self) -> None:
         """Start noting loop iterations on the current hub (idempotent)."""
-        if self._watchers is None:
-            loop = gevent.get_hub().loop
-            prepare, check = loop.prepare(ref=False), loop.check(ref=False)
-            prepare.start(self._prepared)
-            check.start(self._checked)
-            self._watchers = (prepare, check)
+        if self._watcher is None:
+            watcher = gevent.get_hub().loop.check(ref=False)
+            watcher.start(self._checked)
+            self._watcher = watcher
 
     def close(self) -> None:
         """Stop noting loop iterations (idempotent)."""
-        watchers, self._watchers = self._watchers, None
-        for watcher in watchers or ():
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
             watcher.stop()
             watcher.close()
-        self.prep_ns = self.check_ns = self.prev_check_ns = 0
+        self.check_ns = self.prev_check_ns = 0
 
     def floor_ns(self, wait_ns: int) -> int:
         """The time after which bytes arrived on a socket watched since ``wait_ns`` and readable now; 0 = unknown.
 
         Call from the woken greenlet, before it yields to the loop again.
         """
-        floor = self.prev_check_ns if wait_ns < self.prev_check_ns else 0
-        prep = self.prep_ns
-        if wait_ns < prep and self.check_ns - prep >= _BLOCKED_POLL_NS and prep > floor:
-            floor = prep
-        return floor
-
-    def _prepared(self) -> None:
-        self.prep_ns = time.time_ns()
+        prev = self.prev_check_ns
+        return prev if wait_ns < prev else 0
 
     def _checked(self) -> None:
         self.prev_check_ns = self.check_ns
