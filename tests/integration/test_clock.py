@@ -11,6 +11,7 @@ import gevent.monkey
 import pytest
 
 from llmload.exporters.results import RunOutcome, build_results
+from llmload.net.sockets import LoopTurns
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request.client import StreamingClient
 from llmload.request.payloads import LLMRequest, build_completion_request
@@ -191,3 +192,22 @@ def test_issue19_one_event_per_read_keeps_the_lag_of_its_stamp(gevent_ready):
     assert record.outcome is Outcome.OK
     assert len(record.read_lags_s) >= 4
     assert all(0.0 <= lag < 0.005 for lag in record.read_lags_s[:3])
+
+
+def test_issue19_loop_turns_say_a_socket_waited_on_since_before_the_last_poll_got_bytes_after_it(gevent_ready):
+    turns = LoopTurns()
+    turns.start()
+    try:
+        wait_ns = time.time_ns()
+        for _ in range(3):
+            gevent.sleep(0.002)  # loop iterations: each poll's return is noted
+        assert wait_ns < turns.prev_check_ns <= turns.check_ns
+        # waited since before the previous poll returned: the bytes came after it
+        assert turns.floor_ns(wait_ns) == turns.prev_check_ns
+        # began waiting after it: the polls say nothing
+        assert turns.floor_ns(time.time_ns()) == 0
+    finally:
+        turns.close()
+    noted = turns.check_ns
+    gevent.sleep(0.002)
+    assert turns.check_ns == noted == 0  # closed: no longer noted

@@ -457,6 +457,27 @@ def test_client_times_each_read_when_its_bytes_arrived():
     assert record.connect_s == pytest.approx(0.01)
 
 
+def test_issue19_client_times_a_read_by_its_newest_bytes_and_keeps_the_lag_of_its_oldest():
+    # A read that ended several events queued behind a late client: its bytes are timed by
+    # the newest stamp (read_age_s), and the lag kept is the bound that covers the oldest.
+    class TwoClocks(FakeResponse):
+        def __init__(self) -> None:
+            super().__init__([sse(T("a"), T(" b")), sse(TF("length"), "[DONE]")], 200, "text/event-stream")
+            self.read_stamped = True
+
+        def read_some(self) -> bytes:
+            data = super().read_some()
+            if data:
+                self.read_age_s, self.read_lag_s = ((0.002, 0.030), (0.0, 0.0))[self.reads_done - 1]
+            return data
+
+    record = StreamingClient(FakeTransport(TwoClocks()), clock=StepClock()).run(COMPLETION)
+    assert record.outcome is Outcome.OK
+    # the first read returned at 0.02 after the send: both tokens at 0.02 - 0.002
+    assert record.token_times_s == pytest.approx([0.018, 0.018])
+    assert record.read_lags_s == pytest.approx([0.030, 0.0])
+
+
 def test_client_arrival_times_never_go_back():
     # The second read's bytes are stamped earlier than the first's once mapped to our
     # clock (a coalesced segment read in two parts, the clocks sampled ~0.1 us apart):
