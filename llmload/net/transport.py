@@ -276,7 +276,12 @@ class GeventResponse:
         then counted from then (``_earliest_ns``), which bounds how far any of
         their events' times can be off.
         """
-        if data.count(b"\n\n") + data.count(b"\n\r\n") <= 1 or not self._earliest_ns:
+        events = data.count(b"\n\n") + data.count(b"\n\r\n")
+        if events > 1:
+            # [DONE] and usage-only chunks ("choices":[]) are written right after the last token
+            # and carry no time of their own: they do not make the read ambiguous
+            events -= data.count(b"[DONE]") + data.count(b'"choices":[]') + data.count(b'"choices": []')
+        if events <= 1 or not self._earliest_ns:
             return 0
         return now_ns - self._earliest_ns
 
