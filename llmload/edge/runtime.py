@@ -27,7 +27,7 @@ from llmload.exporters.timeseries import Row, Timeline
 from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.exporters.window import SlidingWindow
 from llmload.net.scrape import ServerScraper
-from llmload.net.sockets import AddressCache
+from llmload.net.sockets import AddressCache, LoopTurns
 from llmload.request.degenerate import SameTextWatch
 from llmload.request.payloads import LLMRequest
 from llmload.request.preflight import not_streamed_warning
@@ -259,6 +259,7 @@ class Runtime:
         prompts: this process's share of the workload's prompt sequence; None until test start.
         warmup: this process's share of ``--warmup-requests``; None = no warm-up.
         addresses: name resolutions shared by every user's transport in this process.
+        turns: when this process's gevent loop polls, shared by every user's transport (read lags).
         proxy: the forward proxy every transport of this process uses for the
             current target (``llmload.settings.proxies.route``), or None for direct connections.
         proxy_note: master/standalone: the start-up line about the proxy choice, or None.
@@ -288,6 +289,7 @@ class Runtime:
     prompts: PromptStream | None = None
     warmup: WarmupGate | None = None
     addresses: AddressCache = field(default_factory=AddressCache)
+    turns: LoopTurns = field(default_factory=LoopTurns)
     proxy: ProxyChoice | None = None
     proxy_note: str | None = None
     request_cache: RequestCache = field(default_factory=RequestCache)

@@ -87,6 +87,7 @@ class LLMUser(User):
                 timeouts=config.timeouts,
                 insecure=config.insecure,
                 addresses=runtime.addresses,
+                turns=runtime.turns,
                 proxy=runtime.proxy,
             )
             client = self._client_or_none = StreamingClient(

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import gevent
 import gevent.lock
 import gevent.socket
 import gevent.ssl
@@ -35,6 +36,7 @@ __all__ = [
     "CMSG_BYTES",
     "KERNEL_STAMPS",
     "AddressCache",
+    "LoopTurns",
     "StampedSocket",
     "Stamps",
     "describe",
@@ -57,10 +59,13 @@ KERNEL_STAMPS = sys.platform.startswith("linux")
 class Stamps:
     """One transport's connection, the kernel stamp of the newest bytes it received there, and the first bytes."""
 
-    __slots__ = ("first", "ns", "sock")
+    __slots__ = ("drained_ns", "first", "ns", "sock")
 
     def __init__(self) -> None:
         self.ns = 0  # CLOCK_REALTIME ns of the last receive through ``StampedSocket.recv``; 0 = none
+        # CLOCK_REALTIME ns after which the bytes not yet received arrived: set to the send time by the
+        # transport, then to the start of each receive that emptied the socket; 0 = unknown
+        self.drained_ns = 0
         # the bytes of the first receive since the transport reset it before a request (a reference,
         # not a copy): what a reply that is not HTTP/1.1 began with
         self.first = b""
@@ -91,6 +96,7 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
         bufsize = args[0]
         flags = args[1] if len(args) > 1 else 0
         while True:
+            before_ns = time.time_ns()
             try:
                 data, ancillary, _flags, _address = self._sock.recvmsg(bufsize, CMSG_BYTES, flags)
             except BlockingIOError:
@@ -100,6 +106,8 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
                 continue
             stamps = self._stamps
             stamps.ns = stamp_ns(ancillary)
+            if len(data) < bufsize:
+                stamps.drained_ns = before_ns
             if not stamps.first:
                 stamps.first = data
             received: bytes = data
@@ -113,6 +121,57 @@ def stamp_ns(ancillary: list[tuple[int, int, bytes]]) -> int:
             seconds, nanoseconds = _TIMESPEC.unpack_from(value)
             return int(seconds * 1_000_000_000 + nanoseconds)
     return 0
+
+
+class LoopTurns:
+    """When this process's gevent loop last returned from a poll, for the read lag (``GeventResponse``).
+
+    A check watcher notes, in CLOCK_REALTIME ns, when each loop iteration
+    returned from its poll (libev runs check watchers before the iteration's
+    I/O callbacks): ``check_ns`` for the current iteration, ``prev_check_ns``
+    for the one before. A greenlet that began waiting for a socket before the
+    previous poll returned, and is woken now, knows that poll did not find the
+    socket readable: its bytes arrived after ``prev_check_ns``. (A poll that
+    blocked says nothing safer: the process may have been descheduled between
+    its start and the system call.) One short callback per loop iteration,
+    shared by the process's transports; started on first use, on the current
+    hub; it does not keep the loop alive.
+    """
+
+    __slots__ = ("_watcher", "check_ns", "prev_check_ns")
+
+    def __init__(self) -> None:
+        """Create the clock; no watcher runs until ``start``."""
+        self._watcher: Any = None
+        self.check_ns = 0  # the current iteration returned from its poll; 0 = unknown
+        self.prev_check_ns = 0  # the iteration before returned from its poll
+
+    def start(self) -> None:
+        """Start noting loop iterations on the current hub (idempotent)."""
+        if self._watcher is None:
+            watcher = gevent.get_hub().loop.check(ref=False)
+            watcher.start(self._checked)
+            self._watcher = watcher
+
+    def close(self) -> None:
+        """Stop noting loop iterations (idempotent)."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.stop()
+            watcher.close()
+        self.check_ns = self.prev_check_ns = 0
+
+    def floor_ns(self, wait_ns: int) -> int:
+        """The time after which bytes arrived on a socket watched since ``wait_ns`` and readable now; 0 = unknown.
+
+        Call from the woken greenlet, before it yields to the loop again.
+        """
+        prev = self.prev_check_ns
+        return prev if wait_ns < prev else 0
+
+    def _checked(self) -> None:
+        self.prev_check_ns = self.check_ns
+        self.check_ns = time.time_ns()
 
 
 class AddressCache:

@@ -20,16 +20,19 @@ uses three attributes of gevent's socket (``_sock``, ``_read_event``,
 Receive stamps (Linux): the transport turns on ``SO_TIMESTAMPNS`` on each
 plain-TCP socket (``llmload.net.sockets.StampedSocket``) and reads with
 ``recvmsg``, so every read carries the kernel's receive time of the newest
-segment it consumed. ``read_lag_s`` is how long those bytes had waited in the
-kernel when ``read_some`` returned:
-the client subtracts it from its own clock, so a reply that arrived while
-the process was busy elsewhere is still timed when it arrived. For TCP the
-stamp is that of the newest segment consumed, and segments queued behind a
-slow reader are coalesced, so it is an upper bound of the arrival of the
-first bytes of a read: exact only when the client keeps up (the lag itself
-says whether it did). Elsewhere (TLS, other platforms, bytes that came with
-the headers) ``read_stamped`` is False and the lag is measured from when the
-bytes reached user space (monotonic clock).
+segment it consumed. ``read_age_s`` is how long ago that was when
+``read_some`` returned: the client subtracts it from its own clock, so a
+reply that arrived while the process was busy elsewhere is still timed when
+it arrived. Segments that queue behind an unread one are merged by the kernel
+into one buffer stamped with the newest, so the stamp is exact only when the
+client keeps up; events that piled up are timed late. ``read_lag_s`` covers
+the oldest bytes of a read: for bytes that end one event, the time since
+their stamp; for bytes that end several, the time since the socket was last
+known empty (``GeventResponse._lag_ns``, narrowed by the loop's polls,
+``LoopTurns``): a bound of how far any time given to them is off. Elsewhere
+(TLS, other platforms, bytes that came with the headers on TLS)
+``read_stamped`` is False and both are measured from when the bytes reached
+user space (monotonic clock).
 
 ``connect`` opens the connection before the client takes its send time, so
 connection set-up (and the loop turns it waits for) is timed apart from TTFT.
@@ -84,6 +87,7 @@ from llmload.net.protocols import foreign_protocol, not_http1_message, starts_li
 from llmload.net.sockets import (
     CMSG_BYTES,
     AddressCache,
+    LoopTurns,
     StampedSocket,
     Stamps,
     describe,
@@ -120,6 +124,9 @@ class GeventResponse:
     """A ``client.Response`` over a geventhttpclient response whose headers have arrived."""
 
     __slots__ = (
+        "_drained_ns",
+        "_earliest_ns",
+        "_floor_ns",
         "_greenlet",
         "_hub",
         "_idle_s",
@@ -129,17 +136,29 @@ class GeventResponse:
         "_read_event",
         "_resp",
         "_timer",
+        "_turns",
         "_waiting",
         "_where",
         "content_type",
         "on_close",
+        "read_age_s",
         "read_lag_s",
         "read_stamped",
         "retry_after",
         "status",
     )
 
-    def __init__(self, resp: HTTPSocketPoolResponse, *, where: str, idle_s: float, stamp_ns: int = 0) -> None:
+    def __init__(
+        self,
+        resp: HTTPSocketPoolResponse,
+        *,
+        where: str,
+        idle_s: float,
+        stamp_ns: int = 0,
+        sent_ns: int = 0,
+        drained_ns: int = 0,
+        turns: LoopTurns | None = None,
+    ) -> None:
         """Wrap ``resp``.
 
         Args:
@@ -148,6 +167,12 @@ class GeventResponse:
             idle_s: the read timeout.
             stamp_ns: kernel stamp (CLOCK_REALTIME ns) of the receive that
                 completed the headers, for body bytes that came with them; 0 = none.
+            sent_ns: when the request was written (CLOCK_REALTIME ns): no byte
+                of the reply arrived before; 0 = unknown.
+            drained_ns: the start of the last receive of the headers that
+                emptied the socket (body bytes not yet received arrived after it); 0 = unknown.
+            turns: the process's loop-iteration clock, which narrows when
+                bytes could have arrived (``LoopTurns``); None: not used.
         """
         self._resp = resp
         self._where = where
@@ -171,15 +196,27 @@ class GeventResponse:
         # kernel receive stamp (CLOCK_REALTIME ns) of the last receive (the headers' for body bytes
         # that came with them); 0 = none
         self._last_stamp_ns = stamp_ns
+        # CLOCK_REALTIME ns: the bytes of the last receive arrived after _earliest_ns (body bytes that
+        # came with the headers: after the send); bytes not yet received, after _drained_ns (the start
+        # of the last receive that emptied the socket) and after _floor_ns (see _wait_readable)
+        self._earliest_ns = sent_ns
+        self._drained_ns = drained_ns or sent_ns
+        self._floor_ns = 0
+        self._turns = turns
+        if turns is not None:
+            turns.start()
+        self.read_age_s = 0.0
         self.read_lag_s = 0.0
         self.read_stamped = False
 
     def read_some(self) -> bytes:
         """Return the next body bytes as soon as any arrive; b"" at the clean end of the body.
 
-        Sets ``read_lag_s`` (seconds the returned bytes had waited since they
-        arrived: since the kernel stamp when ``read_stamped``, else since the
-        receive call returned) for every non-empty return.
+        Sets, for every non-empty return, ``read_age_s`` (seconds since the
+        newest returned bytes arrived: the kernel stamp when ``read_stamped``,
+        else when the receive call returned) and ``read_lag_s`` (seconds since
+        the oldest of them may have arrived, >= ``read_age_s``): see
+        ``_lag_ns``.
 
         Raises:
             RequestTimeout: no bytes within the idle timeout.
@@ -216,13 +253,37 @@ class GeventResponse:
         stamp_ns = self._last_stamp_ns
         if stamp_ns:
             self.read_stamped = True
-            lag_ns = time.time_ns() - stamp_ns
-            self.read_lag_s = lag_ns * 1e-9 if lag_ns > 0 else 0.0
+            now_ns = time.time_ns()
+            age_ns = now_ns - stamp_ns
+            self.read_age_s = age_ns * 1e-9 if age_ns > 0 else 0.0
+            lag_ns = self._lag_ns(data, now_ns)
+            self.read_lag_s = lag_ns * 1e-9 if lag_ns > age_ns else self.read_age_s
         else:
             self.read_stamped = False
             lag_s = time.monotonic() - self._last_read_s
-            self.read_lag_s = lag_s if lag_s > 0.0 else 0.0
+            self.read_age_s = self.read_lag_s = lag_s if lag_s > 0.0 else 0.0
         return data
+
+    def _lag_ns(self, data: bytes, now_ns: int) -> int:
+        """How long ago (ns) the oldest of ``data`` may have arrived; 0 when its stamp says (one event).
+
+        The kernel stamps a receive with its newest segment, and Linux merges
+        segments that queue behind an unread one into one buffer carrying the
+        newest stamp: reading in smaller pieces would not recover the older
+        stamps. Bytes that end one event at most came in one segment, whose
+        stamp is their arrival. Bytes that end several events may have queued
+        one after another since the socket was last known empty: the lag is
+        then counted from then (``_earliest_ns``), which bounds how far any of
+        their events' times can be off.
+        """
+        events = data.count(b"\n\n") + data.count(b"\n\r\n")
+        if events > 1:
+            # [DONE] and usage-only chunks ("choices":[]) are written right after the last token
+            # and carry no time of their own: they do not make the read ambiguous
+            events -= data.count(b"[DONE]") + data.count(b'"choices":[]') + data.count(b'"choices": []')
+        if events <= 1 or not self._earliest_ns:
+            return 0
+        return now_ns - self._earliest_ns
 
     def header(self, name: str) -> str | None:
         """The value of the response header ``name`` (any case; the last one if repeated); None if absent."""
@@ -300,24 +361,38 @@ class GeventResponse:
         assert raw is not None
         while True:
             self._wait_readable()
+            before_ns = time.time_ns()
             try:
                 data, ancillary, _flags, _address = raw.recvmsg(_RECV_BYTES, CMSG_BYTES)
             except BlockingIOError:
                 continue  # a spurious wake-up: nothing to read after all
             self._last_read_s = time.monotonic()
             self._last_stamp_ns = stamp_ns(ancillary) if ancillary else 0
+            floor_ns, self._floor_ns = self._floor_ns, 0
+            drained_ns = self._drained_ns
+            self._earliest_ns = floor_ns if floor_ns > drained_ns else drained_ns
+            if len(data) < _RECV_BYTES:
+                self._drained_ns = before_ns  # the socket was empty at some instant after this
             return data
 
     def _wait_readable(self) -> None:
-        """Block until the socket is readable; raise _IdleTimeout after ``idle_s`` without bytes."""
+        """Block until the socket is readable; raise _IdleTimeout after ``idle_s`` without bytes.
+
+        Notes when the loop's polls say the bytes arrived at the earliest
+        (``_floor_ns``, ``LoopTurns.floor_ns``).
+        """
         if self._timer is None:
             self._greenlet = gevent.getcurrent()
             self._start_timer(self._idle_s - (time.monotonic() - self._last_read_s))
+        turns = self._turns
+        wait_ns = time.time_ns() if turns is not None else 0
         self._waiting = True
         try:
             self._hub.wait(self._read_event)
         finally:
             self._waiting = False
+        if turns is not None:
+            self._floor_ns = turns.floor_ns(wait_ns)
 
     def _start_timer(self, after_s: float) -> None:
         timer = self._timer = self._hub.loop.timer(max(after_s, 0.0))
@@ -369,6 +444,7 @@ class GeventHTTPTransport:
         insecure: bool = False,
         addresses: AddressCache | None = None,
         proxy: ProxyChoice | None = None,
+        turns: LoopTurns | None = None,
     ) -> None:
         """Create the transport; no connection is opened until ``connect`` or the first request.
 
@@ -382,6 +458,9 @@ class GeventHTTPTransport:
             insecure: skip TLS certificate and host name verification.
             addresses: name resolutions shared with the process's other
                 transports; None resolves for every new connection.
+            turns: the process's loop-iteration clock, shared with its other
+                transports (it bounds the read lag of bytes that queued); None:
+                this transport starts its own, stopped by ``close``.
             proxy: forward proxy to connect to instead of the target
                 (``llmload.settings.proxies.route``); None connects directly.
                 geventhttpclient's own proxy support sends plain-http
@@ -417,6 +496,8 @@ class GeventHTTPTransport:
             )
         self._reusable = False  # the pooled connection is kept alive from a complete reply
         self._stamps = Stamps()
+        self._own_turns = turns is None
+        self._turns = LoopTurns() if turns is None else turns
         self._client = HTTPClient(
             parts.hostname,
             port=port,
@@ -502,8 +583,10 @@ class GeventHTTPTransport:
             response.close()
 
     def close(self) -> None:
-        """Close the pooled connection."""
+        """Close the pooled connection (and the loop-iteration clock, when this transport started it)."""
         self._client.close()
+        if self._own_turns:
+            self._turns.close()
 
     def _request(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]) -> GeventResponse:
         target = self._prefix + path
@@ -514,6 +597,7 @@ class GeventHTTPTransport:
         reused, self._reusable = self._reusable, False
         self._stamps.ns = 0
         self._stamps.first = b""
+        sent_ns = self._stamps.drained_ns = time.time_ns()  # no byte of the reply comes before the request
         try:
             try:
                 resp = self._client.request(method, target, body=body, headers=headers)
@@ -539,7 +623,16 @@ class GeventHTTPTransport:
         except (OSError, HTTPException, RuntimeError, ValueError) as exc:
             # RuntimeError: name did not resolve to any address; ValueError: invalid path or header.
             raise TransportError(f"{where} failed: {describe(exc)}") from exc
-        response = GeventResponse(resp, where=where, idle_s=self._timeouts.idle_s, stamp_ns=self._stamps.ns)
+        stamps = self._stamps
+        response = GeventResponse(
+            resp,
+            where=where,
+            idle_s=self._timeouts.idle_s,
+            stamp_ns=stamps.ns,
+            sent_ns=sent_ns,
+            drained_ns=stamps.drained_ns,
+            turns=self._turns,
+        )
         response.on_close = self._note_reusable
         return response
 

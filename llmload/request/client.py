@@ -8,9 +8,11 @@
   before ``Transport.post`` writes the request; connection set-up is
   ``RequestRecord.connect_s``, outside TTFT and E2E. Every read is stamped
   when its bytes arrived: the client's clock when the read returned, minus
-  the time they had waited (``Response.read_lag_s``, from the kernel's
+  the time they had waited (``Response.read_age_s``, from the kernel's
   receive stamp where the transport has one). An event's time is the time
-  of the read that completed it.
+  of the read that completed it. ``Response.read_lag_s`` (kept per read in
+  ``RequestRecord.read_lags_s``) covers the oldest byte that waited for the
+  read: it bounds how far any event time of the read can be off.
 - Token-bearing events carry non-empty ``content``/``text``,
   ``reasoning_content``/``reasoning`` or a ``tool_calls`` delta; role-only
   and usage-only chunks do not count (vllm PR #3768, sglang PR #29251).
@@ -130,8 +132,11 @@ class Response(Protocol):
 
     status: int
     content_type: str  # lower-cased media type without parameters; "" if absent
-    read_lag_s: float  # seconds the bytes of the last read had waited when it returned (>= 0)
-    read_stamped: bool  # True when read_lag_s came from a kernel receive stamp
+    read_age_s: float  # seconds since the newest bytes of the last read arrived, when it returned (>= 0)
+    # seconds since the oldest byte that was waiting when the last read's batch of receives began
+    # arrived (>= read_age_s): how late the client was, a bound of the error of read_age_s
+    read_lag_s: float
+    read_stamped: bool  # True when both came from kernel receive stamps
     retry_after: str | None  # the Retry-After header's value; None if absent
 
     def read_some(self) -> bytes:
@@ -463,17 +468,17 @@ class StreamingClient:
     def _arrived(self, response: Response, record: RequestRecord, t0: float, previous_s: float) -> float:
         """When the bytes of the read that just returned arrived (seconds after send); notes its lag in ``record``.
 
-        Our clock when the read returned, minus how long the bytes had waited.
-        Two reads of bytes stamped alike can map ~0.1 us apart (the kernel's
+        Our clock when the read returned, minus how long its newest bytes had
+        waited (``read_age_s``); the lag kept is ``read_lag_s``, which covers the
+        oldest of them. Two reads of bytes stamped alike can map ~0.1 us apart (the kernel's
         clock and ours are read at different instants): arrival times never go
         back (``previous_s``), and never before the send.
         """
-        lag_s = response.read_lag_s
         if response.read_stamped:
-            record.read_lags_s.append(lag_s)
+            record.read_lags_s.append(response.read_lag_s)
         else:
             record.unstamped_reads += 1
-        arrived_s = self._clock() - t0 - lag_s
+        arrived_s = self._clock() - t0 - response.read_age_s
         return arrived_s if arrived_s > previous_s else previous_s
 
     def _read_all(

@@ -11,6 +11,7 @@ import gevent.monkey
 import pytest
 
 from llmload.exporters.results import RunOutcome, build_results
+from llmload.net.sockets import LoopTurns
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request.client import StreamingClient
 from llmload.request.payloads import LLMRequest, build_completion_request
@@ -35,6 +36,7 @@ class HeldRun:
     record: RequestRecord
     held_until_s: float  # when the test let the loop go, seconds after the send
     first_write_s: float  # when the server sent its first write, seconds after the send
+    writes_s: list[float]  # when the server sent each write, seconds after the send
 
 
 def _run_with_the_loop_held(reply: Reply, request: LLMRequest, hold_s: float) -> HeldRun:
@@ -47,9 +49,9 @@ def _run_with_the_loop_held(reply: Reply, request: LLMRequest, hold_s: float) ->
         _block_loop(hold_s)
         held_until_s = time.perf_counter() - sent
         record = runner.get(timeout=5)
-        first_write_s = server.send_log(0).writes_s[0] - sent
+        writes_s = [at - sent for at in server.send_log(0).writes_s]
     transport.close()
-    return HeldRun(record, held_until_s, first_write_s)
+    return HeldRun(record, held_until_s, writes_s[0], writes_s)
 
 
 def _client(server: ScriptedServer) -> tuple[StreamingClient, GeventHTTPTransport]:
@@ -72,6 +74,7 @@ def test_kernel_stamps_time_every_body_read(gevent_ready):
     assert record.outcome is Outcome.OK
     assert record.unstamped_reads == 0
     assert len(record.read_lags_s) >= 3  # one per write: the client kept up
+    # the last write holds the finish and [DONE], which has no time of its own: one timed event
     assert all(0.0 <= lag < 0.02 for lag in record.read_lags_s)
     results = build_results(RunOutcome(stats_of(record)))
     assert results["client"]["clock"] == "kernel"
@@ -148,3 +151,74 @@ def test_a_connection_the_server_closed_while_idle_is_reopened_before_the_send_t
     assert second.connect_s is not None
     assert second.connect_s > 20e-6  # a real connect, not the kept-alive shortcut
     assert second.ttft_s == pytest.approx(0.02, abs=0.01)
+
+
+def test_issue19_the_lag_of_events_queued_behind_a_held_loop_covers_the_hold(gevent_ready):
+    # Four events arrive 20 ms apart while the test holds the client's loop until ~400 ms:
+    # they queue in the kernel, which merges them into one buffer stamped with the newest
+    # segment. The first token's time is then that stamp (up to 60 ms late), and the lag
+    # of the read must cover the oldest byte: at least the hold minus the first arrival.
+    reply = Reply(
+        [
+            W(100, sse(T("a"))),
+            W(120, sse(T(" b"))),
+            W(140, sse(T(" c"))),
+            W(160, sse(T(" d"))),
+            W(600, sse(TF("length"), "[DONE]")),
+        ]
+    )
+    run = _run_with_the_loop_held(reply, build_completion_request(model="m", prompt="count", max_tokens=5), 0.4)
+    record = run.record
+    assert record.outcome is Outcome.OK
+    assert run.held_until_s > 0.35
+    writes = run.writes_s
+    assert len(record.token_times_s) == 4
+    ttft_s = record.ttft_s
+    assert ttft_s is not None
+    error_s = ttft_s - writes[0]
+    assert error_s > -0.005
+    # the lag bounds the error of every time the read gave, and covers the wait of the first token
+    assert max(record.read_lags_s) >= error_s
+    assert max(record.read_lags_s) >= run.held_until_s - writes[0] - 0.005
+    results = build_results(RunOutcome(stats_of(record)))
+    assert results["client"]["read_lag_saturated"] is True
+
+
+def test_issue19_two_token_events_in_one_write_count_from_when_the_socket_was_empty(gevent_ready):
+    # The server writes two token events at once 30 ms after the previous one: the client
+    # cannot tell them from two writes merged by the kernel, so the lag of that read counts
+    # from when the socket was last known empty (at most the 30 ms since the previous read).
+    reply = Reply([W(20, sse(T("a"))), W(50, sse(T(" b"), T(" c"))), W(60, sse(TF("length"), "[DONE]"))])
+    record = _run(reply)
+    assert record.outcome is Outcome.OK
+    assert len(record.read_lags_s) >= 3
+    assert record.read_lags_s[0] < 0.02
+    assert 0.0 <= record.read_lags_s[1] < 0.045
+
+
+def test_issue19_one_event_per_read_keeps_the_lag_of_its_stamp(gevent_ready):
+    # The client keeps up: every read holds one event, its stamp is its arrival, the lag is small.
+    reply = Reply([W(20, sse(T("a"))), W(40, sse(T(" b"))), W(60, sse(T(" c"))), W(80, sse(TF("length"), "[DONE]"))])
+    record = _run(reply)
+    assert record.outcome is Outcome.OK
+    assert len(record.read_lags_s) >= 4
+    assert all(0.0 <= lag < 0.005 for lag in record.read_lags_s[:3])
+
+
+def test_issue19_loop_turns_say_a_socket_waited_on_since_before_the_last_poll_got_bytes_after_it(gevent_ready):
+    turns = LoopTurns()
+    turns.start()
+    try:
+        wait_ns = time.time_ns()
+        for _ in range(3):
+            gevent.sleep(0.002)  # loop iterations: each poll's return is noted
+        assert wait_ns < turns.prev_check_ns <= turns.check_ns
+        # waited since before the previous poll returned: the bytes came after it
+        assert turns.floor_ns(wait_ns) == turns.prev_check_ns
+        # began waiting after it: the polls say nothing
+        assert turns.floor_ns(time.time_ns()) == 0
+    finally:
+        turns.close()
+    noted = turns.check_ns
+    gevent.sleep(0.002)
+    assert turns.check_ns == noted == 0  # closed: no longer noted

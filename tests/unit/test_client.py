@@ -24,6 +24,7 @@ class FakeResponse:
     """Plays ``reads`` (bytes, or an exception to raise) from ``read_some``; then b""."""
 
     read_lag_s = 0.0
+    read_age_s = 0.0
     read_stamped = False
     retry_after = None
 
@@ -442,6 +443,7 @@ class LaggedResponse(FakeResponse):
         data = super().read_some()
         if data:
             self.read_lag_s, self.read_stamped = self._lags[self.reads_done - 1]
+            self.read_age_s = self.read_lag_s
         return data
 
 
@@ -456,6 +458,27 @@ def test_client_times_each_read_when_its_bytes_arrived():
     assert record.read_lags_s == pytest.approx([0.015, 0.001])
     assert record.unstamped_reads == 1
     assert record.connect_s == pytest.approx(0.01)
+
+
+def test_issue19_client_times_a_read_by_its_newest_bytes_and_keeps_the_lag_of_its_oldest():
+    # A read that ended several events queued behind a late client: its bytes are timed by
+    # the newest stamp (read_age_s), and the lag kept is the bound that covers the oldest.
+    class TwoClocks(FakeResponse):
+        def __init__(self) -> None:
+            super().__init__([sse(T("a"), T(" b")), sse(TF("length"), "[DONE]")], 200, "text/event-stream")
+            self.read_stamped = True
+
+        def read_some(self) -> bytes:
+            data = super().read_some()
+            if data:
+                self.read_age_s, self.read_lag_s = ((0.002, 0.030), (0.0, 0.0))[self.reads_done - 1]
+            return data
+
+    record = StreamingClient(FakeTransport(TwoClocks()), clock=StepClock()).run(COMPLETION)
+    assert record.outcome is Outcome.OK
+    # the first read returned at 0.02 after the send: both tokens at 0.02 - 0.002
+    assert record.token_times_s == pytest.approx([0.018, 0.018])
+    assert record.read_lags_s == pytest.approx([0.030, 0.0])
 
 
 def test_client_arrival_times_never_go_back():
