@@ -7,7 +7,7 @@ an unread one into one buffer carrying the newest segment's stamp, so every
 read reports the stamp of the *last* write (printed: stamp minus each
 write's own time, about +60/+40/+20/0 ms), however small the reads. This is
 why ``llmload.net.transport`` bounds the error of such reads with the read
-lag (issue 19) rather than reading in smaller pieces.
+lag (a bound on what the late read cost) rather than reading in smaller pieces.
 
 Run: ``python bench/stamp_merge.py`` (Linux only).
 """
