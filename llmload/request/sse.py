@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 __all__ = ["SSEDecoder", "SSEEvent"]
 
+_DONE_LINE_CHARS = len("data: [DONE]")  # the longest spelling of the end-of-stream sentinel line
+
 _BOM = "\ufeff"
 
 
@@ -113,9 +115,14 @@ class SSEDecoder:
         """
         if self._event:
             return False
-        if not self._tail:
+        tail = self._tail
+        if not tail:
             return self._data == ["[DONE]"]
-        return not self._data and "".join(self._tail) in ("data: [DONE]", "data:[DONE]")
+        # O(1) whatever the pending line's length (called on every read that ends mid-event, so a
+        # 16 MiB event must not be re-joined per read): the sentinel line is at most 12 characters.
+        if self._data or len(tail) > _DONE_LINE_CHARS or sum(map(len, tail)) > _DONE_LINE_CHARS:
+            return False
+        return "".join(tail) in ("data: [DONE]", "data:[DONE]")
 
     @property
     def at_event_boundary(self) -> bool:
