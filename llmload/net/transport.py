@@ -26,10 +26,11 @@ reply that arrived while the process was busy elsewhere is still timed when
 it arrived. Segments that queue behind an unread one are merged by the kernel
 into one buffer stamped with the newest, so the stamp is exact only when the
 client keeps up; events that piled up are timed late. ``read_lag_s`` covers
-the oldest bytes of a read: for bytes that end one event, the time since
-their stamp; for bytes that end several, the time since the socket was last
-known empty (``GeventResponse._lag_ns``, narrowed by the loop's polls,
-``LoopTurns``): a bound of how far any time given to them is off. Elsewhere
+the oldest bytes of a read: the time since the socket was last known empty
+(``GeventResponse._lag_ns``, narrowed by the loop's polls, ``LoopTurns``), a
+bound of how far any time given to them is off; the client keeps
+``read_age_s`` instead for a read that ends one event only, whose stamp is
+that event's own. Elsewhere
 (TLS, other platforms, bytes that came with the headers on TLS)
 ``read_stamped`` is False and both are measured from when the bytes reached
 user space (monotonic clock).
@@ -256,7 +257,7 @@ class GeventResponse:
             now_ns = time.time_ns()
             age_ns = now_ns - stamp_ns
             self.read_age_s = age_ns * 1e-9 if age_ns > 0 else 0.0
-            lag_ns = self._lag_ns(data, now_ns)
+            lag_ns = self._lag_ns(now_ns)
             self.read_lag_s = lag_ns * 1e-9 if lag_ns > age_ns else self.read_age_s
         else:
             self.read_stamped = False
@@ -264,26 +265,20 @@ class GeventResponse:
             self.read_age_s = self.read_lag_s = lag_s if lag_s > 0.0 else 0.0
         return data
 
-    def _lag_ns(self, data: bytes, now_ns: int) -> int:
-        """How long ago (ns) the oldest of ``data`` may have arrived; 0 when its stamp says (one event).
+    def _lag_ns(self, now_ns: int) -> int:
+        """How long ago (ns) the oldest bytes of the last read may have arrived; 0 when not known.
 
         The kernel stamps a receive with its newest segment, and Linux merges
         segments that queue behind an unread one into one buffer carrying the
         newest stamp: reading in smaller pieces would not recover the older
-        stamps. Bytes that end one event at most came in one segment, whose
-        stamp is their arrival. Bytes that end several events may have queued
-        one after another since the socket was last known empty: the lag is
-        then counted from then (``_earliest_ns``), which bounds how far any of
-        their events' times can be off.
+        stamps. The bytes of a read may have queued one after another since
+        the socket was last known empty (``_earliest_ns``): the lag counts
+        from then, which bounds how far any of their events' times can be
+        off. When a read ends one event only, its stamp is that event's
+        arrival: the client, whose decoder counts the events, then keeps
+        ``read_age_s`` instead (``StreamingClient``), so no byte is scanned here.
         """
-        events = data.count(b"\n\n") + data.count(b"\n\r\n")
-        if events > 1:
-            # [DONE] and usage-only chunks ("choices":[]) are written right after the last token
-            # and carry no time of their own: they do not make the read ambiguous
-            events -= data.count(b"[DONE]") + data.count(b'"choices":[]') + data.count(b'"choices": []')
-        if events <= 1 or not self._earliest_ns:
-            return 0
-        return now_ns - self._earliest_ns
+        return now_ns - self._earliest_ns if self._earliest_ns else 0
 
     def header(self, name: str) -> str | None:
         """The value of the response header ``name`` (any case; the last one if repeated); None if absent."""

@@ -315,6 +315,7 @@ class StreamingClient:
         gathers what arrived, for the failure message.
         """
         clock, read, arrived = self._clock, response.read_some, self._arrived
+        lags = record.read_lags_s
         deadline_s = self._total_timeout_s
         reader = ReplyReader(self._scan_json, keep_text=True)  # pieces: for a tokenizer, the text, degenerate output
         acc, feed = reader.acc, reader.feed
@@ -345,7 +346,7 @@ class StreamingClient:
                     reader.finish(t)  # an event pending without its blank line arrived with the last read
                     t = clock() - t0
                     break
-                t = arrived(response, record, t0, t)
+                t = arrived(response, record, t0, t, response.read_lag_s)
                 if not size:
                     seen.head = data[:_HEAD_BYTES]
                     if seen.content_type != "text/event-stream" and data.lstrip()[:1] == b"{":
@@ -353,7 +354,10 @@ class StreamingClient:
                         size = len(data)
                         break
                 size += len(data)
+                events = acc.events
                 feed(data, t)
+                if response.read_stamped and acc.events - events <= (2 if reader.usage_ended else 1):
+                    lags[-1] = response.read_age_s  # one timed event: its own segment's stamp, not a pile-up
                 if acc.done:
                     break
                 if reader.usage_ended:
@@ -465,17 +469,19 @@ class StreamingClient:
             record.retry_after_s = parse_retry_after(response.retry_after, self._wall_clock())
         _fail(record, failure.outcome, failure.category, message, t, status=status)
 
-    def _arrived(self, response: Response, record: RequestRecord, t0: float, previous_s: float) -> float:
-        """When the bytes of the read that just returned arrived (seconds after send); notes its lag in ``record``.
+    def _arrived(self, response: Response, record: RequestRecord, t0: float, previous_s: float, lag_s: float) -> float:
+        """When the bytes of the read that just returned arrived (seconds after send); notes ``lag_s`` in ``record``.
 
         Our clock when the read returned, minus how long its newest bytes had
-        waited (``read_age_s``); the lag kept is ``read_lag_s``, which covers the
-        oldest of them. Two reads of bytes stamped alike can map ~0.1 us apart (the kernel's
-        clock and ours are read at different instants): arrival times never go
-        back (``previous_s``), and never before the send.
+        waited (``read_age_s``). The lag kept (``lag_s``) is ``read_lag_s``,
+        which covers the oldest of them, or ``read_age_s`` for bytes whose
+        newest stamp is the time of all they carry (one event, one body). Two
+        reads of bytes stamped alike can map ~0.1 us apart (the kernel's clock
+        and ours are read at different instants): arrival times never go back
+        (``previous_s``), and never before the send.
         """
         if response.read_stamped:
-            record.read_lags_s.append(response.read_lag_s)
+            record.read_lags_s.append(lag_s)
         else:
             record.unstamped_reads += 1
         arrived_s = self._clock() - t0 - response.read_age_s
@@ -502,7 +508,7 @@ class StreamingClient:
             data = response.read_some()
             if not data:
                 return b"".join(parts), t if parts else self._clock() - t0
-            t = self._arrived(response, record, t0, t)
+            t = self._arrived(response, record, t0, t, response.read_age_s)  # one body: its end is the newest
             parts.append(data)
             size += len(data)
             if size > limit:

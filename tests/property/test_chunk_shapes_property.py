@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llmload.errors import SSEProtocolError
-from llmload.request.chunks import ChunkDelta, parse_chunk
+from llmload.request.chunks import ChunkDelta, parse_any_chunk, parse_chunk
 from llmload.request.record import Outcome
 from llmload.request.stream import ReplyFailure, ReplyReader
 
@@ -167,3 +167,44 @@ def test_reply_reader_fails_only_as_a_stream_error(objs):
         outcome = failure.outcome
     assert outcome in (None, Outcome.SERVER_ERROR, Outcome.STREAM_ERROR)
     assert outcome is not None or reader.acc.done
+
+
+@st.composite
+def plain_chunks(draw: st.DrawFn) -> Any:
+    """Chunks near the plain shape parse_chunk takes a shortcut for: one choice, string or null text."""
+    text = draw(st.none() | st.text(max_size=4) | JSON)
+    if draw(st.booleans()):
+        choice: dict[str, Any] = {"index": 0, "text": text}
+    else:
+        delta = draw(
+            st.fixed_dictionaries({}, optional={"role": st.just("assistant") | JSON, "content": st.just(text)})
+        )
+        choice = {"index": 0, "delta": delta}
+    choice |= draw(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "finish_reason": st.none() | st.sampled_from(["stop", "length"]) | JSON,
+                "logprobs": st.none() | JSON,
+                "message": JSON,
+            },
+        )
+    )
+    obj: dict[str, Any] = {"id": "c1", "choices": [choice]}
+    if draw(st.booleans()):
+        obj["usage"] = draw(st.none() | JSON)
+    return obj
+
+
+@given(plain_chunks() | chunks())
+def test_parse_chunk_equals_the_general_read_on_every_shape(obj):
+    """The shortcut for plain chunks gives exactly what the general read gives, or the same error."""
+    try:
+        expected: ChunkDelta | str = parse_any_chunk(obj)
+    except SSEProtocolError as exc:
+        expected = str(exc)
+    try:
+        got: ChunkDelta | str = parse_chunk(obj)
+    except SSEProtocolError as exc:
+        got = str(exc)
+    assert got == expected
