@@ -94,6 +94,9 @@ def parse_chunk(obj: Any) -> ChunkDelta:
     return plain if plain is not None else parse_any_chunk(obj)
 
 
+_PLAIN_DELTA_KEYS = frozenset({"content", "role"})
+
+
 def _plain_chunk(obj: Any) -> ChunkDelta | None:
     """``parse_any_chunk(obj)`` for the shape nearly every chunk has, else None (pure, never raises).
 
@@ -115,7 +118,7 @@ def _plain_chunk(obj: Any) -> ChunkDelta | None:
         if choice.get("message") is not None:
             return None
         text = choice.get("text")
-    elif type(delta) is dict and all(key == "content" or key == "role" for key in delta):
+    elif type(delta) is dict and delta.keys() <= _PLAIN_DELTA_KEYS:
         text = delta.get("content")
     else:
         return None
