@@ -5,12 +5,13 @@ import json
 import msgpack
 import pytest
 
-from llmload.aggregate.stats import LLMStats
+from llmload.aggregate.series import IntervalSeries
 from llmload.errors import WireFormatError
 from llmload.request.record import Outcome, RequestRecord
 from llmload.run.plan import RunPlan, split_run
 from llmload.run.wire import (
     ENVELOPE_VERSION,
+    REPORT_VERSION,
     WorkerReport,
     plan_from_wire,
     plan_to_wire,
@@ -37,12 +38,15 @@ def _plan() -> RunPlan:
 
 
 def _report() -> WorkerReport:
-    stats = LLMStats.empty()
-    stats.add(RequestRecord(endpoint="chat", model="m", started_at_unix=1.7e9, outcome=Outcome.TIMEOUT, end_s=1.0))
-    stats.add_cancelled("chat", "m", 2)
+    """A report as workers make them: its totals are its series merged (``Runtime.take_delta``)."""
+    series = IntervalSeries.empty()
+    series.add(0, RequestRecord(endpoint="chat", model="m", started_at_unix=1.7e9, outcome=Outcome.TIMEOUT, end_s=1.0))
+    series.add(2, RequestRecord(endpoint="chat", model="m", started_at_unix=1.7e9, outcome=Outcome.TIMEOUT, end_s=2.0))
+    series.add_cancelled(2, "chat", "m", 2)
     return WorkerReport(
         run_id="abc123",
-        stats=stats,
+        stats=series.total(),
+        series=series,
         cpu_saturated_s=1.5,
         in_flight=3,
         sends={"behind_s": 0.25},
@@ -91,14 +95,39 @@ def test_report_envelope_round_trips() -> None:
 
 def test_report_envelope_without_version_reads_as_version_1() -> None:
     """Workers of the release before the envelope sent the same keys without "v"."""
-    payload = report_to_wire(_report())
+    payload = report_to_wire(_report(), version=1)
     del payload["v"]
     assert report_from_wire(payload) == _report()
 
 
+def test_report_envelope_version_1_of_an_older_worker_still_merges() -> None:
+    """An older worker sends its totals beside the series and version-1 histograms: the same report."""
+    payload = report_to_wire(_report(), version=1)
+    assert payload["v"] == 1
+    assert "stats" in payload
+    assert report_from_wire(msgpack.unpackb(msgpack.packb(payload))) == _report()
+
+
+def test_report_envelope_version_2_carries_each_request_once() -> None:
+    """Version 2 has no totals beside the series: the master derives them (no second decode)."""
+    payload = report_to_wire(_report())
+    assert payload["v"] == REPORT_VERSION == 2
+    assert "stats" not in payload
+    report = report_from_wire(payload)
+    assert report.stats == _report().series.total()
+    assert report.stats.get("chat", "m").requests_by_outcome == {Outcome.TIMEOUT: 2, Outcome.CANCELLED: 2}
+
+
+def test_report_envelope_version_1_without_totals_names_the_field() -> None:
+    payload = report_to_wire(_report(), version=1)
+    del payload["stats"]
+    with pytest.raises(WireFormatError, match=r"report\.stats is missing"):
+        report_from_wire(payload)
+
+
 def test_report_envelope_newer_version_says_upgrade_this_process() -> None:
     payload = report_to_wire(_report())
-    payload["v"] = ENVELOPE_VERSION + 1
+    payload["v"] = REPORT_VERSION + 1
     with pytest.raises(WireFormatError, match="upgrade llmload on this process"):
         report_from_wire(payload)
 
