@@ -66,6 +66,7 @@ __all__ = [
     "ENVELOPE_VERSION",
     "REPORT_VERSION",
     "WIRE_VERSION",
+    "ShareMessage",
     "WorkerReport",
     "from_wire",
     "plan_from_wire",
@@ -73,6 +74,8 @@ __all__ = [
     "report_from_wire",
     "report_run_id",
     "report_to_wire",
+    "share_from_wire",
+    "share_to_wire",
     "to_wire",
 ]
 
@@ -197,7 +200,7 @@ def from_wire(payload: object) -> LLMStats:
     endpoints = _list(payload, "endpoints", "payload")
     decode = _decode_packed if version >= 2 else _decode_histogram
     items = [_decode_endpoint(raw, f"endpoints[{i}]", decode) for i, raw in enumerate(endpoints)]
-    return LLMStats.from_endpoints(items)
+    return LLMStats.from_endpoints(items, adopt=True)  # decoded here, used nowhere else
 
 
 def _fail(path: str, expected: str, value: object) -> WireFormatError:
@@ -559,7 +562,7 @@ def _series_from_wire(raw: object) -> IntervalSeries:
         if not isinstance(item, dict):
             raise _fail(path, "a dict", item)
         _check_keys(item, {"i", "stats"}, path)
-        series.slot(_int_field(item, "i", path)).merge_in(from_wire(_get(item, "stats", path)))
+        series.adopt(_int_field(item, "i", path), from_wire(_get(item, "stats", path)))
     return series
 
 
@@ -582,7 +585,7 @@ def plan_to_wire(plan: RunPlan) -> dict[str, Any]:
         "users_per_worker": plan.users_per_worker,
         "workers": plan.workers,
         "limited": plan.limited,
-        "shares": {index: {name: getattr(s, name) for name in _SHARE_FIELDS} for index, s in plan.shares.items()},
+        "shares": {index: _share_dict(s) for index, s in plan.shares.items()},
         "started_at_unix": plan.started_at_unix,
         "planned_after_s": plan.planned_after_s,
     }
@@ -596,21 +599,10 @@ def plan_from_wire(payload: object) -> RunPlan:
     """
     raw = _envelope(payload, "plan", default_version=None)
     _check_keys(raw, _PLAN_KEYS, "plan")
-    shares = {}
-    for index, raw_share in _dict(raw, "shares", "plan").items():
-        path = f"plan.shares.{index}"
-        if not isinstance(raw_share, dict):
-            raise _fail(path, "a dict", raw_share)
-        _check_keys(raw_share, set(_SHARE_FIELDS), path)
-        quota = _get(raw_share, "quota_requests", path)
-        concurrency = _get(raw_share, "concurrency", path)
-        shares[str(index)] = WorkerShare(
-            rank=_int_field(raw_share, "rank", path),
-            quota_requests=None if quota is None else _count(quota, f"{path}.quota_requests"),
-            warmup_requests=_int_field(raw_share, "warmup_requests", path),
-            rate_per_s=_rate(raw_share, path),
-            concurrency=None if concurrency is None else _count(concurrency, f"{path}.concurrency", positive=True),
-        )
+    shares = {
+        str(index): _share_from_dict(raw_share, f"plan.shares.{index}")
+        for index, raw_share in _dict(raw, "shares", "plan").items()
+    }
     limited = _get(raw, "limited", "plan")
     if not isinstance(limited, bool):
         raise _fail("plan.limited", "a bool", limited)
@@ -626,6 +618,60 @@ def plan_from_wire(payload: object) -> RunPlan:
         shares=shares,
         started_at_unix=_float_or_zero(raw, "started_at_unix", "plan"),
         planned_after_s=_float_or_zero(raw, "planned_after_s", "plan"),
+    )
+
+
+def _share_dict(share: WorkerShare) -> dict[str, Any]:
+    return {name: getattr(share, name) for name in _SHARE_FIELDS}
+
+
+def _share_from_dict(raw_share: object, path: str) -> WorkerShare:
+    if not isinstance(raw_share, dict):
+        raise _fail(path, "a dict", raw_share)
+    _check_keys(raw_share, set(_SHARE_FIELDS), path)
+    quota = _get(raw_share, "quota_requests", path)
+    concurrency = _get(raw_share, "concurrency", path)
+    return WorkerShare(
+        rank=_int_field(raw_share, "rank", path),
+        quota_requests=None if quota is None else _count(quota, f"{path}.quota_requests"),
+        warmup_requests=_int_field(raw_share, "warmup_requests", path),
+        rate_per_s=_rate(raw_share, path),
+        concurrency=None if concurrency is None else _count(concurrency, f"{path}.concurrency", positive=True),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ShareMessage:
+    """One worker's own share of a run, sent to that worker alone before Locust's spawn message.
+
+    The plan that every worker receives (in Locust's spawn message) holds no
+    shares, so what the master sends each worker does not grow with the
+    number of workers.
+
+    Attributes:
+        run_id: the run the share belongs to.
+        share: this worker's part of the run.
+    """
+
+    run_id: str
+    share: WorkerShare
+
+
+def share_to_wire(message: ShareMessage) -> dict[str, Any]:
+    """Encode a ``ShareMessage`` (plain primitives, msgpack- and JSON-safe)."""
+    return {"v": ENVELOPE_VERSION, "run_id": message.run_id, "share": _share_dict(message.share)}
+
+
+def share_from_wire(payload: object) -> ShareMessage:
+    """Decode ``share_to_wire``'s output.
+
+    Raises:
+        WireFormatError: wrong version or shape (the message names the field).
+    """
+    raw = _envelope(payload, "share")
+    _check_keys(raw, {"v", "run_id", "share"}, "share")
+    return ShareMessage(
+        run_id=_str_field(raw, "run_id", "share"), share=_share_from_dict(_get(raw, "share", "share"), "share.share")
     )
 
 

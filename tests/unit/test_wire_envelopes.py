@@ -12,12 +12,15 @@ from llmload.run.plan import RunPlan, split_run
 from llmload.run.wire import (
     ENVELOPE_VERSION,
     REPORT_VERSION,
+    ShareMessage,
     WorkerReport,
     plan_from_wire,
     plan_to_wire,
     report_from_wire,
     report_run_id,
     report_to_wire,
+    share_from_wire,
+    share_to_wire,
 )
 
 
@@ -167,3 +170,28 @@ def test_report_envelope_bad_field_is_named(key: str, value: object, message: st
 def test_report_run_id_of_garbage_is_none() -> None:
     assert report_run_id([1]) is None
     assert report_run_id({"run_id": 3}) is None
+
+
+def test_share_message_round_trips_through_msgpack_and_json() -> None:
+    share = split_run(3, num_requests=10, warmup_requests=4, request_rate=6.0, max_concurrency=5)[2]
+    payload = share_to_wire(ShareMessage(run_id="abc123", share=share))
+    assert share_from_wire(msgpack.unpackb(msgpack.packb(payload))) == ShareMessage("abc123", share)
+    assert share_from_wire(json.loads(json.dumps(payload))) == ShareMessage("abc123", share)
+
+
+def test_share_message_bad_field_names_it() -> None:
+    (share,) = split_run(1, num_requests=None, warmup_requests=0, request_rate=None, max_concurrency=None)
+    payload = share_to_wire(ShareMessage(run_id="r", share=share))
+    payload["share"]["rank"] = -1
+    with pytest.raises(WireFormatError, match=r"share\.share\.rank must be an integer >= 0"):
+        share_from_wire(payload)
+
+
+def test_plan_without_shares_is_the_same_size_for_1000_and_2000_workers() -> None:
+    """Every worker receives the plan; its own share travels apart, so the plan does not grow with the workers."""
+    sizes = {
+        len(msgpack.packb(plan_to_wire(RunPlan(run_id="r", workers=n, users_per_worker=100, limited=True))))
+        for n in (1000, 2000)
+    }
+    assert len(sizes) == 1
+    assert sizes.pop() < 400
