@@ -22,7 +22,7 @@
    3 s heartbeats-only baseline taken before the reports start; the p99
    of the delay between a heartbeat sent and the master's reply, the bytes per
    report (whole message and llmload's part) and the spawn bytes per worker
-   (every message the master sent a worker before its first report).
+   (every message but heartbeats the master sent a worker before its first report).
 4. Microbench: decode + merge of one recorded report in this process.
 
 Writes ``bench-scale.json``: rows of ``tool``, ``workers``, ``exporter``,
@@ -233,7 +233,7 @@ def fake_workers(args: argparse.Namespace) -> None:
                 except zmq.Again:
                     break
                 msg_type, data, _ = _unpack(raw)
-                if not reported[n]:
+                if not reported[n] and msg_type != "heartbeat":  # what starts a worker: ack, spawn, llmload's own
                     spawn_bytes[n] += len(raw)
                 if msg_type == "heartbeat":
                     sent = hb_sent[n]

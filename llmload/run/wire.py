@@ -9,8 +9,8 @@ payload holds only ``dict`` (string keys), ``list``, ``int``, ``float``,
     H = {"idx": bytes, "cnt": bytes, "zero": 0, "sum_ns": 123456789, "min": 0.01, "max": 0.2}
 
 where ``idx`` is the bucket indexes as little-endian int32 and ``cnt`` their
-counts as little-endian uint32 (uint64 when one count needs it: the width is
-``len(cnt) / len(idx)``). The master checks them as whole arrays (lengths,
+counts as little-endian unsigned integers of the narrowest width that holds
+the largest (1, 2, 4 or 8 bytes: the width is ``len(cnt) / len(idx)``). The master checks them as whole arrays (lengths,
 smallest count, distinct indexes) without a Python loop per bucket. A master
 merges version 1 and 2 payloads; a payload newer than the master is refused
 with a message that says to upgrade the master. Shape of version 1::
@@ -101,7 +101,6 @@ def to_wire(stats: LLMStats, *, version: int = WIRE_VERSION) -> dict[str, Any]:
 
 
 _LITTLE = sys.byteorder == "little"
-_UINT32_MAX = 0xFFFFFFFF
 
 
 def _packed(typecode: str, values: list[int]) -> bytes:
@@ -111,12 +110,22 @@ def _packed(typecode: str, values: list[int]) -> bytes:
     return packed.tobytes()
 
 
+def _count_typecode(largest: int) -> str:
+    """The narrowest unsigned array type that holds ``largest`` (1, 2, 4 or 8 bytes)."""
+    for typecode in "BHI":
+        if largest < 1 << (8 * array(typecode).itemsize):
+            return typecode
+    return "Q"
+
+
+_COUNT_TYPECODES = {array(t).itemsize: t for t in "BHIQ"}
+
+
 def _encode_packed(hist: LatencyHistogram) -> dict[str, Any]:
     indexes, counts = hist.arrays()
-    wide = bool(counts) and max(counts) > _UINT32_MAX
     return {
         "idx": _packed("i", indexes),
-        "cnt": _packed("Q" if wide else "I", counts),
+        "cnt": _packed(_count_typecode(max(counts, default=0)), counts),
         "zero": hist.zero_count,
         "sum_ns": hist.sum_ns,
         "min": hist.min,
@@ -405,8 +414,8 @@ def _decode_packed(raw: object, path: str) -> LatencyHistogram:
     _check_keys(raw, _HISTOGRAM_FIELDS, path)
     indexes = _unpacked(raw, "idx", path, "i")
     cnt = _get(raw, "cnt", path)
-    width = len(cnt) // len(indexes) if isinstance(cnt, bytes) and indexes else 4
-    counts = _unpacked(raw, "cnt", path, "Q" if width == 8 else "I")
+    width = len(cnt) // len(indexes) if isinstance(cnt, bytes) and indexes else 1
+    counts = _unpacked(raw, "cnt", path, _COUNT_TYPECODES.get(width, "B"))
     try:
         return LatencyHistogram.from_arrays(
             indexes=indexes,

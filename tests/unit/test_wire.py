@@ -85,13 +85,16 @@ def test_wire_empty_stats_round_trip() -> None:
 
 def test_wire_histogram_buckets_are_packed_arrays() -> None:
     itl = to_wire(_typical_delta())["endpoints"][0]["hist"]["itl_s"]
-    indexes, counts = array("i", itl["idx"]), array("I", itl["cnt"])
+    indexes = array("i", itl["idx"])
+    width = len(itl["cnt"]) // len(indexes)
+    counts = array({1: "B", 2: "H", 4: "I", 8: "Q"}[width], itl["cnt"])
+    assert max(counts) >= 1 << (8 * width // 2)  # the narrowest width that holds the largest count
     assert len(indexes) == len(counts) > 0
     assert list(indexes) == sorted(indexes)
     assert sum(counts) + itl["zero"] == 50 * 199
 
 
-def test_wire_packed_counts_widen_past_32_bits() -> None:
+def test_wire_packed_counts_take_the_narrowest_width() -> None:
     hist = LatencyHistogram.from_buckets(buckets=[(5, 2**33)], zero_count=0, sum_ns=1, min_s=0.1, max_s=0.1)
     stats = LLMStats.empty()
     stats.add_cancelled("chat", "m", 1)
@@ -99,13 +102,20 @@ def test_wire_packed_counts_widen_past_32_bits() -> None:
     encoded["endpoints"][0]["hist"]["ttft_s"] = wire._encode_packed(hist)
     assert len(encoded["endpoints"][0]["hist"]["ttft_s"]["cnt"]) == 8
     assert from_wire(encoded).get("chat", "m").ttft_s == hist
+    for count, width in ((255, 1), (256, 2), (2**16, 4), (2**32 - 1, 4)):
+        small = LatencyHistogram.from_buckets(buckets=[(5, count)], zero_count=0, sum_ns=1, min_s=0.1, max_s=0.1)
+        packed = wire._encode_packed(small)
+        assert len(packed["cnt"]) == width, count
+        encoded["endpoints"][0]["hist"]["ttft_s"] = packed
+        assert from_wire(encoded).get("chat", "m").ttft_s == small
 
 
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda h: h.update(cnt=h["cnt"][:-4]), "indexes but"),
-        (lambda h: h.update(cnt=h["cnt"][:-1]), "whole number of 4-byte items"),
+        (lambda h: h.update(cnt=h["cnt"][:-1]), "indexes but"),
+        (lambda h: h.update(cnt=h["cnt"] + b"\x01"), "whole number of|indexes but"),
+        (lambda h: h.update(idx=h["idx"][:-1]), "whole number of 4-byte items"),
         (lambda h: h.update(idx=list(array("i", h["idx"]))), "bytes"),
         (lambda h: h.update(cnt=bytes(len(h["cnt"]))), "counts must be positive"),
         (lambda h: h.update(idx=h["idx"][:4] * (len(h["idx"]) // 4)), "unique"),
