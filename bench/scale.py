@@ -18,9 +18,12 @@
    messages without llmload's key. With the exporter, ``/metrics`` is scraped
    every 5 s.
 3. Measure, over a steady window after every worker is running: the master's
-   CPU (user + system, psutil) per wall second; per report received, above a
-   3 s heartbeats-only baseline taken before the reports start; the p99
-   of the delay between a heartbeat sent and the master's reply, the bytes per
+   CPU (user + system, psutil) per wall second; per report the master handled
+   in the window (a heartbeat's reply shows that every report its worker sent
+   before it was handled: one ordered connection), above a 3 s
+   heartbeats-only baseline taken before the reports start; the p99
+   of the delay between a heartbeat sent and the master's reply (workers'
+   heartbeats and reports are spread over their intervals), the bytes per
    report (whole message and llmload's part) and the spawn bytes per worker
    (every message but heartbeats the master sent a worker before its first report).
 4. Microbench: decode + merge of one recorded report in this process.
@@ -204,6 +207,12 @@ def fake_workers(args: argparse.Namespace) -> None:
     measure_from = measure_to = None
     baseline_from = baseline_to = 0.0
     next_hb = time.monotonic() + 0.5
+    hb_ptr = 0
+    sent_reports = [0] * len(ids)
+    hb_mark = [0] * len(ids)
+    acked = [0] * len(ids)
+    acked_from: int | None = None
+    acked_to: int | None = None
     due: dict[str, float | None] = {"stats": None, "live": None}
     ptr = {"stats": 0, "live": 0}
     cache: dict[tuple[str, int], bytes] = {}
@@ -240,6 +249,8 @@ def fake_workers(args: argparse.Namespace) -> None:
                     if sent is not None and measure_from is not None and time.monotonic() >= measure_from:
                         delays_ms.append((time.monotonic() - sent) * 1000)
                     hb_sent[n] = None
+                    # one ordered connection, handled in order: every report sent before this heartbeat was handled
+                    acked[n] = hb_mark[n]
                 elif msg_type == "spawn":
                     if args.tool == "llmload" and run_id is None:
                         plan = data["parsed_options"].get("llmload_plan") or {}
@@ -254,14 +265,21 @@ def fake_workers(args: argparse.Namespace) -> None:
             baseline_to = baseline_from + 3.0
             measure_from = baseline_to + args.warmup_s
             measure_to = measure_from + args.measure_s
-            deadline = measure_to + 0.5
-        if now >= next_hb:
-            next_hb += HEARTBEAT_S
-            hb = msgpack.dumps({"state": "running" if all(started) else "ready", "current_cpu_usage": 1.0,
-                                "current_memory_usage": 50_000_000})  # fmt: skip
-            for n in range(len(ids)):
-                hb_sent[n] = time.monotonic()
-                send(n, "heartbeat", hb)
+            deadline = measure_to + 1.5  # the heartbeats of the window's last reports
+        if measure_from is not None and acked_from is None and now >= measure_from:
+            acked_from = sum(acked)
+        if measure_to is not None and acked_to is None and now >= measure_to:
+            acked_to = sum(acked)
+        # heartbeats: each worker at its own offset within the second, as real workers' timers are
+        hb = msgpack.dumps({"state": "running" if all(started) else "ready", "current_cpu_usage": 1.0,
+                            "current_memory_usage": 50_000_000})  # fmt: skip
+        while now >= next_hb:
+            n = hb_ptr
+            hb_sent[n] = time.monotonic()
+            hb_mark[n] = sent_reports[n]
+            send(n, "heartbeat", hb)
+            hb_ptr = (n + 1) % len(ids)
+            next_hb += HEARTBEAT_S / len(ids)
         if measure_from is None or now < baseline_to:
             continue
         in_window = measure_from <= now < (measure_to or 0)
@@ -278,6 +296,7 @@ def fake_workers(args: argparse.Namespace) -> None:
                 n = ptr[kind]
                 send(n, "stats" if kind == "stats" else "llmload_live", data_bytes)
                 reported[n] = True
+                sent_reports[n] += 1
                 if in_window:
                     counts[kind] += 1
                     counts[f"bytes_{kind}"] += len(data_bytes)
@@ -287,7 +306,8 @@ def fake_workers(args: argparse.Namespace) -> None:
         counts["llmload_bytes"] = len(msgpack.dumps(stats_data.get("llmload")))
     delays_ms.sort()
     print(json.dumps({
-        "reports": counts["stats"] + counts["live"],
+        "reports_sent": counts["stats"] + counts["live"],
+        "reports": (acked_to or sum(acked)) - (acked_from or 0),
         "stats_reports": counts["stats"],
         "live_reports": counts["live"],
         "bytes_per_report": (counts["bytes_stats"] + counts["bytes_live"]) / max(1, counts["stats"] + counts["live"]),
@@ -382,7 +402,7 @@ def run_one(
         "spawn_bytes_per_worker": round(summary["spawn_bytes_per_worker"]),
     }
     note = f"  (heartbeats-only baseline {100 * base_rate:.1f}%, started {summary['started']}/{workers}, "
-    note += f"{summary['reports']} reports"
+    note += f"{summary['reports_sent']} reports sent, {summary['reports']} handled in the window"
     if scrapes:
         note += f", scrape median {statistics.median(scrapes) * 1000:.0f} ms"
     print(json.dumps(row) + note + ")", flush=True)
