@@ -355,6 +355,10 @@ def run_one(
         stdout=subprocess.PIPE, text=True, cwd=REPO,
     )  # fmt: skip
     proc = psutil.Process(master.pid)
+    if args.profile:  # py-spy (pip install py-spy) samples the master while the fake workers run
+        subprocess.Popen(["py-spy", "record", "-p", str(master.pid), "-d", str(int(args.measure_s + args.warmup_s + 8)),
+                          "-f", "speedscope", "-o", f"{args.profile}-{tool}-{workers}-{int(exporter)}.json"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     scrapes: list[float] = []
     stop = threading.Event()
 
@@ -440,6 +444,8 @@ def main() -> None:
     parser.add_argument("--warmup-s", type=float, default=4.0)
     parser.add_argument("--out", default="bench-scale.json")
     parser.add_argument("--microbench-only", action="store_true", help="record, then only the microbench")
+    parser.add_argument("--profile", help="py-spy record the master into PROFILE-tool-workers-exporter.json")
+    parser.add_argument("--tools", default="locust,llmload", help="which masters to run (default %(default)s)")
     parser.add_argument("--fake-workers", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tool", help=argparse.SUPPRESS)
     parser.add_argument("--master-port", type=int, help=argparse.SUPPRESS)
@@ -474,9 +480,12 @@ def main() -> None:
             return
         rows = []
         for n in counts:
-            rows.append(run_one("locust", n, False, url=url, recording=path, args=args))
-            rows.append(run_one("llmload", n, False, url=url, recording=path, args=args))
-            rows.append(run_one("llmload", n, True, url=url, recording=path, args=args))
+            tools = args.tools.split(",")
+            if "locust" in tools:
+                rows.append(run_one("locust", n, False, url=url, recording=path, args=args))
+            if "llmload" in tools:
+                rows.append(run_one("llmload", n, False, url=url, recording=path, args=args))
+                rows.append(run_one("llmload", n, True, url=url, recording=path, args=args))
         Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
         print(f"wrote {args.out}")
     finally:
