@@ -7,7 +7,7 @@ STAMP := $(VENV)/.llmload-installed
 PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: install demo test test-all test-real bench lint check clean image lock screenshots
+.PHONY: install demo test test-all test-real bench bench-scale lint check clean image lock screenshots
 
 $(STAMP): pyproject.toml constraints.txt
 	@if [ -z "$(PYTHON)" ]; then echo "llmload needs Python >= 3.11 (python3.11 or newer on PATH); install it, e.g. apt-get install python3 python3-venv" >&2; exit 1; fi
@@ -66,6 +66,11 @@ screenshots: install
 
 bench: install
 	$(PY) bench/run_bench.py
+
+# One master, N fake workers replaying a real worker's recorded reports, beside plain Locust (bench/scale.py);
+# writes bench-scale.json. A short form: $(PY) bench/scale.py --quick
+bench-scale: install
+	$(PY) bench/scale.py
 
 lint: install
 	$(VENV)/bin/ruff check llmload locustfiles tests bench

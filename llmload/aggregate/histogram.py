@@ -127,6 +127,58 @@ class LatencyHistogram:
         hist._max_s = float(max_s)
         return hist
 
+    @classmethod
+    def from_arrays(
+        cls,
+        *,
+        indexes: Sequence[int],
+        counts: Sequence[int],
+        zero_count: int,
+        sum_ns: int,
+        min_s: float | None,
+        max_s: float | None,
+    ) -> LatencyHistogram:
+        """Rebuild a histogram from parallel bucket arrays, checked as whole arrays (the master's hot path).
+
+        Same parts and rules as ``from_buckets``, but the checks are whole-array
+        ones (lengths, smallest count, distinct indexes) run in C by the
+        builtins, and a message is built only when one fails.
+
+        Raises:
+            ValueError: the parts are inconsistent (the message names the part).
+        """
+        if len(indexes) != len(counts):
+            raise ValueError(f"histogram has {len(indexes)} bucket indexes but {len(counts)} counts")
+        if counts and min(counts) <= 0:
+            raise ValueError(f"histogram bucket counts must be positive, got {min(counts)}")
+        bins = dict(zip(indexes, counts, strict=True))
+        if len(bins) != len(indexes):
+            raise ValueError("histogram bucket indexes must be unique; one appears twice")
+        if zero_count < 0 or sum_ns < 0:
+            raise ValueError(f"histogram zero_count and sum_ns must be >= 0, got {zero_count} and {sum_ns}")
+        total = sum(counts) + zero_count
+        if total == 0:
+            if min_s is not None or max_s is not None or sum_ns != 0:
+                raise ValueError(f"empty histogram must have min/max None and sum 0, got {min_s!r}/{max_s!r}/{sum_ns}")
+            return cls()
+        if min_s is None or max_s is None or not 0.0 <= min_s <= max_s < _INF:
+            raise ValueError(
+                f"histogram with {total} values needs finite 0 <= min <= max, got min={min_s!r} max={max_s!r}"
+            )
+        hist = cls()
+        hist._bins = bins
+        hist._zero_count = zero_count
+        hist._count = total
+        hist._sum_ns = sum_ns
+        hist._min_s = float(min_s)
+        hist._max_s = float(max_s)
+        return hist
+
+    def arrays(self) -> tuple[list[int], list[int]]:
+        """Return the non-empty buckets as parallel ``(indexes, counts)`` lists, sorted by index (no zero bucket)."""
+        items = sorted(self._bins.items())
+        return [i for i, _ in items], [c for _, c in items]
+
     def copy(self) -> LatencyHistogram:
         """Return an independent copy."""
         other = LatencyHistogram()
@@ -209,8 +261,12 @@ class LatencyHistogram:
         if other._count == 0:
             return
         bins = self._bins
-        for index, count in other._bins.items():
-            bins[index] = bins.get(index, 0) + count
+        if bins:
+            get = bins.get
+            for index, count in other._bins.items():
+                bins[index] = get(index, 0) + count
+        else:
+            bins.update(other._bins)
         self._zero_count += other._zero_count
         self._count += other._count
         self._sum_ns += other._sum_ns

@@ -76,6 +76,22 @@ class IntervalSeries:
             stats = self._by_index[index] = LLMStats.empty()
         return stats
 
+    def adopt(self, index: int, stats: LLMStats) -> None:
+        """Add ``stats`` to interval ``index``, keeping the object itself when the interval is new.
+
+        The caller hands ``stats`` over and must not change it again (the wire
+        decoder does, to save a copy per report).
+
+        Raises:
+            ValueError: ``index`` is negative.
+        """
+        if index in self._by_index:
+            self._by_index[index].merge_in(stats)
+        elif index < 0:
+            raise ValueError(f"interval index must be >= 0, got {index}")
+        else:
+            self._by_index[index] = stats
+
     def add(self, index: int, record: RequestRecord, *, met_slo: bool = False) -> None:
         """Count one request that finished in interval ``index`` (``LLMStats.add`` rules)."""
         self.slot(index).add(record, met_slo=met_slo)

@@ -532,29 +532,45 @@ class EndpointStats:
 
     # ── merging ─────────────────────────────────────────────────────────
     def merge_in(self, other: EndpointStats) -> None:
-        """Add everything counted in ``other`` to this object, in place (each field by its ``STATS_SCHEMA`` rule)."""
-        for rule in STATS_SCHEMA:
-            name, merge = rule.name, rule.merge
+        """Add everything counted in ``other`` to this object, in place (each field by its ``STATS_SCHEMA`` rule).
+
+        The rules are grouped by kind once (``_MERGE_PLAN``), so the master's hot
+        path does one tight loop per kind instead of testing every field's rule.
+        """
+        plan = _MERGE_PLAN
+        for name in plan.sums:
             theirs = getattr(other, name)
-            if merge is Merge.SUM:
-                if theirs:
-                    setattr(self, name, getattr(self, name) + theirs)
-            elif merge is Merge.COUNTS:
+            if theirs:
+                setattr(self, name, getattr(self, name) + theirs)
+        for name in plan.counts:
+            theirs = getattr(other, name)
+            if theirs:
                 _merge_counts(getattr(self, name), theirs)
-            elif merge is Merge.HISTOGRAM:
+        for name in plan.histograms:
+            theirs = getattr(other, name)
+            if theirs.count:
                 getattr(self, name).merge_in(theirs)
-            elif merge is Merge.LABELS:
-                if theirs:
-                    mine_labels = getattr(self, name)
-                    _merge_counts(mine_labels, theirs)
-                    bound_labels(mine_labels)
-            elif merge is Merge.EARLIEST or merge is Merge.LATEST:
+        for name in plan.labels:
+            theirs = getattr(other, name)
+            if theirs:
+                mine_labels = getattr(self, name)
+                _merge_counts(mine_labels, theirs)
+                bound_labels(mine_labels)
+        for name in plan.earliest:
+            theirs = getattr(other, name)
+            if theirs is not None:
                 mine = getattr(self, name)
-                if theirs is not None and (
-                    mine is None or (theirs < mine if merge is Merge.EARLIEST else theirs > mine)
-                ):
+                if mine is None or theirs < mine:
                     setattr(self, name, theirs)
-            else:
+        for name in plan.latest:
+            theirs = getattr(other, name)
+            if theirs is not None:
+                mine = getattr(self, name)
+                if mine is None or theirs > mine:
+                    setattr(self, name, theirs)
+        for name in plan.errors:
+            theirs = getattr(other, name)
+            if theirs:
                 self._merge_errors(theirs)
 
     def _merge_errors(self, other: dict[str, ErrorGroup]) -> None:
@@ -582,6 +598,34 @@ class EndpointStats:
 
 STATS_SCHEMA = schema_of(EndpointStats)
 """The merge rule and wire placement of every ``EndpointStats`` field, in declaration order."""
+
+
+@dataclass(frozen=True, slots=True)
+class _MergePlan:
+    """``STATS_SCHEMA``'s field names grouped by merge kind (read by ``EndpointStats.merge_in``)."""
+
+    sums: tuple[str, ...]
+    counts: tuple[str, ...]
+    histograms: tuple[str, ...]
+    labels: tuple[str, ...]
+    earliest: tuple[str, ...]
+    latest: tuple[str, ...]
+    errors: tuple[str, ...]
+
+
+def _names(merge: Merge) -> tuple[str, ...]:
+    return tuple(r.name for r in STATS_SCHEMA if r.merge is merge)
+
+
+_MERGE_PLAN = _MergePlan(
+    sums=_names(Merge.SUM),
+    counts=_names(Merge.COUNTS),
+    histograms=_names(Merge.HISTOGRAM),
+    labels=_names(Merge.LABELS),
+    earliest=_names(Merge.EARLIEST),
+    latest=_names(Merge.LATEST),
+    errors=_names(Merge.ERRORS),
+)
 
 LATENCY_HISTOGRAM_NAMES = tuple(r.name for r in STATS_SCHEMA if r.group == "latency")
 """Attribute names of the latency histograms of ``EndpointStats`` (the results' ``latency``)."""
@@ -612,15 +656,22 @@ class LLMStats:
         return cls()
 
     @classmethod
-    def from_endpoints(cls, items: Iterable[tuple[StatsKey, EndpointStats]]) -> LLMStats:
+    def from_endpoints(cls, items: Iterable[tuple[StatsKey, EndpointStats]], *, adopt: bool = False) -> LLMStats:
         """Build statistics from ``((endpoint, model), EndpointStats)`` pairs.
 
         Pairs with the same key are merged; empty ``EndpointStats`` are dropped.
-        The ``EndpointStats`` are copied.
+        The ``EndpointStats`` are copied, unless ``adopt``: then the first of
+        each key is kept as it is (the caller hands it over and must not use it
+        again; the wire decoder does, to save a copy per report).
         """
         stats = cls()
+        by_key = stats._by_key
         for key, endpoint_stats in items:
-            if not endpoint_stats.is_empty():
+            if endpoint_stats.is_empty():
+                continue
+            if adopt and key not in by_key:
+                by_key[key] = endpoint_stats
+            else:
                 stats._slot(key).merge_in(endpoint_stats)
         return stats
 

@@ -6,7 +6,10 @@ Master M, workers W; all messages carry the run id:
    the run over the workers (``llmload.run.plan.split_run``) and publish the
    ``RunPlan`` (``llmload.run.wire.plan_to_wire``) as the parsed option
    ``llmload_plan`` (Locust ships custom options to workers with every
-   ``spawn`` message, so each W knows its share before its users start).
+   ``spawn`` message). The plan holds no shares: M sends each W its own share
+   alone (``llmload_share``) just before Locust's spawn messages, on the same
+   ordered connection, so each W knows its share before its users start and
+   the bytes sent to each W do not grow with the number of workers.
 2. Every report interval W adds ``{"llmload": WorkerReport}`` (a delta,
    ``llmload.run.wire.report_to_wire``) to Locust's report; M merges it.
 3. When a W has finished its whole share it sends ``llmload_done``; when all
@@ -57,8 +60,18 @@ from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.load import SendFigures
 from llmload.request import preflight
 from llmload.run.clock import align_to_master, note_worker_clock
-from llmload.run.plan import RunPlan, users_per_worker, users_short_of_workers
-from llmload.run.wire import WorkerReport, plan_from_wire, plan_to_wire, report_from_wire, report_run_id, report_to_wire
+from llmload.run.plan import RunPlan, WorkerShare, users_per_worker, users_short_of_workers
+from llmload.run.wire import (
+    ShareMessage,
+    WorkerReport,
+    plan_from_wire,
+    plan_to_wire,
+    report_from_wire,
+    report_run_id,
+    report_to_wire,
+    share_from_wire,
+    share_to_wire,
+)
 from llmload.settings.config import RunConfig
 
 __all__ = [
@@ -85,6 +98,7 @@ def register_messages(runner: Any) -> None:
     """Register llmload's runner messages: the flush on a worker; done, final and live reports on the master."""
     if isinstance(runner, WorkerRunner):
         runner.register_message("llmload_flush", _on_flush, concurrent=True)
+        runner.register_message("llmload_share", _on_share)
     elif isinstance(runner, MasterRunner):
         runner.register_message("llmload_live", _on_worker_live)
         runner.register_message("llmload_done", _on_worker_done)
@@ -138,7 +152,7 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     except LLMLoadError as exc:
         runtime.blocked = runtime.blocked or str(exc)
         log.error("llmload: %s; this worker sends no load", exc)
-    share = plan.share_for(str(runner.worker_index))
+    share = _own_share(runtime, plan, str(runner.worker_index))
     start_workload(runtime, share, plan.workers)
     start_open_loop(runtime, share)
     runtime.stats = LLMStats.empty()
@@ -157,6 +171,31 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
         runtime.blocked = str(exc)
         log.error("llmload: %s; this worker sends no load", exc)
     start_process_services(runtime, runner.worker_index)
+
+
+def _on_share(environment: Environment, msg: Any, **_kw: Any) -> None:
+    """Worker: keep the share the master sent this worker alone (it arrives before the spawn message)."""
+    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    try:
+        runtime.share_from_master = share_from_wire(msg.data)
+    except WireFormatError as exc:
+        log.error("llmload: %s; this worker sends no load of a limited run", exc)
+        runtime.share_from_master = None
+
+
+def _own_share(runtime: Runtime, plan: RunPlan, worker_index: str) -> WorkerShare:
+    """This worker's share: the one the master sent it for this run, else the plan's (a master that sent them all)."""
+    received = runtime.share_from_master
+    if received is not None and received.run_id == plan.run_id and not plan.shares:
+        return received.share
+    return plan.share_for(worker_index)
+
+
+def _send_shares(runner: MasterRunner, run_id: str, shares: dict[str, tuple[str, WorkerShare]]) -> None:
+    """Master: send each planned worker its own share, before Locust's spawn messages (one ordered connection each)."""
+    for client_id, share in shares.values():
+        message = share_to_wire(ShareMessage(run_id=run_id, share=share))
+        runner.send_message("llmload_share", message, client_id=client_id)
 
 
 def _start_master_or_local(environment: Environment) -> None:
@@ -215,14 +254,16 @@ def _start_master_or_local(environment: Environment) -> None:
             users_per_worker=users_per_worker(users, len(workers)),
             workers=len(workers),
             limited=limit is not None,
-            shares={
-                str(runner.get_worker_index(c.id)): share
-                for c, share in zip(workers, split(runtime.config, len(workers)), strict=True)
-            },
+            shares={},  # each worker gets its own share alone (``_send_shares``): the plan stays O(1) per worker
             started_at_unix=runtime.started_at_unix,
             planned_after_s=time.perf_counter() - runtime.run_started_s,
         )
         setattr(options, _PLAN, plan_to_wire(plan))
+        shares = {
+            str(runner.get_worker_index(c.id)): (c.id, share)
+            for c, share in zip(workers, split(runtime.config, len(workers)), strict=True)
+        }
+        _send_shares(runner, runtime.run_id, shares)
         gevent.spawn(_watch_workers, environment, runtime.run_id)
     else:
         (share,) = split(runtime.config, 1)

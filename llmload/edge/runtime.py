@@ -34,6 +34,7 @@ from llmload.request.preflight import not_streamed_warning
 from llmload.request.record import RequestRecord
 from llmload.request.tokens import TokenCounter
 from llmload.run.clock import OffsetEstimate
+from llmload.run.wire import ShareMessage
 from llmload.settings.config import RunConfig
 from llmload.settings.proxies import ProxyChoice
 from llmload.settings.thresholds import Breach, ThresholdWatch
@@ -269,6 +270,8 @@ class Runtime:
         stopping: a stop is under way (a further Ctrl-C is ignored).
         ended_run_id: the run this process has ended (``end_run``); Locust may still
             start users for it (late spawn messages), and they send nothing.
+        share_from_master: worker: its own share of the run, as the master sent it
+            (``llmload_share``, before the spawn message); None before one arrived.
         finals_from: master: workers whose final report of this run has arrived
             (sent when the master flushed, or by a worker shutting down on its own).
     """
@@ -298,6 +301,7 @@ class Runtime:
     stopping: bool = False
     faults_reported: set[str] = field(default_factory=set)  # causes of skipped requests already logged
     ended_run_id: str = ""
+    share_from_master: ShareMessage | None = None
     # master only
     planned_workers: set[str] = field(default_factory=set)
     done_workers: set[str] = field(default_factory=set)

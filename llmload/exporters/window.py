@@ -7,8 +7,9 @@ merged statistics, the live window and the runner's gauges. Live outputs
 The master (or the single process) gets its statistics as deltas: each
 worker ships what it measured since its previous shipment (``llmload.run.wire``),
 and a standalone runner hands over its recent records every half second. The
-window keeps, per source, the deltas that arrived in the last ``length_s``
-seconds and merges them on demand, so live quantiles come from the same
+window merges each delta, as it arrives, into the statistics of its arrival
+slot (half a second), so a scrape merges at most ``length_s / SLOT_S + 1``
+slots whatever the number of workers, and live quantiles come from the same
 mergeable histograms (and the same quantile rule) as the end-of-run report.
 
 Rates are not divided by ``length_s``: a delta arriving at ``t`` covers the
@@ -28,6 +29,7 @@ successful requests.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 
 from llmload.aggregate.stats import LLMStats, StatsKey
 
-__all__ = ["DEFAULT_WINDOW_S", "RunView", "SlidingWindow", "WindowView"]
+__all__ = ["DEFAULT_WINDOW_S", "SLOT_S", "RunView", "SlidingWindow", "WindowView"]
 
 DEFAULT_WINDOW_S = 10.0
 """Length of the live window in seconds (documented in the README)."""
@@ -61,14 +63,43 @@ class WindowView:
     requests_per_s: Mapping[StatsKey, float]
 
 
+SLOT_S = 0.5
+"""Granularity of the window in seconds: deltas are merged per slot of arrival time as they arrive."""
+
+
+@dataclass(slots=True)
+class _SourceEntry:
+    arrived_s: float
+    slot: int
+    tokens: dict[StatsKey, int]
+    successes: dict[StatsKey, int]
+
+
+def _add_into(into: dict[StatsKey, int], other: dict[StatsKey, int], sign: int) -> None:
+    for key, n in other.items():
+        left = into.get(key, 0) + sign * n
+        if left:
+            into[key] = left
+        else:
+            into.pop(key, None)
+
+
 class SlidingWindow:
-    """Deltas of the last ``length_s`` seconds, per source (worker id or ``"local"``).
+    """Deltas of the last ``length_s`` seconds, per source (worker id or ``"local"``), kept incrementally.
+
+    Each delta is merged, as it arrives, into the statistics of its arrival
+    slot (``SLOT_S`` seconds of the monotonic clock); each source keeps its
+    token and success counts per delta and their running sums. A delta is in
+    the window while its slot starts after ``now - length_s`` (so a delta
+    leaves at most ``SLOT_S`` early). A view merges the window's slots (at most
+    ``length_s / SLOT_S + 1`` of them) and reads each source's sums: its cost
+    does not grow with the number of deltas or workers' reports.
 
     Not thread-safe; under gevent every caller runs on the hub, and neither
     ``add`` nor ``view`` yields.
     """
 
-    __slots__ = ("_clock", "_covered_from_s", "_entries", "_length_s", "_started_s")
+    __slots__ = ("_clock", "_covered_from_s", "_entries", "_length_s", "_slots", "_started_s", "_sums")
 
     def __init__(self, length_s: float = DEFAULT_WINDOW_S, *, clock: Callable[[], float] = time.monotonic) -> None:
         """Create an empty window whose coverage starts now.
@@ -84,7 +115,9 @@ class SlidingWindow:
             raise ValueError(f"window length must be a positive number of seconds, got {length_s!r}; e.g. 10.0")
         self._length_s = length_s
         self._clock = clock
-        self._entries: dict[str, deque[tuple[float, LLMStats]]] = {}
+        self._slots: deque[tuple[int, LLMStats]] = deque()
+        self._entries: dict[str, deque[_SourceEntry]] = {}
+        self._sums: dict[str, tuple[dict[StatsKey, int], dict[StatsKey, int]]] = {}
         self._covered_from_s: dict[str, float] = {}
         self._started_s = clock()
 
@@ -95,57 +128,84 @@ class SlidingWindow:
 
     def reset(self) -> None:
         """Forget every delta; coverage of every source starts now (call at each run start)."""
+        self._slots.clear()
         self._entries.clear()
+        self._sums.clear()
         self._covered_from_s.clear()
         self._started_s = self._clock()
+
+    def _first_kept_slot(self, now_s: float) -> int:
+        """The oldest slot still in the window: the first that starts after ``now - length``."""
+        return math.floor((now_s - self._length_s) / SLOT_S) + 1
 
     def add(self, delta: LLMStats, source: str) -> None:
         """Record ``delta``, which covers ``source``'s time since its previous delta.
 
-        ``delta`` is kept by reference: the caller must not modify it afterwards.
-        Empty deltas count too (they extend the covered span).
+        ``delta`` is merged (not kept). Empty deltas count too (they extend the covered span).
         """
         now_s = self._clock()
+        slot = math.floor(now_s / SLOT_S)
+        if not delta.is_empty():
+            slots = self._slots
+            if not slots or slots[-1][0] != slot:
+                slots.append((slot, LLMStats.empty()))
+            slots[-1][1].merge_in(delta)
+        tokens: dict[StatsKey, int] = {}
+        successes: dict[StatsKey, int] = {}
+        for key, endpoint_stats in delta.items():
+            if endpoint_stats.completion_tokens_sum:
+                tokens[key] = endpoint_stats.completion_tokens_sum
+            if endpoint_stats.succeeded:
+                successes[key] = endpoint_stats.succeeded
         entries = self._entries.get(source)
         if entries is None:
             entries = self._entries[source] = deque()
-        entries.append((now_s, delta))
-        self._drop_old(source, entries, now_s - self._length_s)
+            self._sums[source] = ({}, {})
+        entries.append(_SourceEntry(now_s, slot, tokens, successes))
+        sum_tokens, sum_successes = self._sums[source]
+        _add_into(sum_tokens, tokens, 1)
+        _add_into(sum_successes, successes, 1)
+        self._drop_old(source, entries, self._first_kept_slot(now_s))
 
     def view(self) -> WindowView:
-        """Merge the deltas that arrived in the last ``length_s`` seconds.
+        """Merge the window's slots and read each source's covered span and sums.
 
-        Cost: one ``LLMStats.merge_in`` per delta in the window.
+        Cost: one ``LLMStats.merge_in`` per slot (at most ``length_s / SLOT_S + 1``)
+        plus a few dictionary reads per source.
         """
-        cutoff_s = self._clock() - self._length_s
+        now_s = self._clock()
+        first = self._first_kept_slot(now_s)
+        slots = self._slots
+        while slots and slots[0][0] < first:
+            slots.popleft()
         merged = LLMStats.empty()
+        for _, stats in slots:
+            merged.merge_in(stats)
         tokens_per_s: dict[StatsKey, float] = {}
         requests_per_s: dict[StatsKey, float] = {}
         for source in list(self._entries):
             entries = self._entries[source]
-            self._drop_old(source, entries, cutoff_s)
+            self._drop_old(source, entries, first)
             if not entries:
-                del self._entries[source]
+                del self._entries[source], self._sums[source]
                 continue
-            span_s = entries[-1][0] - self._covered_from_s.get(source, self._started_s)
-            tokens: dict[StatsKey, int] = {}
-            successes: dict[StatsKey, int] = {}
-            for _, delta in entries:
-                merged.merge_in(delta)
-                for key, endpoint_stats in delta.items():
-                    tokens[key] = tokens.get(key, 0) + endpoint_stats.completion_tokens_sum
-                    successes[key] = successes.get(key, 0) + endpoint_stats.succeeded
+            span_s = entries[-1].arrived_s - self._covered_from_s.get(source, self._started_s)
             if span_s <= 0.0:
                 continue
-            for key, n in tokens.items():
+            sum_tokens, sum_successes = self._sums[source]
+            for key, n in sum_tokens.items():
                 tokens_per_s[key] = tokens_per_s.get(key, 0.0) + n / span_s
-            for key, n in successes.items():
+            for key, n in sum_successes.items():
                 requests_per_s[key] = requests_per_s.get(key, 0.0) + n / span_s
         return WindowView(self._length_s, merged, tokens_per_s, requests_per_s)
 
-    def _drop_old(self, source: str, entries: deque[tuple[float, LLMStats]], cutoff_s: float) -> None:
-        while entries and entries[0][0] <= cutoff_s:
-            self._covered_from_s[source] = entries.popleft()[0]
+    def _drop_old(self, source: str, entries: deque[_SourceEntry], first_slot: int) -> None:
+        sum_tokens, sum_successes = self._sums[source]
+        while entries and entries[0].slot < first_slot:
+            gone = entries.popleft()
+            self._covered_from_s[source] = gone.arrived_s
+            _add_into(sum_tokens, gone.tokens, -1)
+            _add_into(sum_successes, gone.successes, -1)
 
 
 @dataclass(frozen=True, slots=True)

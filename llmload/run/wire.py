@@ -1,9 +1,19 @@
 """Versioned worker → master payload for ``LLMStats`` (msgpack- and JSON-safe).
 
-Workers put ``to_wire(delta)`` under the ``"llmload"`` key of Locust's
-``report_to_master`` data; the master calls ``from_wire`` and merges. The
+Workers put ``report_to_wire(report)`` under the ``"llmload"`` key of Locust's
+``report_to_master`` data; the master calls ``report_from_wire`` and merges. The
 payload holds only ``dict`` (string keys), ``list``, ``int``, ``float``,
-``str`` and ``None``. Shape of version 1::
+``str``, ``bytes`` (version 2's packed bucket arrays; msgpack ``bin``) and
+``None``. Version 2 (what workers send) is version 1 with packed histograms::
+
+    H = {"idx": bytes, "cnt": bytes, "zero": 0, "sum_ns": 123456789, "min": 0.01, "max": 0.2}
+
+where ``idx`` is the bucket indexes as little-endian int32 and ``cnt`` their
+counts as little-endian unsigned integers of the narrowest width that holds
+the largest (1, 2, 4 or 8 bytes: the width is ``len(cnt) / len(idx)``). The master checks them as whole arrays (lengths,
+smallest count, distinct indexes) without a Python loop per bucket. A master
+merges version 1 and 2 payloads; a payload newer than the master is refused
+with a message that says to upgrade the master. Shape of version 1::
 
     {"v": 1, "endpoints": [
         {"endpoint": "chat", "model": "m",
@@ -38,6 +48,8 @@ master; a master older than its workers rejects the names it does not know
 from __future__ import annotations
 
 import math
+import sys
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -52,7 +64,9 @@ from llmload.run.plan import RunPlan, WorkerShare
 
 __all__ = [
     "ENVELOPE_VERSION",
+    "REPORT_VERSION",
     "WIRE_VERSION",
+    "ShareMessage",
     "WorkerReport",
     "from_wire",
     "plan_from_wire",
@@ -60,10 +74,15 @@ __all__ = [
     "report_from_wire",
     "report_run_id",
     "report_to_wire",
+    "share_from_wire",
+    "share_to_wire",
     "to_wire",
 ]
 
-WIRE_VERSION = 1
+WIRE_VERSION = 2
+_READS = (1, 2)  # payload versions this master merges (older workers' reports too)
+REPORT_VERSION = 2
+"""Version of the report envelope: version 2 carries each request once (in ``series``; totals are derived)."""
 
 _E = TypeVar("_E", bound=Enum)
 _T = TypeVar("_T")
@@ -71,9 +90,47 @@ _MISMATCH_HINT = "install the same llmload version on the master and every worke
 
 
 # ── encoding ──────────────────────────────────────────────────────────────
-def to_wire(stats: LLMStats) -> dict[str, Any]:
-    """Encode ``stats`` as a version-1 payload of plain primitives (does not modify ``stats``)."""
-    return {"v": WIRE_VERSION, "endpoints": [_encode_endpoint(key, s) for key, s in stats.items()]}
+def to_wire(stats: LLMStats, *, version: int = WIRE_VERSION) -> dict[str, Any]:
+    """Encode ``stats`` as a payload of plain primitives (does not modify ``stats``).
+
+    ``version`` 1 is the older form (histogram buckets as lists), kept so tests
+    can play an older worker.
+    """
+    encode = _encode_packed if version >= 2 else _encode_histogram
+    return {"v": version, "endpoints": [_encode_endpoint(key, s, encode) for key, s in stats.items()]}
+
+
+_LITTLE = sys.byteorder == "little"
+
+
+def _packed(typecode: str, values: list[int]) -> bytes:
+    packed = array(typecode, values)
+    if not _LITTLE:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _count_typecode(largest: int) -> str:
+    """The narrowest unsigned array type that holds ``largest`` (1, 2, 4 or 8 bytes)."""
+    for typecode in "BHI":
+        if largest < 1 << (8 * array(typecode).itemsize):
+            return typecode
+    return "Q"
+
+
+_COUNT_TYPECODES = {array(t).itemsize: t for t in "BHIQ"}
+
+
+def _encode_packed(hist: LatencyHistogram) -> dict[str, Any]:
+    indexes, counts = hist.arrays()
+    return {
+        "idx": _packed("i", indexes),
+        "cnt": _packed(_count_typecode(max(counts, default=0)), counts),
+        "zero": hist.zero_count,
+        "sum_ns": hist.sum_ns,
+        "min": hist.min,
+        "max": hist.max,
+    }
 
 
 def _encode_counts(counts: dict[_E, int]) -> dict[str, int]:
@@ -98,7 +155,9 @@ def _encode_histogram(hist: LatencyHistogram) -> dict[str, Any]:
     }
 
 
-def _encode_endpoint(key: StatsKey, s: EndpointStats) -> dict[str, Any]:
+def _encode_endpoint(
+    key: StatsKey, s: EndpointStats, encode_histogram: Callable[[LatencyHistogram], dict[str, Any]]
+) -> dict[str, Any]:
     out: dict[str, Any] = {"endpoint": key[0], "model": key[1]}
     groups: dict[str, dict[str, Any]] = {"counters": {}, "hist": {}}
     out.update(groups)
@@ -117,7 +176,7 @@ def _encode_endpoint(key: StatsKey, s: EndpointStats) -> dict[str, Any]:
             out[rule.wire_name] = _encode_counts(value)
         elif merge is Merge.HISTOGRAM:
             if value.count:
-                groups["hist"][rule.wire_name] = _encode_histogram(value)
+                groups["hist"][rule.wire_name] = encode_histogram(value)
         elif merge is Merge.ERRORS:
             out[rule.wire_name] = [g.as_dict(c) for c, g in sorted(value.items())]
         elif merge is Merge.LABELS:
@@ -138,18 +197,19 @@ def from_wire(payload: object) -> LLMStats:
     if not isinstance(payload, dict):
         raise WireFormatError(f"llmload worker payload must be a dict, got {type(payload).__name__}; {_MISMATCH_HINT}")
     version = payload.get("v")
-    if version != WIRE_VERSION or isinstance(version, bool):
+    if version not in _READS or isinstance(version, bool):
         if isinstance(version, int) and not isinstance(version, bool) and version > WIRE_VERSION:
             fix = "upgrade llmload on the master to the workers' version"
         else:
             fix = "upgrade llmload on the workers to the master's version"
         raise WireFormatError(
-            f"llmload worker payload has version {version!r}, this master speaks v{WIRE_VERSION}; {fix}"
+            f"llmload worker payload has version {version!r}, this master speaks v1-v{WIRE_VERSION}; {fix}"
         )
     _check_keys(payload, {"v", "endpoints"}, "payload")
     endpoints = _list(payload, "endpoints", "payload")
-    items = [_decode_endpoint(raw, f"endpoints[{i}]") for i, raw in enumerate(endpoints)]
-    return LLMStats.from_endpoints(items)
+    decode = _decode_packed if version >= 2 else _decode_histogram
+    items = [_decode_endpoint(raw, f"endpoints[{i}]", decode) for i, raw in enumerate(endpoints)]
+    return LLMStats.from_endpoints(items, adopt=True)  # decoded here, used nowhere else
 
 
 def _fail(path: str, expected: str, value: object) -> WireFormatError:
@@ -242,7 +302,9 @@ _ERROR_FIELDS = {"category", "count", "status", "samples"}
 _MAX_LABEL_CHARS = 64
 
 
-def _decode_endpoint(raw: object, path: str) -> tuple[StatsKey, EndpointStats]:
+def _decode_endpoint(
+    raw: object, path: str, decode_histogram: Callable[[object, str], LatencyHistogram]
+) -> tuple[StatsKey, EndpointStats]:
     if not isinstance(raw, dict):
         raise _fail(path, "a dict", raw)
     _check_keys(raw, _ENDPOINT_FIELDS, path)
@@ -271,7 +333,7 @@ def _decode_endpoint(raw: object, path: str) -> tuple[StatsKey, EndpointStats]:
         hist_rule = _HIST_RULES.get(wire_name)
         if hist_rule is None:
             raise _fail(f"{path}.hist", f"keyed by {list(_HIST_RULES)}", wire_name)
-        setattr(s, hist_rule.name, _decode_histogram(raw_hist, f"{path}.hist.{wire_name}"))
+        setattr(s, hist_rule.name, decode_histogram(raw_hist, f"{path}.hist.{wire_name}"))
     _decode_labels(s, raw.get("labels", {}), f"{path}.labels")
     s.bound_errors()
     return key, s
@@ -323,6 +385,41 @@ def _decode_histogram(raw: object, path: str) -> LatencyHistogram:
     try:
         return LatencyHistogram.from_buckets(
             buckets=buckets,
+            zero_count=_int_field(raw, "zero", path),
+            sum_ns=_int_field(raw, "sum_ns", path),
+            min_s=_optional_float(raw, "min", path),
+            max_s=_optional_float(raw, "max", path),
+        )
+    except ValueError as exc:
+        raise WireFormatError(f"llmload worker payload: {path}: {exc}; {_MISMATCH_HINT}") from exc
+
+
+def _unpacked(raw: dict[str, Any], key: str, path: str, typecode: str) -> array[int]:
+    value = _get(raw, key, path)
+    if not isinstance(value, bytes):
+        raise _fail(f"{path}.{key}", "bytes (a packed little-endian array)", type(value).__name__)
+    out = array(typecode)
+    if len(value) % out.itemsize:
+        raise _fail(f"{path}.{key}", f"a whole number of {out.itemsize}-byte items", f"{len(value)} bytes")
+    out.frombytes(value)
+    if not _LITTLE:
+        out.byteswap()
+    return out
+
+
+def _decode_packed(raw: object, path: str) -> LatencyHistogram:
+    """A version-2 histogram: packed arrays checked as wholes; messages are built only on error."""
+    if not isinstance(raw, dict):
+        raise _fail(path, "a dict", raw)
+    _check_keys(raw, _HISTOGRAM_FIELDS, path)
+    indexes = _unpacked(raw, "idx", path, "i")
+    cnt = _get(raw, "cnt", path)
+    width = len(cnt) // len(indexes) if isinstance(cnt, bytes) and indexes else 1
+    counts = _unpacked(raw, "cnt", path, _COUNT_TYPECODES.get(width, "B"))
+    try:
+        return LatencyHistogram.from_arrays(
+            indexes=indexes,
+            counts=counts,
             zero_count=_int_field(raw, "zero", path),
             sum_ns=_int_field(raw, "sum_ns", path),
             min_s=_optional_float(raw, "min", path),
@@ -388,20 +485,27 @@ class WorkerReport:
     taken_at_unix: float | None = None
 
 
-def report_to_wire(report: WorkerReport) -> dict[str, Any]:
-    """Encode a worker report (the value of Locust's ``"llmload"`` report key and of llmload's messages)."""
-    return {
-        "v": ENVELOPE_VERSION,
+def report_to_wire(report: WorkerReport, *, version: int = REPORT_VERSION) -> dict[str, Any]:
+    """Encode a worker report (the value of Locust's ``"llmload"`` report key and of llmload's messages).
+
+    Version 2 sends each request once, in ``series`` (the master derives the
+    totals from it); ``version=1`` is the older form (totals beside the
+    series), kept so tests can play an older worker.
+    """
+    payload: dict[str, Any] = {
+        "v": version,
         "run_id": report.run_id,
-        "stats": to_wire(report.stats),
         "cpu_saturated_s": report.cpu_saturated_s,
         "in_flight": report.in_flight,
         "sends": dict(report.sends),
-        "series": [{"i": i, "stats": to_wire(stats)} for i, stats in report.series.items()],
+        "series": [{"i": i, "stats": to_wire(stats, version=version)} for i, stats in report.series.items()],
         "clock_offset_s": report.clock_offset_s,
         "rss_bytes": report.rss_bytes,
         "taken_at_unix": report.taken_at_unix,
     }
+    if version < 2:
+        payload["stats"] = to_wire(report.stats, version=version)
+    return payload
 
 
 def report_run_id(payload: object) -> str | None:
@@ -417,29 +521,45 @@ _REPORT_KEYS = {
 
 
 def report_from_wire(payload: object) -> WorkerReport:
-    """Decode ``report_to_wire``'s output.
+    """Decode ``report_to_wire``'s output (version 1 or 2).
 
     Raises:
-        WireFormatError: wrong version or shape (the message names the field).
+        WireFormatError: wrong version or shape (the message names the field
+            and, for a worker newer than this master, says to upgrade the master).
     """
-    raw = _envelope(payload, "report")
+    raw = _envelope(payload, "report", accepts=(1, REPORT_VERSION))
     _check_keys(raw, _REPORT_KEYS, "report")
     cpu = _optional_float(raw, "cpu_saturated_s", "report") if "cpu_saturated_s" in raw else None
     in_flight = raw.get("in_flight", 0)
     sends = raw.get("sends", {})
     if not isinstance(sends, dict):
         raise _fail("report.sends", "a dict", sends)
+    series = _series_from_wire(raw.get("series", []))
+    if "stats" in raw:  # version 1: the totals travel beside the series
+        stats = from_wire(raw["stats"])
+    elif raw.get("v", 1) == 1:
+        raise WireFormatError(f"llmload worker payload: report.stats is missing; {_MISMATCH_HINT}")
+    else:
+        stats = _derived_total(series)
     return WorkerReport(
         run_id=_str_field(raw, "run_id", "report"),
-        stats=from_wire(_get(raw, "stats", "report")),
+        stats=stats,
         cpu_saturated_s=cpu or 0.0,
         in_flight=_count(in_flight, "report.in_flight"),
         sends=sends,
-        series=_series_from_wire(raw.get("series", [])),
+        series=series,
         clock_offset_s=_optional_float(raw, "clock_offset_s", "report") if "clock_offset_s" in raw else None,
         rss_bytes=None if raw.get("rss_bytes") is None else _count(raw["rss_bytes"], "report.rss_bytes"),
         taken_at_unix=_optional_float(raw, "taken_at_unix", "report") if "taken_at_unix" in raw else None,
     )
+
+
+def _derived_total(series: IntervalSeries) -> LLMStats:
+    """The report's totals from its series; a one-interval report shares that interval's statistics (read-only)."""
+    items = list(series.items())
+    if len(items) == 1:
+        return items[0][1]
+    return series.total()
 
 
 def _series_from_wire(raw: object) -> IntervalSeries:
@@ -451,7 +571,7 @@ def _series_from_wire(raw: object) -> IntervalSeries:
         if not isinstance(item, dict):
             raise _fail(path, "a dict", item)
         _check_keys(item, {"i", "stats"}, path)
-        series.slot(_int_field(item, "i", path)).merge_in(from_wire(_get(item, "stats", path)))
+        series.adopt(_int_field(item, "i", path), from_wire(_get(item, "stats", path)))
     return series
 
 
@@ -474,7 +594,7 @@ def plan_to_wire(plan: RunPlan) -> dict[str, Any]:
         "users_per_worker": plan.users_per_worker,
         "workers": plan.workers,
         "limited": plan.limited,
-        "shares": {index: {name: getattr(s, name) for name in _SHARE_FIELDS} for index, s in plan.shares.items()},
+        "shares": {index: _share_dict(s) for index, s in plan.shares.items()},
         "started_at_unix": plan.started_at_unix,
         "planned_after_s": plan.planned_after_s,
     }
@@ -488,21 +608,10 @@ def plan_from_wire(payload: object) -> RunPlan:
     """
     raw = _envelope(payload, "plan", default_version=None)
     _check_keys(raw, _PLAN_KEYS, "plan")
-    shares = {}
-    for index, raw_share in _dict(raw, "shares", "plan").items():
-        path = f"plan.shares.{index}"
-        if not isinstance(raw_share, dict):
-            raise _fail(path, "a dict", raw_share)
-        _check_keys(raw_share, set(_SHARE_FIELDS), path)
-        quota = _get(raw_share, "quota_requests", path)
-        concurrency = _get(raw_share, "concurrency", path)
-        shares[str(index)] = WorkerShare(
-            rank=_int_field(raw_share, "rank", path),
-            quota_requests=None if quota is None else _count(quota, f"{path}.quota_requests"),
-            warmup_requests=_int_field(raw_share, "warmup_requests", path),
-            rate_per_s=_rate(raw_share, path),
-            concurrency=None if concurrency is None else _count(concurrency, f"{path}.concurrency", positive=True),
-        )
+    shares = {
+        str(index): _share_from_dict(raw_share, f"plan.shares.{index}")
+        for index, raw_share in _dict(raw, "shares", "plan").items()
+    }
     limited = _get(raw, "limited", "plan")
     if not isinstance(limited, bool):
         raise _fail("plan.limited", "a bool", limited)
@@ -521,15 +630,75 @@ def plan_from_wire(payload: object) -> RunPlan:
     )
 
 
-def _envelope(payload: object, what: str, default_version: int | None = ENVELOPE_VERSION) -> dict[str, Any]:
+def _share_dict(share: WorkerShare) -> dict[str, Any]:
+    return {name: getattr(share, name) for name in _SHARE_FIELDS}
+
+
+def _share_from_dict(raw_share: object, path: str) -> WorkerShare:
+    if not isinstance(raw_share, dict):
+        raise _fail(path, "a dict", raw_share)
+    _check_keys(raw_share, set(_SHARE_FIELDS), path)
+    quota = _get(raw_share, "quota_requests", path)
+    concurrency = _get(raw_share, "concurrency", path)
+    return WorkerShare(
+        rank=_int_field(raw_share, "rank", path),
+        quota_requests=None if quota is None else _count(quota, f"{path}.quota_requests"),
+        warmup_requests=_int_field(raw_share, "warmup_requests", path),
+        rate_per_s=_rate(raw_share, path),
+        concurrency=None if concurrency is None else _count(concurrency, f"{path}.concurrency", positive=True),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ShareMessage:
+    """One worker's own share of a run, sent to that worker alone before Locust's spawn message.
+
+    The plan that every worker receives (in Locust's spawn message) holds no
+    shares, so what the master sends each worker does not grow with the
+    number of workers.
+
+    Attributes:
+        run_id: the run the share belongs to.
+        share: this worker's part of the run.
+    """
+
+    run_id: str
+    share: WorkerShare
+
+
+def share_to_wire(message: ShareMessage) -> dict[str, Any]:
+    """Encode a ``ShareMessage`` (plain primitives, msgpack- and JSON-safe)."""
+    return {"v": ENVELOPE_VERSION, "run_id": message.run_id, "share": _share_dict(message.share)}
+
+
+def share_from_wire(payload: object) -> ShareMessage:
+    """Decode ``share_to_wire``'s output.
+
+    Raises:
+        WireFormatError: wrong version or shape (the message names the field).
+    """
+    raw = _envelope(payload, "share")
+    _check_keys(raw, {"v", "run_id", "share"}, "share")
+    return ShareMessage(
+        run_id=_str_field(raw, "run_id", "share"), share=_share_from_dict(_get(raw, "share", "share"), "share.share")
+    )
+
+
+def _envelope(
+    payload: object,
+    what: str,
+    default_version: int | None = ENVELOPE_VERSION,
+    accepts: tuple[int, ...] = (ENVELOPE_VERSION,),
+) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise WireFormatError(f"llmload {what} must be a dict, got {type(payload).__name__}; {_MISMATCH_HINT}")
     version = payload.get("v", default_version)
-    if version != ENVELOPE_VERSION or isinstance(version, bool):
-        newer = isinstance(version, int) and not isinstance(version, bool) and version > ENVELOPE_VERSION
+    if version not in accepts or isinstance(version, bool):
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > max(accepts)
         side = "this process" if newer else "the process that sent it"
+        speaks = f"v{accepts[0]}" if len(accepts) == 1 else f"v{accepts[0]}-v{accepts[-1]}"
         raise WireFormatError(
-            f"llmload {what} has version {version!r}, this process speaks v{ENVELOPE_VERSION}; "
+            f"llmload {what} has version {version!r}, this process speaks {speaks}; "
             f"upgrade llmload on {side} ({_MISMATCH_HINT})"
         )
     return payload

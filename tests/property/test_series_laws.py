@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import msgpack
 from hypothesis import given
 from hypothesis import strategies as st
 
 from llmload.aggregate.series import IntervalSeries
 from llmload.aggregate.stats import LLMStats
 from llmload.exporters.timeseries import series_rows
+from llmload.exporters.window import SlidingWindow
 from llmload.request.record import RequestRecord
+from llmload.run.wire import WorkerReport, report_from_wire, report_to_wire
 from tests.property.test_merge_laws import _SETTINGS, records
 
 placed = st.lists(st.tuples(st.integers(0, 6), records()), max_size=20)
@@ -65,3 +68,50 @@ def test_series_rows_of_worker_deltas_sum_to_the_run_totals(
     assert sum(r["output_tokens"] for r in rows) == total.completion_tokens_sum
     assert sum(r["prompt_tokens"] for r in rows) == total.prompt_tokens_sum
     assert _merged(*parts).total() == stats
+
+
+@_SETTINGS
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.integers(0, 4), st.one_of(records(), st.none())), max_size=40),
+    st.lists(st.sampled_from((1, 2)), min_size=5, max_size=5),
+)
+def test_master_merging_reports_over_the_wire_equals_single_process(
+    items: list[tuple[int, int, RequestRecord | None]], versions: list[int]
+) -> None:
+    """Records split at random over 5 workers (some of an older wire version), reported at random moments.
+
+    The master's totals, their quantiles, its series and its live window equal
+    what one process counting every record holds (bench/scale.py measures the
+    same path for cost).
+    """
+    single = IntervalSeries.empty()
+    workers = [IntervalSeries.empty() for _ in versions]
+    master_stats, master_series = LLMStats.empty(), IntervalSeries.empty()
+    window = SlidingWindow(1e9, clock=lambda: 5.0)
+
+    def ship(worker: int) -> None:
+        series = workers[worker].take()
+        report = WorkerReport(run_id="r", stats=series.total(), series=series)
+        payload = msgpack.unpackb(msgpack.packb(report_to_wire(report, version=versions[worker])))
+        got = report_from_wire(payload)
+        master_stats.merge_in(got.stats)
+        master_series.merge_in(got.series)
+        window.add(got.stats, str(worker))
+
+    for index, worker, record in items:
+        if record is None:
+            ship(worker)
+            continue
+        single.add(index, record)
+        workers[worker].add(index, record)
+    for worker in range(len(workers)):
+        ship(worker)
+    total = single.total()
+    assert master_series == single
+    assert master_stats == total
+    assert window.view().stats == total
+    for key, s in total.items():
+        got = master_stats.get(*key)
+        for name in ("ttft_s", "itl_s", "e2e_s"):
+            qs = (0.5, 0.9, 0.99)
+            assert getattr(got, name).quantiles(qs) == getattr(s, name).quantiles(qs)

@@ -423,3 +423,22 @@ def test_read_lag_histogram_resolves_lags_below_a_millisecond():
     assert registry.get_sample_value(bucket, {**labels, "le": repr(above)}) == 100
     assert registry.get_sample_value("llmload_client_read_lag_seconds_count", labels) == 101
     assert above / below < 1.2  # ~17% apart: quantiles of sub-millisecond lags are readable
+
+
+def test_window_of_a_thousand_sources_merges_into_slots_exactly():
+    """1,000 workers' 0.5 s deltas: the view equals the merge of the deltas still in the window."""
+    clock = FakeClock(0.0)
+    window = SlidingWindow(10.0, clock=clock)
+    kept = LLMStats.empty()
+    for step in range(30):  # 15 s of live reports
+        clock.now_s = 0.5 * (step + 1)
+        delta = _delta(1 + step % 3)
+        for worker in range(1000):
+            window.add(delta, f"w{worker}")
+        if clock.now_s > 15.0 - 10.0:
+            for _ in range(1000):
+                kept.merge_in(delta)
+    view = window.view()
+    assert view.stats == kept
+    # each worker's deltas of (5, 15] cover its span from its last dropped delta (at 5 s): 10 s
+    assert view.requests_per_s[("chat", "m")] == pytest.approx(1000 * sum(1 + s % 3 for s in range(10, 30)) / 10.0)

@@ -2,15 +2,18 @@
 
 import copy
 import json
+from array import array
 from collections.abc import Callable
 from typing import Any
 
 import msgpack
 import pytest
 
+from llmload.aggregate.histogram import LatencyHistogram
 from llmload.aggregate.stats import MAX_ERROR_CATEGORIES, OVERFLOW_CATEGORY, LLMStats
 from llmload.errors import WireFormatError
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.run import wire
 from llmload.run.wire import WIRE_VERSION, from_wire, to_wire
 
 T0 = 1_700_000_000.0
@@ -52,25 +55,80 @@ def _all_primitives(value: object) -> bool:
         return all(isinstance(k, str) and _all_primitives(v) for k, v in value.items())
     if isinstance(value, list):
         return all(_all_primitives(v) for v in value)
-    return value is None or isinstance(value, bool | int | float | str)
+    return value is None or isinstance(value, bool | int | float | str | bytes)
 
 
 def test_wire_payload_is_versioned_and_made_of_primitives() -> None:
     payload = to_wire(_typical_delta())
-    assert payload["v"] == WIRE_VERSION == 1
+    assert payload["v"] == WIRE_VERSION == 2
     assert _all_primitives(payload)
 
 
-def test_wire_round_trips_through_msgpack_and_json() -> None:
+def test_wire_round_trips_through_msgpack() -> None:
     stats = _typical_delta()
-    payload = to_wire(stats)
+    assert from_wire(msgpack.unpackb(msgpack.packb(to_wire(stats)))) == stats
+
+
+def test_wire_version_1_round_trips_through_msgpack_and_json() -> None:
+    """An older worker's payload (lists, JSON-safe) still merges into this master."""
+    stats = _typical_delta()
+    payload = to_wire(stats, version=1)
     assert from_wire(msgpack.unpackb(msgpack.packb(payload))) == stats
     assert from_wire(json.loads(json.dumps(payload))) == stats
 
 
 def test_wire_empty_stats_round_trip() -> None:
-    assert to_wire(LLMStats.empty()) == {"v": 1, "endpoints": []}
+    assert to_wire(LLMStats.empty()) == {"v": 2, "endpoints": []}
     assert from_wire({"v": 1, "endpoints": []}) == LLMStats.empty()
+    assert from_wire({"v": 2, "endpoints": []}) == LLMStats.empty()
+
+
+def test_wire_histogram_buckets_are_packed_arrays() -> None:
+    itl = to_wire(_typical_delta())["endpoints"][0]["hist"]["itl_s"]
+    indexes = array("i", itl["idx"])
+    width = len(itl["cnt"]) // len(indexes)
+    counts = array({1: "B", 2: "H", 4: "I", 8: "Q"}[width], itl["cnt"])
+    assert max(counts) >= 1 << (8 * width // 2)  # the narrowest width that holds the largest count
+    assert len(indexes) == len(counts) > 0
+    assert list(indexes) == sorted(indexes)
+    assert sum(counts) + itl["zero"] == 50 * 199
+
+
+def test_wire_packed_counts_take_the_narrowest_width() -> None:
+    hist = LatencyHistogram.from_buckets(buckets=[(5, 2**33)], zero_count=0, sum_ns=1, min_s=0.1, max_s=0.1)
+    stats = LLMStats.empty()
+    stats.add_cancelled("chat", "m", 1)
+    encoded = to_wire(stats)
+    encoded["endpoints"][0]["hist"]["ttft_s"] = wire._encode_packed(hist)
+    assert len(encoded["endpoints"][0]["hist"]["ttft_s"]["cnt"]) == 8
+    assert from_wire(encoded).get("chat", "m").ttft_s == hist
+    for count, width in ((255, 1), (256, 2), (2**16, 4), (2**32 - 1, 4)):
+        small = LatencyHistogram.from_buckets(buckets=[(5, count)], zero_count=0, sum_ns=1, min_s=0.1, max_s=0.1)
+        packed = wire._encode_packed(small)
+        assert len(packed["cnt"]) == width, count
+        encoded["endpoints"][0]["hist"]["ttft_s"] = packed
+        assert from_wire(encoded).get("chat", "m").ttft_s == small
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda h: h.update(cnt=h["cnt"][:-1]), "indexes but"),
+        (lambda h: h.update(cnt=h["cnt"] + b"\x01"), "whole number of|indexes but"),
+        (lambda h: h.update(idx=h["idx"][:-1]), "whole number of 4-byte items"),
+        (lambda h: h.update(idx=list(array("i", h["idx"]))), "bytes"),
+        (lambda h: h.update(cnt=bytes(len(h["cnt"]))), "counts must be positive"),
+        (lambda h: h.update(idx=h["idx"][:4] * (len(h["idx"]) // 4)), "unique"),
+        (lambda h: h.update(min=None), "needs finite 0 <= min <= max"),
+        (lambda h: h.update(extra=1), "unknown fields"),
+    ],
+)
+def test_wire_bad_packed_histogram_names_the_field(mutate: Callable[[dict[str, Any]], object], message: str) -> None:
+    payload = to_wire(_typical_delta())
+    mutate(payload["endpoints"][0]["hist"]["itl_s"])
+    with pytest.raises(WireFormatError, match=message) as caught:
+        from_wire(payload)
+    assert "itl_s" in str(caught.value)
 
 
 def test_wire_typical_delta_is_compact() -> None:
@@ -79,8 +137,8 @@ def test_wire_typical_delta_is_compact() -> None:
     assert size < 2_500, size
 
 
-def test_wire_histogram_indexes_are_delta_encoded() -> None:
-    payload = to_wire(_typical_delta())
+def test_wire_version_1_histogram_indexes_are_delta_encoded() -> None:
+    payload = to_wire(_typical_delta(), version=1)
     itl = payload["endpoints"][0]["hist"]["itl_s"]
     assert len(itl["idx"]) == len(itl["cnt"])
     assert all(d > 0 for d in itl["idx"][1:])
@@ -95,7 +153,7 @@ def test_wire_omits_empty_histograms() -> None:
 
 @pytest.mark.parametrize(
     ("version", "fix"),
-    [(2, "upgrade llmload on the master"), (0, "upgrade llmload on the workers"), (None, "on the workers")],
+    [(3, "upgrade llmload on the master"), (0, "upgrade llmload on the workers"), (None, "on the workers")],
 )
 def test_wire_wrong_version_says_what_to_upgrade(version: object, fix: str) -> None:
     payload = to_wire(_typical_delta())
@@ -115,7 +173,7 @@ def test_wire_non_dict_payload_is_rejected() -> None:
 
 
 def _mutated(mutate: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
-    payload = copy.deepcopy(to_wire(_typical_delta()))
+    payload = copy.deepcopy(to_wire(_typical_delta(), version=1))
     mutate(payload["endpoints"][0])
     return payload
 

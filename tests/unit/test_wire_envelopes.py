@@ -5,18 +5,22 @@ import json
 import msgpack
 import pytest
 
-from llmload.aggregate.stats import LLMStats
+from llmload.aggregate.series import IntervalSeries
 from llmload.errors import WireFormatError
 from llmload.request.record import Outcome, RequestRecord
 from llmload.run.plan import RunPlan, split_run
 from llmload.run.wire import (
     ENVELOPE_VERSION,
+    REPORT_VERSION,
+    ShareMessage,
     WorkerReport,
     plan_from_wire,
     plan_to_wire,
     report_from_wire,
     report_run_id,
     report_to_wire,
+    share_from_wire,
+    share_to_wire,
 )
 
 
@@ -37,12 +41,15 @@ def _plan() -> RunPlan:
 
 
 def _report() -> WorkerReport:
-    stats = LLMStats.empty()
-    stats.add(RequestRecord(endpoint="chat", model="m", started_at_unix=1.7e9, outcome=Outcome.TIMEOUT, end_s=1.0))
-    stats.add_cancelled("chat", "m", 2)
+    """A report as workers make them: its totals are its series merged (``Runtime.take_delta``)."""
+    series = IntervalSeries.empty()
+    series.add(0, RequestRecord(endpoint="chat", model="m", started_at_unix=1.7e9, outcome=Outcome.TIMEOUT, end_s=1.0))
+    series.add(2, RequestRecord(endpoint="chat", model="m", started_at_unix=1.7e9, outcome=Outcome.TIMEOUT, end_s=2.0))
+    series.add_cancelled(2, "chat", "m", 2)
     return WorkerReport(
         run_id="abc123",
-        stats=stats,
+        stats=series.total(),
+        series=series,
         cpu_saturated_s=1.5,
         in_flight=3,
         sends={"behind_s": 0.25},
@@ -91,14 +98,39 @@ def test_report_envelope_round_trips() -> None:
 
 def test_report_envelope_without_version_reads_as_version_1() -> None:
     """Workers of the release before the envelope sent the same keys without "v"."""
-    payload = report_to_wire(_report())
+    payload = report_to_wire(_report(), version=1)
     del payload["v"]
     assert report_from_wire(payload) == _report()
 
 
+def test_report_envelope_version_1_of_an_older_worker_still_merges() -> None:
+    """An older worker sends its totals beside the series and version-1 histograms: the same report."""
+    payload = report_to_wire(_report(), version=1)
+    assert payload["v"] == 1
+    assert "stats" in payload
+    assert report_from_wire(msgpack.unpackb(msgpack.packb(payload))) == _report()
+
+
+def test_report_envelope_version_2_carries_each_request_once() -> None:
+    """Version 2 has no totals beside the series: the master derives them (no second decode)."""
+    payload = report_to_wire(_report())
+    assert payload["v"] == REPORT_VERSION == 2
+    assert "stats" not in payload
+    report = report_from_wire(payload)
+    assert report.stats == _report().series.total()
+    assert report.stats.get("chat", "m").requests_by_outcome == {Outcome.TIMEOUT: 2, Outcome.CANCELLED: 2}
+
+
+def test_report_envelope_version_1_without_totals_names_the_field() -> None:
+    payload = report_to_wire(_report(), version=1)
+    del payload["stats"]
+    with pytest.raises(WireFormatError, match=r"report\.stats is missing"):
+        report_from_wire(payload)
+
+
 def test_report_envelope_newer_version_says_upgrade_this_process() -> None:
     payload = report_to_wire(_report())
-    payload["v"] = ENVELOPE_VERSION + 1
+    payload["v"] = REPORT_VERSION + 1
     with pytest.raises(WireFormatError, match="upgrade llmload on this process"):
         report_from_wire(payload)
 
@@ -138,3 +170,28 @@ def test_report_envelope_bad_field_is_named(key: str, value: object, message: st
 def test_report_run_id_of_garbage_is_none() -> None:
     assert report_run_id([1]) is None
     assert report_run_id({"run_id": 3}) is None
+
+
+def test_share_message_round_trips_through_msgpack_and_json() -> None:
+    share = split_run(3, num_requests=10, warmup_requests=4, request_rate=6.0, max_concurrency=5)[2]
+    payload = share_to_wire(ShareMessage(run_id="abc123", share=share))
+    assert share_from_wire(msgpack.unpackb(msgpack.packb(payload))) == ShareMessage("abc123", share)
+    assert share_from_wire(json.loads(json.dumps(payload))) == ShareMessage("abc123", share)
+
+
+def test_share_message_bad_field_names_it() -> None:
+    (share,) = split_run(1, num_requests=None, warmup_requests=0, request_rate=None, max_concurrency=None)
+    payload = share_to_wire(ShareMessage(run_id="r", share=share))
+    payload["share"]["rank"] = -1
+    with pytest.raises(WireFormatError, match=r"share\.share\.rank must be an integer >= 0"):
+        share_from_wire(payload)
+
+
+def test_plan_without_shares_is_the_same_size_for_1000_and_2000_workers() -> None:
+    """Every worker receives the plan; its own share travels apart, so the plan does not grow with the workers."""
+    sizes = {
+        len(msgpack.packb(plan_to_wire(RunPlan(run_id="r", workers=n, users_per_worker=100, limited=True))))
+        for n in (1000, 2000)
+    }
+    assert len(sizes) == 1
+    assert sizes.pop() < 400
