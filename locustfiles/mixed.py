@@ -1,22 +1,22 @@
 """Chat, Responses and embeddings users in one run, weighted 3:1:1: `locust -f locustfiles/mixed.py -H http://HOST:PORT`.
 
 Every output breaks the figures down per endpoint (chat, responses, embeddings).
+The user modules are imported, not their classes: Locust runs every user class
+a locustfile's namespace holds, so an imported ``ChatUser`` would run too.
 """
 
-from llmload.edge import hooks
-from llmload.edge.api_users import EmbeddingsUser, ResponsesUser
-from llmload.edge.users import ChatUser
+from llmload.edge import api_users, hooks, users
 
 
-class Chat(ChatUser):
+class Chat(users.ChatUser):
     weight = 3
 
 
-class Responses(ResponsesUser):
+class Responses(api_users.ResponsesUser):
     weight = 1
 
 
-class Embeddings(EmbeddingsUser):
+class Embeddings(api_users.EmbeddingsUser):
     weight = 1
 
 

@@ -424,6 +424,7 @@ class StreamingClient:
             acc.add(parse_embeddings_body(obj, request.inputs), end_s)
             self._fill(record, acc, request, streamed=False)
             record.completion_tokens = TokenCount(0, TokenSource.SERVER)  # embeddings generate no token
+            record.inputs = request.inputs
             record.streamed = False
             return
         acc.add(
