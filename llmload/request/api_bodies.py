@@ -26,6 +26,7 @@ from llmload.request.payloads import LLMRequest
 
 __all__ = [
     "ANTHROPIC_VERSION",
+    "API_NAMES",
     "EMBEDDINGS_PATH",
     "MESSAGES_PATH",
     "RESPONSES_PATH",
@@ -39,6 +40,13 @@ MESSAGES_PATH = "/v1/messages"
 EMBEDDINGS_PATH = "/v1/embeddings"
 ANTHROPIC_VERSION = "2023-06-01"
 """The ``anthropic-version`` header sent with every Messages request (the API's stable version)."""
+
+API_NAMES = {
+    "responses": "the OpenAI Responses API (POST /v1/responses)",
+    "messages": "the Anthropic Messages API (POST /v1/messages)",
+    "embeddings": "the embeddings API (POST /v1/embeddings)",
+}
+"""What each of these endpoints is called in messages (the preflight's refusals)."""
 
 _RESERVED = frozenset({"model", "input", "messages", "system", "stream", "max_tokens", "max_output_tokens"})
 

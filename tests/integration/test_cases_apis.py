@@ -11,7 +11,8 @@ import pytest
 
 from llmload.request.api_bodies import build_embeddings_request, build_messages_request, build_responses_request
 from llmload.request.record import Outcome, TokenSource
-from llmload.testing import Reply, W, json_reply, typed
+from llmload.testing import ReceivedRequest, Reply, ScriptedServer, W, json_reply, typed
+from tests.integration.procs import run_locust
 
 pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
@@ -268,3 +269,67 @@ def test_embeddings_wrong_or_empty_vectors_fail(run_scripted, vectors, category)
     assert record.outcome is Outcome.SERVER_ERROR
     assert record.error is not None
     assert record.error.category == category
+
+
+# ── preflight: a server that does not serve the API, or rejects the body ───
+MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+
+def _route(post_reply: Reply):
+    def reply(request: ReceivedRequest) -> Reply:
+        if request.method == "GET":
+            return json_reply(200, MODELS) if request.path == "/v1/models" else json_reply(404, "{}")
+        return post_reply
+
+    return reply
+
+
+def _locust(locustfile: str, url: str, *extra: str):
+    return run_locust(
+        ["-f", f"locustfiles/{locustfile}.py", "--headless", "--only-summary", "-H", url,
+         "-u", "1", "-r", "1", "--num-requests", "3", "-t", "30s", *extra],
+        timeout_s=60,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("locustfile", "status", "api"),
+    [
+        ("responses", 404, "the OpenAI Responses API (POST /v1/responses)"),
+        ("messages", 405, "the Anthropic Messages API (POST /v1/messages)"),
+        ("embeddings", 404, "the embeddings API (POST /v1/embeddings)"),
+    ],
+)
+def test_preflight_refuses_a_server_that_does_not_serve_the_api(locustfile, status, api):
+    body = json.dumps({"detail": "Not Found" if status == 404 else "Method Not Allowed"})
+    with ScriptedServer(_route(json_reply(status, body))) as srv:
+        proc = _locust(locustfile, srv.base_url)
+        posts = [r.path for r in srv.requests if r.method == "POST"]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"the server does not serve {api}" in proc.stderr
+    assert f"answered HTTP {status}" in proc.stderr
+    assert len(posts) == 1  # the probe only: nothing was loaded
+
+
+def test_nc28_preflight_names_a_strict_servers_400_and_its_message():
+    error = {"error": {"message": "Field required: input", "type": "invalid_request_error",
+                       "code": "missing_required_parameter", "param": "input"}}  # fmt: skip
+    with ScriptedServer(_route(json_reply(400, json.dumps(error)))) as srv:
+        proc = _locust("responses", srv.base_url)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "the server rejects the body llmload sends for the OpenAI Responses API" in proc.stderr
+    assert "Field required: input" in proc.stderr
+
+
+def test_nc28_responses_user_runs_the_case_stream(tmp_path):
+    out = tmp_path / "r.json"
+    with ScriptedServer(_route(Reply(_nc28_writes()))) as srv:
+        proc = _locust("responses", srv.base_url, "--results-json", str(out))
+        bodies = [r.json() for r in srv.requests if r.method == "POST"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["requests"]["succeeded"] == 3
+    assert results["tokens"]["completion"] == 6
+    assert results["tokens"]["prompt"] == 15
+    assert results["latency"]["ttft_s"]["p50"] == pytest.approx(0.1, abs=0.02)
+    assert all("input" in body and "messages" not in body for body in bodies)
