@@ -26,9 +26,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from llmload.errors import ConfigError, RequestError, WrongProtocolError
+from llmload.request.api_bodies import API_NAMES
 from llmload.request.client import FINISH_WAIT_S, ReplyEnd, StreamingClient, Transport
 from llmload.request.error_pages import describe_error_page, summarize_body
-from llmload.request.api_bodies import API_NAMES
 from llmload.request.payloads import LLMRequest, doubled_v1_hint
 from llmload.request.record import RequestRecord, TokenSource, UsageNote
 from llmload.settings.config import RunConfig
