@@ -8,6 +8,9 @@ simulator counts too.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +19,8 @@ import pytest
 from llmload.request.api_bodies import build_messages_request, build_responses_request
 from llmload.request.record import Outcome
 from llmload.settings.config import Timeouts
-from tests.integration.procs import run_locust
-from tests.integration.test_sim import metrics, start_sim, stop_sim
+from tests.integration.procs import free_port, locust_argv, run_locust, web_ui_stop
+from tests.integration.test_sim import REPO_ROOT, metric_sum, metrics, start_sim, stop_sim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -145,3 +148,49 @@ def test_sim_fault_flags_end_streams_with_the_apis_own_failure_events(gevent_rea
     assert record.outcome is Outcome.SERVER_ERROR
     assert record.error is not None
     assert record.error.category == category
+
+
+# ── the web UI: a mixed run started and stopped there, every request counted per endpoint ──
+def test_mixed_locustfile_in_the_web_ui_counts_every_request_per_endpoint(tmp_path):
+    url, sim = start_sim("--decode-step-ms", "10", "--output-len-mean", "20")
+    out = tmp_path / "r.json"
+    port = free_port()
+    args = [
+        "-f", "locustfiles/mixed.py", "-H", url, "--web-host", "127.0.0.1", "--web-port", str(port),
+        "--autostart", "-u", "10", "-r", "10", "--max-tokens", "24", "--skip-preflight", "--results-json", str(out),
+    ]  # fmt: skip
+    proc = subprocess.Popen(locust_argv(args), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while metric_sum(metrics(url), "llmload_sim_requests_completed_total") < 40:
+            assert time.monotonic() < deadline, "no load within 60 s"
+            time.sleep(0.2)
+        web_ui_stop(port, out)
+        for _ in range(100):  # until the simulator noticed every client that went away
+            samples = metrics(url)
+            if (
+                metric_sum(samples, "llmload_sim_requests_running")
+                + metric_sum(samples, "llmload_sim_requests_waiting")
+                == 0
+            ):
+                break
+            time.sleep(0.1)
+        truth = {e: _truth(url, e) for e in ("chat", "responses", "embeddings")}
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        stop_sim(sim)
+    assert "Traceback" not in stderr
+    results = json.loads(out.read_text())
+    entries = {entry["endpoint"]: entry for entry in results["by_endpoint"]}
+    assert set(entries) == {"chat", "responses", "embeddings"}
+    for endpoint, entry in entries.items():
+        req = entry["requests"]
+        received = truth[endpoint]["requests_completed"] + truth[endpoint]["requests_aborted"]
+        assert req["succeeded"] + req["failed"] + req["cancelled"] == received, endpoint
+        assert req["failed"] == 0
+        assert req["succeeded"] >= 1
+    assert sum(e["requests"]["succeeded"] for e in entries.values()) == results["requests"]["succeeded"]
