@@ -36,7 +36,8 @@ class ResponsesUser(LLMUser):
             temperature=config.temperature,
             stream=config.stream,
             requested_prompt_tokens=prompt.requested_tokens,
-            extra=_with_ignore_eos(config.extra_body, config.ignore_eos),
+            ignore_eos=config.ignore_eos,
+            extra=config.extra_body,
             path=config.endpoint_path,
         )
 
@@ -59,7 +60,8 @@ class MessagesUser(LLMUser):
             temperature=config.temperature,
             stream=config.stream,
             requested_prompt_tokens=prompt.requested_tokens,
-            extra=_with_ignore_eos(config.extra_body, config.ignore_eos),
+            ignore_eos=config.ignore_eos,
+            extra=config.extra_body,
             api_key=_api_key(runtime),
             path=config.endpoint_path,
         )
@@ -92,13 +94,6 @@ class EmbeddingsUser(LLMUser):
         if runtime.config.batch_size == 1:
             return super()._request_for(runtime, prompt)
         return self.build_request(runtime, prompt=prompt)
-
-
-def _with_ignore_eos(extra: dict[str, object] | None, ignore_eos: bool) -> dict[str, object] | None:
-    """``--extra-body`` with ``ignore_eos`` (a vLLM/SGLang sampling extension these APIs pass through) when asked."""
-    if not ignore_eos:
-        return extra
-    return {**(extra or {}), "ignore_eos": True}
 
 
 def _api_key(runtime: Runtime) -> str | None:

@@ -57,6 +57,7 @@ def build_responses_request(
     messages: Sequence[Mapping[str, str]],
     max_tokens: int,
     temperature: float | None = None,
+    ignore_eos: bool = False,
     stream: bool = True,
     extra: Mapping[str, Any] | None = None,
     requested_prompt_tokens: int | None = None,
@@ -72,6 +73,8 @@ def build_responses_request(
             message items (a ``system`` message becomes ``instructions``).
         max_tokens: ``max_output_tokens``, > 0.
         temperature: sampling temperature; None leaves the server default.
+        ignore_eos: ask for exactly ``max_tokens`` tokens (vLLM/SGLang's sampling
+            extension, passed through by their Responses and Messages servers).
         stream: request the typed event stream.
         extra: additional body fields.
         requested_prompt_tokens: the workload's prompt length estimate.
@@ -93,7 +96,7 @@ def build_responses_request(
     body["max_output_tokens"] = _checked_max_tokens(max_tokens)
     if previous_response_id is not None:
         body["previous_response_id"] = previous_response_id
-    _add_sampling(body, temperature, stream, extra)
+    _add_sampling(body, temperature, stream, extra, ignore_eos)
     return LLMRequest(
         endpoint="responses",
         path=path or RESPONSES_PATH,
@@ -102,6 +105,7 @@ def build_responses_request(
         stream=stream,
         prompt_text="\n".join(m["content"] for m in clean),
         requested_prompt_tokens=requested_prompt_tokens,
+        min_output_tokens=max_tokens if ignore_eos else None,
     )
 
 
@@ -111,6 +115,7 @@ def build_messages_request(
     messages: Sequence[Mapping[str, str]],
     max_tokens: int,
     temperature: float | None = None,
+    ignore_eos: bool = False,
     stream: bool = True,
     extra: Mapping[str, Any] | None = None,
     requested_prompt_tokens: int | None = None,
@@ -120,7 +125,7 @@ def build_messages_request(
     """Build an Anthropic ``/v1/messages`` request.
 
     Args:
-        model, max_tokens, temperature, stream, extra, requested_prompt_tokens: as for
+        model, max_tokens, temperature, ignore_eos, stream, extra, requested_prompt_tokens: as for
             ``build_responses_request`` (``max_tokens`` is the body's ``max_tokens``).
         messages: as for ``build_responses_request``; ``system`` messages go to
             the top-level ``system`` field (Messages has no system role).
@@ -139,7 +144,7 @@ def build_messages_request(
     if system:
         body["system"] = "\n".join(system)
     body["messages"] = turns
-    _add_sampling(body, temperature, stream, extra)
+    _add_sampling(body, temperature, stream, extra, ignore_eos)
     headers = [("anthropic-version", ANTHROPIC_VERSION)]
     if api_key:
         headers.append(("x-api-key", api_key))
@@ -152,6 +157,7 @@ def build_messages_request(
         prompt_text="\n".join(m["content"] for m in clean),
         requested_prompt_tokens=requested_prompt_tokens,
         headers=tuple(headers),
+        min_output_tokens=max_tokens if ignore_eos else None,
     )
 
 
@@ -216,12 +222,14 @@ def _checked_max_tokens(max_tokens: int) -> int:
 
 
 def _add_sampling(
-    body: dict[str, Any], temperature: float | None, stream: bool, extra: Mapping[str, Any] | None
+    body: dict[str, Any], temperature: float | None, stream: bool, extra: Mapping[str, Any] | None, ignore_eos: bool
 ) -> None:
     if temperature is not None:
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
             raise ConfigError(f"temperature must be a number >= 0 or None, got {temperature!r}")
         body["temperature"] = temperature
+    if ignore_eos:
+        body["ignore_eos"] = True
     body["stream"] = stream
     for key, value in (extra or {}).items():
         if key in _RESERVED:

@@ -87,3 +87,12 @@ def test_embeddings_body_is_a_batch_and_expects_one_vector_each():
 def test_bad_arguments_are_refused_with_a_config_error(call):
     with pytest.raises(ConfigError):
         call()
+
+
+def test_ignore_eos_asks_for_the_exact_length_and_sets_the_minimum():
+    messages = [{"role": "user", "content": "x"}]
+    for build in (build_responses_request, build_messages_request):
+        request = build(model="m", messages=messages, max_tokens=12, ignore_eos=True)
+        assert json.loads(request.body)["ignore_eos"] is True
+        assert request.min_output_tokens == 12
+        assert build(model="m", messages=messages, max_tokens=12).min_output_tokens is None
