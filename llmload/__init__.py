@@ -2,7 +2,8 @@
 
 Importing ``llmload`` has no side effects and does not import Locust (which
 monkey-patches the standard library with gevent on import). ``ChatUser``,
-``CompletionUser`` and ``hooks`` are loaded on first access.
+``CompletionUser``, ``ResponsesUser``, ``MessagesUser``, ``EmbeddingsUser`` and
+``hooks`` are loaded on first access.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from llmload.request.sse import SSEDecoder, SSEEvent
 from llmload.settings.config import RunConfig, Timeouts
 
 if TYPE_CHECKING:
+    from llmload.edge.api_users import EmbeddingsUser, MessagesUser, ResponsesUser
     from llmload.edge.users import ChatUser, CompletionUser
 
 from llmload.version import __version__ as __version__
@@ -40,16 +42,19 @@ __all__ = [
     "CompletionUser",
     "ConfigError",
     "DatasetError",
+    "EmbeddingsUser",
     "ErrorInfo",
     "HTTPStatusError",
     "ITLKind",
     "LLMLoadError",
     "LLMStats",
     "LatencyHistogram",
+    "MessagesUser",
     "Outcome",
     "RequestError",
     "RequestRecord",
     "RequestTimeout",
+    "ResponsesUser",
     "RunConfig",
     "SSEDecoder",
     "SSEEvent",
@@ -65,7 +70,13 @@ __all__ = [
     "WireFormatError",
 ]
 
-_LAZY = {"ChatUser": "llmload.edge.users", "CompletionUser": "llmload.edge.users"}
+_LAZY = {
+    "ChatUser": "llmload.edge.users",
+    "CompletionUser": "llmload.edge.users",
+    "EmbeddingsUser": "llmload.edge.api_users",
+    "MessagesUser": "llmload.edge.api_users",
+    "ResponsesUser": "llmload.edge.api_users",
+}
 
 
 def __getattr__(name: str) -> Any:

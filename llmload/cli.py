@@ -22,7 +22,7 @@ __all__ = ["main"]
 # The locustfiles shipped in the package (llmload/locustfiles/): found by path, never imported here
 # (importing one imports Locust and installs llmload's hooks).
 _LOCUSTFILES = Path(__file__).resolve().parent / "locustfiles"
-_LOCUSTFILE_NAMES = ("chat", "completions")
+_LOCUSTFILE_NAMES = ("chat", "completions", "responses", "messages", "embeddings")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         description="Examples: locust -f $(llmload locustfile chat) -H http://127.0.0.1:8000; "
         "llmload locustfile chat -o mytest.py (a starter locustfile to edit)",
     )
-    locustfile.add_argument("name", choices=_LOCUSTFILE_NAMES, help="chat (ChatUser) or completions (CompletionUser)")
+    locustfile.add_argument(
+        "name",
+        choices=_LOCUSTFILE_NAMES,
+        help="chat, completions, responses, messages or embeddings (ChatUser ... EmbeddingsUser)",
+    )
     locustfile.add_argument("-o", "--output", metavar="PATH", help="write a copy to PATH (never overwritten)")
     demo = sub.add_parser("demo", help="start llmload sim and run the main job against it")
     demo.add_argument("--chat-users", type=int, default=256, help="ChatUser users (default 256)")

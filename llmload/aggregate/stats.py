@@ -235,6 +235,7 @@ class EndpointStats:
         short_got_tokens, short_asked_tokens: completion tokens got and asked, summed over the short ones.
         degenerate_repeated_requests, degenerate_same_text_requests: failures
             for degenerate output (``llmload.request.degenerate``), per kind.
+        inputs_sum: embeddings: inputs of successful batches (one vector each).
     """
 
     requests_by_outcome: dict[Outcome, int] = counts(Outcome, wire="outcomes")
@@ -289,6 +290,7 @@ class EndpointStats:
     short_asked_tokens: int = counter()
     degenerate_repeated_requests: int = counter()
     degenerate_same_text_requests: int = counter()
+    inputs_sum: int = counter()
 
     # ── derived counts ──────────────────────────────────────────────────
     @property
@@ -476,6 +478,8 @@ class EndpointStats:
             _add_count(self.itl_kind_requests, record.itl_kind, 1)
         if record.requested_output_tokens is not None:
             self._add_short(record)
+        if record.inputs is not None:
+            self.inputs_sum += record.inputs
 
     def _add_usage_details(self, record: RequestRecord) -> None:
         """Count a success's reasoning and cached prompt tokens and its usage notes."""

@@ -206,7 +206,7 @@ def _check_endpoint_path(environment: Environment, config: RunConfig, host: str)
     """Refuse, before any load, an ``--endpoint-path`` or ``-H`` path of an API the run's user classes do not speak."""
     for cls in environment.user_classes:
         endpoint = getattr(cls, "endpoint", None)
-        if endpoint in ("chat", "completions"):
+        if endpoint in ("chat", "completions", "responses", "messages", "embeddings"):
             if host:
                 check_host_path(host, endpoint)
             if config.endpoint_path is not None:

@@ -111,11 +111,34 @@ def format_summary(results: Mapping[str, Any]) -> str:
         lines.append(_line(f"Mean {abbrev} (ms):", _num(metric["mean"], scale=1000.0)))
         for name, _ in PERCENTILES:
             lines.append(_line(f"{name.upper()} {abbrev} (ms):", _num(metric[name], scale=1000.0)))
+    lines.extend(_endpoint_lines(results.get("by_endpoint") or [], thr))
     lines.append("=" * _WIDTH)
     lines.extend(_token_warnings(tok))
     lines.extend(_usage_check_notes(tok))
     lines.extend(_short_warnings(req))
     return "\n".join(lines)
+
+
+def _endpoint_lines(entries: list[Mapping[str, Any]], thr: Mapping[str, Any]) -> list[str]:
+    """Per endpoint/model (a mixed run): successes, req/s, TTFT and E2E p50, tok/s; inputs/s for embeddings."""
+    if not entries:
+        if thr.get("inputs_per_s") is None:
+            return []
+        return [_line("Embedded inputs/s:", _num(thr["inputs_per_s"]))]
+    lines = [_section("Per endpoint")]
+    for entry in entries:
+        req, et, lat = entry["requests"], entry["throughput"], entry["latency"]
+        if et.get("inputs_per_s") is not None:
+            rate = f"{_num(et['inputs_per_s'])} inputs/s, {_num(et['input_tokens_per_s'], 0)} input tok/s"
+        else:
+            rate = (
+                f"{_num(et['output_tokens_per_s'], 1)} out tok/s, TTFT p50 {_num(lat['ttft_s']['p50'], 1, 1000.0)} ms"
+            )
+        lines.append(
+            f"{entry['endpoint']} ({entry['model']}): {req['succeeded']}/{req['total']} ok, "
+            f"{_num(et['requests_per_s'])} req/s, {rate}, E2E p50 {_num(lat['e2e_s']['p50'], 1, 1000.0)} ms"
+        )
+    return lines
 
 
 def _usage_detail_lines(tok: Mapping[str, Any], thr: Mapping[str, Any]) -> list[str]:

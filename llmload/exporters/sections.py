@@ -256,6 +256,8 @@ def _throughput(s: EndpointStats, tokens: Mapping[str, Any], duration_s: float |
             "output_tokens_per_s": None,
             "total_tokens_per_s": None,
             "streamed_output_tokens_per_s": None,
+            "input_tokens_per_s": None,
+            "inputs_per_s": None,
         }
     prompt, completion, streamed = tokens["prompt"], tokens["completion"], tokens["streamed_completion"]
     return {
@@ -265,6 +267,8 @@ def _throughput(s: EndpointStats, tokens: Mapping[str, Any], duration_s: float |
         "total_tokens_per_s": (
             (prompt + completion) / duration_s if prompt is not None and completion is not None else None
         ),
+        "input_tokens_per_s": prompt / duration_s if prompt is not None else None,
+        "inputs_per_s": s.inputs_sum / duration_s if s.inputs_sum else None,  # embeddings only
     }
 
 

@@ -1,8 +1,8 @@
 """The locustfiles shipped in the package: ``locust -f $(llmload locustfile chat)`` works from any directory.
 
-``chat.py`` and ``completions.py`` are the same three lines as the repository's
-``locustfiles/`` (a locustfile of your own is those three lines too). Importing
-this package does nothing; ``path`` finds a file without importing it (which
+``chat.py``, ``completions.py``, ``responses.py``, ``messages.py`` and ``embeddings.py``
+are the same three lines as the repository's ``locustfiles/`` (a locustfile of your own
+is those three lines too). Importing this package does nothing; ``path`` finds a file without importing it (which
 would import Locust).
 """
 
@@ -12,11 +12,11 @@ from pathlib import Path
 
 __all__ = ["NAMES", "path"]
 
-NAMES = ("chat", "completions")
+NAMES = ("chat", "completions", "responses", "messages", "embeddings")
 
 
 def path(name: str) -> Path:
-    """The installed file of locustfile ``name`` (``chat`` or ``completions``, ``.py`` optional).
+    """The installed file of locustfile ``name`` (one of ``NAMES``, ``.py`` optional).
 
     Raises:
         ValueError: not one of ``NAMES``.

@@ -76,10 +76,16 @@ from llmload.request.failures import (
 )
 from llmload.request.finish import abnormal_finish_category
 from llmload.request.payloads import LLMRequest
-from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenSource
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
 from llmload.request.seen import StreamSeen
 from llmload.request.stream import ReplyFailure, ReplyReader, new_scanner
 from llmload.request.tokens import TokenCounter, resolve_output_tokens, resolve_prompt_tokens
+from llmload.request.typed_events import (
+    TypedReplyReader,
+    parse_embeddings_body,
+    parse_messages_body,
+    parse_responses_body,
+)
 from llmload.settings.config import Timeouts
 
 __all__ = ["DRAIN_S", "FINISH_WAIT_S", "ReplyEnd", "Response", "StreamingClient", "Transport"]
@@ -123,6 +129,7 @@ class ReplyEnd(Enum):
     FINISH_WAIT = f"nothing for {FINISH_WAIT_S:g} s after the finish_reason (neither [DONE] nor an end of body)"
 
 
+_CHUNK_ENDPOINTS = frozenset({"chat", "completions"})  # replies of OpenAI completion chunks (``ReplyReader``)
 _STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 
@@ -268,9 +275,10 @@ class StreamingClient:
             record.connect_s = t_ready - t0
             t0 = t_ready  # the request's clock starts on a ready connection
             self.request_sent = True  # from here on the server may have the request
-            response = self._transport.post(
-                request.path, request.body, _STREAM_HEADERS if request.stream else _JSON_HEADERS
-            )
+            headers = _STREAM_HEADERS if request.stream else _JSON_HEADERS
+            if request.headers:
+                headers = {**headers, **dict(request.headers)}
+            response = self._transport.post(request.path, request.body, headers)
             record.headers_s = clock() - t0
             try:
                 status, ctype = response.status, response.content_type
@@ -297,9 +305,9 @@ class StreamingClient:
             return _fail(record, failure.outcome, failure.category, message, end_s, status=failure.status)
         if record.error is None:
             _check_finish(record)
-        if record.error is None:
+        if record.error is None and request.endpoint != "embeddings":  # embeddings generate nothing
             _check_empty(record)
-        if record.error is None:
+        if record.error is None and request.endpoint != "embeddings":
             _check_degenerate(record, self._pieces, request, self._same_text)
         self._pieces = []
         return record
@@ -317,7 +325,12 @@ class StreamingClient:
         clock, read, arrived = self._clock, response.read_some, self._arrived
         lags = record.read_lags_s
         deadline_s = self._total_timeout_s
-        reader = ReplyReader(self._scan_json, keep_text=True)  # pieces: for a tokenizer, the text, degenerate output
+        # pieces: for a tokenizer, the text, degenerate output
+        reader: ReplyReader | TypedReplyReader = (
+            ReplyReader(self._scan_json, keep_text=True)
+            if request.endpoint in _CHUNK_ENDPOINTS
+            else TypedReplyReader(request.endpoint, keep_text=True)
+        )
         acc, feed = reader.acc, reader.feed
         seen.acc = acc
         t = 0.0
@@ -385,6 +398,9 @@ class StreamingClient:
                     "one JSON body where an event stream was announced (Content-Type: text/event-stream, "
                     "no data: lines): a server or gateway that does not stream but labels its reply as a stream"
                 )
+            if request.endpoint not in _CHUNK_ENDPOINTS:
+                final = "response.completed" if request.endpoint == "responses" else "message_stop"
+                raise IncompleteReplyError(f"the body ended without a stop reason or {final} event")
             raise IncompleteReplyError("the body ended without a finish_reason or [DONE]")
 
     def _read_json(self, response: Response, record: RequestRecord, request: LLMRequest, t0: float) -> None:
@@ -407,7 +423,22 @@ class StreamingClient:
         if error is not None:
             raise ReplyFailure(Outcome.SERVER_ERROR, error.category, error.message, response.status)
         acc = ReplyAccumulator()
-        acc.add(parse_chunk(obj), end_s)
+        endpoint = request.endpoint
+        if endpoint == "embeddings":
+            acc.add(parse_embeddings_body(obj, request.inputs), end_s)
+            self._fill(record, acc, request, streamed=False)
+            record.completion_tokens = TokenCount(0, TokenSource.SERVER)  # embeddings generate no token
+            record.inputs = request.inputs
+            record.streamed = False
+            return
+        acc.add(
+            parse_responses_body(obj)
+            if endpoint == "responses"
+            else parse_messages_body(obj)
+            if endpoint == "messages"
+            else parse_chunk(obj),
+            end_s,
+        )
         self._fill(record, acc, request, streamed=False)
         record.streamed = False
 

@@ -29,7 +29,7 @@ __all__ = [
     "doubled_v1_hint",
 ]
 
-Endpoint = Literal["chat", "completions"]
+Endpoint = Literal["chat", "completions", "responses", "messages", "embeddings"]
 
 COMPLETIONS_PATH = "/v1/completions"
 CHAT_PATH = "/v1/chat/completions"
@@ -40,6 +40,8 @@ _OTHER_APIS = {
     "/responses": "the OpenAI Responses API",
     "/messages": "the Anthropic Messages API",
     "/embeddings": "the embeddings API",
+    "/chat/completions": "the chat/completions API",
+    "/completions": "the completions API",
     "/audio/speech": "the text-to-speech API",
     "/audio/transcriptions": "the transcription API",
     "/images/generations": "the image generation API",
@@ -48,6 +50,31 @@ _OTHER_APIS = {
 _BODY_NAMES = {
     "chat": "ChatUser posts chat/completions bodies",
     "completions": "CompletionUser posts completions bodies",
+    "responses": "ResponsesUser posts Responses API bodies",
+    "messages": "MessagesUser posts Anthropic Messages bodies",
+    "embeddings": "EmbeddingsUser posts embeddings bodies",
+}
+# The suffix of each endpoint's own API, and the user (packaged locustfile) that speaks each other API.
+_OWN_SUFFIX = {
+    "chat": "/chat/completions",
+    "completions": "/completions",
+    "responses": "/responses",
+    "messages": "/messages",
+    "embeddings": "/embeddings",
+}
+_SPEAKERS = {
+    "/responses": "ResponsesUser (locust -f $(llmload locustfile responses))",
+    "/messages": "MessagesUser (locust -f $(llmload locustfile messages))",
+    "/embeddings": "EmbeddingsUser (locust -f $(llmload locustfile embeddings))",
+    "/chat/completions": "ChatUser (locust -f $(llmload locustfile chat))",
+    "/completions": "CompletionUser (locust -f $(llmload locustfile completions))",
+}
+_OWN_PATHS = {
+    "chat": CHAT_PATH,
+    "completions": COMPLETIONS_PATH,
+    "responses": "/v1/responses",
+    "messages": "/v1/messages",
+    "embeddings": "/v1/embeddings",
 }
 
 # Keys the builders own; `extra` may not override them.
@@ -72,6 +99,10 @@ class LLMRequest:
         min_output_tokens: the reply length the body asks for as a minimum:
             ``max_tokens`` with ``ignore_eos``, else an integer ``min_tokens``
             extra field (vLLM, SGLang); None when the server may stop when it likes.
+        headers: headers this API needs besides the run's (Anthropic's
+            ``anthropic-version``, ``x-api-key``), as (name, value) pairs.
+        inputs: embeddings: the number of inputs in the batch (the reply
+            must carry as many vectors); None for generation APIs.
     """
 
     endpoint: Endpoint
@@ -82,6 +113,8 @@ class LLMRequest:
     prompt_text: str
     requested_prompt_tokens: int | None = None
     min_output_tokens: int | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    inputs: int | None = None
 
 
 def build_completion_request(
@@ -283,7 +316,7 @@ def check_host_path(host: str, endpoint: Endpoint) -> None:
     parts = urlsplit(host)
     path = parts.path.rstrip("/")
     if path:
-        own = CHAT_PATH if endpoint == "chat" else COMPLETIONS_PATH
+        own = _OWN_PATHS[endpoint]
         root = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"  # never a user:password
         fix = f"Pass the server's root, -H {root} (llmload adds {own})"
         _refuse_other_api(path, endpoint, f"-H {root}{parts.path} ends in {path}, which", fix)
@@ -309,15 +342,23 @@ def check_endpoint_path(path: str, endpoint: Endpoint) -> None:
 
 def _refuse_other_api(path: str, endpoint: Endpoint, what: str, fix: str | None = None) -> None:
     bare = path.partition("?")[0].rstrip("/").lower()
+    own = _OWN_SUFFIX[endpoint]
+    if bare.endswith(own) and not (endpoint == "completions" and bare.endswith("/chat/completions")):
+        return
     for suffix, api in _OTHER_APIS.items():
+        if suffix in ("/chat/completions", "/completions") and endpoint in ("chat", "completions"):
+            continue  # chat and completions users accept each other's paths (gateways route either way)
         if bare.endswith(suffix):
             if fix is None:
                 fix = (
-                    f"Pass the path of the server's {'chat/completions' if endpoint == 'chat' else 'completions'} "
-                    "endpoint, e.g. --endpoint-path /openai/deployments/m/chat/completions"
+                    f"Pass the path of the server's {own.strip('/')} endpoint, "
+                    "e.g. --endpoint-path /openai/deployments/m/chat/completions"
+                    if endpoint == "chat"
+                    else f"Pass the path of the server's {own.strip('/')} endpoint"
                 )
+            speaker = _SPEAKERS.get(suffix)
+            other = f"; to load {api}, run {speaker}" if speaker else ""
             raise ConfigError(
-                f"{what} is {api}, but llmload's {_BODY_NAMES[endpoint]} "
-                "(messages or prompt, max_tokens, SSE chunks with choices); posting them there would fail or be "
-                f"misread. {fix}"
+                f"{what} is {api}, but llmload's {_BODY_NAMES[endpoint]}; posting them there would fail "
+                f"or be misread. {fix}{other}"
             )

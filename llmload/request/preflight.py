@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from llmload.errors import ConfigError, RequestError, WrongProtocolError
+from llmload.request.api_bodies import API_NAMES
 from llmload.request.client import FINISH_WAIT_S, ReplyEnd, StreamingClient, Transport
 from llmload.request.error_pages import describe_error_page, summarize_body
 from llmload.request.payloads import LLMRequest, doubled_v1_hint
@@ -208,6 +209,16 @@ def probe(
         if not record.ok:
             error = record.error
             reason = f"{error.category}: {error.message}" if error else record.outcome.value
+            api = API_NAMES.get(request.endpoint)
+            if api is not None and error is not None and error.status in (404, 405):
+                raise ConfigError(
+                    f"the server does not serve {api}: the probe request for {name} "
+                    f"(POST {urlsplit(host).path.rstrip('/')}{request.path}) answered HTTP {error.status} "
+                    f"({error.message.strip().rstrip('.')[:200]}). Use a server or gateway that serves it, pass "
+                    "--endpoint-path if it lives elsewhere, or load the chat API with ChatUser"
+                )
+            if api is not None and error is not None and error.status in (400, 422):
+                reason = f"the server rejects the body llmload sends for {api}: {reason}"
             hint = doubled_v1_hint(host, request.path)
             fix = f"{hint[:1].upper()}{hint[1:]}; or fix" if hint else "Fix"
             raise ConfigError(

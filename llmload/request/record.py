@@ -190,6 +190,8 @@ class RequestRecord:
             an empty reply's message names it. None if none.
         usage_without_completion: the reply's ``usage`` had no completion
             count (``total_tokens`` alone, say), so its count came from elsewhere.
+        inputs: embeddings: the inputs of the batch, each answered with a
+            vector; None for generation APIs.
     """
 
     endpoint: str
@@ -221,6 +223,7 @@ class RequestRecord:
     requested_output_tokens: int | None = None
     skipped_part: str | None = None
     usage_without_completion: bool = False
+    inputs: int | None = None
 
     # ── derived metrics ──────────────────────────────────────────────────
     @property

@@ -126,6 +126,7 @@ class RunConfig:
         output_from_dataset: take max_tokens from the dataset (``--output-tokens dataset``).
         prefix_tokens: common prefix length in tokens, 0 = none.
         turns: conversation length per user, 1 = single-turn.
+        batch_size: inputs per embeddings request (EmbeddingsUser).
         seed: seed of the workload.
         allow_download: permit hub downloads of ``tokenizer``.
         slo: goodput objectives, or None.
@@ -173,6 +174,7 @@ class RunConfig:
     output_from_dataset: bool = False
     prefix_tokens: int = default("--prefix-tokens")
     turns: int = default("--turns")
+    batch_size: int = default("--batch-size")
     seed: int = default("--seed")
     allow_download: bool = False
     slo: SLO | None = None

@@ -288,6 +288,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
         label="Turns per conversation",
     ),
     OptionSpec(
+        "--batch-size",
+        "EmbeddingsUser: inputs per /v1/embeddings request (the next B prompts of the workload); "
+        "the reply must carry B vectors.",
+        _DETAILS,
+        1,
+        _at_least(1, "16"),
+        metavar="B",
+        label="Embeddings batch size",
+    ),
+    OptionSpec(
         "--seed",
         "Seed of prompt order, synthetic text and lengths (integer).",
         _DETAILS,

@@ -21,6 +21,15 @@ from typing import Any
 import gevent
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from llmload.sim.api_replies import (
+    API_ENDPOINTS,
+    MessagesStreamEncoder,
+    ResponsesStreamEncoder,
+    encode_api_whole_reply,
+    encode_embeddings,
+    failure_event,
+    parse_api_request,
+)
 from llmload.sim.config import SimConfig
 from llmload.sim.engine import Engine, Sequence
 from llmload.sim.faults import (
@@ -132,7 +141,7 @@ class SimApp:
         reply = ErrorReply(
             404,
             "NotFoundError",
-            f"no route {method} {path}; serving /v1/models, /v1/completions, /v1/chat/completions, /health, /metrics",
+            f"no route {method} {path}; serving /v1/models, {', '.join(e.value for e in Endpoint)}, /health, /metrics",
         )
         return self._error(start_response, "other", reply)
 
@@ -148,9 +157,17 @@ class SimApp:
             reply = ErrorReply(413, "BadRequestError", f"request body of {length} bytes exceeds {MAX_BODY_BYTES}")
             return self._error(start_response, endpoint.value, reply)
         raw = environ["wsgi.input"].read(MAX_BODY_BYTES + 1)
-        parsed = parse_generation_request(endpoint, raw, self._config.model, self._config.max_model_len)
-        if isinstance(parsed, ErrorReply):
-            return self._error(start_response, endpoint.value, parsed)
+        inputs = 1
+        if endpoint in API_ENDPOINTS:
+            api = parse_api_request(endpoint, raw, self._config.model, self._config.max_model_len)
+            if isinstance(api, ErrorReply):
+                return self._error(start_response, endpoint.value, api)
+            parsed, inputs = api
+        else:
+            generation = parse_generation_request(endpoint, raw, self._config.model, self._config.max_model_len)
+            if isinstance(generation, ErrorReply):
+                return self._error(start_response, endpoint.value, generation)
+            parsed = generation
         self._accepted += 1
         cfg = self._config
         faulting = received_s - self._started_s >= cfg.faults.faults_after_s
@@ -159,6 +176,8 @@ class SimApp:
         if fault.failure in IMMEDIATE_FAULTS:
             m.faults[fault.failure].inc()
             return self._immediate_fault(start_response, fault.failure)
+        if endpoint is Endpoint.EMBEDDINGS:
+            return self._embed(start_response, parsed, inputs, received_s)
         plan = plan_reply(parsed, cfg.seed, self._accepted, cfg.output_len_mean)
         reply_fault = (
             plan_reply_fault(cfg.faults, cfg.seed, self._accepted) if faulting and fault.failure is None else None
@@ -166,7 +185,8 @@ class SimApp:
         plan = apply_reply_fault(plan, reply_fault, cfg.faults, cfg.seed, parsed.max_tokens)
         prefix = "chatcmpl" if endpoint is Endpoint.CHAT else "cmpl"
         request_id = f"{prefix}-sim{cfg.seed}-{self._accepted}"
-        shape = plan_shapes(cfg.shapes, cfg.seed, self._accepted, parsed)  # reply shapes
+        # reply shapes (chat and completions only)
+        shape = NO_SHAPE if endpoint in API_ENDPOINTS else plan_shapes(cfg.shapes, cfg.seed, self._accepted, parsed)
         streamed = parsed.stream and not shape.no_stream
         seq = Sequence(parsed.prompt_tokens, shape.hidden_tokens + len(plan.words), wake_per_token=streamed)
         if cfg.queue_delay_ms > 0:
@@ -174,8 +194,12 @@ class SimApp:
         if fault.stall_s:
             m.faults[FaultKind.STALL].inc()
         if streamed:
-            encoder: StreamEncoder | ShapedStreamEncoder
-            if shape.shapes_stream:
+            encoder: StreamEncoder | ShapedStreamEncoder | ResponsesStreamEncoder | MessagesStreamEncoder
+            if endpoint is Endpoint.RESPONSES:
+                encoder = ResponsesStreamEncoder(parsed, request_id, int(self._wall_clock()), cfg.model)
+            elif endpoint is Endpoint.MESSAGES:
+                encoder = MessagesStreamEncoder(parsed, request_id, int(self._wall_clock()), cfg.model)
+            elif shape.shapes_stream:
                 encoder = ShapedStreamEncoder(parsed, shape, request_id, int(self._wall_clock()), cfg.model)
             else:
                 encoder = StreamEncoder(parsed, request_id, int(self._wall_clock()), cfg.model)
@@ -228,7 +252,7 @@ class SimApp:
         request: GenerationRequest,
         plan: ReplyPlan,
         seq: Sequence,
-        encoder: StreamEncoder | ShapedStreamEncoder,
+        encoder: StreamEncoder | ShapedStreamEncoder | ResponsesStreamEncoder | MessagesStreamEncoder,
         received_s: float,
         fault: FaultPlan,
         reply_fault: FaultKind | None = None,
@@ -250,7 +274,7 @@ class SimApp:
                 gevent.sleep(fault.stall_s)
             engine.submit(seq)
             out: list[bytes] = []
-            if request.endpoint is Endpoint.CHAT:
+            if request.endpoint is not Endpoint.COMPLETIONS:  # chat's role chunk, the typed APIs' opening events
                 out.append(encoder.role_chunk())
             while True:
                 need = hidden + written + group - 1  # reply shapes: hidden tokens are never written
@@ -260,7 +284,9 @@ class SimApp:
                 generated = visible if cut is None else min(visible, cut)
                 encoder.add_tokens(words, written, generated, out)
                 if generated == cut:
-                    if fault.failure is FaultKind.MIDSTREAM_ERROR:
+                    if fault.failure is FaultKind.MIDSTREAM_ERROR and request.endpoint in API_ENDPOINTS:
+                        out.append(failure_event(request.endpoint))  # the API's own failure event
+                    elif fault.failure is FaultKind.MIDSTREAM_ERROR:
                         out.append(_midstream_error_event(self._config.faults.fail_shape))
                 elif seq.done:
                     encoder.add_end(plan.finish_reason, generated, out)
@@ -313,7 +339,9 @@ class SimApp:
                 gevent.sleep(fault.stall_s)
             self._engine.submit(seq)
             self._engine.wait_for_tokens(seq, seq.target_tokens - 1)
-            if shape is NO_SHAPE:
+            if request.endpoint in API_ENDPOINTS:
+                body = encode_api_whole_reply(request, plan, request_id, created, model)
+            elif shape is NO_SHAPE:
                 body = encode_whole_reply(request, plan, request_id, created, model)
             else:  # reply shapes
                 body = encode_shaped_whole_reply(
@@ -336,6 +364,29 @@ class SimApp:
                 self._metrics.endpoints[request.endpoint].aborted.inc()
         if fault.failure is FaultKind.DROP:
             raise _ConnectionDroppedError
+        return []
+
+    def _embed(
+        self, start_response: StartResponse, request: GenerationRequest, inputs: int, received_s: float
+    ) -> Iterable[bytes]:
+        """Answer an embeddings batch after its prefill and one engine step (no completion tokens)."""
+        seq = Sequence(request.prompt_tokens, 1, wake_per_token=False)
+        completed = False
+        try:
+            if self._config.queue_delay_ms > 0:
+                gevent.sleep(self._config.queue_delay_ms / 1000.0)
+            self._engine.submit(seq)
+            self._engine.wait_for_tokens(seq, 0)
+            body = encode_embeddings(inputs, request.prompt_tokens, self._config.model, self._config.seed)
+            write = start_response("200 OK", [_JSON, ("Content-Length", str(len(body)))])
+            write(body)
+            completed = True
+        finally:
+            if completed:
+                self._count_completed(request, 0, received_s, "stop", None)
+            else:
+                self._engine.abort(seq)
+                self._metrics.endpoints[request.endpoint].aborted.inc()
         return []
 
     def _count_reply(

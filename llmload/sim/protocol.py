@@ -55,10 +55,16 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
 
 class Endpoint(Enum):
-    """The two generation endpoints; the value is the URL path and the metrics label."""
+    """The served APIs; the value is the URL path and the metrics label.
+
+    Responses, Messages and embeddings bodies are read by ``llmload.sim.api_replies``.
+    """
 
     COMPLETIONS = "/v1/completions"
     CHAT = "/v1/chat/completions"
+    RESPONSES = "/v1/responses"
+    MESSAGES = "/v1/messages"
+    EMBEDDINGS = "/v1/embeddings"
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ Request bodies must carry ``Content-Length`` (every llmload transport sends one)
     stats = stats_of(ok_record((0.1, 0.12, 0.14), end_s=0.15), failed_record("HTTP 404", status=404))
 """
 
-from llmload.testing.notation import CF, ROLE, TF, TU, C, T, U, W, Write, sse
+from llmload.testing.notation import CF, ROLE, TF, TU, C, T, U, W, Write, sse, typed
 from llmload.testing.records import T0_UNIX, failed_record, ok_record, spaced_s, stats_of
 from llmload.testing.server import Ending, Framing, ReceivedRequest, Reply, ScriptedServer, SendLog, json_reply
 
@@ -46,4 +46,5 @@ __all__ = [
     "spaced_s",
     "sse",
     "stats_of",
+    "typed",
 ]

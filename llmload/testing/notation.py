@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CF", "ROLE", "TF", "TU", "C", "T", "U", "W", "Write", "sse"]
+__all__ = ["CF", "ROLE", "TF", "TU", "C", "T", "U", "W", "Write", "sse", "typed"]
 
 
 def _dumps(obj: Any) -> str:
@@ -63,6 +63,12 @@ ROLE = C({"role": "assistant", "content": ""})
 def sse(*payloads: str) -> bytes:
     """``data: P\\n\\n`` for each payload, UTF-8 encoded, in one byte string."""
     return b"".join(b"data: " + p.encode() + b"\n\n" for p in payloads)
+
+
+def typed(name: str, obj: Mapping[str, Any] | None = None) -> bytes:
+    """One named event (Responses API, Anthropic Messages): ``event: NAME`` + ``data:`` the object with its ``type``."""
+    data = {"type": name, **(obj or {})}
+    return b"event: " + name.encode() + b"\ndata: " + _dumps(data).encode() + b"\n\n"
 
 
 @dataclass(frozen=True, slots=True)

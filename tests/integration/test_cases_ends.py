@@ -501,14 +501,14 @@ def test_nc29_http2_frames_fail_a_request_with_their_name(gevent_ready):
 
 # ── NC-28 (refusal half): a chat or completions body for another API's path ──
 @pytest.mark.parametrize(
-    ("locustfile", "path", "api"),
+    ("locustfile", "path", "api", "speaker", "speaker_file"),
     [
-        ("chat", "/v1/responses", "the OpenAI Responses API"),
-        ("chat", "/v1/messages", "the Anthropic Messages API"),
-        ("completions", "/api/v1/embeddings?x=1", "the embeddings API"),
+        ("chat", "/v1/responses", "the OpenAI Responses API", "ResponsesUser", "responses"),
+        ("chat", "/v1/messages", "the Anthropic Messages API", "MessagesUser", "messages"),
+        ("completions", "/api/v1/embeddings?x=1", "the embeddings API", "EmbeddingsUser", "embeddings"),
     ],
 )
-def test_nc28_endpoint_path_of_another_api_is_refused_before_load(locustfile, path, api):
+def test_nc28_endpoint_path_of_another_api_is_refused_before_load(locustfile, path, api, speaker, speaker_file):
     with ScriptedServer(_route(Reply(writes=[W(1, sse(ROLE, C({"content": "Hi"}), CF("stop"), "[DONE]"))]))) as srv:
         proc = run_locust(
             [
@@ -522,6 +522,7 @@ def test_nc28_endpoint_path_of_another_api_is_refused_before_load(locustfile, pa
     assert f"--endpoint-path {path} is {api}" in proc.stderr
     user = "ChatUser posts chat/completions" if locustfile == "chat" else "CompletionUser posts completions"
     assert user in proc.stderr
+    assert f"to load {api}, run {speaker} (locust -f $(llmload locustfile {speaker_file}))" in proc.stderr
     assert requests == []  # refused before anything was sent
 
 

@@ -141,6 +141,32 @@ def test_nc28_check_endpoint_path_refuses_other_apis(path, api):
         check_endpoint_path(path, "chat")
 
 
+def test_nc28_refusal_points_at_the_user_that_speaks_the_api():
+    with pytest.raises(ConfigError) as refused:
+        check_endpoint_path("/v1/responses", "chat")
+    assert "run ResponsesUser (locust -f $(llmload locustfile responses))" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "path", "accepted"),
+    [
+        ("responses", "/v1/responses", True),
+        ("responses", "/gw/openai/v1/responses?x=1", True),
+        ("responses", "/v1/chat/completions", False),
+        ("messages", "/v1/messages", True),
+        ("messages", "/v1/responses", False),
+        ("embeddings", "/v1/embeddings", True),
+        ("embeddings", "/v1/completions", False),
+    ],
+)
+def test_check_endpoint_path_of_the_other_apis_users(endpoint, path, accepted):
+    if accepted:
+        check_endpoint_path(path, endpoint)
+        return
+    with pytest.raises(ConfigError, match="to load the"):
+        check_endpoint_path(path, endpoint)
+
+
 @pytest.mark.parametrize(
     "path", ["/openai/deployments/m/chat/completions?api-version=2024-06-01", "/v1/completions", "/generate"]
 )

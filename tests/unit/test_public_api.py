@@ -9,7 +9,7 @@ import llmload
 def test_public_api_all_is_sorted_and_resolvable():
     assert llmload.__all__ == sorted(llmload.__all__)
     # ChatUser/CompletionUser import Locust, which monkey-patches; checked in a subprocess below.
-    for name in set(llmload.__all__) - {"ChatUser", "CompletionUser"}:
+    for name in set(llmload.__all__) - set(llmload._LAZY):
         assert getattr(llmload, name).__module__.startswith("llmload."), name
 
 
@@ -20,6 +20,9 @@ def test_public_api_import_does_not_import_locust_or_gevent():
 
 
 def test_public_api_exposes_locust_users_lazily():
-    code = "import llmload; print(llmload.ChatUser.__name__, llmload.CompletionUser.endpoint)"
+    code = (
+        "import llmload; print(llmload.ChatUser.__name__, llmload.CompletionUser.endpoint, "
+        "llmload.ResponsesUser.endpoint, llmload.MessagesUser.endpoint, llmload.EmbeddingsUser.endpoint)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert out.stdout.split() == ["ChatUser", "completions"]
+    assert out.stdout.split() == ["ChatUser", "completions", "responses", "messages", "embeddings"]

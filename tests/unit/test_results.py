@@ -164,6 +164,8 @@ def test_report_empty_run_is_all_unknown_not_zero() -> None:
         "output_tokens_per_s": None,
         "total_tokens_per_s": None,
         "streamed_output_tokens_per_s": None,
+        "input_tokens_per_s": None,
+        "inputs_per_s": None,
     }
     assert results["tokens"]["prompt"] is None
     assert results["tokens"]["completion"] is None

@@ -1,0 +1,8 @@
+"""Embeddings clients: `locust -f locustfiles/embeddings.py -H http://HOST:PORT` (see README)."""
+
+from llmload.edge import hooks
+from llmload.edge.api_users import EmbeddingsUser
+
+hooks.install()
+
+__all__ = ["EmbeddingsUser"]

@@ -1,0 +1,196 @@
+"""The Responses, Messages and embeddings users against `llmload sim`: totals equal the simulator's counters.
+
+Real `locust` processes on loopback (`--processes 2`), bounded by `--num-requests`, `-t` and a
+subprocess timeout. The preflight sends one probe per user class (max_tokens 2), which the
+simulator counts too.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmload.request.api_bodies import build_messages_request, build_responses_request
+from llmload.request.record import Outcome
+from llmload.settings.config import Timeouts
+from tests.integration.procs import free_port, locust_argv, run_locust, web_ui_stop
+from tests.integration.test_sim import REPO_ROOT, metric_sum, metrics, start_sim, stop_sim
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+_PATHS = {
+    "chat": "/v1/chat/completions",
+    "responses": "/v1/responses",
+    "messages": "/v1/messages",
+    "embeddings": "/v1/embeddings",
+}
+
+
+@pytest.fixture
+def sim_url():
+    url, proc = start_sim("--decode-step-ms", "5", "--output-len-mean", "20")
+    yield url
+    stop_sim(proc)
+
+
+def _truth(url: str, endpoint: str) -> dict[str, float]:
+    samples = metrics(url)
+    label = (("endpoint", _PATHS[endpoint]),)
+    return {
+        name: samples[(f"llmload_sim_{name}_total", label)]
+        for name in ("requests_completed", "requests_aborted", "prompt_tokens", "completion_tokens")
+    }
+
+
+def _run(locustfile: str, url: str, out: Path, n: int, *extra: str) -> dict[str, Any]:
+    proc = run_locust(
+        [
+            "-f", f"locustfiles/{locustfile}.py", "--headless", "--only-summary", "-H", url, "--processes", "2",
+            "-u", "16", "-r", "16", "--num-requests", str(n), "-t", "90s", "--max-tokens", "24",
+            "--results-json", str(out), *extra,
+        ],
+        timeout_s=150,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results: dict[str, Any] = json.loads(out.read_text())
+    results["_stdout"] = proc.stdout
+    return results
+
+
+def _check_against_sim(section: dict[str, Any], truth: dict[str, float], endpoint: str) -> None:
+    """One endpoint's figures against the simulator's: every success counted once, plus the probe."""
+    done = section["requests"]["succeeded"]
+    assert section["requests"]["failed"] == 0
+    assert truth["requests_completed"] == done + 1  # the preflight probe
+    assert truth["requests_aborted"] == 0
+    assert section["tokens"]["prompt_source"] == "server"
+    assert section["tokens"]["prompt"] * (done + 1) == truth["prompt_tokens"] * done  # a fixed prompt
+    if endpoint == "embeddings":
+        assert section["tokens"]["completion"] == 0
+        assert truth["completion_tokens"] == 0
+        assert section["latency"]["ttft_s"]["count"] == 0
+        assert section["throughput"]["inputs_per_s"] > 0
+    else:
+        assert section["tokens"]["completion_source"] == "server"
+        assert 1 <= truth["completion_tokens"] - section["tokens"]["completion"] <= 2  # the probe's tokens
+        assert section["latency"]["ttft_s"]["count"] == done
+        assert section["latency"]["ttft_s"]["p50"] > 0.005  # at least one decode step (5 ms)
+    assert section["latency"]["e2e_s"]["count"] == done
+
+
+@pytest.mark.parametrize("endpoint", ["responses", "messages", "embeddings"])
+def test_api_user_totals_equal_sim_with_two_processes(sim_url, tmp_path, endpoint):
+    extra = ("--batch-size", "3") if endpoint == "embeddings" else ()
+    results = _run(endpoint, sim_url, tmp_path / "r.json", 60, *extra)
+    assert results["requests"]["total"] == 60
+    assert results["run"]["workers"] == 2
+    _check_against_sim(results, _truth(sim_url, endpoint), endpoint)
+    if endpoint == "embeddings":
+        duration_s = results["duration_s"]
+        assert results["throughput"]["inputs_per_s"] == pytest.approx(180 / duration_s)
+        assert "Embedded inputs/s:" in results["_stdout"]
+    assert [row["endpoint"] for row in results["timeseries"] if row["endpoint"]] != []
+
+
+def test_mixed_locustfile_per_endpoint_figures_sum_to_totals(sim_url, tmp_path):
+    results = _run("mixed", sim_url, tmp_path / "r.json", 150)
+    entries = {entry["endpoint"]: entry for entry in results["by_endpoint"]}
+    assert set(entries) == {"chat", "responses", "embeddings"}
+    for key in ("total", "succeeded", "failed"):
+        assert sum(e["requests"][key] for e in entries.values()) == results["requests"][key]
+    for key in ("prompt", "completion"):
+        assert sum(e["tokens"][key] for e in entries.values()) == results["tokens"][key]
+    assert results["requests"]["total"] == 150
+    for endpoint, entry in entries.items():
+        _check_against_sim(entry, _truth(sim_url, endpoint), endpoint)
+    assert sorted(results["run"]["user_classes"]) == ["Chat", "Embeddings", "Responses"]  # weights 3:1:1 of 16 users
+    rows = {row["endpoint"] for row in results["timeseries"]}
+    assert {"chat", "responses", "embeddings", None} <= rows
+    assert "--- Per endpoint ---" in results["_stdout"]
+    assert "responses (llmload-sim):" in results["_stdout"]
+
+
+# ── the simulator's own failure events, read by the client ─────────────────
+def _client_run(url: str, request):
+    from llmload.net.transport import GeventHTTPTransport
+    from llmload.request.client import StreamingClient
+
+    transport = GeventHTTPTransport(url, headers={}, timeouts=Timeouts(connect_s=5, idle_s=10, total_s=30))
+    try:
+        return StreamingClient(transport).run(request)
+    finally:
+        transport.close()
+
+
+@pytest.mark.parametrize(
+    ("flag", "api", "category"),
+    [
+        ("--midstream-error-rate", "responses", "response.failed code server_error"),
+        ("--abort-rate", "responses", "finish_reason incomplete:abort"),
+        ("--midstream-error-rate", "messages", "api_error"),
+        ("--abort-rate", "messages", "finish_reason abort"),
+    ],
+)
+def test_sim_fault_flags_end_streams_with_the_apis_own_failure_events(gevent_ready, flag, api, category):
+    url, proc = start_sim(flag, "1", "--decode-step-ms", "2", "--output-len-mean", "20")
+    try:
+        messages = [{"role": "user", "content": "hi"}]
+        build = build_responses_request if api == "responses" else build_messages_request
+        record = _client_run(url, build(model="llmload-sim", messages=messages, max_tokens=16))
+    finally:
+        stop_sim(proc)
+    assert record.outcome is Outcome.SERVER_ERROR
+    assert record.error is not None
+    assert record.error.category == category
+
+
+# ── the web UI: a mixed run started and stopped there, every request counted per endpoint ──
+def test_mixed_locustfile_in_the_web_ui_counts_every_request_per_endpoint(tmp_path):
+    url, sim = start_sim("--decode-step-ms", "10", "--output-len-mean", "20")
+    out = tmp_path / "r.json"
+    port = free_port()
+    args = [
+        "-f", "locustfiles/mixed.py", "-H", url, "--web-host", "127.0.0.1", "--web-port", str(port),
+        "--autostart", "-u", "10", "-r", "10", "--max-tokens", "24", "--skip-preflight", "--results-json", str(out),
+    ]  # fmt: skip
+    proc = subprocess.Popen(locust_argv(args), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while metric_sum(metrics(url), "llmload_sim_requests_completed_total") < 40:
+            assert time.monotonic() < deadline, "no load within 60 s"
+            time.sleep(0.2)
+        web_ui_stop(port, out)
+        for _ in range(100):  # until the simulator noticed every client that went away
+            samples = metrics(url)
+            if (
+                metric_sum(samples, "llmload_sim_requests_running")
+                + metric_sum(samples, "llmload_sim_requests_waiting")
+                == 0
+            ):
+                break
+            time.sleep(0.1)
+        truth = {e: _truth(url, e) for e in ("chat", "responses", "embeddings")}
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        stop_sim(sim)
+    assert "Traceback" not in stderr
+    results = json.loads(out.read_text())
+    entries = {entry["endpoint"]: entry for entry in results["by_endpoint"]}
+    assert set(entries) == {"chat", "responses", "embeddings"}
+    for endpoint, entry in entries.items():
+        req = entry["requests"]
+        received = truth[endpoint]["requests_completed"] + truth[endpoint]["requests_aborted"]
+        assert req["succeeded"] + req["failed"] + req["cancelled"] == received, endpoint
+        assert req["failed"] == 0
+        assert req["succeeded"] >= 1
+    assert sum(e["requests"]["succeeded"] for e in entries.values()) == results["requests"]["succeeded"]
