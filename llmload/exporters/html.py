@@ -31,6 +31,7 @@ from typing import Any
 
 import jinja2
 
+from llmload.exporters.chart_rows import RATE_COLUMNS, interval_of, mark_partial
 from llmload.exporters.console import summary_lines
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "SERVER_CHARTS",
     "CompareRow",
     "ReportError",
+    "chart_rows",
     "compare_rows",
     "latency_cdf_points",
     "load_results",
@@ -178,6 +180,15 @@ def _total_rows(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return sorted(total, key=lambda row: _number(row.get("t")) or 0.0)
 
 
+def chart_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The total rows the time-series charts draw, each marked ``partial`` (``llmload.exporters.chart_rows``).
+
+    A partial row (the last interval, cut at the stop) is left out of the rate charts (``RATE_COLUMNS``).
+    """
+    rows = _total_rows(document)
+    return mark_partial(rows, interval_of(document, rows))
+
+
 def server_charts(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The ``SERVER_CHARTS`` that some document's total rows have server values for, ready for the template."""
     rows = [row for doc in documents for row in _total_rows(doc)]
@@ -294,11 +305,12 @@ def render_report(documents: Sequence[Mapping[str, Any]], names: Sequence[str] |
                 "warnings": _warnings(doc),
             }
         )
-    chart_data = {
+    chart_data: dict[str, Any] = {
         "runs": [
-            {"label": run["label"], "cdf": latency_cdf_points(run["doc"]), "timeseries": _total_rows(run["doc"])}
+            {"label": run["label"], "cdf": latency_cdf_points(run["doc"]), "timeseries": chart_rows(run["doc"])}
             for run in runs
-        ]
+        ],
+        "rate_columns": list(RATE_COLUMNS),
     }
     template = _environment().get_template("report.html.j2")
     return template.render(

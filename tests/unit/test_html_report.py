@@ -188,7 +188,7 @@ def test_html_report_draws_time_series_and_server_metrics_when_present():
     text = render_report([document])
     page = _Page(text)
     series = [attrs for attrs in page.with_attr("data-chart") if attrs["data-chart"] == "timeseries"]
-    assert len(series) == 7 + 3  # the client's, then the server's: tok/s, running/waiting, KV cache
+    assert len(series) == 8 + 3  # the client's, then the server's: tok/s, running/waiting, KV cache
     rows = _chart_data(page)["runs"][0]["timeseries"]
     assert [row["t"] for row in rows] == [0.0, 10.0, 20.0]  # the run total only, per-endpoint rows left out
     assert all(row["endpoint"] is None for row in rows)
@@ -434,7 +434,7 @@ def test_html_report_charts_render_in_headless_chromium(tmp_path, compare):
     body = next(attrs for tag, attrs in page.tags if tag == "body")
     canvases = page.with_attr("data-chart")
     assert body.get("data-chart-errors") == ""
-    assert body.get("data-charts-rendered") == str(len(canvases)) == "14"
+    assert body.get("data-charts-rendered") == str(len(canvases)) == "15"
     for canvas in canvases:
         assert canvas.get("data-rendered") == "1", canvas["id"]
         assert int(canvas.get("data-painted-pixels") or 0) > 2000, canvas["id"]  # axes, labels and lines drawn

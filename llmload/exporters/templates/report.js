@@ -31,11 +31,24 @@
     });
   }
 
+  function isRate(field) { return data.rate_columns.indexOf(field) >= 0; }
+
+  // The intervals a rate chart leaves out: the last one of a run when the stop cut it short (row.partial).
+  function leftOut(fields) {
+    if (!fields.some(isRate)) { return []; }
+    var out = [];
+    data.runs.forEach(function (run) {
+      (run.timeseries || []).forEach(function (row) { if (row.partial) { out.push(row); } });
+    });
+    return out;
+  }
+
   function seriesDatasets(fields, scale, labels) {
     var sets = [];
     data.runs.forEach(function (run, r) {
       fields.forEach(function (field, f) {
-        var points = (run.timeseries || []).map(function (row) {
+        var rows = (run.timeseries || []).filter(function (row) { return !(row.partial && isRate(field)); });
+        var points = rows.map(function (row) {
           var v = row[field];
           return { x: row.t, y: (v === null || v === undefined) ? null : v * scale };
         });
@@ -57,7 +70,7 @@
 
   function draw(canvas) {
     var kind = canvas.dataset.chart;
-    var datasets, xTitle, yTitle;
+    var datasets, xTitle, yTitle, title = canvas.dataset.title;
     if (kind === "cdf") {
       datasets = cdfDatasets(canvas.dataset.metric);
       xTitle = canvas.dataset.title;
@@ -70,6 +83,12 @@
       );
       xTitle = "seconds since the run's start";
       yTitle = canvas.dataset.title;
+      var cut = leftOut(canvas.dataset.fields.split(","));
+      if (cut.length) {
+        canvas.dataset.leftOut = String(cut.length);
+        title += " (last interval, " + cut.map(function (row) { return row.interval_s.toFixed(2); }).join(" / ") +
+          " s, cut at the stop: left out)";
+      }
     }
     var empty = datasets.every(function (d) { return d.data.length === 0; });
     new Chart(canvas, {
@@ -80,7 +99,7 @@
         responsive: true,
         maintainAspectRatio: false,
         plugins: {
-          title: { display: true, text: canvas.dataset.title + (empty ? ": no sample" : "") },
+          title: { display: true, text: title + (empty ? ": no sample" : "") },
           legend: { display: true, position: "bottom" }
         },
         scales: {

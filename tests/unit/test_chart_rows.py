@@ -1,0 +1,158 @@
+"""What the report's and the web UI's charts draw (issue 24): partial intervals, warnings, limits, links, fields."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmload.aggregate.histogram import LatencyHistogram
+from llmload.errors import InvalidOptionsError
+from llmload.exporters.chart_rows import client_warnings, interval_of, is_partial, mark_partial, results_warnings
+from llmload.exporters.html import chart_rows, render_report, write_html_report
+from llmload.exporters.web_charts import field_messages, form_fields, series_payload, threshold_lines
+from llmload.exporters.web_tables import reachable_url
+from llmload.settings.config import RunConfig
+from llmload.settings.options import GROUPS, OPTIONS
+from llmload.settings.thresholds import parse_threshold
+from tests.unit.test_html_report import CHROMIUM, _chart_data, _Page, dump_dom, with_timeseries_and_server
+from tests.unit.test_readme_schema import closed_loop
+
+
+def _cut_run() -> dict[str, Any]:
+    """A run whose last interval, cut at the stop, holds 3 requests in 0.076 s (39.5 req/s beside 17)."""
+    doc = with_timeseries_and_server(closed_loop())
+    total = [row for row in doc["timeseries"] if row["endpoint"] is None]
+    last = dict(total[-1], t=30.0, interval_s=0.076, succeeded=3, requests_per_s=3 / 0.076)
+    last["output_tokens_per_s"] = 90 / 0.076
+    doc["timeseries"] = [*doc["timeseries"], last]
+    doc["run"]["options"]["timeseries_interval_s"] = 10.0
+    return doc
+
+
+def test_issue24_the_cut_short_last_interval_is_marked_partial_in_the_report_data() -> None:
+    doc = _cut_run()
+    rows = chart_rows(doc)
+    assert [row["partial"] for row in rows] == [False, False, False, True]
+    assert rows[-1]["requests_per_s"] == pytest.approx(39.47, abs=0.01)  # the figure itself is not changed
+    page = _Page(render_report([doc]))
+    data = _chart_data(page)
+    assert [row["partial"] for row in data["runs"][0]["timeseries"]] == [False, False, False, True]
+    assert {"requests_per_s", "output_tokens_per_s", "server_generation_tokens_per_s"} <= set(data["rate_columns"])
+
+
+def test_issue24_web_ui_rows_of_an_ended_run_mark_the_partial_interval() -> None:
+    doc = _cut_run()
+    payload = series_payload("run-1", "stopped", timeline=None, series=_empty(), results=doc)
+    assert payload["interval_s"] == 10.0
+    assert [row["partial"] for row in payload["rows"]] == [False, False, False, True]
+
+
+def _empty() -> Any:
+    from llmload.aggregate.series import IntervalSeries
+
+    return IntervalSeries.empty()
+
+
+def test_interval_of_falls_back_to_the_longest_row_and_is_partial_needs_a_length() -> None:
+    rows = [{"interval_s": 5.0}, {"interval_s": 1.25}]
+    assert interval_of({}, rows) == 5.0
+    assert [r["partial"] for r in mark_partial(rows, 5.0)] == [False, True]
+    assert not is_partial({"interval_s": None}, 5.0)
+    assert not is_partial({"interval_s": 1.0}, None)
+
+
+def test_issue24_report_time_series_legends_are_in_the_fields_terms_and_the_axis_unit() -> None:
+    page = _Page(render_report([_cut_run()]))
+    canvases = list(page.with_attr("data-fields"))
+    assert canvases
+    for canvas in canvases:
+        labels = (canvas.get("data-labels") or "").split(",")
+        fields = (canvas.get("data-fields") or "").split(",")
+        assert len(labels) == len(fields), canvas["id"]
+        assert not any(re.search(r"_s$|_per_s$", label) for label in labels), canvas["id"]  # no column names
+        if canvas.get("data-scale") == "1000":  # an axis in ms: every legend says ms
+            assert all("(ms)" in label for label in labels), canvas["id"]
+    ids = {canvas["id"] for canvas in canvases}
+    assert {"ts-ttft", "ts-itl", "ts-tpot", "ts-e2e", "ts-requests"} <= ids
+
+
+def test_issue24_client_warnings_name_the_read_lag_and_the_cpu_streak() -> None:
+    lag = LatencyHistogram()
+    lag.add_many([0.0001] * 90 + [0.012] * 10)
+    lines = client_warnings(6.0, lag)
+    assert len(lines) == 2
+    assert "above 90% for 6 s" in lines[0]
+    shown = re.search(r"up to ([0-9.]+) ms \(read lag P99", lines[1])
+    assert shown is not None
+    assert float(shown.group(1)) == pytest.approx(12.0, rel=0.02)
+    assert "--processes N" in lines[1]
+    quiet = LatencyHistogram()
+    quiet.add_many([0.0001] * 100)
+    assert client_warnings(4.9, quiet) == []
+    doc = closed_loop()
+    doc["client"] = {**(doc.get("client") or {}), "read_lag_saturated": True, "read_lag_s": {"p99": 0.012, "max": 0.02}}
+    (line,) = [line for line in results_warnings(doc) if "read lag" in line]
+    assert "12.0 ms" in line
+    assert "max 20.0 ms" in line
+
+
+def test_issue24_web_payload_carries_warnings_start_and_abort_on_limits() -> None:
+    thresholds = (parse_threshold("ttft_p99>10s for 10m"), parse_threshold("error_ratio>0.05"))
+    payload = series_payload(
+        "run-1", "running", timeline=None, series=_empty(), results=None,
+        warnings=["Client saturated: ..."], started_at_unix=1_700_000_000.0, thresholds=thresholds,
+    )  # fmt: skip
+    assert payload["warnings"] == ["Client saturated: ..."]
+    assert payload["started_at_unix"] == 1_700_000_000.0
+    assert payload["thresholds"] == [{"text": "ttft_p99>10s for 10m", "column": "ttft_p99_s", "value": 10.0}]
+    assert threshold_lines((parse_threshold("output_tok_s<100"),))[0]["column"] == "output_tokens_per_s"
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "shown"),
+    [
+        ("http://0.0.0.0:9646/metrics", "loadbox:8089", "http://loadbox:9646/metrics"),
+        ("http://0.0.0.0:9646/metrics", "10.1.2.3", "http://10.1.2.3:9646/metrics"),
+        ("http://[::]:9646/metrics", "[fd00::1]:8089", "http://[fd00::1]:9646/metrics"),
+        ("http://127.0.0.1:9646/metrics", "loadbox:8089", "http://127.0.0.1:9646/metrics"),
+    ],
+)
+def test_issue24_run_tab_links_prometheus_on_a_reachable_host(url: str, host: str, shown: str) -> None:
+    assert reachable_url(url, host) == shown
+
+
+def test_issue24_three_invalid_form_values_are_reported_each_at_its_field() -> None:
+    options = argparse.Namespace(**{spec.dest: spec.default for spec in OPTIONS})
+    options.max_tokens, options.read_timeout, options.temperature = "abc", "-1", "hot"
+    with pytest.raises(InvalidOptionsError) as caught:
+        RunConfig.from_options(options)
+    fields = field_messages(caught.value)
+    assert set(fields) == {"max_tokens", "read_timeout", "temperature"}
+    assert "'abc'" in fields["max_tokens"]
+    assert "'hot'" in fields["temperature"]
+
+
+def test_issue24_form_fields_carry_their_group_heading_in_the_option_tables_order() -> None:
+    groups = [field["group"] for field in form_fields().values()]
+    assert set(groups) <= set(GROUPS)
+    assert len(set(groups)) > 3
+    order = [GROUPS.index(group) for group in dict.fromkeys(groups)]
+    assert order == sorted(order)  # one heading per group, each group's fields together
+    assert len(dict.fromkeys(groups)) == len([g for i, g in enumerate(groups) if i == 0 or groups[i - 1] != g])
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+def test_issue24_report_rate_charts_leave_out_the_cut_short_interval_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "report.html"
+    write_html_report(path, [_cut_run()])
+    page = _Page(dump_dom(path))
+    canvases = {attrs["id"]: attrs for attrs in page.with_attr("data-chart")}
+    for rate in ("ts-requests", "ts-throughput", "ts-server-tokens"):
+        assert canvases[rate].get("data-left-out") == "1", rate
+        assert canvases[rate].get("data-rendered") == "1", rate
+    for other in ("ts-ttft", "ts-outcomes", "ts-inflight"):  # counts and latencies show the interval
+        assert canvases[other].get("data-left-out") is None, other
