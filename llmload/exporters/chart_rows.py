@@ -9,6 +9,8 @@
 - ``interval_of``: the configured interval of a results document's rows.
 - ``client_warnings``: the client-saturation warnings (CPU, read lag) as the
   web UI's LLM tab shows them, by the rule of the results' ``client_saturated``.
+- ``latency_cdf``: a latency's cumulative distribution from its histogram's
+  buckets (the results' ``latency_cdf``, drawn by the HTML report).
 """
 
 from __future__ import annotations
@@ -19,7 +21,23 @@ from typing import Any
 from llmload.aggregate.histogram import LatencyHistogram
 from llmload.exporters.sections import CPU_SATURATION_S, READ_LAG_LIMIT_S, read_lag_saturated
 
-__all__ = ["RATE_COLUMNS", "client_warnings", "interval_of", "is_partial", "mark_partial", "results_warnings"]
+__all__ = [
+    "CDF_MAX_POINTS",
+    "CDF_METRICS",
+    "RATE_COLUMNS",
+    "client_warnings",
+    "interval_of",
+    "is_partial",
+    "latency_cdf",
+    "mark_partial",
+    "results_warnings",
+]
+
+CDF_METRICS: tuple[str, ...] = ("ttft_s", "itl_s", "tpot_s", "e2e_s")
+"""The latencies whose distribution the results carry (``latency_cdf``), by their ``latency`` key."""
+
+CDF_MAX_POINTS = 120
+"""At most about this many points per distribution (more buckets are thinned by cumulative share)."""
 
 RATE_COLUMNS: tuple[str, ...] = (
     "requests_per_s",
@@ -55,6 +73,40 @@ def interval_of(document: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) 
         return float(configured)
     lengths = [float(r["interval_s"]) for r in rows if isinstance(r.get("interval_s"), int | float)]
     return max(lengths) if lengths else None
+
+
+def latency_cdf(hist: LatencyHistogram, max_points: int = CDF_MAX_POINTS) -> list[list[float]]:
+    """The cumulative distribution of ``hist``: ``[[latency_s, share], ...]``, latency increasing, share to 1.0.
+
+    One point per non-empty bucket: its value is the quantile at the bucket's
+    cumulative share (``LatencyHistogram.quantiles``: the bucket's
+    representative, within 1%, clamped to the exact min and max, the rule of
+    the results' p50/p99), its share the requests at or below it. Values below
+    the histogram's zero threshold make a first point at 0. With more buckets
+    than ``max_points``, a point is kept when its share passes the next
+    ``1 / max_points`` step (first and last always kept). [] when empty.
+    """
+    n = hist.count
+    if n == 0:
+        return []
+    cumulative = hist.zero_count
+    shares: list[float] = []
+    for _index, count in hist.buckets():
+        cumulative += count
+        shares.append(cumulative / n)
+    values = hist.quantiles(shares) if shares else []
+    points = [[0.0, hist.zero_count / n]] if hist.zero_count else []
+    points += [[value, share] for value, share in zip(values, shares, strict=True) if value is not None]
+    if len(points) <= max_points:
+        return points
+    kept, step = [points[0]], -1
+    for point in points[1:-1]:
+        reached = int(point[1] * max_points)
+        if reached > step:
+            kept.append(point)
+            step = reached
+    kept.append(points[-1])
+    return kept
 
 
 def _cpu_line(cpu_saturated_s: float) -> str:

@@ -11,10 +11,12 @@ them; the server's gauges and tok/s beside the client's when they were
 scraped: ``SERVER_CHARTS``), failures by category, server metrics (``server``, when collected) and
 the configuration (``run.options``, already free of secrets).
 
-Latency distributions: the results document carries, per latency, the
-mean, p50, p90, p99 and max, not the histogram's buckets; the report draws
-the CDF points those quantiles give and says so, rather than inventing a
-shape between them.
+Latency distributions: the results document's ``latency_cdf`` holds, per
+latency, one point per histogram bucket (``llmload.exporters.chart_rows.latency_cdf``),
+which the report draws as the cumulative distribution. A file written before
+that field has only the mean, p50, p90, p99 and max: the report then draws the
+CDF points those quantiles give and says so, rather than inventing a shape
+between them.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "SERVER_CHARTS",
     "CompareRow",
     "ReportError",
+    "cdf_from_histograms",
     "chart_rows",
     "compare_rows",
     "latency_cdf_points",
@@ -159,18 +162,28 @@ def compare_rows(documents: Sequence[Mapping[str, Any]]) -> list[CompareRow]:
 
 
 def latency_cdf_points(document: Mapping[str, Any]) -> dict[str, list[list[float]]]:
-    """CDF points ``[latency_ms, cumulative share]`` per latency key, from the document's quantiles.
+    """CDF points ``[latency_ms, cumulative share]`` per latency key.
 
-    Only the quantiles the document holds (p50, p90, p99 and the max as 1.0);
-    a latency with no sample gives an empty list.
+    From the document's ``latency_cdf`` (one point per histogram bucket) when it has one for the key;
+    a file written before it gives the quantiles it holds (p50, p90, p99 and the max as 1.0) instead
+    (``cdf_from_histograms`` says which). A latency with no sample gives an empty list.
     """
     latency = document.get("latency") or {}
+    histograms = document.get("latency_cdf") or {}
     points: dict[str, list[list[float]]] = {}
     for key in _CDF_METRICS:
+        if isinstance(histograms.get(key), list):
+            points[key] = [[value * 1000.0, share] for value, share in histograms[key]]
+            continue
         stats = latency.get(key) or {}
         found = [(_number(stats.get(name)), share) for name, share in _CDF_QUANTILES]
         points[key] = [[value * 1000.0, share] for value, share in found if value is not None and stats.get("count")]
     return points
+
+
+def cdf_from_histograms(document: Mapping[str, Any]) -> bool:
+    """True when the document's distributions come from its histograms (``latency_cdf``), not four quantiles."""
+    return isinstance(document.get("latency_cdf"), Mapping)
 
 
 def _total_rows(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -321,6 +334,7 @@ def render_report(documents: Sequence[Mapping[str, Any]], names: Sequence[str] |
         latency_metrics=LATENCY_METRICS,
         chart_data=chart_data,
         has_timeseries=any(run["timeseries"] for run in chart_data["runs"]),
+        cdf_from_histograms=all(cdf_from_histograms(doc) for doc in documents),
         server_charts=server_charts(documents),
         chart_js=_asset(*CHART_LIBRARY),
         report_js=_asset("exporters", "templates", "report.js"),

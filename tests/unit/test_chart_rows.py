@@ -11,7 +11,14 @@ import pytest
 
 from llmload.aggregate.histogram import LatencyHistogram
 from llmload.errors import InvalidOptionsError
-from llmload.exporters.chart_rows import client_warnings, interval_of, is_partial, mark_partial, results_warnings
+from llmload.exporters.chart_rows import (
+    client_warnings,
+    interval_of,
+    is_partial,
+    latency_cdf,
+    mark_partial,
+    results_warnings,
+)
 from llmload.exporters.html import chart_rows, render_report, write_html_report
 from llmload.exporters.web_charts import field_messages, form_fields, series_payload, threshold_lines
 from llmload.exporters.web_tables import reachable_url
@@ -156,3 +163,44 @@ def test_issue24_report_rate_charts_leave_out_the_cut_short_interval_in_chromium
         assert canvases[rate].get("data-rendered") == "1", rate
     for other in ("ts-ttft", "ts-outcomes", "ts-inflight"):  # counts and latencies show the interval
         assert canvases[other].get("data-left-out") is None, other
+
+
+def test_issue24_latency_cdf_is_one_point_per_bucket_with_the_quantile_rule() -> None:
+    hist = LatencyHistogram()
+    values = [0.010] * 50 + [0.020] * 40 + [0.100] * 9 + [1.5]
+    hist.add_many(values)
+    points = latency_cdf(hist)
+    assert [share for _, share in points] == [0.5, 0.9, 0.99, 1.0]
+    assert [value for value, _ in points] == hist.quantiles([0.5, 0.9, 0.99, 1.0])
+    assert points[-1][0] == 1.5  # the exact max
+    assert latency_cdf(LatencyHistogram()) == []
+
+
+def test_latency_cdf_thins_many_buckets_by_share_and_keeps_both_ends() -> None:
+    hist = LatencyHistogram()
+    hist.add_many([0.001 * 1.05**i for i in range(400)])  # 400 distinct buckets
+    points = latency_cdf(hist, max_points=50)
+    assert 40 <= len(points) <= 52
+    assert points[0][1] == pytest.approx(1 / 400)
+    assert points[-1] == [hist.max, 1.0]
+    assert all(a[0] < b[0] and a[1] < b[1] for a, b in zip(points, points[1:], strict=False))
+
+
+def test_issue24_report_draws_the_distributions_from_the_histograms_not_four_points() -> None:
+    from llmload.aggregate.stats import LLMStats
+    from llmload.exporters.results import RunOutcome, build_results
+    from tests.unit.test_web_charts import _ok
+
+    stats = LLMStats.empty()
+    for i in range(200):
+        stats.add(_ok(0.05 + 0.002 * i, 10))
+    doc = build_results(RunOutcome(stats))
+    e2e = doc["latency_cdf"]["e2e_s"]
+    assert len(e2e) > 20  # far more than p50/p90/p99/max
+    assert e2e[-1] == [doc["latency"]["e2e_s"]["max"], 1.0]
+    page = _Page(render_report([doc]))
+    cdf = _chart_data(page)["runs"][0]["cdf"]
+    assert cdf["e2e_s"] == [[value * 1000.0, share] for value, share in e2e]
+    assert "from the run's histograms" in render_report([doc])
+    old = {key: value for key, value in doc.items() if key != "latency_cdf"}  # a file written before the field
+    assert len(_chart_data(_Page(render_report([old])))["runs"][0]["cdf"]["e2e_s"]) == 4

@@ -27,7 +27,9 @@
   function cdfDatasets(metric) {
     return data.runs.map(function (run, r) {
       var points = (run.cdf[metric] || []).map(function (p) { return { x: p[0], y: p[1] * 100 }; });
-      return dataset(run.label, points, r, r);
+      var set = dataset(run.label, points, r, r);
+      if (points.length > 8) { set.pointRadius = 0; set.stepped = "after"; }  // one step per histogram bucket
+      return set;
     });
   }
 
