@@ -73,8 +73,8 @@ from pathlib import Path
 from typing import Any
 
 from llmload.aggregate.stats import LLMStats
-from llmload.exporters.load import SendFigures, load_section
 from llmload.exporters.chart_rows import CDF_METRICS, latency_cdf
+from llmload.exporters.load import SendFigures, load_section
 from llmload.exporters.sections import client_saturated, stats_sections
 from llmload.run.clock import OffsetEstimate
 from llmload.servermetrics import cross_check

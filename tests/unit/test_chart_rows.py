@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 from pathlib import Path
 from typing import Any
@@ -183,7 +184,7 @@ def test_latency_cdf_thins_many_buckets_by_share_and_keeps_both_ends() -> None:
     assert 40 <= len(points) <= 52
     assert points[0][1] == pytest.approx(1 / 400)
     assert points[-1] == [hist.max, 1.0]
-    assert all(a[0] < b[0] and a[1] < b[1] for a, b in zip(points, points[1:], strict=False))
+    assert all(a[0] < b[0] and a[1] < b[1] for a, b in itertools.pairwise(points))
 
 
 def test_issue24_report_draws_the_distributions_from_the_histograms_not_four_points() -> None:
