@@ -188,6 +188,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from llmload.exporters.html import ReportError, load_results, write_html_report
+    from llmload.exporters.sweep_report import load_sweep, write_sweep_report
 
     if len(args.results) > 2:
         print(
@@ -202,7 +203,12 @@ def _report(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    sweep = load_sweep(args.results[0]) if len(args.results) == 1 else None
     try:
+        if sweep is not None:  # a sweep file: load against results, the knee marked
+            size = write_sweep_report(args.output, sweep)
+            print(f"llmload report: sweep view written to {args.output} ({size / 1024:.0f} KiB)")
+            return 0
         documents = [load_results(path) for path in args.results]
         size = write_html_report(args.output, documents, args.name)
     except ReportError as exc:

@@ -50,6 +50,7 @@ __all__ = [
     "render_report",
     "server_charts",
     "write_html_report",
+    "write_page",
 ]
 
 CHART_LIBRARY = ("edge", "web", "static", "chart.umd.min.js")
@@ -355,8 +356,9 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ReportError(f"{str(path)!r} is not JSON ({exc}); pass a file written by --results-json") from exc
     if isinstance(document, dict) and "steps" in document and "requests" not in document:
         raise ReportError(
-            f"{str(path)!r} is an llmload sweep file; pass one of its step files "
-            "(STEM.users-N.json or STEM.rate-R.json beside it)"
+            f"{str(path)!r} is an llmload sweep file; pass it alone for the sweep view "
+            "(llmload report SWEEP.json -o sweep.html), or one of its step files "
+            "(STEM.users-N.json or STEM.rate-R.json beside it) to compare"
         )
     if not isinstance(document, dict) or not {"schema_version", "requests", "latency"} <= document.keys():
         raise ReportError(
@@ -375,7 +377,16 @@ def write_html_report(
         OSError: the directory cannot be created or written.
         ReportError: as ``render_report``.
     """
-    text = render_report(documents, names).encode("utf-8")
+    return write_page(path, render_report(documents, names))
+
+
+def write_page(path: str | os.PathLike[str], page: str) -> int:
+    """Write an HTML page to ``path`` atomically (readable by all); returns its size in bytes.
+
+    Raises:
+        OSError: the directory cannot be created or written.
+    """
+    text = page.encode("utf-8")
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)

@@ -205,3 +205,82 @@ def test_issue24_report_draws_the_distributions_from_the_histograms_not_four_poi
     assert "from the run's histograms" in render_report([doc])
     old = {key: value for key, value in doc.items() if key != "latency_cdf"}  # a file written before the field
     assert len(_chart_data(_Page(render_report([old])))["runs"][0]["cdf"]["e2e_s"]) == 4
+
+
+def _users_sweep() -> dict[str, Any]:
+    """A users sweep 1, 8, 64, 256 whose output tok/s stops rising after 64 (the knee)."""
+    from llmload.sweep import parse_sweep, step_section, sweep_document
+
+    steps = []
+    for users, tokens, ttft_p99 in ((1, 100.0, 0.05), (8, 700.0, 0.08), (64, 2000.0, 0.4), (256, 2040.0, 2.5)):
+        doc = closed_loop()
+        doc["throughput"]["output_tokens_per_s"] = tokens
+        doc["latency"]["ttft_s"]["p99"] = ttft_p99
+        steps.append(step_section(float(users), doc))
+    return sweep_document(parse_sweep("users=1,8,64,256"), steps, ttft_p99_limit_s=None)
+
+
+def test_issue24_sweep_view_draws_throughput_and_ttft_itl_against_users_with_the_knee_marked() -> None:
+    from llmload.exporters.sweep_report import render_sweep_report, sweep_points
+
+    document = _users_sweep()
+    assert document["knee"]["step"] == 64.0
+    points = sweep_points(document)
+    assert [p["x"] for p in points] == [1.0, 8.0, 64.0, 256.0]
+    assert [p["knee"] for p in points] == [False, False, True, False]
+    assert [p["values"]["throughput.output_tokens_per_s"] for p in points] == [100.0, 700.0, 2000.0, 2040.0]
+    page = _Page(render_sweep_report(document))
+    ids = page.ids()
+    assert {"sweep-tokens", "sweep-requests", "sweep-ttft", "sweep-itl", "steps-table", "knee"} <= ids
+    text = render_sweep_report(document)
+    assert "Knee: step 64" in text
+    assert 'class="knee" data-step="64"' in text
+
+
+def test_issue24_sweep_view_of_a_rate_sweep_uses_the_achieved_rate_and_shows_the_target() -> None:
+    from llmload.exporters.sweep_report import render_sweep_report, sweep_points
+    from tests.unit.test_readme_schema import sweep_file
+
+    document = sweep_file()
+    points = sweep_points(document)
+    assert [p["x"] for p in points] == [_get_achieved(s) for s in document["steps"]]
+    text = render_sweep_report(document)
+    assert "Target req/s" in text
+    assert "Achieved req/s" in text
+
+
+def _get_achieved(section: dict[str, Any]) -> Any:
+    return (section.get("load") or {}).get("achieved_rate_per_s")
+
+
+def test_issue24_report_cli_writes_the_sweep_view_of_a_sweep_file(tmp_path: Path, capsys: Any) -> None:
+    import json
+
+    from llmload.cli import main as cli_main
+
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(_users_sweep()))
+    assert cli_main(["report", str(path), "-o", str(tmp_path / "s.html")]) == 0
+    assert "sweep view written" in capsys.readouterr().out
+    assert "Knee: step 64" in (tmp_path / "s.html").read_text()
+    other = tmp_path / "r.json"
+    other.write_text(json.dumps(closed_loop()))
+    assert cli_main(["report", str(path), str(other), "-o", str(tmp_path / "c.html")]) == 2
+    assert "pass it alone for the sweep view" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+def test_issue24_sweep_view_charts_render_in_chromium_with_the_knee(tmp_path: Path) -> None:
+    from llmload.exporters.sweep_report import write_sweep_report
+
+    path = tmp_path / "sweep.html"
+    write_sweep_report(path, _users_sweep())
+    page = _Page(dump_dom(path))
+    body = next(attrs for tag, attrs in page.tags if tag == "body")
+    assert body.get("data-chart-errors") == ""
+    assert body.get("data-charts-rendered") == "4"
+    for canvas in page.with_attr("data-chart"):
+        assert canvas.get("data-rendered") == "1", canvas["id"]
+        assert canvas.get("data-knee") == "64", canvas["id"]
+    tokens = next(c for c in page.with_attr("data-chart") if c["id"] == "sweep-tokens")
+    assert tokens.get("data-points") == "4"

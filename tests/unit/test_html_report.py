@@ -28,7 +28,7 @@ from llmload.exporters.html import (
 from llmload.servermetrics import SERVER_COLUMNS
 from llmload.servermetrics.names import GAUGES
 from llmload.testing import ok_record
-from tests.unit.test_readme_schema import MODES, closed_loop, open_loop, sweep_file
+from tests.unit.test_readme_schema import MODES, closed_loop, open_loop
 
 SECTIONS = ("warnings", "summary", "latency", "timeseries", "failures", "server", "configuration")
 
@@ -378,7 +378,6 @@ def test_report_cli_writes_a_report_and_a_comparison(tmp_path, capsys):
         (None, "cannot read"),
         ("{not json", "is not JSON"),
         (json.dumps({"a": 1}), "is not an llmload results document"),
-        (json.dumps(sweep_file()), "is an llmload sweep file; pass one of its step files"),
     ],
 )
 def test_report_cli_refuses_a_file_that_is_not_a_results_document(tmp_path, capsys, content, message):
