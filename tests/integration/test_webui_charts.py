@@ -7,7 +7,8 @@ from the form fills the LLM tab's table and its charts (canvases drawn from
 ``/llmload/timeseries.json``, whose rows come with increasing ``t``, on a
 wall-clock axis, the ``--abort-on`` limit drawn as a line; issue 24); the EDIT
 dialog hides llmload's fields and changes the users; STOP ends the run, the LLM
-run tab shows the verdict (the rate charts leave out the interval the STOP cut short) and the HTML report downloads, references nothing
+run tab shows the verdict (the rate charts leave out the interval the STOP
+cut short) and the HTML report downloads, references nothing
 external and opens (its charts drawn) in the browser. ``LLMLOAD_SCREENSHOTS=1``
 (``make screenshots``) saves the form, the tab and the report under ``docs/``.
 """
