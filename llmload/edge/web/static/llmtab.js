@@ -121,15 +121,18 @@
     return data.datasets[item.datasetIndex].data.some(function (p) { return p.y; });
   }
 
-  // An --abort-on limit on one of the chart's columns, drawn as a flat dashed line over the rows' span.
-  function thresholdSets(spec, rows) {
+  // An --abort-on limit on one of the chart's columns, drawn as a flat dashed line over the rows' span. A limit
+  // far above the figures would flatten them: the axis then stops above the figures and the legend gives the limit.
+  function thresholdSets(spec, rows, top) {
     var sets = [];
     if (spec.bar || !rows.length) { return sets; }
     live.thresholds.forEach(function (th) {
       spec.series.forEach(function (s) {
         if (s[0] !== th.column) { return; }
         var y = th.value * s[2];
-        sets.push({ label: "--abort-on " + th.text, data: [{ x: xOf(rows[0]), y: y },
+        var above = top > 0 && y > 3 * top;
+        sets.push({ label: "--abort-on " + th.text + (above ? " (above the chart)" : ""),
+          data: [{ x: xOf(rows[0]), y: y },
           { x: xOf(rows[rows.length - 1]), y: y }], borderColor: "#b00020", backgroundColor: "#b00020",
           borderDash: [2, 3], borderWidth: 1.5, pointRadius: 0, llmloadThreshold: true });
       });
@@ -147,7 +150,14 @@
           return { x: xOf(r), y: v === null || v === undefined ? null : v * s[2] };
         });
       });
-      c.chart.data.datasets = c.chart.data.datasets.slice(0, c.spec.series.length).concat(thresholdSets(c.spec, rows));
+      var top = 0;
+      c.chart.data.datasets.slice(0, c.spec.series.length).forEach(function (d) {
+        d.data.forEach(function (p) { if (p.y !== null && p.y > top) { top = p.y; } });
+      });
+      var limits = thresholdSets(c.spec, rows, top);
+      c.chart.data.datasets = c.chart.data.datasets.slice(0, c.spec.series.length).concat(limits);
+      c.chart.options.scales.y.max = limits.some(function (d) { return d.data[0].y > 3 * top; }) && top > 0 ?
+        top * 1.2 : undefined;
       c.chart.canvas.setAttribute("data-threshold-lines", String(c.chart.data.datasets.length - c.spec.series.length));
       c.chart.options.plugins.title.text = c.spec.title + (c.spec.rate && partial.length ?
         " (last interval, " + partial[0].interval_s.toFixed(2) + " s, cut at the stop: left out)" : "");
