@@ -33,8 +33,11 @@ from typing import Any
 
 import jinja2
 
+from llmload.errors import ConfigError
 from llmload.exporters.chart_rows import RATE_COLUMNS, interval_of, mark_partial
 from llmload.exporters.console import summary_lines
+from llmload.exporters.web_charts import threshold_lines
+from llmload.settings.thresholds import parse_threshold
 
 __all__ = [
     "CHART_LIBRARY",
@@ -42,6 +45,7 @@ __all__ = [
     "SERVER_CHARTS",
     "CompareRow",
     "ReportError",
+    "abort_on_lines",
     "cdf_from_histograms",
     "chart_rows",
     "compare_rows",
@@ -203,6 +207,20 @@ def chart_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
     return mark_partial(rows, interval_of(document, rows))
 
 
+def abort_on_lines(document: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The run's ``--abort-on`` limits on charted columns (``web_charts.threshold_lines``), from ``run.options``.
+
+    An expression this llmload cannot read (a file from another release) is left out.
+    """
+    thresholds = []
+    for text in _get(document, "run.options.abort_on") or []:
+        try:
+            thresholds.append(parse_threshold(str(text)))
+        except ConfigError:
+            continue
+    return threshold_lines(thresholds)
+
+
 def server_charts(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The ``SERVER_CHARTS`` that some document's total rows have server values for, ready for the template."""
     rows = [row for doc in documents for row in _total_rows(doc)]
@@ -321,7 +339,12 @@ def render_report(documents: Sequence[Mapping[str, Any]], names: Sequence[str] |
         )
     chart_data: dict[str, Any] = {
         "runs": [
-            {"label": run["label"], "cdf": latency_cdf_points(run["doc"]), "timeseries": chart_rows(run["doc"])}
+            {
+                "label": run["label"],
+                "cdf": latency_cdf_points(run["doc"]),
+                "timeseries": chart_rows(run["doc"]),
+                "thresholds": abort_on_lines(run["doc"]),
+            }
             for run in runs
         ],
         "rate_columns": list(RATE_COLUMNS),

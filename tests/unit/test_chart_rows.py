@@ -284,3 +284,17 @@ def test_issue24_sweep_view_charts_render_in_chromium_with_the_knee(tmp_path: Pa
         assert canvas.get("data-knee") == "64", canvas["id"]
     tokens = next(c for c in page.with_attr("data-chart") if c["id"] == "sweep-tokens")
     assert tokens.get("data-points") == "4"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+def test_issue24_report_draws_the_abort_on_limits_on_their_charts(tmp_path: Path) -> None:
+    doc = _cut_run()
+    doc["run"]["options"]["abort_on"] = ["ttft_p99>0.5s for 10m", "error_ratio>0.05", "req_s<0.1 for 1m"]
+    path = tmp_path / "report.html"
+    write_html_report(path, [doc])
+    lines = _chart_data(_Page(path.read_text()))["runs"][0]["thresholds"]
+    assert [line["column"] for line in lines] == ["ttft_p99_s", "requests_per_s"]  # a ratio has no chart
+    canvases = {attrs["id"]: attrs for attrs in _Page(dump_dom(path)).with_attr("data-chart")}
+    assert canvases["ts-ttft"].get("data-threshold-lines") == "1"
+    assert canvases["ts-requests"].get("data-threshold-lines") == "1"
+    assert canvases["ts-itl"].get("data-threshold-lines") == "0"

@@ -57,6 +57,14 @@
         var name = labels ? labels[f] : field;
         var label = data.runs.length > 1 ? run.label + ": " + name : name;
         sets.push(dataset(label, points, data.runs.length > 1 ? r * fields.length + f : f, r));
+        (run.thresholds || []).forEach(function (th) {  // an --abort-on limit on this column, as a dashed line
+          if (th.column !== field || !rows.length) { return; }
+          var y = th.value * scale;
+          sets.push({ label: (data.runs.length > 1 ? run.label + ": " : "") + "--abort-on " + th.text,
+            data: [{ x: rows[0].t, y: y }, { x: rows[rows.length - 1].t, y: y }], showLine: true,
+            borderColor: "#b00020", backgroundColor: "#b00020", borderDash: [2, 3], pointRadius: 0, borderWidth: 1.5,
+            llmloadThreshold: true });
+        });
       });
     });
     return sets;
@@ -85,6 +93,7 @@
       );
       xTitle = "seconds since the run's start";
       yTitle = canvas.dataset.title;
+      canvas.dataset.thresholdLines = String(datasets.filter(function (d) { return d.llmloadThreshold; }).length);
       var cut = leftOut(canvas.dataset.fields.split(","));
       if (cut.length) {
         canvas.dataset.leftOut = String(cut.length);
