@@ -4,8 +4,10 @@
   (``requests_per_s``, ``output_tokens_per_s``, ...). A rate over the run's
   last interval, cut at the stop, is over a fraction of an interval (e.g. 3
   requests in 0.076 s = 39.6 req/s beside a steady 17): the row is marked
-  ``partial`` (``mark_partial``) and rate charts leave it out, saying so;
-  counts and latency quantiles of that interval are drawn as they are.
+  ``partial`` and, when it covers less than ``RATE_MIN_SHARE`` of an interval
+  and other rows exist, ``rate_left_out`` (``mark_partial``): rate charts leave
+  it out, saying so. A longer partial interval is drawn as the rate over its
+  real length; counts and latency quantiles of every interval are drawn as they are.
 - ``interval_of``: the configured interval of a results document's rows.
 - ``client_warnings``: the client-saturation warnings (CPU, read lag) as the
   web UI's LLM tab shows them, by the rule of the results' ``client_saturated``.
@@ -25,6 +27,7 @@ __all__ = [
     "CDF_MAX_POINTS",
     "CDF_METRICS",
     "RATE_COLUMNS",
+    "RATE_MIN_SHARE",
     "client_warnings",
     "interval_of",
     "is_partial",
@@ -48,6 +51,9 @@ RATE_COLUMNS: tuple[str, ...] = (
 )
 """Time-series columns that are a count over the interval's length (left out of rate charts when partial)."""
 
+RATE_MIN_SHARE = 0.5
+"""Share of an interval a partial row must cover for rate charts to draw it (its rate over its real length)."""
+
 _TOLERANCE = 1e-9
 
 
@@ -60,8 +66,17 @@ def is_partial(row: Mapping[str, Any], interval_s: float | None) -> bool:
 
 
 def mark_partial(rows: Iterable[Mapping[str, Any]], interval_s: float | None) -> list[dict[str, Any]]:
-    """Copies of ``rows`` with ``partial`` set (``is_partial``); other fields unchanged."""
-    return [{**row, "partial": is_partial(row, interval_s)} for row in rows]
+    """Copies of ``rows`` with ``partial`` (``is_partial``) and ``rate_left_out`` set; other fields unchanged.
+
+    ``rate_left_out``: partial, shorter than ``RATE_MIN_SHARE`` of ``interval_s``, and not the only kind of
+    row (a run shorter than one interval keeps its one rate, over its real length).
+    """
+    marked = [{**row, "partial": is_partial(row, interval_s)} for row in rows]
+    complete = any(not row["partial"] for row in marked)
+    for row in marked:
+        short = interval_s is not None and is_partial(row, interval_s * RATE_MIN_SHARE)
+        row["rate_left_out"] = bool(row["partial"] and complete and short)
+    return marked
 
 
 def interval_of(document: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) -> float | None:

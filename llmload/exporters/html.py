@@ -201,7 +201,8 @@ def _total_rows(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 def chart_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The total rows the time-series charts draw, each marked ``partial`` (``llmload.exporters.chart_rows``).
 
-    A partial row (the last interval, cut at the stop) is left out of the rate charts (``RATE_COLUMNS``).
+    A partial row (the last interval, cut at the stop) marked ``rate_left_out`` is left out of the rate
+    charts (``RATE_COLUMNS``).
     """
     rows = _total_rows(document)
     return mark_partial(rows, interval_of(document, rows))

@@ -16,7 +16,7 @@ from typing import Any
 
 from llmload.aggregate.series import IntervalSeries
 from llmload.errors import InvalidOptionsError
-from llmload.exporters.chart_rows import interval_of, is_partial
+from llmload.exporters.chart_rows import interval_of, mark_partial
 from llmload.exporters.timeseries import Row, Timeline, interval_rows
 from llmload.request.record import Outcome
 from llmload.settings.options import OPTIONS, OptionSpec
@@ -62,13 +62,14 @@ CHART_COLUMNS: tuple[str, ...] = (
 )
 """The columns of the route's rows: a subset of the time series' total row (server columns null when not read).
 
-Each row also has ``partial`` (``llmload.exporters.chart_rows.is_partial``): true for the run's last
-interval when the stop cut it short; rate charts leave such a row out."""
+Each row also has ``partial`` and ``rate_left_out`` (``llmload.exporters.chart_rows.mark_partial``):
+the run's last interval when the stop cut it short, and whether rate charts leave it out."""
 
 
-def _chart_row(row: Row, interval_s: float | None = None) -> dict[str, Any]:
+def _chart_row(row: Row) -> dict[str, Any]:
     chart = {name: row.get(name) for name in CHART_COLUMNS}
-    chart["partial"] = is_partial(row, interval_s)
+    chart["partial"] = bool(row.get("partial", False))
+    chart["rate_left_out"] = bool(row.get("rate_left_out", False))
     return chart
 
 
@@ -133,7 +134,7 @@ def series_payload(
         started_at_unix: the run's start on the master's wall clock (the charts' time axis: start + ``t``).
         thresholds: the run's ``--abort-on`` conditions, drawn as lines (``threshold_lines``).
 
-    ``rows`` are total rows (``CHART_COLUMNS`` and ``partial``), ``t`` increasing; durations in
+    ``rows`` are total rows (``CHART_COLUMNS``, ``partial``, ``rate_left_out``), ``t`` increasing; durations in
     seconds, null where unknown. ``ended`` is true once the rows are the
     results' (final; the last interval, cut at the stop, included and marked ``partial``).
     """
@@ -152,7 +153,7 @@ def series_payload(
     if results is not None and results.get("timeseries") is not None:
         total = [r for r in results["timeseries"] if r.get("endpoint") is None]
         interval_s = timeline.interval_s if timeline is not None else interval_of(results, total)
-        rows = [_chart_row(r, interval_s) for r in total if r["t"] > since_t]
+        rows = [_chart_row(r) for r in mark_partial(total, interval_s) if r["t"] > since_t]
         answer["ended"] = True
         answer["interval_s"] = interval_s
     elif timeline is not None:

@@ -154,17 +154,20 @@ def _stop_and_report(driver: Any, ui: WebUI, results: Path, tmp_path: Path) -> N
     assert [row["t"] for row in final["rows"]] == [row["t"] for row in totals]
     assert document["requests"]["failed"] > 0
     assert sum(row["http_error"] for row in final["rows"]) == document["requests"]["failed"]
-    assert final["rows"][-1]["partial"] is True  # STOP cut the last interval short
+    last = final["rows"][-1]
+    assert last["partial"] is True  # STOP cut the last interval short
     assert not any(row["partial"] for row in final["rows"][:-1])
+    assert last["rate_left_out"] is (last["interval_s"] < 0.5)  # under half an interval: no rate drawn
     driver.get(ui.base + "/?tab=llmload")
     wait(driver, lambda d: "the run ended" in d.find_element("id", "llmload-charts-status").text)
     rate = driver.find_element("css selector", "canvas[data-llmload-chart='Requests/s (succeeded)']")
     ttft = driver.find_element("css selector", "canvas[data-llmload-chart='TTFT (ms)']")
     count = "return Chart.getChart(arguments[0]).data.datasets[0].data.length;"
-    assert driver.execute_script(count, rate) == len(final["rows"]) - 1  # the partial interval left out
-    assert driver.execute_script(count, ttft) == len(final["rows"])  # latencies show it
+    left_out = 1 if last["rate_left_out"] else 0
+    assert driver.execute_script(count, rate) == len(final["rows"]) - left_out
+    assert driver.execute_script(count, ttft) == len(final["rows"])  # latencies show every interval
     title = driver.execute_script("return Chart.getChart(arguments[0]).options.plugins.title.text;", rate)
-    assert "cut at the stop: left out" in title
+    assert ("cut at the stop: left out" in title) is bool(left_out)
     driver.get(ui.base + "/?tab=llmload-run")
     wait(driver, lambda d: document["verdict"] in tab_cells(d))
 

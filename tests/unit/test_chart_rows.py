@@ -45,11 +45,19 @@ def test_issue24_the_cut_short_last_interval_is_marked_partial_in_the_report_dat
     doc = _cut_run()
     rows = chart_rows(doc)
     assert [row["partial"] for row in rows] == [False, False, False, True]
+    assert [row["rate_left_out"] for row in rows] == [False, False, False, True]
     assert rows[-1]["requests_per_s"] == pytest.approx(39.47, abs=0.01)  # the figure itself is not changed
     page = _Page(render_report([doc]))
     data = _chart_data(page)
-    assert [row["partial"] for row in data["runs"][0]["timeseries"]] == [False, False, False, True]
+    assert [row["rate_left_out"] for row in data["runs"][0]["timeseries"]] == [False, False, False, True]
     assert {"requests_per_s", "output_tokens_per_s", "server_generation_tokens_per_s"} <= set(data["rate_columns"])
+
+
+def test_a_partial_interval_of_half_an_interval_or_more_or_the_only_one_keeps_its_rate() -> None:
+    half = mark_partial([{"interval_s": 10.0}, {"interval_s": 6.0}], 10.0)
+    assert [(r["partial"], r["rate_left_out"]) for r in half] == [(False, False), (True, False)]
+    only = mark_partial([{"interval_s": 3.0}], 10.0)  # a run shorter than one interval: its one rate stays
+    assert [(r["partial"], r["rate_left_out"]) for r in only] == [(True, False)]
 
 
 def test_issue24_web_ui_rows_of_an_ended_run_mark_the_partial_interval() -> None:
@@ -57,6 +65,7 @@ def test_issue24_web_ui_rows_of_an_ended_run_mark_the_partial_interval() -> None
     payload = series_payload("run-1", "stopped", timeline=None, series=_empty(), results=doc)
     assert payload["interval_s"] == 10.0
     assert [row["partial"] for row in payload["rows"]] == [False, False, False, True]
+    assert [row["rate_left_out"] for row in payload["rows"]] == [False, False, False, True]
 
 
 def _empty() -> Any:
@@ -69,6 +78,7 @@ def test_interval_of_falls_back_to_the_longest_row_and_is_partial_needs_a_length
     rows = [{"interval_s": 5.0}, {"interval_s": 1.25}]
     assert interval_of({}, rows) == 5.0
     assert [r["partial"] for r in mark_partial(rows, 5.0)] == [False, True]
+    assert [r["rate_left_out"] for r in mark_partial(rows, 5.0)] == [False, True]
     assert not is_partial({"interval_s": None}, 5.0)
     assert not is_partial({"interval_s": 1.0}, None)
 

@@ -68,8 +68,8 @@ def test_series_payload_gives_complete_intervals_only_as_total_rows_with_increas
     assert [row["t"] for row in rows] == [0.0, 1.0, 2.0]  # interval 3 is in progress: left out
     assert payload["in_progress_included"] is False
     assert payload["ended"] is False
-    assert all(list(row) == [*CHART_COLUMNS, "partial"] for row in rows)
-    assert not any(row["partial"] for row in rows)  # complete intervals only
+    assert all(list(row) == [*CHART_COLUMNS, "partial", "rate_left_out"] for row in rows)
+    assert not any(row["partial"] or row["rate_left_out"] for row in rows)  # complete intervals only
     assert [row["output_tokens_per_s"] for row in rows] == [10.0, 20.0, 30.0]
     assert [row["in_flight_requests"] for row in rows] == [0, 1, 2]
     assert rows[1]["timeout"] == 1
@@ -92,7 +92,8 @@ def test_series_payload_after_the_run_gives_the_results_rows_including_the_last_
     assert payload["ended"] is True
     assert [row["t"] for row in payload["rows"]] == [0.0, 1.0, 2.0]
     assert payload["rows"][-1]["interval_s"] == pytest.approx(0.4)
-    assert [row["partial"] for row in payload["rows"]] == [False, False, True]  # left out of rate charts
+    assert [row["partial"] for row in payload["rows"]] == [False, False, True]
+    assert [row["rate_left_out"] for row in payload["rows"]] == [False, False, True]  # 0.4 of an interval
     assert sum(row["succeeded"] for row in payload["rows"]) == 3
 
 

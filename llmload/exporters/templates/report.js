@@ -35,12 +35,12 @@
 
   function isRate(field) { return data.rate_columns.indexOf(field) >= 0; }
 
-  // The intervals a rate chart leaves out: the last one of a run when the stop cut it short (row.partial).
+  // The intervals a rate chart leaves out: the last one of a run when the stop cut it short (row.rate_left_out).
   function leftOut(fields) {
     if (!fields.some(isRate)) { return []; }
     var out = [];
     data.runs.forEach(function (run) {
-      (run.timeseries || []).forEach(function (row) { if (row.partial) { out.push(row); } });
+      (run.timeseries || []).forEach(function (row) { if (row.rate_left_out) { out.push(row); } });
     });
     return out;
   }
@@ -49,7 +49,7 @@
     var sets = [];
     data.runs.forEach(function (run, r) {
       fields.forEach(function (field, f) {
-        var rows = (run.timeseries || []).filter(function (row) { return !(row.partial && isRate(field)); });
+        var rows = (run.timeseries || []).filter(function (row) { return !(row.rate_left_out && isRate(field)); });
         var points = rows.map(function (row) {
           var v = row[field];
           return { x: row.t, y: (v === null || v === undefined) ? null : v * scale };

@@ -19,7 +19,7 @@
     startedAt: null, thresholds: [], warnings: [], warningBox: null };
 
   // series: [row column, legend label (the field's terms and unit), display scale, dash]; rate: a per-second
-  // chart, which leaves out the run's last interval when the stop cut it short (row.partial).
+  // chart, which leaves out the run's last interval when the stop cut it short (row.rate_left_out).
   function chartSpecs() {
     var failures = cfg.failure_columns.map(function (c) { return [c, c.replace(/_/g, " "), 1]; });
     return [
@@ -141,9 +141,9 @@
   }
 
   function draw() {
-    var partial = live.rows.filter(function (r) { return r.partial; });
+    var partial = live.rows.filter(function (r) { return r.rate_left_out; });
     live.charts.forEach(function (c) {
-      var rows = c.spec.rate ? live.rows.filter(function (r) { return !r.partial; }) : live.rows;
+      var rows = c.spec.rate ? live.rows.filter(function (r) { return !r.rate_left_out; }) : live.rows;
       c.spec.series.forEach(function (s, i) {
         c.chart.data.datasets[i].data = rows.map(function (r) {
           var v = r[s[0]];
