@@ -170,6 +170,7 @@ def _sweep(args: argparse.Namespace) -> int:
     document = sweep_document(spec, steps, ttft_p99_limit_s=args.ttft_p99_limit)
     knee = document["knee"]
     out.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
+    view = _write_sweep_view(out, document)
     print(f"\n{'step':>8} {'req/s':>9} {'out tok/s':>10} {'TTFT p99 ms':>12} {'E2E p50 ms':>11}")
     for section in steps:
         thr, lat = section["throughput"], section["latency"]
@@ -187,11 +188,28 @@ def _sweep(args: argparse.Namespace) -> int:
     print(
         f"== sweep results written to {out} (each step's own results in {step_file(out, spec.kind, 0).name[:-6]}*.json)"
     )
+    if view is not None:
+        print(f"== sweep view (load against results, the knee marked): {view}")
     return code
+
+
+def _write_sweep_view(out: Path, document: dict[str, Any]) -> Path | None:
+    """Write the sweep view beside the sweep file (``STEM.html``); a failure is a warning, the results stay."""
+    from llmload.exporters.html import ReportError
+    from llmload.exporters.sweep_report import write_sweep_report
+
+    view = out.with_suffix(".html")
+    try:
+        write_sweep_report(view, document)
+    except (OSError, ReportError) as exc:
+        print(f"llmload sweep: WARNING: sweep view not written to {view}: {exc}", file=sys.stderr)
+        return None
+    return view
 
 
 def _report(args: argparse.Namespace) -> int:
     from llmload.exporters.html import ReportError, load_results, write_html_report
+    from llmload.exporters.sweep_report import load_sweep, write_sweep_report
 
     if len(args.results) > 2:
         print(
@@ -206,7 +224,12 @@ def _report(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    sweep = load_sweep(args.results[0]) if len(args.results) == 1 else None
     try:
+        if sweep is not None:  # a sweep file: load against results, the knee marked
+            size = write_sweep_report(args.output, sweep)
+            print(f"llmload report: sweep view written to {args.output} ({size / 1024:.0f} KiB)")
+            return 0
         documents = [load_results(path) for path in args.results]
         size = write_html_report(args.output, documents, args.name)
     except ReportError as exc:

@@ -11,10 +11,12 @@ them; the server's gauges and tok/s beside the client's when they were
 scraped: ``SERVER_CHARTS``), failures by category, server metrics (``server``, when collected) and
 the configuration (``run.options``, already free of secrets).
 
-Latency distributions: the results document carries, per latency, the
-mean, p50, p90, p99 and max, not the histogram's buckets; the report draws
-the CDF points those quantiles give and says so, rather than inventing a
-shape between them.
+Latency distributions: the results document's ``latency_cdf`` holds, per
+latency, one point per histogram bucket (``llmload.exporters.chart_rows.latency_cdf``),
+which the report draws as the cumulative distribution. A file written before
+that field has only the mean, p50, p90, p99 and max: the report then draws the
+CDF points those quantiles give and says so, rather than inventing a shape
+between them.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ from typing import Any
 
 import jinja2
 
+from llmload.errors import ConfigError
+from llmload.exporters.chart_rows import RATE_COLUMNS, interval_of, mark_partial
 from llmload.exporters.console import summary_lines
+from llmload.exporters.web_charts import threshold_lines
+from llmload.settings.thresholds import parse_threshold
 
 __all__ = [
     "CHART_LIBRARY",
@@ -39,12 +45,16 @@ __all__ = [
     "SERVER_CHARTS",
     "CompareRow",
     "ReportError",
+    "abort_on_lines",
+    "cdf_from_histograms",
+    "chart_rows",
     "compare_rows",
     "latency_cdf_points",
     "load_results",
     "render_report",
     "server_charts",
     "write_html_report",
+    "write_page",
 ]
 
 CHART_LIBRARY = ("edge", "web", "static", "chart.umd.min.js")
@@ -157,18 +167,28 @@ def compare_rows(documents: Sequence[Mapping[str, Any]]) -> list[CompareRow]:
 
 
 def latency_cdf_points(document: Mapping[str, Any]) -> dict[str, list[list[float]]]:
-    """CDF points ``[latency_ms, cumulative share]`` per latency key, from the document's quantiles.
+    """CDF points ``[latency_ms, cumulative share]`` per latency key.
 
-    Only the quantiles the document holds (p50, p90, p99 and the max as 1.0);
-    a latency with no sample gives an empty list.
+    From the document's ``latency_cdf`` (one point per histogram bucket) when it has one for the key;
+    a file written before it gives the quantiles it holds (p50, p90, p99 and the max as 1.0) instead
+    (``cdf_from_histograms`` says which). A latency with no sample gives an empty list.
     """
     latency = document.get("latency") or {}
+    histograms = document.get("latency_cdf") or {}
     points: dict[str, list[list[float]]] = {}
     for key in _CDF_METRICS:
+        if isinstance(histograms.get(key), list):
+            points[key] = [[value * 1000.0, share] for value, share in histograms[key]]
+            continue
         stats = latency.get(key) or {}
         found = [(_number(stats.get(name)), share) for name, share in _CDF_QUANTILES]
         points[key] = [[value * 1000.0, share] for value, share in found if value is not None and stats.get("count")]
     return points
+
+
+def cdf_from_histograms(document: Mapping[str, Any]) -> bool:
+    """True when the document's distributions come from its histograms (``latency_cdf``), not four quantiles."""
+    return isinstance(document.get("latency_cdf"), Mapping)
 
 
 def _total_rows(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -176,6 +196,30 @@ def _total_rows(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     rows = document.get("timeseries") or []
     total = [row for row in rows if isinstance(row, Mapping) and row.get("endpoint") is None]
     return sorted(total, key=lambda row: _number(row.get("t")) or 0.0)
+
+
+def chart_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The total rows the time-series charts draw, each marked ``partial`` (``llmload.exporters.chart_rows``).
+
+    A partial row (the last interval, cut at the stop) marked ``rate_left_out`` is left out of the rate
+    charts (``RATE_COLUMNS``).
+    """
+    rows = _total_rows(document)
+    return mark_partial(rows, interval_of(document, rows))
+
+
+def abort_on_lines(document: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The run's ``--abort-on`` limits on charted columns (``web_charts.threshold_lines``), from ``run.options``.
+
+    An expression this llmload cannot read (a file from another release) is left out.
+    """
+    thresholds = []
+    for text in _get(document, "run.options.abort_on") or []:
+        try:
+            thresholds.append(parse_threshold(str(text)))
+        except ConfigError:
+            continue
+    return threshold_lines(thresholds)
 
 
 def server_charts(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -294,11 +338,17 @@ def render_report(documents: Sequence[Mapping[str, Any]], names: Sequence[str] |
                 "warnings": _warnings(doc),
             }
         )
-    chart_data = {
+    chart_data: dict[str, Any] = {
         "runs": [
-            {"label": run["label"], "cdf": latency_cdf_points(run["doc"]), "timeseries": _total_rows(run["doc"])}
+            {
+                "label": run["label"],
+                "cdf": latency_cdf_points(run["doc"]),
+                "timeseries": chart_rows(run["doc"]),
+                "thresholds": abort_on_lines(run["doc"]),
+            }
             for run in runs
-        ]
+        ],
+        "rate_columns": list(RATE_COLUMNS),
     }
     template = _environment().get_template("report.html.j2")
     return template.render(
@@ -309,6 +359,7 @@ def render_report(documents: Sequence[Mapping[str, Any]], names: Sequence[str] |
         latency_metrics=LATENCY_METRICS,
         chart_data=chart_data,
         has_timeseries=any(run["timeseries"] for run in chart_data["runs"]),
+        cdf_from_histograms=all(cdf_from_histograms(doc) for doc in documents),
         server_charts=server_charts(documents),
         chart_js=_asset(*CHART_LIBRARY),
         report_js=_asset("exporters", "templates", "report.js"),
@@ -329,8 +380,9 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ReportError(f"{str(path)!r} is not JSON ({exc}); pass a file written by --results-json") from exc
     if isinstance(document, dict) and "steps" in document and "requests" not in document:
         raise ReportError(
-            f"{str(path)!r} is an llmload sweep file; pass one of its step files "
-            "(STEM.users-N.json or STEM.rate-R.json beside it)"
+            f"{str(path)!r} is an llmload sweep file; pass it alone for the sweep view "
+            "(llmload report SWEEP.json -o sweep.html), or one of its step files "
+            "(STEM.users-N.json or STEM.rate-R.json beside it) to compare"
         )
     if not isinstance(document, dict) or not {"schema_version", "requests", "latency"} <= document.keys():
         raise ReportError(
@@ -349,7 +401,16 @@ def write_html_report(
         OSError: the directory cannot be created or written.
         ReportError: as ``render_report``.
     """
-    text = render_report(documents, names).encode("utf-8")
+    return write_page(path, render_report(documents, names))
+
+
+def write_page(path: str | os.PathLike[str], page: str) -> int:
+    """Write an HTML page to ``path`` atomically (readable by all); returns its size in bytes.
+
+    Raises:
+        OSError: the directory cannot be created or written.
+    """
+    text = page.encode("utf-8")
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)

@@ -73,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from llmload.aggregate.stats import LLMStats
+from llmload.exporters.chart_rows import CDF_METRICS, latency_cdf
 from llmload.exporters.load import SendFigures, load_section
 from llmload.exporters.sections import client_saturated, stats_sections
 from llmload.run.clock import OffsetEstimate
@@ -155,7 +156,8 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
     ``errors``, ``tokens``, ``duration_s``, ``send_span_s``, ``throughput``,
     ``latency``, ``client``), ``by_endpoint`` (the same sections plus
     ``endpoint`` and ``model`` per key; empty when only one key was
-    measured), ``timeseries`` (the per-interval rows), ``drift`` (the
+    measured), ``latency_cdf`` (the run total's TTFT, ITL, TPOT and E2E distributions from their
+    histograms: ``chart_rows.latency_cdf``), ``timeseries`` (the per-interval rows), ``drift`` (the
     first stretch against the last, null when no run started), ``lost_workers``
     (only when some were lost), ``blocked`` (only when no load was sent),
     ``client_saturated``, ``client_cpu_saturated_s``, ``load``, ``server``
@@ -187,6 +189,7 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
         if len(stats.keys()) > 1
         else []
     )
+    results["latency_cdf"] = {key: latency_cdf(getattr(total, key)) for key in CDF_METRICS}
     results["timeseries"] = [dict(row) for row in outcome.timeseries]
     results["drift"] = None if outcome.drift is None else dict(outcome.drift)
     if outcome.lost_workers:

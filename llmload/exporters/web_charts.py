@@ -11,15 +11,27 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llmload.aggregate.series import IntervalSeries
+from llmload.errors import InvalidOptionsError
+from llmload.exporters.chart_rows import interval_of, mark_partial
 from llmload.exporters.timeseries import Row, Timeline, interval_rows
 from llmload.request.record import Outcome
 from llmload.settings.options import OPTIONS, OptionSpec
+from llmload.settings.thresholds import Threshold
 
-__all__ = ["CHART_COLUMNS", "FAILURE_COLUMNS", "RowCache", "form_fields", "script_tags", "series_payload"]
+__all__ = [
+    "CHART_COLUMNS",
+    "FAILURE_COLUMNS",
+    "RowCache",
+    "field_messages",
+    "form_fields",
+    "script_tags",
+    "series_payload",
+    "threshold_lines",
+]
 
 
 FAILURE_COLUMNS: tuple[str, ...] = tuple(o.value for o in Outcome if o.is_failure)
@@ -35,7 +47,12 @@ CHART_COLUMNS: tuple[str, ...] = (
     "output_tokens_per_s",
     "ttft_p50_s",
     "ttft_p99_s",
+    "itl_p50_s",
     "itl_p99_s",
+    "tpot_p50_s",
+    "tpot_p99_s",
+    "e2e_p50_s",
+    "e2e_p99_s",
     "in_flight_requests",
     "users",
     "server_generation_tokens_per_s",
@@ -43,11 +60,17 @@ CHART_COLUMNS: tuple[str, ...] = (
     "server_waiting_requests",
     "server_kv_cache_usage",
 )
-"""The columns of the route's rows: a subset of the time series' total row (server columns null when not read)."""
+"""The columns of the route's rows: a subset of the time series' total row (server columns null when not read).
+
+Each row also has ``partial`` and ``rate_left_out`` (``llmload.exporters.chart_rows.mark_partial``):
+the run's last interval when the stop cut it short, and whether rate charts leave it out."""
 
 
 def _chart_row(row: Row) -> dict[str, Any]:
-    return {name: row.get(name) for name in CHART_COLUMNS}
+    chart = {name: row.get(name) for name in CHART_COLUMNS}
+    chart["partial"] = bool(row.get("partial", False))
+    chart["rate_left_out"] = bool(row.get("rate_left_out", False))
+    return chart
 
 
 class RowCache:
@@ -92,8 +115,12 @@ def series_payload(
     results: Mapping[str, Any] | None,
     since_t: float = -math.inf,
     cache: RowCache | None = None,
+    warnings: Sequence[str] = (),
+    started_at_unix: float | None = None,
+    thresholds: Sequence[Threshold] = (),
 ) -> dict[str, Any]:
-    """The route's answer: ``{"run_id", "state", "interval_s", "ended", "in_progress_included", "rows"}``.
+    """The route's answer: ``{"run_id", "state", "interval_s", "ended", "in_progress_included", "rows",
+    "warnings", "started_at_unix", "thresholds"}``.
 
     Args:
         run_id: the run's id; "" before the first run (no rows then).
@@ -103,21 +130,32 @@ def series_payload(
         results: the run's results document once it ended, else None.
         since_t: give only rows with ``t`` greater than this (a poller's last ``t``).
         cache: the rows computed by earlier calls (the route keeps one); None computes them all.
+        warnings: what the LLM tab shows above its table (``chart_rows.client_warnings``).
+        started_at_unix: the run's start on the master's wall clock (the charts' time axis: start + ``t``).
+        thresholds: the run's ``--abort-on`` conditions, drawn as lines (``threshold_lines``).
 
-    ``rows`` are total rows (``CHART_COLUMNS``), ``t`` increasing; durations in
+    ``rows`` are total rows (``CHART_COLUMNS``, ``partial``, ``rate_left_out``), ``t`` increasing; durations in
     seconds, null where unknown. ``ended`` is true once the rows are the
-    results' (final; the last interval, cut at the stop, included).
+    results' (final; the last interval, cut at the stop, included and marked ``partial``).
     """
     answer: dict[str, Any] = {"run_id": "", "state": state, "interval_s": None, "ended": False}
     answer["in_progress_included"] = False
     answer["rows"] = []
+    answer["warnings"] = []
+    answer["started_at_unix"] = None
+    answer["thresholds"] = []
     if not run_id:
         return answer
     answer["run_id"] = run_id
+    answer["warnings"] = list(warnings)
+    answer["started_at_unix"] = started_at_unix
+    answer["thresholds"] = threshold_lines(thresholds)
     if results is not None and results.get("timeseries") is not None:
-        rows = [_chart_row(r) for r in results["timeseries"] if r.get("endpoint") is None and r["t"] > since_t]
+        total = [r for r in results["timeseries"] if r.get("endpoint") is None]
+        interval_s = timeline.interval_s if timeline is not None else interval_of(results, total)
+        rows = [_chart_row(r) for r in mark_partial(total, interval_s) if r["t"] > since_t]
         answer["ended"] = True
-        answer["interval_s"] = timeline.interval_s if timeline is not None else None
+        answer["interval_s"] = interval_s
     elif timeline is not None:
         answer["interval_s"] = timeline.interval_s
         rows = [r for r in (cache or RowCache()).rows(timeline, series) if r["t"] > since_t]
@@ -127,8 +165,25 @@ def series_payload(
     return answer
 
 
+def threshold_lines(thresholds: Sequence[Threshold]) -> list[dict[str, Any]]:
+    """The ``--abort-on`` limits the live charts draw as lines: ``{"text", "column", "value"}`` per threshold.
+
+    ``column`` is the time-series column the metric reads (``Threshold.column``), ``value`` the limit in
+    that column's unit (seconds, per second). Ratios (``error_ratio``, ``throttled_ratio``) have no chart
+    of their own and are left out.
+    """
+    lines = []
+    for threshold in thresholds:
+        if threshold.column is not None:
+            lines.append({"text": threshold.text, "column": threshold.column, "value": threshold.value})
+    return lines
+
+
 def form_fields(options: tuple[OptionSpec, ...] = OPTIONS) -> dict[str, dict[str, str]]:
-    """Per form field (``dest``): ``{"label", "help", "default"}`` for the web UI's "Custom parameters".
+    """Per form field (``dest``): ``{"label", "help", "default", "group"}`` for the web UI's "Custom parameters".
+
+    ``group`` is the option's heading (``llmload.settings.options.GROUPS``, the order of ``llmload options``
+    and of the README's option tables); the page puts a heading before each group's first field.
 
     ``default`` is the default in words, as ``llmload options`` and the README
     say it (``OptionSpec.default_text``: e.g. "not set: closed loop", "off: streaming").
@@ -138,8 +193,18 @@ def form_fields(options: tuple[OptionSpec, ...] = OPTIONS) -> dict[str, dict[str
         if spec.launch_only:
             continue
         shown = spec.default_text
-        fields[spec.dest] = {"label": spec.label, "help": spec.help, "default": shown}
+        fields[spec.dest] = {"label": spec.label, "help": spec.help, "default": shown, "group": spec.group}
     return fields
+
+
+def field_messages(error: InvalidOptionsError, options: tuple[OptionSpec, ...] = OPTIONS) -> dict[str, str]:
+    """Each refused value's message by its form field (the option's ``dest``), for the page to show at the field.
+
+    The start form's answer carries it as ``llmload_fields``; every value refused at once
+    (``InvalidOptionsError.problems``), so the page marks them all.
+    """
+    dest = {spec.flag: spec.dest for spec in options}
+    return {dest.get(flag, flag): message for flag, message in error.problems}
 
 
 def script_tags(config: dict[str, Any]) -> str:

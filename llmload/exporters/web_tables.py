@@ -10,6 +10,7 @@ milliseconds, unknown figures as ``"n/a"``.
 
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from llmload.aggregate.stats import EndpointStats, LLMStats
 from llmload.exporters.sections import stats_sections
 from llmload.settings.goodput import SLO
 
-__all__ = ["ENDPOINT_COLUMNS", "RUN_COLUMNS", "RunFacts", "endpoint_rows", "run_rows"]
+__all__ = ["ENDPOINT_COLUMNS", "RUN_COLUMNS", "RunFacts", "endpoint_rows", "reachable_url", "run_rows"]
 
 ENDPOINT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("endpoint", "Endpoint"),
@@ -43,6 +44,26 @@ RUN_COLUMNS: tuple[tuple[str, str], ...] = (("item", "Item"), ("value", "Value")
 """(key, title) of the LLM run tab's columns."""
 
 _NA = "n/a"
+
+_ANY_ADDRESS = ("0.0.0.0", "::", "")
+
+
+def reachable_url(url: str, page_host: str) -> str:
+    """``url`` with a bind-everything host (``0.0.0.0``, ``::``) replaced by the host the page was opened on.
+
+    The exporter listening on every interface is reached at any of the machine's addresses; a link to
+    ``http://0.0.0.0:9646/metrics`` opens nothing from another machine. ``page_host`` is the web UI
+    request's ``Host`` (``name`` or ``name:port``); the url's own port and path are kept.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname not in _ANY_ADDRESS or not page_host:
+        return url
+    host = urllib.parse.urlsplit(f"//{page_host}").hostname or ""
+    if not host:
+        return url
+    shown = f"[{host}]" if ":" in host else host
+    netloc = f"{shown}:{parts.port}" if parts.port is not None else shown
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,11 @@ class Threshold:
     value: float
     for_s: float | None = None
 
+    @property
+    def column(self) -> str | None:
+        """The time-series column the metric is read from (e.g. ``ttft_p99_s``); None for a ratio of two columns."""
+        return _LATENCY.get(self.metric) or _RATES.get(self.metric)
+
     def read(self, row: Mapping[str, Any]) -> float | None:
         """The metric's value in a total row; None when unknown (nothing finished or, for latencies, succeeded)."""
         if self.metric in _RATIOS:

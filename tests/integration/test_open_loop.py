@@ -187,6 +187,13 @@ def test_sweep_runs_one_step_per_value_and_writes_sections(tmp_path):
     assert [s["step"] for s in sweep["steps"]] == [1, 4]
     assert [s["requests"]["succeeded"] for s in sweep["steps"]] == [20, 20]
     assert "knee:" in proc.stdout
+    # issue 24: the sweep view beside the sweep file, each step a row of its table
+    view = tmp_path / "sweep.html"
+    assert f"sweep view (load against results, the knee marked): {view}" in proc.stdout
+    page = view.read_text()
+    assert 'data-step="1"' in page
+    assert 'data-step="4"' in page
+    assert 'id="sweep-tokens"' in page
 
 
 # Issue 14, P4: the README's rate sweep measures the server: enough users, no artefact knee.
@@ -217,6 +224,7 @@ def test_p4_rate_sweep_as_the_readme_shows_it_sets_enough_users(tmp_path):
     assert sweep["knee"] is None
     assert not stale.exists()
     assert sorted(p.name for p in tmp_path.glob("sweep.*")) == [
+        "sweep.html",  # the sweep view
         "sweep.json",
         "sweep.rate-5.json",
         "sweep.rate-inf.json",

@@ -4,9 +4,11 @@ Headless Debian chromium against a real ``locust`` web UI over ``llmload sim``
 (one process, 1 s time-series intervals, the Prometheus exporter on a free
 port): the form shows llmload's labels with help and defaults; a run started
 from the form fills the LLM tab's table and its charts (canvases drawn from
-``/llmload/timeseries.json``, whose rows come with increasing ``t``); the EDIT
+``/llmload/timeseries.json``, whose rows come with increasing ``t``, on a
+wall-clock axis, the ``--abort-on`` limit drawn as a line; issue 24); the EDIT
 dialog hides llmload's fields and changes the users; STOP ends the run, the LLM
-run tab shows the verdict and the HTML report downloads, references nothing
+run tab shows the verdict (the rate charts leave out the interval the STOP
+cut short) and the HTML report downloads, references nothing
 external and opens (its charts drawn) in the browser. ``LLMLOAD_SCREENSHOTS=1``
 (``make screenshots``) saves the form, the tab and the report under ``docs/``.
 """
@@ -31,6 +33,7 @@ pytestmark = pytest.mark.integration
 MIN_ROWS = 6
 FAIL_RATE = "0.08"  # the simulator fails some replies, so the failures chart has bars
 RUN_BOUND_S = "90s"  # the run stops by itself at the latest after this (the test presses STOP long before)
+ABORT_ON = "ttft_p99>60s for 10m"  # never fires here; drawn as a line on the TTFT chart
 
 
 def _series(ui: WebUI) -> dict[str, Any]:
@@ -56,6 +59,7 @@ def test_browser_charts_fill_from_the_series_route_edit_hides_llmload_fields_and
     args = (
         "--timeseries-interval", "1", "-u", "4", "-r", "4", "-t", RUN_BOUND_S, "--results-json", str(results),
         "--prometheus-port", str(metrics_port), "--prometheus-host", "127.0.0.1", "--prometheus-grace", "0",
+        "--abort-on", ABORT_ON,
     )  # fmt: skip
     with chromium(1500, 1300) as driver, web_ui(*args, sim_args=("--fail-rate", FAIL_RATE)) as ui:
         _form_labels(driver, ui)
@@ -84,7 +88,7 @@ def _charts_fill(driver: Any, ui: WebUI, metrics_port: int) -> None:
     by_text(driver, "//button[@role='tab'][normalize-space()='LLM']").click()
     wait(driver, lambda d: "llmload-sim" in tab_cells(d))
     canvases = wait(driver, lambda d: d.find_elements("css selector", "#llmload-charts canvas"))
-    assert len(canvases) == 7  # two of them the server's, shown once its metrics were read
+    assert len(canvases) == 10  # two of them the server's, shown once its metrics were read
     deadline = time.monotonic() + 60
     while len(rows := _series(ui)["rows"]) < MIN_ROWS:
         assert time.monotonic() < deadline, f"fewer than {MIN_ROWS} time-series rows within 60 s: {rows}"
@@ -106,6 +110,15 @@ def _charts_fill(driver: Any, ui: WebUI, metrics_port: int) -> None:
     wait(driver, lambda d: min(_chart_points(d)) >= MIN_ROWS - 1)
     status = driver.find_element("id", "llmload-charts-status").text
     assert re.match(r"\d+ interval\(s\)", status)
+    ttft = driver.find_element("css selector", "canvas[data-llmload-chart='TTFT (ms)']")
+    assert ttft.get_attribute("data-threshold-lines") == "1"  # the --abort-on limit, as a line
+    line = driver.execute_script("return Chart.getChart(arguments[0]).data.datasets.at(-1);", ttft)
+    assert line["label"].startswith(f"--abort-on {ABORT_ON}")
+    assert {point["y"] for point in line["data"]} == {60_000}  # 60 s on the ms axis
+    ticks = driver.execute_script("return Chart.getChart(arguments[0]).scales.x.ticks.map(t => t.label);", ttft)
+    assert ticks
+    assert all(re.fullmatch(r"\d\d:\d\d:\d\d", tick) for tick in ticks), ticks  # wall-clock axis
+    assert _series(ui)["started_at_unix"] == pytest.approx(time.time(), abs=300)
     link = driver.find_element("id", "llmload-metrics-link").get_attribute("href")
     assert link == f"http://127.0.0.1:{metrics_port}/metrics"
     with urllib.request.urlopen(link, timeout=10) as answer:
@@ -141,6 +154,20 @@ def _stop_and_report(driver: Any, ui: WebUI, results: Path, tmp_path: Path) -> N
     assert [row["t"] for row in final["rows"]] == [row["t"] for row in totals]
     assert document["requests"]["failed"] > 0
     assert sum(row["http_error"] for row in final["rows"]) == document["requests"]["failed"]
+    last = final["rows"][-1]
+    assert last["partial"] is True  # STOP cut the last interval short
+    assert not any(row["partial"] for row in final["rows"][:-1])
+    assert last["rate_left_out"] is (last["interval_s"] < 0.5)  # under half an interval: no rate drawn
+    driver.get(ui.base + "/?tab=llmload")
+    wait(driver, lambda d: "the run ended" in d.find_element("id", "llmload-charts-status").text)
+    rate = driver.find_element("css selector", "canvas[data-llmload-chart='Requests/s (succeeded)']")
+    ttft = driver.find_element("css selector", "canvas[data-llmload-chart='TTFT (ms)']")
+    count = "return Chart.getChart(arguments[0]).data.datasets[0].data.length;"
+    left_out = 1 if last["rate_left_out"] else 0
+    assert driver.execute_script(count, rate) == len(final["rows"]) - left_out
+    assert driver.execute_script(count, ttft) == len(final["rows"])  # latencies show every interval
+    title = driver.execute_script("return Chart.getChart(arguments[0]).options.plugins.title.text;", rate)
+    assert ("cut at the stop: left out" in title) is bool(left_out)
     driver.get(ui.base + "/?tab=llmload-run")
     wait(driver, lambda d: document["verdict"] in tab_cells(d))
 

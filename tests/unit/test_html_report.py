@@ -28,7 +28,7 @@ from llmload.exporters.html import (
 from llmload.servermetrics import SERVER_COLUMNS
 from llmload.servermetrics.names import GAUGES
 from llmload.testing import ok_record
-from tests.unit.test_readme_schema import MODES, closed_loop, open_loop, sweep_file
+from tests.unit.test_readme_schema import MODES, closed_loop, open_loop
 
 SECTIONS = ("warnings", "summary", "latency", "timeseries", "failures", "server", "configuration")
 
@@ -188,7 +188,7 @@ def test_html_report_draws_time_series_and_server_metrics_when_present():
     text = render_report([document])
     page = _Page(text)
     series = [attrs for attrs in page.with_attr("data-chart") if attrs["data-chart"] == "timeseries"]
-    assert len(series) == 7 + 3  # the client's, then the server's: tok/s, running/waiting, KV cache
+    assert len(series) == 8 + 3  # the client's, then the server's: tok/s, running/waiting, KV cache
     rows = _chart_data(page)["runs"][0]["timeseries"]
     assert [row["t"] for row in rows] == [0.0, 10.0, 20.0]  # the run total only, per-endpoint rows left out
     assert all(row["endpoint"] is None for row in rows)
@@ -331,8 +331,9 @@ def test_html_report_compare_overlays_both_runs_and_marks_differing_options():
     assert "&Delta; = after &minus; before" in text
 
 
-def test_latency_cdf_points_are_the_document_quantiles_in_ms():
+def test_latency_cdf_points_of_a_file_without_latency_cdf_are_the_document_quantiles_in_ms():
     document = closed_loop()
+    del document["latency_cdf"]  # written by an llmload before the histograms' distributions
     document["latency"]["e2e_s"] |= {"p50": 0.25, "p90": 0.5, "p99": 0.75, "max": 1.5, "count": 7}
     points = latency_cdf_points(document)
     assert points["e2e_s"] == [[250.0, 0.5], [500.0, 0.9], [750.0, 0.99], [1500.0, 1.0]]
@@ -377,7 +378,6 @@ def test_report_cli_writes_a_report_and_a_comparison(tmp_path, capsys):
         (None, "cannot read"),
         ("{not json", "is not JSON"),
         (json.dumps({"a": 1}), "is not an llmload results document"),
-        (json.dumps(sweep_file()), "is an llmload sweep file; pass one of its step files"),
     ],
 )
 def test_report_cli_refuses_a_file_that_is_not_a_results_document(tmp_path, capsys, content, message):
@@ -434,7 +434,7 @@ def test_html_report_charts_render_in_headless_chromium(tmp_path, compare):
     body = next(attrs for tag, attrs in page.tags if tag == "body")
     canvases = page.with_attr("data-chart")
     assert body.get("data-chart-errors") == ""
-    assert body.get("data-charts-rendered") == str(len(canvases)) == "14"
+    assert body.get("data-charts-rendered") == str(len(canvases)) == "15"
     for canvas in canvases:
         assert canvas.get("data-rendered") == "1", canvas["id"]
         assert int(canvas.get("data-painted-pixels") or 0) > 2000, canvas["id"]  # axes, labels and lines drawn

@@ -58,6 +58,7 @@ def test_series_payload_before_any_run_is_empty() -> None:
     payload = series_payload("", "ready", timeline=None, series=IntervalSeries.empty(), results=None)
     assert payload == {
         "run_id": "", "state": "ready", "interval_s": None, "ended": False, "in_progress_included": False, "rows": [],
+        "warnings": [], "started_at_unix": None, "thresholds": [],
     }  # fmt: skip
 
 
@@ -67,7 +68,8 @@ def test_series_payload_gives_complete_intervals_only_as_total_rows_with_increas
     assert [row["t"] for row in rows] == [0.0, 1.0, 2.0]  # interval 3 is in progress: left out
     assert payload["in_progress_included"] is False
     assert payload["ended"] is False
-    assert all(list(row) == list(CHART_COLUMNS) for row in rows)
+    assert all(list(row) == [*CHART_COLUMNS, "partial", "rate_left_out"] for row in rows)
+    assert not any(row["partial"] or row["rate_left_out"] for row in rows)  # complete intervals only
     assert [row["output_tokens_per_s"] for row in rows] == [10.0, 20.0, 30.0]
     assert [row["in_flight_requests"] for row in rows] == [0, 1, 2]
     assert rows[1]["timeout"] == 1
@@ -90,6 +92,8 @@ def test_series_payload_after_the_run_gives_the_results_rows_including_the_last_
     assert payload["ended"] is True
     assert [row["t"] for row in payload["rows"]] == [0.0, 1.0, 2.0]
     assert payload["rows"][-1]["interval_s"] == pytest.approx(0.4)
+    assert [row["partial"] for row in payload["rows"]] == [False, False, True]
+    assert [row["rate_left_out"] for row in payload["rows"]] == [False, False, True]  # 0.4 of an interval
     assert sum(row["succeeded"] for row in payload["rows"]) == 3
 
 
@@ -101,6 +105,7 @@ def test_b6_every_form_field_has_a_label_in_the_fields_terms_its_full_help_and_d
     assert fields["ignore_eos"]["label"].startswith("Ignore EOS")
     assert fields["max_tokens"] == {
         "label": "Max tokens (reply length)", "help": "max_tokens per request (positive integer).", "default": "128",
+        "group": "Reply length and sampling",
     }  # fmt: skip
     assert fields["slo"]["default"] == "none"
     assert fields["no_stream"]["default"] == "off: streaming"

@@ -10,7 +10,11 @@ with npm. So, on ``environment.web_ui.app`` (all routes guarded by
   holds. During the run only *complete* intervals are given (those the
   ``--timeseries`` file already has); the interval in progress is left out,
   so a chart never shows a half-counted interval as a dip. Once the run's
-  results exist, their rows are given, the last (partial) interval included.
+  results exist, their rows are given, the last (partial) interval included
+  and marked ``partial``: the rate charts leave it out (a few requests over a
+  fraction of a second is no rate) and say so. The answer also carries the
+  client-saturation warnings (shown above the LLM tab's table), the run's
+  start (the charts' wall-clock axis) and its ``--abort-on`` limits (drawn as lines).
 - ``GET {base}/llmload/static/<file>``: ``llmtab.js`` and the vendored Chart.js,
   from the package (never a CDN).
 - An ``after_request`` hook adds those two scripts and a JSON block (the form
@@ -30,11 +34,13 @@ import json
 from importlib import resources
 from typing import Any
 
-from flask import Response, request
+from flask import Response, has_request_context, request
 
 from llmload.aggregate.series import IntervalSeries
 from llmload.edge.runtime import Runtime
+from llmload.exporters.chart_rows import client_warnings, results_warnings
 from llmload.exporters.web_charts import FAILURE_COLUMNS, RowCache, form_fields, script_tags, series_payload
+from llmload.exporters.web_tables import reachable_url
 
 __all__ = ["install", "page_config"]
 
@@ -49,9 +55,19 @@ def page_config(environment: Environment, base: str) -> dict[str, Any]:
     return {
         "base": base,
         "fields": form_fields(),
-        "metrics_url": export.url if export is not None else None,
+        "metrics_url": None
+        if export is None
+        else reachable_url(export.url, request.host if has_request_context() else ""),
         "failure_columns": list(FAILURE_COLUMNS),
     }
+
+
+def _warnings(runtime: Runtime) -> list[str]:
+    """The client-saturation warnings of the run: its results' once it ended, else the live figures'."""
+    if runtime.results is not None:
+        return results_warnings(runtime.results)
+    cpu_s = max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0)
+    return client_warnings(cpu_s, runtime.run_stats().total().read_lag_s)
 
 
 def install(environment: Environment) -> None:
@@ -76,7 +92,8 @@ def install(environment: Environment) -> None:
         else:
             payload = series_payload(
                 runtime.run_id, state, timeline=runtime.timeline, series=runtime.series, results=runtime.results,
-                since_t=since_t, cache=cache,
+                since_t=since_t, cache=cache, warnings=_warnings(runtime) if runtime.run_id else (),
+                started_at_unix=runtime.started_at_unix or None, thresholds=runtime.config.abort_on,
             )  # fmt: skip
         return Response(json.dumps(payload), mimetype="application/json", headers={"Cache-Control": "no-store"})
 

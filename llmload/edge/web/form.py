@@ -7,7 +7,9 @@ UI's app runs first: it applies the posted form to a copy of the options the
 way Locust's view does, builds the ``RunConfig`` and, for a new run,
 prepares it (API key, tokenizer, workload, ``GET /v1/models``, preflight
 probe). A problem is answered as Locust answers its own form errors
-(``{"success": false, "message": ...}``, shown under the form), and nothing
+(``{"success": false, "message": ...}``, shown under the form; refused values
+also as ``"llmload_fields": {dest: message}``, every one at once, which the
+page's script shows under each field), and nothing
 starts: no ``test_start``, no spawn message to any worker. ``test_start``
 then finds the run already prepared for the same host and options.
 
@@ -36,7 +38,8 @@ from llmload.aggregate.series import FoldedTotal, IntervalSeries
 from llmload.aggregate.stats import LLMStats
 from llmload.edge.launch import prepare
 from llmload.edge.runtime import Runtime
-from llmload.errors import ConfigError, LLMLoadError
+from llmload.errors import ConfigError, InvalidOptionsError, LLMLoadError
+from llmload.exporters.web_charts import field_messages
 from llmload.run.plan import users_short_of_workers
 from llmload.settings.config import RunConfig
 from llmload.settings.options import OPTIONS, OptionSpec
@@ -98,7 +101,10 @@ def _check_swarm(environment: Environment) -> Response | None:
         prepare(environment, runtime, options=posted, host=host)
     except LLMLoadError as exc:
         log.error("llmload: not starting: %s", exc)
-        return jsonify({"success": False, "message": f"llmload: {exc}", "host": environment.host})
+        answer = {"success": False, "message": f"llmload: {exc}", "host": environment.host}
+        if isinstance(exc, InvalidOptionsError):
+            answer["llmload_fields"] = field_messages(exc)
+        return jsonify(answer)
     return None
 
 

@@ -23,12 +23,19 @@ import json
 import time
 from typing import Any
 
-from flask import Response, request
+from flask import Response, has_request_context, request
 
 from llmload.edge.runtime import Runtime
 from llmload.exporters.console import summary_lines
 from llmload.exporters.html import ReportError, render_report
-from llmload.exporters.web_tables import ENDPOINT_COLUMNS, RUN_COLUMNS, RunFacts, endpoint_rows, run_rows
+from llmload.exporters.web_tables import (
+    ENDPOINT_COLUMNS,
+    RUN_COLUMNS,
+    RunFacts,
+    endpoint_rows,
+    reachable_url,
+    run_rows,
+)
 
 __all__ = ["LLM_TAB", "RUN_TAB", "install"]
 
@@ -107,6 +114,11 @@ def _results(environment: Environment) -> dict[str, Any] | None:
     return None if runtime is None else runtime.results
 
 
+def _page_host() -> str:
+    """The ``Host`` the web UI was opened on ("" outside a request)."""
+    return request.host if has_request_context() else ""
+
+
 def extended_stats(environment: Environment) -> list[dict[str, Any]]:
     """The rows of both tabs, as Locust's ``extended_stats`` (one entry per tab key)."""
     runtime: Runtime | None = getattr(environment, "llmload", None)
@@ -124,7 +136,7 @@ def extended_stats(environment: Environment) -> list[dict[str, Any]]:
         if runtime.reset_at_unix is None
         else time.strftime("%H:%M:%S", time.localtime(runtime.reset_at_unix)),
         results=runtime.results,
-        metrics_url=runtime.export.url if runtime.export is not None else None,
+        metrics_url=None if runtime.export is None else reachable_url(runtime.export.url, _page_host()),
         ending=bool(runtime.run_id) and runtime.results is None and runner.state in (STATE_STOPPING, STATE_STOPPED),
     )
     stats = runtime.run_stats()

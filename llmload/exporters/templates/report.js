@@ -27,21 +27,44 @@
   function cdfDatasets(metric) {
     return data.runs.map(function (run, r) {
       var points = (run.cdf[metric] || []).map(function (p) { return { x: p[0], y: p[1] * 100 }; });
-      return dataset(run.label, points, r, r);
+      var set = dataset(run.label, points, r, r);
+      if (points.length > 8) { set.pointRadius = 0; set.stepped = "after"; }  // one step per histogram bucket
+      return set;
     });
+  }
+
+  function isRate(field) { return data.rate_columns.indexOf(field) >= 0; }
+
+  // The intervals a rate chart leaves out: the last one of a run when the stop cut it short (row.rate_left_out).
+  function leftOut(fields) {
+    if (!fields.some(isRate)) { return []; }
+    var out = [];
+    data.runs.forEach(function (run) {
+      (run.timeseries || []).forEach(function (row) { if (row.rate_left_out) { out.push(row); } });
+    });
+    return out;
   }
 
   function seriesDatasets(fields, scale, labels) {
     var sets = [];
     data.runs.forEach(function (run, r) {
       fields.forEach(function (field, f) {
-        var points = (run.timeseries || []).map(function (row) {
+        var rows = (run.timeseries || []).filter(function (row) { return !(row.rate_left_out && isRate(field)); });
+        var points = rows.map(function (row) {
           var v = row[field];
           return { x: row.t, y: (v === null || v === undefined) ? null : v * scale };
         });
         var name = labels ? labels[f] : field;
         var label = data.runs.length > 1 ? run.label + ": " + name : name;
         sets.push(dataset(label, points, data.runs.length > 1 ? r * fields.length + f : f, r));
+        (run.thresholds || []).forEach(function (th) {  // an --abort-on limit on this column, as a dashed line
+          if (th.column !== field || !rows.length) { return; }
+          var y = th.value * scale;
+          sets.push({ label: (data.runs.length > 1 ? run.label + ": " : "") + "--abort-on " + th.text,
+            data: [{ x: rows[0].t, y: y }, { x: rows[rows.length - 1].t, y: y }], showLine: true,
+            borderColor: "#b00020", backgroundColor: "#b00020", borderDash: [2, 3], pointRadius: 0, borderWidth: 1.5,
+            llmloadThreshold: true });
+        });
       });
     });
     return sets;
@@ -57,7 +80,7 @@
 
   function draw(canvas) {
     var kind = canvas.dataset.chart;
-    var datasets, xTitle, yTitle;
+    var datasets, xTitle, yTitle, title = canvas.dataset.title;
     if (kind === "cdf") {
       datasets = cdfDatasets(canvas.dataset.metric);
       xTitle = canvas.dataset.title;
@@ -70,6 +93,13 @@
       );
       xTitle = "seconds since the run's start";
       yTitle = canvas.dataset.title;
+      canvas.dataset.thresholdLines = String(datasets.filter(function (d) { return d.llmloadThreshold; }).length);
+      var cut = leftOut(canvas.dataset.fields.split(","));
+      if (cut.length) {
+        canvas.dataset.leftOut = String(cut.length);
+        title += " (last interval, " + cut.map(function (row) { return row.interval_s.toFixed(2); }).join(" / ") +
+          " s, cut at the stop: left out)";
+      }
     }
     var empty = datasets.every(function (d) { return d.data.length === 0; });
     new Chart(canvas, {
@@ -80,7 +110,7 @@
         responsive: true,
         maintainAspectRatio: false,
         plugins: {
-          title: { display: true, text: canvas.dataset.title + (empty ? ": no sample" : "") },
+          title: { display: true, text: title + (empty ? ": no sample" : "") },
           legend: { display: true, position: "bottom" }
         },
         scales: {
