@@ -276,11 +276,29 @@ def _client_lines(results: dict[str, Any]) -> list[str]:
                 f"{lag['mean'] * 1e3:.2f} / {lag['p99'] * 1e3:.2f} / {lag['max'] * 1e3:.2f}",
             )
         )
-    if client.get("read_lag_saturated"):
+    lagged = client.get("lagged_requests") or 0
+    if lagged:
+        per_request = client.get("request_lag_s") or {}
         lines.append(
-            f"WARNING: latencies may include up to {lag['p99'] * 1e3:.1f} ms (P99; max {lag['max'] * 1e3:.1f} ms) "
+            _row(
+                f"Requests read > {client['request_lag_limit_s'] * 1e3:g} ms late:",
+                f"{lagged} of {per_request.get('count') or lagged}",
+            )
+        )
+    if client.get("read_lag_saturated"):
+        p99_s = lag["p99"] if lag["p99"] > client["read_lag_limit_s"] else None
+        if p99_s is not None:
+            head = f"latencies may include up to {p99_s * 1e3:.1f} ms (P99; max {lag['max'] * 1e3:.1f} ms)"
+        else:
+            head = (
+                f"{lagged} request(s) may have TTFT, ITL or E2E off by up to {lag['max'] * 1e3:.1f} ms "
+                f"(max; P99 {lag['p99'] * 1e3:.1f} ms)"
+            )
+        lines.append(
+            f"WARNING: {head} "
             f"of client delay: replies waited that long before the client read them (limit "
-            f"{client['read_lag_limit_s'] * 1e3:g} ms). Kernel stamps time each read when it arrived, but events "
+            f"{client['read_lag_limit_s'] * 1e3:g} ms P99, {client.get('request_lag_limit_s', 0.01) * 1e3:g} ms "
+            "for any request). Kernel stamps time each read when it arrived, but events "
             "that piled up behind a late read share the newest stamp. Give the client more CPU: more worker "
             "processes (--processes N) or machines, or fewer users per process"
         )

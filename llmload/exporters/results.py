@@ -58,7 +58,11 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   stamped, ``monotonic`` when none was (TLS, not Linux), ``mixed`` otherwise;
   null without reads. ``connect_s``: time to have a connection ready before
   the send (outside TTFT and E2E). ``read_lag_limit_s``: the p99 lag above
-  which the run is flagged ``client_saturated``.
+  which the run is flagged ``client_saturated``. ``request_lag_s``: per
+  finished request with a stamped read, its largest read lag (the bound of
+  how far any of its times may be off); ``lagged_requests``: how many
+  exceeded ``request_lag_limit_s``, which flags the run too (one such read
+  is enough: ``read_lag_saturated``).
 - ``None`` (JSON ``null``, console "n/a") means unknown, never 0.
 """
 

@@ -73,6 +73,24 @@ def test_summary_warns_about_read_lag_with_the_measured_figures():
     assert "CPU > 90%" not in text  # the CPU was not the cause
 
 
+def test_issue19_summary_warns_when_one_request_was_read_late_with_a_low_p99():
+    stats = LLMStats.empty()
+    for _ in range(199):
+        stats.add(_with_reads([0.0002, 0.0003], 0))
+    stats.add(_with_reads([0.0002, 0.1], 0))
+    text = "\n".join(summary_lines(_results(stats)))
+    assert "Requests read > 10 ms late:             1 of 200" in text
+    assert "WARNING: 1 request(s) may have TTFT, ITL or E2E off by up to 100.0 ms (max; P99 0.3 ms)" in text
+
+
+def test_issue19_summary_of_a_run_read_in_time_has_no_lag_warning():
+    stats = LLMStats.empty()
+    stats.add(_with_reads([0.0002, 0.0003], 0))
+    text = "\n".join(summary_lines(_results(stats)))
+    assert "late" not in text
+    assert "WARNING" not in text
+
+
 def test_results_line_is_one_marked_line_that_reads_back_as_the_document() -> None:
     results = _results(_scenario())
     line = results_line(results)
