@@ -189,6 +189,10 @@ class EndpointStats:
             successes only: the wait between the intended and the actual send,
             and TTFT/E2E measured from the intended send (coordinated
             omission made visible; guidellm's ``targeted_start``).
+        ttft_with_connect_s: successes with a measured connection set-up:
+            ``connect_s`` + TTFT, the convention of vLLM ``bench serve``,
+            SGLang ``bench_serving`` and Locust (the timer starts before
+            connecting); ``ttft_s`` starts at the send.
         read_lag_s: over every body read of finished requests that had a kernel
             receive stamp: how long its bytes had waited in the kernel before
             the client read them (the client's own delay, not the server's).
@@ -261,6 +265,7 @@ class EndpointStats:
     dispatch_delay_s: LatencyHistogram = histogram("latency")
     ttft_from_schedule_s: LatencyHistogram = histogram("latency")
     e2e_from_schedule_s: LatencyHistogram = histogram("latency")
+    ttft_with_connect_s: LatencyHistogram = histogram("latency")
     read_lag_s: LatencyHistogram = histogram("client")
     connect_s: LatencyHistogram = histogram("client")
     request_lag_s: LatencyHistogram = histogram("client")
@@ -470,6 +475,8 @@ class EndpointStats:
         ttft = record.ttft_s
         if ttft is not None:
             self.ttft_s.add(ttft)
+            if record.connect_s is not None:
+                self.ttft_with_connect_s.add(record.connect_s + ttft)
         if record.ttfc_s is not None:
             self.ttfc_s.add(record.ttfc_s)
         tpot = record.tpot_s

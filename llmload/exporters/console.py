@@ -111,11 +111,25 @@ def format_summary(results: Mapping[str, Any]) -> str:
         lines.append(_line(f"Mean {abbrev} (ms):", _num(metric["mean"], scale=1000.0)))
         for name, _ in PERCENTILES:
             lines.append(_line(f"{name.upper()} {abbrev} (ms):", _num(metric[name], scale=1000.0)))
+        if key == "ttft_s":
+            lines.extend(_ttft_with_connect_lines(lat.get("ttft_with_connect_s")))
     lines.append("=" * _WIDTH)
     lines.extend(_token_warnings(tok))
     lines.extend(_usage_check_notes(tok))
     lines.extend(_short_warnings(req))
     return "\n".join(lines)
+
+
+def _ttft_with_connect_lines(metric: Mapping[str, Any] | None) -> list[str]:
+    """TTFT with the connection set-up (the other tools' convention) beside TTFT from the send; [] in older results."""
+    if not metric or not metric.get("count"):
+        return []
+    return [
+        _line("Mean TTFT incl. connect (ms):", _num(metric["mean"], scale=1000.0)),
+        _line("P99 TTFT incl. connect (ms):", _num(metric["p99"], scale=1000.0)),
+        "  TTFT: from the send. Incl. connect: from before",
+        "  connecting (vLLM bench serve, SGLang, Locust)",
+    ]
 
 
 def _usage_detail_lines(tok: Mapping[str, Any], thr: Mapping[str, Any]) -> list[str]:
