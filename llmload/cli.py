@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--max-tokens", type=int, default=None, help="tokens per reply (default 128; --quick 64)")
     check.add_argument("--no-capture", action="store_true", help="use the simulator's truth even if tcpdump may run")
     check.add_argument("--json", metavar="PATH", default=None, help="also write the report as JSON to PATH")
-    check.add_argument("--quick", action="store_true", help="a short check (about a minute): 32 users, 64-token replies")
+    check.add_argument("--quick", action="store_true", help="a short check (~30 s): 32 users, 64-token replies")
     args = parser.parse_args(argv)
     if args.command == "selfcheck":
         return _selfcheck(args)
