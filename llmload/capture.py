@@ -50,9 +50,11 @@ def capture_available() -> bool:
 class Capture:
     """``tcpdump`` on ``lo`` for TCP ``port``, writing ``path``; ``start`` then ``stop``."""
 
-    def __init__(self, path: Path, port: int) -> None:
+    def __init__(self, path: Path, port: int, *, prefix: tuple[str, ...] = ()) -> None:
+        """``prefix``: argv put before ``tcpdump`` (``("taskset", "-c", "1")`` keeps it off the client's core)."""
         self.path = path
         self.port = port
+        self._prefix = prefix
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = path.with_suffix(".tcpdump.log")
 
@@ -63,7 +65,7 @@ class Capture:
             RuntimeError: tcpdump exited or did not say it was listening within ``within_s`` (its log is named).
         """
         argv = [
-            "tcpdump", "-i", "lo", "-n", "-s", "256", "-B", "32768", "--time-stamp-precision", "nano",
+            *self._prefix, "tcpdump", "-i", "lo", "-n", "-s", "256", "-B", "32768", "--time-stamp-precision", "nano",
             "-w", str(self.path), f"tcp port {self.port} and {_PAYLOAD}",
         ]  # fmt: skip
         with self._log.open("wb") as err:
@@ -183,10 +185,15 @@ def wire_requests(path: Path, port: int) -> list[WireRequest]:
 
 @dataclass(slots=True)
 class Pairs:
-    """Client − wire TTFT of every paired success (s), the wire TTFTs of those pairs, and what could not pair."""
+    """Client − wire TTFT of every paired success (s), the wire TTFTs of those pairs, and what could not pair.
+
+    ``errors_s`` and ``wire_ttft_s`` are in the same order (one entry per pair).
+    """
 
     errors_s: list[float] = field(default_factory=list)
     wire_ttft_s: list[float] = field(default_factory=list)
+    late_s: list[float] = field(default_factory=list)
+    """Per pair: when the client says its first token arrived − when it crossed the wire (s)."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -210,10 +217,12 @@ def pair_requests(pcap: Path, port: int, requests_log: Path) -> Pairs:
         if abs(w.send_unix - sent) > PAIR_WITHIN_S:
             far += 1
             continue
-        if ttft is None or w.ttft_s is None:
+        wire_ttft = w.ttft_s
+        if ttft is None or wire_ttft is None or w.first_ns is None:
             continue
-        pairs.errors_s.append(ttft - w.ttft_s)
-        pairs.wire_ttft_s.append(w.ttft_s)
+        pairs.errors_s.append(ttft - wire_ttft)
+        pairs.wire_ttft_s.append(wire_ttft)
+        pairs.late_s.append(sent + ttft - w.first_ns / _NS)
     if far:
         pairs.notes.append(f"{far} logged sends had no POST segment within {PAIR_WITHIN_S * 1e3:g} ms: not paired")
     return pairs

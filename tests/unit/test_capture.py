@@ -81,6 +81,8 @@ def test_issue19_pairs_give_client_minus_wire_ttft_by_send_order(tmp_path):
     pairs = pair_requests(pcap, PORT, log)
     assert pairs.wire_ttft_s == pytest.approx([0.050, 0.0519], abs=1e-9)
     assert pairs.errors_s == pytest.approx([0.0001, 0.020], abs=1e-9)
+    # first token seen late: the client's arrival time against the wire's (its send offset included)
+    assert pairs.late_s == pytest.approx([0.00005, 0.01995], abs=1e-6)
     assert any("capture holds 3 requests, the log 2" in note for note in pairs.notes)
 
 
