@@ -33,6 +33,9 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   between token events, never including TTFT; TPOT = (last - first token) /
   (streamed tokens - 1), streamed = completion minus reasoning tokens usage
   counts but the stream never carried (``RequestRecord.tpot_s``); E2E = send → end of reply (vLLM definitions).
+  ``ttft_with_connect_s`` = connection set-up (``client.connect_s``) + TTFT,
+  the timer of vLLM ``bench serve``, SGLang ``bench_serving`` and Locust,
+  which start before connecting (compare with those tools on this one).
   Percentiles are nearest-rank estimates within 1% (see
   ``llmload.aggregate.histogram``); ``max`` is exact.
 - ``goodput`` (with ``--slo``, else null): ``requests_per_s`` = requests that
