@@ -157,6 +157,7 @@ class WireFigures:
     error_p99_s: float | None = None
     error_max_s: float | None = None
     off_10ms: int = 0
+    uncovered: int = 0
     late_mean_s: float | None = None
     late_p99_s: float | None = None
 
@@ -383,6 +384,8 @@ def wire_figures(pcap: Path, port: int, requests_log: Path | None) -> WireFigure
         error_p99_s=_nearest_rank(errors, 0.99),
         error_max_s=max(errors),
         off_10ms=sum(abs(e) > 0.010 for e in errors),
+        # off by more than 1 ms beyond the request's own read lag: an error the lag did not bound
+        uncovered=sum(abs(e) > (lag or 0.0) + 0.001 for e, lag in zip(errors, pairs.lag_s, strict=True)),
         late_mean_s=sum(pairs.late_s) / len(pairs.late_s),
         late_p99_s=_nearest_rank(pairs.late_s, 0.99),
     )
@@ -532,6 +535,7 @@ WIRE_HEADERS = [
     "client − wire mean / p99 ms",
     "paired client − wire mean / p99 / max ms",
     "> 10 ms off",
+    "off > own lag + 1 ms",
     "lagged / flagged",
     "first token late mean / p99 ms",
 ]
@@ -556,6 +560,7 @@ def wire_cells(row: Row) -> list[str]:
         f"{_diff_ms(r.ttft_mean_s, w.wire_ttft_mean_s)} / {_diff_ms(r.ttft_p99_s, w.wire_ttft_p99_s)}",
         paired,
         str(w.off_10ms) if w.paired else "n/a",
+        str(w.uncovered) if w.paired else "n/a",
         flagged,
         f"{_diff_ms(w.late_mean_s, 0.0)} / {_diff_ms(w.late_p99_s, 0.0)}" if w.paired else "n/a",
     ]
@@ -637,7 +642,8 @@ def main() -> int:
     if args.wire:
         print(render([wire_cells(row) for row in rows if row.wire is not None], args.markdown, WIRE_HEADERS))
         print(
-            "Wire: tcpdump's stamps on lo (first POST segment → first data: segment). 'lagged / flagged': llmload's"
+            "Wire: tcpdump's stamps on lo (first POST segment → first data: segment). 'off > own lag': paired"
+            " requests whose TTFT error exceeds their own read_lag_max_s + 1 ms. 'lagged / flagged': llmload's"
             " client.lagged_requests and client_saturated. First token late: the client's arrival time of the first"
             " token − the wire's, paired requests only."
         )

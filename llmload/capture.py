@@ -33,8 +33,13 @@ from pathlib import Path
 
 __all__ = ["PAIR_WITHIN_S", "Capture", "Pairs", "WireRequest", "capture_available", "pair_requests", "wire_requests"]
 
-PAIR_WITHIN_S = 0.002
-"""Largest gap (s) between a logged send and the wire's POST segment for the two to be paired."""
+PAIR_WITHIN_S = 0.020
+"""Largest gap (s) between a logged send and the wire's POST segment for the two to be paired.
+
+Wide enough to keep a client whose loop was late to write the request (the
+gap is then part of its TTFT error), narrow enough to refuse a log and a
+capture that do not line up at all.
+"""
 
 _NS = 1_000_000_000
 _SETTLE_S = 1.5  # tcpdump hands packets to its file in blocks, at least once a second: wait before stopping it
@@ -194,6 +199,8 @@ class Pairs:
     wire_ttft_s: list[float] = field(default_factory=list)
     late_s: list[float] = field(default_factory=list)
     """Per pair: when the client says its first token arrived − when it crossed the wire (s)."""
+    lag_s: list[float | None] = field(default_factory=list)
+    """Per pair: the request's largest read lag (``read_lag_max_s``; None: no stamped read)."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -201,11 +208,13 @@ def pair_requests(pcap: Path, port: int, requests_log: Path) -> Pairs:
     """Pair the logged requests with the wire's (by send order) and return their TTFT differences."""
     pairs = Pairs()
     wire = wire_requests(pcap, port)
-    logged = []
+    logged: list[tuple[float, float | None, float | None]] = []
     for line in requests_log.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         # the wall-clock stamp is taken before the connection is made ready; the POST follows it
-        logged.append((row["started_at_unix"] + (row.get("connect_s") or 0.0), row.get("ttft_s")))
+        logged.append(
+            (row["started_at_unix"] + (row.get("connect_s") or 0.0), row.get("ttft_s"), row.get("read_lag_max_s"))
+        )
     logged.sort()
     posts = wire
     if len(posts) != len(logged):
@@ -213,7 +222,7 @@ def pair_requests(pcap: Path, port: int, requests_log: Path) -> Pairs:
     # the client may send requests the log does not hold (the preflight probe): align on the last ones
     skip = max(0, len(posts) - len(logged))
     far = 0
-    for (sent, ttft), w in zip(logged, posts[skip:], strict=False):
+    for (sent, ttft, lag), w in zip(logged, posts[skip:], strict=False):
         if abs(w.send_unix - sent) > PAIR_WITHIN_S:
             far += 1
             continue
@@ -223,6 +232,7 @@ def pair_requests(pcap: Path, port: int, requests_log: Path) -> Pairs:
         pairs.errors_s.append(ttft - wire_ttft)
         pairs.wire_ttft_s.append(wire_ttft)
         pairs.late_s.append(sent + ttft - w.first_ns / _NS)
+        pairs.lag_s.append(lag)
     if far:
         pairs.notes.append(f"{far} logged sends had no POST segment within {PAIR_WITHIN_S * 1e3:g} ms: not paired")
     return pairs
