@@ -368,9 +368,10 @@ def wire_figures(pcap: Path, port: int, requests_log: Path | None) -> WireFigure
     base = WireFigures(
         wire_ttft_mean_s=sum(ttfts) / len(ttfts) if ttfts else None, wire_ttft_p99_s=_nearest_rank(ttfts, 0.99)
     )
-    if requests_log is None or not requests_log.exists():
+    logs = sorted(requests_log.parent.glob(f"{requests_log.stem}*{requests_log.suffix}")) if requests_log else []
+    if not logs:  # with --processes each worker writes its own, .w<index> before the extension
         return base
-    pairs = pair_requests(pcap, port, requests_log)
+    pairs = pair_requests(pcap, port, logs)
     for note in pairs.notes:
         print(f"    wire: {note}", flush=True)
     errors = pairs.errors_s

@@ -9,17 +9,18 @@ per connection, a client segment starting with ``POST `` opens a request
 event other than ``[DONE]`` is its first token (``first_unix``). Wire TTFT is
 first − send.
 
-``pair_requests`` pairs those with a run's ``--requests-log``: both sorted by
-send time and paired in that order, each pair's sends within
-``PAIR_WITHIN_S`` (the client stamps its send just before the write, the
-wire a few microseconds later; two sends closer than the jitter may swap, and
-their errors with them). Client − wire TTFT per pair is the client's error
-(where its clock starts included).
+``pair_requests`` pairs those with a run's ``--requests-log``: each logged
+request with the nearest unpaired wire request sent within ``PAIR_WITHIN_S``
+of it (with ``--processes``, each worker's log is first shifted onto the
+wire's clock and the E2E, send → the reply's last segment, tells close sends
+apart). Client − wire TTFT per pair is the client's error (where its clock
+starts included).
 IPv4 loopback only (the simulator listens on 127.0.0.1); pcapng is not read.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import shutil
@@ -27,7 +28,7 @@ import signal
 import struct
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,11 +103,12 @@ class Capture:
 
 @dataclass(frozen=True, slots=True)
 class WireRequest:
-    """One request as the wire saw it (wall-clock ns stamps); ``first_ns`` None when no token came."""
+    """One request as the wire saw it (wall-clock ns stamps); ``first_ns``/``last_ns`` None when no reply came."""
 
     client_port: int
     send_ns: int
     first_ns: int | None
+    last_ns: int | None = None
 
     @property
     def send_unix(self) -> float:
@@ -117,6 +119,11 @@ class WireRequest:
     def ttft_s(self) -> float | None:
         """Wire TTFT: first token segment − first request segment (s); None without a token."""
         return None if self.first_ns is None else (self.first_ns - self.send_ns) / _NS
+
+    @property
+    def e2e_s(self) -> float | None:
+        """Wire E2E: the reply's last segment before the connection's next request − the send (s)."""
+        return None if self.last_ns is None else (self.last_ns - self.send_ns) / _NS
 
 
 def _frames(path: Path) -> Iterator[tuple[int, int, bytes]]:
@@ -165,23 +172,27 @@ def _segments(path: Path) -> Iterator[tuple[int, int, int, bytes]]:
 
 def wire_requests(path: Path, port: int) -> list[WireRequest]:
     """Every request to ``port`` in the capture, in order of their first segment."""
-    open_requests: dict[int, tuple[int, int | None]] = {}  # client port -> (send ns, first ns)
+    open_requests: dict[int, list[int | None]] = {}  # client port -> [send ns, first ns, last ns]
     done: list[WireRequest] = []
 
     def close(client: int) -> None:
-        sent, first = open_requests.pop(client)
-        done.append(WireRequest(client, sent, first))
+        sent, first, last = open_requests.pop(client)
+        assert sent is not None
+        done.append(WireRequest(client, sent, first, last))
 
     for stamp, sport, dport, payload in _segments(path):
         if dport == port and payload.startswith(b"POST "):
             if sport in open_requests:
                 close(sport)
-            open_requests[sport] = (stamp, None)
-        elif sport == port and dport in open_requests and open_requests[dport][1] is None:
-            for event in payload.split(b"data:")[1:]:
-                if not event.lstrip().startswith(b"[DONE]"):
-                    open_requests[dport] = (open_requests[dport][0], stamp)
-                    break
+            open_requests[sport] = [stamp, None, None]
+        elif sport == port and dport in open_requests:
+            times = open_requests[dport]
+            times[2] = stamp
+            if times[1] is None:
+                for event in payload.split(b"data:")[1:]:
+                    if not event.lstrip().startswith(b"[DONE]"):
+                        times[1] = stamp
+                        break
     for client in list(open_requests):
         close(client)
     done.sort(key=lambda r: r.send_ns)
@@ -204,28 +215,86 @@ class Pairs:
     notes: list[str] = field(default_factory=list)
 
 
-def pair_requests(pcap: Path, port: int, requests_log: Path) -> Pairs:
-    """Pair the logged requests with the wire's (by send order) and return their TTFT differences."""
+_Logged = tuple[float, float | None, float | None, float | None]  # send (s), TTFT, E2E, largest read lag
+
+
+def _near(wire: list[WireRequest], sends: list[float], sent: float, e2e: float | None, within_s: float) -> list[int]:
+    """Indexes of the wire requests sent within ``within_s`` of ``sent`` (and, with ``e2e``, as long within 2 ms)."""
+    lo, hi = bisect.bisect_left(sends, sent - within_s), bisect.bisect_right(sends, sent + within_s)
+    return [i for i in range(lo, hi) if e2e is None or (w_e2e := wire[i].e2e_s) is None or abs(w_e2e - e2e) <= 0.002]
+
+
+def _clock_offset_s(rows: list[_Logged], wire: list[WireRequest], sends: list[float]) -> float:
+    """The shift (s) of one log's send stamps that matches most of a sample of its rows to the wire.
+
+    A row matches when a wire request was sent within 1 ms of its shifted send
+    and lasted as long (E2E within 2 ms: the client's E2E is exact). Candidates
+    are the gaps from the first few rows to every wire send within 1 s; 0 when
+    nothing is near.
+    """
+    if not rows or not sends:
+        return 0.0
+    ordered = sorted(rows)
+    sample = ordered[:: max(1, len(ordered) // 40)]
+    best, best_hits = 0.0, -1
+    for anchor, _, _, _ in ordered[:4]:
+        lo, hi = bisect.bisect_left(sends, anchor - 1.0), bisect.bisect_right(sends, anchor + 1.0)
+        for candidate in [0.0, *(send - anchor for send in sends[lo:hi])]:
+            hits = sum(bool(_near(wire, sends, t + candidate, e2e, 0.001)) for t, _, e2e, _ in sample)
+            if hits > best_hits or (hits == best_hits and abs(candidate) < abs(best)):
+                best, best_hits = candidate, hits
+    return best
+
+
+def pair_requests(pcap: Path, port: int, requests_logs: Sequence[Path]) -> Pairs:
+    """Pair the logged requests with the wire's and return their TTFT differences.
+
+    ``requests_logs``: every ``--requests-log`` file of the run (one per worker
+    with ``--processes``; each file's stamps are first shifted onto the wire's
+    clock, ``_clock_offset_s``). Each logged request, in send order, takes the
+    unpaired wire request sent within ``PAIR_WITHIN_S`` closest to its send;
+    with several logs (shifted stamps), the one whose E2E is closest to its own
+    (E2E is exact on a client that keeps up, and does not lean on the TTFT
+    being measured).
+    """
     pairs = Pairs()
     wire = wire_requests(pcap, port)
-    logged: list[tuple[float, float | None, float | None]] = []
-    for line in requests_log.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        # the wall-clock stamp is taken before the connection is made ready; the POST follows it
-        logged.append(
-            (row["started_at_unix"] + (row.get("connect_s") or 0.0), row.get("ttft_s"), row.get("read_lag_max_s"))
-        )
+    sends = [w.send_unix for w in wire]
+    logged: list[_Logged] = []
+    for log in requests_logs:
+        rows: list[_Logged] = []
+        for line in log.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            # the wall-clock stamp is taken before the connection is made ready; the POST follows it
+            sent = row["started_at_unix"] + (row.get("connect_s") or 0.0)
+            rows.append((sent, row.get("ttft_s"), row.get("e2e_s"), row.get("read_lag_max_s")))
+        offset_s = _clock_offset_s(rows, wire, sends) if len(requests_logs) > 1 else 0.0
+        if abs(offset_s) > 0.001:
+            pairs.notes.append(
+                f"{log.name}: its send stamps are {offset_s * 1e3:+.1f} ms off the wire's (a worker's clock mapped "
+                "onto the master's): shifted before pairing; first-token lateness is relative to that shift"
+            )
+        logged.extend((sent + offset_s, ttft, e2e, lag) for sent, ttft, e2e, lag in rows)
     logged.sort()
-    posts = wire
-    if len(posts) != len(logged):
-        pairs.notes.append(f"the capture holds {len(posts)} requests, the log {len(logged)}: paired by send order")
-    # the client may send requests the log does not hold (the preflight probe): align on the last ones
-    skip = max(0, len(posts) - len(logged))
+    if len(wire) != len(logged):
+        pairs.notes.append(f"the capture holds {len(wire)} requests, the log {len(logged)}")
+    used: set[int] = set()
+    shifted = len(requests_logs) > 1  # stamps shifted by an estimate: the E2E tells close sends apart
     far = 0
-    for (sent, ttft, lag), w in zip(logged, posts[skip:], strict=False):
-        if abs(w.send_unix - sent) > PAIR_WITHIN_S:
+    for sent, ttft, e2e, lag in logged:
+        free = [i for i in _near(wire, sends, sent, None, PAIR_WITHIN_S) if i not in used]
+        if not free:
             far += 1
             continue
+
+        def distance(i: int, sent: float = sent, e2e: float | None = e2e) -> float:
+            w_e2e = wire[i].e2e_s
+            gap = abs(sends[i] - sent)
+            return gap if not shifted or e2e is None or w_e2e is None else abs(w_e2e - e2e) + gap / 10
+
+        best = min(free, key=distance)
+        used.add(best)
+        w = wire[best]
         wire_ttft = w.ttft_s
         if ttft is None or wire_ttft is None or w.first_ns is None:
             continue

@@ -284,7 +284,7 @@ def _phase(
     error_max: float | None = None
     paired: int | None = None
     if capture is not None:
-        pairs = pair_requests(capture.path, port, out / "requests.jsonl")
+        pairs = pair_requests(capture.path, port, sorted(out.glob("requests*.jsonl")))
         if pairs.errors_s:
             truth = "capture"
             paired = len(pairs.errors_s)

@@ -77,8 +77,11 @@ def test_issue19_pairs_give_client_minus_wire_ttft_by_send_order(tmp_path):
         {"started_at_unix": t0 + 0.007, "connect_s": 0.00295, "ttft_s": 0.0501},
         {"started_at_unix": t0 + 0.01005, "connect_s": 0.0, "ttft_s": 0.0719},
     ]
-    log.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    pairs = pair_requests(pcap, PORT, log)
+    # with --processes each worker logs its own requests: the files are merged in send order
+    other = tmp_path / "requests.w1.jsonl"
+    log.write_text(json.dumps(rows[1]) + "\n")
+    other.write_text(json.dumps(rows[0]) + "\n")
+    pairs = pair_requests(pcap, PORT, [log, other])
     assert pairs.wire_ttft_s == pytest.approx([0.050, 0.0519], abs=1e-9)
     assert pairs.errors_s == pytest.approx([0.0001, 0.020], abs=1e-9)
     # first token seen late: the client's arrival time against the wire's (its send offset included)
@@ -90,7 +93,7 @@ def test_issue19_a_send_far_from_every_post_is_not_paired(tmp_path):
     pcap = _pcap(tmp_path / "c.pcap", [(0.0, 40001, PORT, REQUEST), (50.0, PORT, 40001, TOKEN)])
     log = tmp_path / "requests.jsonl"
     log.write_text(json.dumps({"started_at_unix": T0_NS / 1e9 + 0.5, "connect_s": 0.0, "ttft_s": 0.05}) + "\n")
-    pairs = pair_requests(pcap, PORT, log)
+    pairs = pair_requests(pcap, PORT, [log])
     assert pairs.errors_s == []
     assert any("1 logged sends had no POST segment within 20 ms" in note for note in pairs.notes)
 
