@@ -103,3 +103,43 @@ def test_issue19_a_file_that_is_not_pcap_is_named(tmp_path):
     path.write_bytes(b"\x0a\x0d\x0d\x0a" + bytes(40))
     with pytest.raises(ValueError, match="not a classic pcap file"):
         wire_requests(path, PORT)
+
+
+def test_issue19_worker_logs_with_shifted_stamps_are_put_back_on_the_wire_clock(tmp_path):
+    # two workers; the second's stamps are mapped onto the master's clock 40 ms early. Their
+    # sends interleave on the wire; E2E (exact on the client) tells the close ones apart.
+    segments = []
+    rows: dict[str, list[dict]] = {"w0": [], "w1": []}
+    t0 = T0_NS / 1e9
+    for i in range(12):
+        at_ms = 10.0 * i
+        port = 41000 + i
+        ttft_ms, e2e_ms = 50.0 + i, 100.0 + 3 * i
+        segments += [
+            (at_ms, port, PORT, REQUEST),
+            (at_ms + ttft_ms, PORT, port, TOKEN),
+            (at_ms + e2e_ms, PORT, port, DONE),
+        ]
+        worker = "w0" if i % 2 == 0 else "w1"
+        shift_s = -0.040 if worker == "w1" else 0.0
+        late_s = 0.002 if i == 5 else 0.0  # one first token read 2 ms late
+        rows[worker].append(
+            {
+                "started_at_unix": t0 + at_ms / 1e3 + shift_s,
+                "connect_s": 0.0,
+                "ttft_s": ttft_ms / 1e3 + late_s,
+                "e2e_s": e2e_ms / 1e3,
+            }
+        )
+    segments.sort()
+    pcap = _pcap(tmp_path / "c.pcap", segments)
+    logs = []
+    for worker, worker_rows in rows.items():
+        log = tmp_path / f"requests.{worker}.jsonl"
+        log.write_text("".join(json.dumps(row) + "\n" for row in worker_rows))
+        logs.append(log)
+    pairs = pair_requests(pcap, PORT, logs)
+    assert len(pairs.errors_s) == 12
+    assert sorted(pairs.errors_s) == pytest.approx([0.0] * 11 + [0.002], abs=1e-6)
+    assert any("requests.w1.jsonl: its send stamps are +40.0 ms off" in note for note in pairs.notes)
+    assert not any("requests.w0.jsonl" in note for note in pairs.notes)
