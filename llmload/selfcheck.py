@@ -11,7 +11,9 @@ reports:
   the rights to capture (root or ``CAP_NET_RAW``), each request paired with
   its own packets; else the simulator's TTFT histogram (request bytes'
   kernel receive stamp → first token written), compared as distributions
-  (the mean exactly, the P99 to the 1 ms bucket). The simulator's TTFT omits
+  (the mean exactly, the P99 to the 1 ms bucket). With a capture, the requests
+  whose error exceeds their own read lag (``read_lag_max_s``) + 1 ms are
+  counted (``uncovered_requests``): 0 means the read lag bounded every error. The simulator's TTFT omits
   the loopback transit and its own write, so client − simulator is an upper
   bound of the client's error.
 - the read lag (``client.read_lag_s`` P99 and max) and the requests read
@@ -62,6 +64,7 @@ _SIM_TTFT = "llmload_sim_time_to_first_token_seconds"
 _LOCUSTFILE = Path(__file__).resolve().parent / "locustfiles" / "completions.py"
 _RUN_TIMEOUT_S = 600.0
 _PROMPT = "Write one short paragraph about lighthouses."
+_COVER_SLACK_S = 0.001  # a pair's error may exceed its own read lag by this much (clocks read apart, the send)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +131,7 @@ class PhaseResult:
     ttft_error_p99_s: float | None
     ttft_error_max_s: float | None
     paired_requests: int | None
+    uncovered_requests: int | None
     read_lag_p99_s: float | None
     read_lag_max_s: float | None
     lagged_requests: int
@@ -283,6 +287,7 @@ def _phase(
     error_p99 = None if ttft["p99"] is None or truth_p99 is None else ttft["p99"] - truth_p99
     error_max: float | None = None
     paired: int | None = None
+    uncovered: int | None = None
     if capture is not None:
         pairs = pair_requests(capture.path, port, sorted(out.glob("requests*.jsonl")))
         if pairs.errors_s:
@@ -293,6 +298,10 @@ def _phase(
             error_mean = sum(pairs.errors_s) / paired
             error_p99 = _quantile(pairs.errors_s, 0.99)
             error_max = max(pairs.errors_s)
+            uncovered = sum(
+                abs(error) > (lag or 0.0) + _COVER_SLACK_S
+                for error, lag in zip(pairs.errors_s, pairs.lag_s, strict=True)
+            )
         notes.extend(pairs.notes)
     elif spec.capture and not capture_available():
         notes.append("no packet capture (tcpdump missing or no capture rights): truth is the simulator's histogram")
@@ -311,6 +320,7 @@ def _phase(
         ttft_error_p99_s=error_p99,
         ttft_error_max_s=error_max,
         paired_requests=paired,
+        uncovered_requests=uncovered,
         read_lag_p99_s=lag.get("p99"),
         read_lag_max_s=lag.get("max"),
         lagged_requests=client.get("lagged_requests") or 0,
@@ -390,6 +400,11 @@ def format_report(report: dict[str, Any]) -> str:
             f"requests read > 10 ms late: {p['lagged_requests']}; client_saturated: "
             f"{str(p['client_saturated']).lower()}; CPU {cpu} us/chunk"
         )
+        if p.get("uncovered_requests") is not None:
+            lines.append(
+                f"   requests off by more than their own read lag + 1 ms: {p['uncovered_requests']} "
+                f"of {p['paired_requests']} (the lag bounds the error when this is 0)"
+            )
         lines.extend(f"   note: {note}" for note in p["notes"])
     per_core = report["streams_per_core"]
     if per_core is None:

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from llmload.capture import capture_available
 from tests.integration.test_sim import REPO_ROOT
 
 pytestmark = pytest.mark.integration
@@ -56,3 +57,23 @@ def test_issue19_selfcheck_refuses_more_processes_than_users():
     )
     assert proc.returncode == 2
     assert "--processes must be between 1 and --users (2), got 3" in proc.stderr
+
+
+@pytest.mark.skipif(not capture_available(), reason="needs tcpdump and root to capture loopback")
+def test_issue19_selfcheck_against_a_packet_capture_pairs_requests_and_the_lag_bounds_their_error(tmp_path):
+    out = tmp_path / "selfcheck.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmload", "selfcheck", "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for phase in json.loads(out.read_text())["phases"]:
+        assert phase["truth"] == "capture", phase["notes"]
+        assert phase["paired_requests"] >= 0.9 * phase["requests"]
+        # the per-request read lag bounds the TTFT error (a few sends may leave late: not a read's lag)
+        assert phase["uncovered_requests"] <= 0.05 * phase["paired_requests"]
+        assert phase["ttft_error_max_s"] >= phase["ttft_error_mean_s"]

@@ -40,6 +40,7 @@ def test_issue19_selfcheck_defaults_burst_one_request_per_user_and_steady_six():
 def test_issue19_selfcheck_report_names_truth_error_lag_and_the_processes_needed():
     phase = {
         "name": "steady", "requests": 600, "failed": 0, "truth": "capture", "paired_requests": 598,
+        "uncovered_requests": 0,
         "client_ttft_mean_s": 0.0512, "truth_ttft_mean_s": 0.0505, "ttft_error_mean_s": 0.0007,
         "ttft_error_p99_s": 0.0031, "ttft_error_max_s": 0.012, "read_lag_p99_s": 0.0009,
         "read_lag_max_s": 0.012, "lagged_requests": 1, "client_saturated": True, "cpu_us_per_chunk": 25.0,
@@ -58,6 +59,7 @@ def test_issue19_selfcheck_report_names_truth_error_lag_and_the_processes_needed
     assert "-- steady: 600 requests (0 failed), truth: capture, 598 requests paired" in text
     assert "client - truth mean +0.70, P99 +3.10, max +12.00 ms" in text
     assert "requests read > 10 ms late: 1; client_saturated: true; CPU 25.0 us/chunk" in text
+    assert "requests off by more than their own read lag + 1 ms: 0 of 598" in text
     assert "about 280" in text
     assert "1000 users need --processes 4 or more" in text
     assert "WARNING: the steady phase was flagged" in text
