@@ -62,4 +62,4 @@ def test_issue19_selfcheck_report_names_truth_error_lag_and_the_processes_needed
     assert "requests off by more than their own read lag + 1 ms: 0 of 598" in text
     assert "about 280" in text
     assert "1000 users need --processes 4 or more" in text
-    assert "WARNING: the steady phase was flagged" in text
+    assert "WARNING: the steady phase was flagged (read lag or CPU): 1000 users per process were not read" in text
