@@ -426,6 +426,7 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(
             f"WARNING: the steady phase was flagged (read lag or CPU): {per_process:g} users per process were not "
             "read in time here, whatever the CPU estimate says (it assumes the client gets its cores; a busy "
-            "machine does not give them): use more --processes, or rerun on a quieter machine"
+            "machine does not give them; and reads that come late carry several events each, so CPU per chunk "
+            "is lower than keeping up costs): use more --processes, or rerun on a quieter machine"
         )
     return "\n".join(lines)
