@@ -1,6 +1,6 @@
 """`make bench`: llmload beside a plain Locust locustfile, both against `llmload sim` (figures, not a test).
 
-    python bench/run_bench.py [A B C D ...] [--requests-scale F] [--markdown] [--repo PATH] [--sim-repo PATH]
+    python bench/run_bench.py [A B C D ...] [--requests-scale F] [--markdown] [--repo PATH] [--sim-repo PATH] [--wire]
 
 Scenarios (max_tokens 128, ignore_eos, the same ≈ 100-token prompt, sim ``--max-num-seqs 1024``):
 
@@ -41,6 +41,17 @@ Per client run:
   (it reports set-up as ``client.connect_s``). The simulator's clock starts
   when the request's bytes reached its kernel.
 - read lag p99: llmload's ``client.read_lag_s.p99`` when its results carry it.
+
+``--wire`` (root and ``tcpdump``): every load run is also captured on
+loopback (``llmload.capture``, tcpdump pinned to the simulator's core), and a
+second table compares each client with the wire: client − wire TTFT as
+distributions (mean, p99) for both clients; for llmload, per request too
+(its ``--requests-log`` paired with the capture by send order): client − wire
+mean / p99 / max, requests more than 10 ms off, how many of those the run's
+read lag flagged (``client.lagged_requests``, ``client_saturated``), and
+first-token lateness (the client's arrival time − the wire's). The plain
+client's lateness is not paired (its timer starts before it connects, so its
+sends cannot be matched to the wire's).
 """
 
 from __future__ import annotations
@@ -64,6 +75,8 @@ from typing import Any
 import psutil
 from benchlib import REPO, pin, private_master_port, start_sim
 from prometheus_client.parser import text_string_to_metric_families
+
+from llmload.capture import Capture, capture_available, pair_requests, wire_requests
 
 PLAIN_LOCUSTFILE = Path(__file__).resolve().parent / "plain_locustfile.py"
 MAX_TOKENS = 128
@@ -129,6 +142,24 @@ class ClientResult:
     ttft_mean_s: float | None
     ttft_p99_s: float | None
     read_lag_p99_s: float | None
+    lagged_requests: int | None = None
+    client_saturated: bool | None = None
+
+
+@dataclass(frozen=True)
+class WireFigures:
+    """A client run against the capture (s): wire TTFT distribution, and llmload's per-request pairs."""
+
+    wire_ttft_mean_s: float | None
+    wire_ttft_p99_s: float | None
+    paired: int = 0
+    error_mean_s: float | None = None
+    error_p99_s: float | None = None
+    error_max_s: float | None = None
+    off_10ms: int = 0
+    uncovered: int = 0
+    late_mean_s: float | None = None
+    late_p99_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +174,7 @@ class Row:
     sim_chunks: float
     server_ttft_mean_s: float | None
     server_ttft_p99_s: float | None
+    wire: WireFigures | None = None
 
     @property
     def cpu_us_per_chunk(self) -> float | None:
@@ -320,14 +352,53 @@ def read_result(client: str, out: Path) -> ClientResult:
         ttft_mean_s=ttft.get("mean"),
         ttft_p99_s=ttft.get("p99"),
         read_lag_p99_s=lag,
+        lagged_requests=(data.get("client") or {}).get("lagged_requests"),
+        client_saturated=data.get("client_saturated"),
+    )
+
+
+def _nearest_rank(values: list[float], q: float) -> float | None:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)] if ordered else None
+
+
+def wire_figures(pcap: Path, port: int, requests_log: Path | None) -> WireFigures:
+    """The capture's TTFTs and, with a requests log, llmload's per-request pairs against them."""
+    ttfts = [t for w in wire_requests(pcap, port) if (t := w.ttft_s) is not None]
+    base = WireFigures(
+        wire_ttft_mean_s=sum(ttfts) / len(ttfts) if ttfts else None, wire_ttft_p99_s=_nearest_rank(ttfts, 0.99)
+    )
+    logs = sorted(requests_log.parent.glob(f"{requests_log.stem}*{requests_log.suffix}")) if requests_log else []
+    if not logs:  # with --processes each worker writes its own, .w<index> before the extension
+        return base
+    pairs = pair_requests(pcap, port, logs)
+    for note in pairs.notes:
+        print(f"    wire: {note}", flush=True)
+    errors = pairs.errors_s
+    if not errors:
+        return base
+    return WireFigures(
+        wire_ttft_mean_s=base.wire_ttft_mean_s,
+        wire_ttft_p99_s=base.wire_ttft_p99_s,
+        paired=len(errors),
+        error_mean_s=sum(errors) / len(errors),
+        error_p99_s=_nearest_rank(errors, 0.99),
+        error_max_s=max(errors),
+        off_10ms=sum(abs(e) > 0.010 for e in errors),
+        # off by more than 1 ms beyond the request's own read lag: an error the lag did not bound
+        uncovered=sum(abs(e) > (lag or 0.0) + 0.001 for e, lag in zip(errors, pairs.lag_s, strict=True)),
+        late_mean_s=sum(pairs.late_s) / len(pairs.late_s),
+        late_p99_s=_nearest_rank(pairs.late_s, 0.99),
     )
 
 
 class Bench:
     """Runs scenarios for both clients; remembers each client's start-up/shut-down CPU."""
 
-    def __init__(self, repo: Path, tmp: Path, scale: float, sim_repo: Path | None = None) -> None:
-        self.repo, self.tmp, self.scale = repo, tmp, scale
+    def __init__(
+        self, repo: Path, tmp: Path, scale: float, sim_repo: Path | None = None, *, wire: bool = False
+    ) -> None:
+        self.repo, self.tmp, self.scale, self.wire = repo, tmp, scale, wire
         self.sim_repo = sim_repo or repo
         self.base_cpu: dict[tuple[str, int, bool, tuple[str, ...]], float] = {}
 
@@ -352,9 +423,23 @@ class Bench:
             argv, env = client_command(
                 client, sc, url, users=sc.users, requests=requests, max_tokens=MAX_TOKENS, out=out, extra=extra
             )
+            requests_log = Path(f"{stem}-requests.jsonl")
+            if self.wire and client == "llmload":
+                argv += ["--requests-log", str(requests_log)]
+            port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+            capture = Capture(Path(f"{stem}.pcap"), port, prefix=tuple(pin(1))) if self.wire else None
             before = scrape(url)
-            usage = run_measured(argv, cwd=self.repo, env=env, timeout_s=RUN_TIMEOUT_S, log=Path(f"{stem}.log"))
+            if capture is not None:
+                capture.start()
+            try:
+                usage = run_measured(argv, cwd=self.repo, env=env, timeout_s=RUN_TIMEOUT_S, log=Path(f"{stem}.log"))
+            finally:
+                if capture is not None:
+                    capture.stop()
             after = scrape(url)
+            wire = None
+            if capture is not None:
+                wire = wire_figures(capture.path, port, requests_log if client == "llmload" else None)
         finally:
             sim.terminate()
             try:
@@ -375,6 +460,7 @@ class Bench:
             sim_chunks=delta.get(SIM_TOKENS, 0.0),
             server_ttft_mean_s=delta[f"{TTFT}_sum"] / count if count else None,
             server_ttft_p99_s=_server_quantile(delta, TTFT, 0.99),
+            wire=wire,
         )
         r = row.result
         print(
@@ -442,18 +528,57 @@ def table_cells(row: Row) -> list[str]:
     ]
 
 
-def render(rows: list[list[str]], markdown: bool) -> str:
+WIRE_HEADERS = [
+    "scenario",
+    "client",
+    "TTFT mean / p99 client ms",
+    "wire ms",
+    "client − wire mean / p99 ms",
+    "paired client − wire mean / p99 / max ms",
+    "> 10 ms off",
+    "off > own lag + 1 ms",
+    "lagged / flagged",
+    "first token late mean / p99 ms",
+]
+
+
+def wire_cells(row: Row) -> list[str]:
+    """The wire table's cells for one run."""
+    r, w = row.result, row.wire
+    assert w is not None
+    paired = (
+        f"{_diff_ms(w.error_mean_s, 0.0)} / {_diff_ms(w.error_p99_s, 0.0)} / {_diff_ms(w.error_max_s, 0.0)}"
+        f" ({w.paired})"
+        if w.paired
+        else "n/a"
+    )
+    flagged = "n/a" if r.client_saturated is None else f"{r.lagged_requests} / {'yes' if r.client_saturated else 'no'}"
+    return [
+        SCENARIOS[row.scenario].title,
+        row.client,
+        f"{_ms(r.ttft_mean_s)} / {_ms(r.ttft_p99_s)}",
+        f"{_ms(w.wire_ttft_mean_s)} / {_ms(w.wire_ttft_p99_s)}",
+        f"{_diff_ms(r.ttft_mean_s, w.wire_ttft_mean_s)} / {_diff_ms(r.ttft_p99_s, w.wire_ttft_p99_s)}",
+        paired,
+        str(w.off_10ms) if w.paired else "n/a",
+        str(w.uncovered) if w.paired else "n/a",
+        flagged,
+        f"{_diff_ms(w.late_mean_s, 0.0)} / {_diff_ms(w.late_p99_s, 0.0)}" if w.paired else "n/a",
+    ]
+
+
+def render(rows: list[list[str]], markdown: bool, headers: list[str] = HEADERS) -> str:
     """A markdown table, or the same columns padded to line up in a terminal."""
     if markdown:
         lines = [
-            "| " + " | ".join(HEADERS) + " |",
-            "|" + "|".join(["---", "---"] + ["---:"] * (len(HEADERS) - 2)) + "|",
+            "| " + " | ".join(headers) + " |",
+            "|" + "|".join(["---", "---"] + ["---:"] * (len(headers) - 2)) + "|",
         ]
         return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
-    widths = [max(len(cells[i]) for cells in [HEADERS, *rows]) for i in range(len(HEADERS))]
+    widths = [max(len(cells[i]) for cells in [headers, *rows]) for i in range(len(headers))]
     return "\n".join(
         "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-        for cells in [HEADERS, *rows]
+        for cells in [headers, *rows]
     )
 
 
@@ -470,7 +595,19 @@ def main() -> int:
         help="checkout whose simulator serves (default: --repo), e.g. to "
         "measure an older client against this simulator's ground truth",
     )
+    parser.add_argument(
+        "--tokenizer-rows",
+        action="store_true",
+        help="add the llmload --tokenizer row to every scenario (B always has it)",
+    )
+    parser.add_argument(
+        "--wire",
+        action="store_true",
+        help="also capture each load run on loopback (tcpdump, as root) and compare both clients with the wire",
+    )
     args = parser.parse_args()
+    if args.wire and not capture_available():
+        parser.error("--wire needs tcpdump on PATH and root (apt-get install tcpdump; run as root)")
     keys = [key.upper() for key in args.scenarios] or list(SCENARIOS)
     if unknown := [key for key in keys if key not in SCENARIOS]:
         parser.error(f"unknown scenario {' '.join(unknown)}; choose from {' '.join(SCENARIOS)}")
@@ -482,13 +619,15 @@ def main() -> int:
     tokenizer_note = ""
     with tempfile.TemporaryDirectory(prefix="llmload-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        bench = Bench(repo, tmp, args.requests_scale, args.sim_repo.resolve() if args.sim_repo else None)
+        bench = Bench(
+            repo, tmp, args.requests_scale, args.sim_repo.resolve() if args.sim_repo else None, wire=args.wire
+        )
         for key in keys:
             sc = SCENARIOS[key]
             print(f"{sc.title}: {max(sc.processes, round(sc.requests * args.requests_scale))} requests", flush=True)
             rows.append(bench.run(sc, "llmload", "llmload"))
             rows.append(bench.run(sc, "plain", "plain Locust"))
-            if key == "B":
+            if key == "B" or args.tokenizer_rows:
                 tokenizer = tiny_tokenizer_json(tmp)
                 if tokenizer is None:
                     tokenizer_note = "B with --tokenizer skipped: the tokenizers library is not installed."
@@ -501,11 +640,24 @@ def main() -> int:
     print()
     print(render([table_cells(row) for row in rows], args.markdown))
     print()
+    if args.wire:
+        print(render([wire_cells(row) for row in rows if row.wire is not None], args.markdown, WIRE_HEADERS))
+        print(
+            "Wire: tcpdump's stamps on lo (first POST segment → first data: segment). 'off > own lag': paired"
+            " requests whose TTFT error exceeds their own read_lag_max_s + 1 ms. 'lagged / flagged': llmload's"
+            " client.lagged_requests and client_saturated. First token late: the client's arrival time of the first"
+            " token − the wire's, paired requests only."
+        )
+        print()
     by = {(row.scenario, row.client): row for row in rows}
-    mine, plain = by.get(("B", "llmload")), by.get(("B", "plain Locust"))
-    if mine and plain and mine.cpu_us_per_chunk and plain.cpu_us_per_chunk:
-        ratio = mine.cpu_us_per_chunk / plain.cpu_us_per_chunk
-        print(f"B: llmload / plain CPU per chunk = {ratio:.2f}")
+    for key in keys:
+        plain = by.get((key, "plain Locust"))
+        for label in ("llmload", "llmload --tokenizer"):
+            mine = by.get((key, label))
+            if mine and plain and mine.cpu_us_per_chunk and plain.cpu_us_per_chunk:
+                ratio = mine.cpu_us_per_chunk / plain.cpu_us_per_chunk
+                rss = mine.usage.peak_rss_mib / plain.usage.peak_rss_mib
+                print(f"{key}: {label} / plain: CPU per chunk {ratio:.2f}x, peak RSS {rss:.2f}x")
     if tokenizer_note:
         print(tokenizer_note)
     print(

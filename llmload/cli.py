@@ -1,6 +1,6 @@
 """The ``llmload`` command: ``sim`` (simulated server), ``demo`` (the main job end to end), ``options``,
 ``locustfile`` (the path of an installed locustfile, or a starter copy), ``sweep``, ``report`` (the HTML
-report of results files).
+report of results files), ``selfcheck`` (the client's timing error and streams per core on this machine).
 
 Load itself is run by Locust: ``locust -f $(llmload locustfile chat) ...`` (or ``locustfiles/chat.py``
 in a clone; see README); this module only starts processes and builds their argument lists.
@@ -99,7 +99,23 @@ def main(argv: list[str] | None = None) -> int:
         metavar="LABEL",
         help="label of each run in the report, once per file (default: A/B and the run id)",
     )
+    check = sub.add_parser(
+        "selfcheck",
+        help="measure this machine's client TTFT error, read lag, CPU per chunk and streams per core "
+        "against the simulator (and a packet capture when tcpdump may run)",
+        description="Example: llmload selfcheck --users 512 --itl 10 --processes 2 --json selfcheck.json",
+    )
+    check.add_argument("--users", type=int, default=None, help="users of both phases (default 256; --quick 32)")
+    check.add_argument("--itl", type=float, default=10.0, metavar="MS", help="simulator ITL, ms (default 10)")
+    check.add_argument("--ttft", type=float, default=50.0, metavar="MS", help="simulator TTFT, ms (default 50)")
+    check.add_argument("--processes", type=int, default=1, help="local Locust worker processes (default 1)")
+    check.add_argument("--max-tokens", type=int, default=None, help="tokens per reply (default 128; --quick 64)")
+    check.add_argument("--no-capture", action="store_true", help="use the simulator's truth even if tcpdump may run")
+    check.add_argument("--json", metavar="PATH", default=None, help="also write the report as JSON to PATH")
+    check.add_argument("--quick", action="store_true", help="a short check (~30 s): 32 users, 64-token replies")
     args = parser.parse_args(argv)
+    if args.command == "selfcheck":
+        return _selfcheck(args)
     if args.command == "options":
         from llmload.settings.options import describe
 
@@ -205,6 +221,39 @@ def _write_sweep_view(out: Path, document: dict[str, Any]) -> Path | None:
         print(f"llmload sweep: WARNING: sweep view not written to {view}: {exc}", file=sys.stderr)
         return None
     return view
+
+
+def _selfcheck(args: argparse.Namespace) -> int:
+    from llmload.selfcheck import SelfcheckSpec, format_report, run_selfcheck
+
+    users = args.users if args.users is not None else 32 if args.quick else 256
+    spec = SelfcheckSpec(
+        users=users,
+        processes=args.processes,
+        ttft_ms=args.ttft,
+        itl_ms=args.itl,
+        max_tokens=args.max_tokens if args.max_tokens is not None else 64 if args.quick else 128,
+        steady_requests=users * 3 if args.quick else None,
+        capture=not args.no_capture,
+    )
+    try:
+        spec.check()
+    except ValueError as exc:
+        print(f"llmload selfcheck: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"llmload selfcheck: simulator and two client runs ({users} users); this takes a while", flush=True)
+    try:
+        report = run_selfcheck(spec)
+    except RuntimeError as exc:
+        print(f"llmload selfcheck: error: {exc}", file=sys.stderr)
+        return 1
+    print(format_report(report))
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
+        print(f"llmload selfcheck: report written to {path}")
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -53,6 +53,7 @@ __all__ = [
     "MAX_ERROR_SAMPLES",
     "MAX_LABELS",
     "OVERFLOW_CATEGORY",
+    "REQUEST_LAG_LIMIT_S",
     "STATS_SCHEMA",
     "EndpointStats",
     "ErrorGroup",
@@ -62,6 +63,8 @@ __all__ = [
 ]
 
 MAX_ERROR_CATEGORIES = 50
+REQUEST_LAG_LIMIT_S = 0.010
+"""Largest read lag (s) a request may have before its latencies (TTFT included) count as off (``lagged_requests``)."""
 MAX_ERROR_SAMPLES = 3
 _USAGE_NOTE_FIELDS = {
     UsageNote.INCREMENTAL: "usage_incremental_requests",
@@ -186,9 +189,18 @@ class EndpointStats:
             successes only: the wait between the intended and the actual send,
             and TTFT/E2E measured from the intended send (coordinated
             omission made visible; guidellm's ``targeted_start``).
+        ttft_with_connect_s: successes with a measured connection set-up:
+            ``connect_s`` + TTFT, the convention of vLLM ``bench serve``,
+            SGLang ``bench_serving`` and Locust (the timer starts before
+            connecting); ``ttft_s`` starts at the send.
         read_lag_s: over every body read of finished requests that had a kernel
             receive stamp: how long its bytes had waited in the kernel before
             the client read them (the client's own delay, not the server's).
+        request_lag_s: over finished requests with a kernel-stamped read: the
+            request's largest read lag, which bounds how far any of its times
+            (TTFT, ITL, E2E) can be off.
+        lagged_requests: finished requests whose largest read lag exceeds
+            ``REQUEST_LAG_LIMIT_S``.
         connect_s: over finished requests: time to have a connection ready
             before the send (connection set-up plus client delay; outside
             TTFT and E2E).
@@ -254,8 +266,11 @@ class EndpointStats:
     dispatch_delay_s: LatencyHistogram = histogram("latency")
     ttft_from_schedule_s: LatencyHistogram = histogram("latency")
     e2e_from_schedule_s: LatencyHistogram = histogram("latency")
+    ttft_with_connect_s: LatencyHistogram = histogram("latency")
     read_lag_s: LatencyHistogram = histogram("client")
     connect_s: LatencyHistogram = histogram("client")
+    request_lag_s: LatencyHistogram = histogram("client")
+    lagged_requests: int = counter()
     unstamped_reads: int = counter()
     itl_kind_requests: dict[ITLKind, int] = counts(ITLKind, wire="itl_kinds")
     slo_met_requests: int = counter()
@@ -365,8 +380,13 @@ class EndpointStats:
         self._extend_span(record, finished_at_unix)
         if record.finish_reason and not record.finish_reason.isspace():  # "" names no reason
             self._add_finish_reason(record.finish_reason)
-        if record.read_lags_s:
-            self.read_lag_s.add_many(record.read_lags_s)
+        lags = record.read_lags_s
+        if lags:
+            self.read_lag_s.add_many(lags)
+            worst = max(lags)
+            self.request_lag_s.add(worst)
+            if worst > REQUEST_LAG_LIMIT_S:
+                self.lagged_requests += 1
         self.unstamped_reads += record.unstamped_reads
         if record.connect_s is not None:
             self.connect_s.add(record.connect_s)
@@ -457,6 +477,8 @@ class EndpointStats:
         ttft = record.ttft_s
         if ttft is not None:
             self.ttft_s.add(ttft)
+            if record.connect_s is not None:
+                self.ttft_with_connect_s.add(record.connect_s + ttft)
         if record.ttfc_s is not None:
             self.ttfc_s.add(record.ttfc_s)
         tpot = record.tpot_s

@@ -111,6 +111,8 @@ def format_summary(results: Mapping[str, Any]) -> str:
         lines.append(_line(f"Mean {abbrev} (ms):", _num(metric["mean"], scale=1000.0)))
         for name, _ in PERCENTILES:
             lines.append(_line(f"{name.upper()} {abbrev} (ms):", _num(metric[name], scale=1000.0)))
+        if key == "ttft_s":
+            lines.extend(_ttft_with_connect_lines(lat.get("ttft_with_connect_s")))
     lines.extend(_endpoint_lines(results.get("by_endpoint") or [], thr))
     lines.append("=" * _WIDTH)
     lines.extend(_token_warnings(tok))
@@ -139,6 +141,18 @@ def _endpoint_lines(entries: list[Mapping[str, Any]], thr: Mapping[str, Any]) ->
             f"{_num(et['requests_per_s'])} req/s, {rate}, E2E p50 {_num(lat['e2e_s']['p50'], 1, 1000.0)} ms"
         )
     return lines
+
+
+def _ttft_with_connect_lines(metric: Mapping[str, Any] | None) -> list[str]:
+    """TTFT with the connection set-up (the other tools' convention) beside TTFT from the send; [] in older results."""
+    if not metric or not metric.get("count"):
+        return []
+    return [
+        _line("Mean TTFT incl. connect (ms):", _num(metric["mean"], scale=1000.0)),
+        _line("P99 TTFT incl. connect (ms):", _num(metric["p99"], scale=1000.0)),
+        "  TTFT: from the send. Incl. connect: from before",
+        "  connecting (vLLM bench serve, SGLang, Locust)",
+    ]
 
 
 def _usage_detail_lines(tok: Mapping[str, Any], thr: Mapping[str, Any]) -> list[str]:
@@ -299,11 +313,29 @@ def _client_lines(results: dict[str, Any]) -> list[str]:
                 f"{lag['mean'] * 1e3:.2f} / {lag['p99'] * 1e3:.2f} / {lag['max'] * 1e3:.2f}",
             )
         )
-    if client.get("read_lag_saturated"):
+    lagged = client.get("lagged_requests") or 0
+    if lagged:
+        per_request = client.get("request_lag_s") or {}
         lines.append(
-            f"WARNING: latencies may include up to {lag['p99'] * 1e3:.1f} ms (P99; max {lag['max'] * 1e3:.1f} ms) "
+            _row(
+                f"Requests read > {client['request_lag_limit_s'] * 1e3:g} ms late:",
+                f"{lagged} of {per_request.get('count') or lagged}",
+            )
+        )
+    if client.get("read_lag_saturated"):
+        p99_s = lag["p99"] if lag["p99"] > client["read_lag_limit_s"] else None
+        if p99_s is not None:
+            head = f"latencies may include up to {p99_s * 1e3:.1f} ms (P99; max {lag['max'] * 1e3:.1f} ms)"
+        else:
+            head = (
+                f"{lagged} request(s) may have TTFT, ITL or E2E off by up to {lag['max'] * 1e3:.1f} ms "
+                f"(max; P99 {lag['p99'] * 1e3:.1f} ms)"
+            )
+        lines.append(
+            f"WARNING: {head} "
             f"of client delay: replies waited that long before the client read them (limit "
-            f"{client['read_lag_limit_s'] * 1e3:g} ms). Kernel stamps time each read when it arrived, but events "
+            f"{client['read_lag_limit_s'] * 1e3:g} ms P99, {client.get('request_lag_limit_s', 0.01) * 1e3:g} ms "
+            "for any request). Kernel stamps time each read when it arrived, but events "
             "that piled up behind a late read share the newest stamp. Give the client more CPU: more worker "
             "processes (--processes N) or machines, or fewer users per process"
         )

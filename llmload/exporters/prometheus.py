@@ -80,7 +80,7 @@ from prometheus_client.core import (
 
 from llmload.aggregate.histogram import GAMMA, LatencyHistogram
 from llmload.aggregate.stats import LLMStats
-from llmload.exporters.sections import CPU_SATURATION_S, PERCENTILES, READ_LAG_LIMIT_S
+from llmload.exporters.sections import CPU_SATURATION_S, PERCENTILES, READ_LAG_LIMIT_S, REQUEST_LAG_LIMIT_S
 from llmload.exporters.window import RunView, WindowView
 from llmload.request.record import Outcome, TokenSource
 from llmload.settings.credentials import public_url
@@ -123,7 +123,8 @@ _HISTOGRAMS = (
 )
 _SATURATED_HELP = (
     f"1 when a load-generating process ran above 90% CPU for {CPU_SATURATION_S:g} s or more, or the client's "
-    f"P99 read lag so far exceeds {READ_LAG_LIMIT_S * 1e3:g} ms (it read replies late): latencies may be the client's"
+    f"P99 read lag so far exceeds {READ_LAG_LIMIT_S * 1e3:g} ms or any read's {REQUEST_LAG_LIMIT_S * 1e3:g} ms "
+    "(it read replies late): latencies may be the client's"
 )
 """HELP of ``llmload_client_saturated``: the gauge follows ``sections.client_saturated`` (CPU or read lag)."""
 

@@ -33,6 +33,9 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   between token events, never including TTFT; TPOT = (last - first token) /
   (streamed tokens - 1), streamed = completion minus reasoning tokens usage
   counts but the stream never carried (``RequestRecord.tpot_s``); E2E = send → end of reply (vLLM definitions).
+  ``ttft_with_connect_s`` = connection set-up (``client.connect_s``) + TTFT,
+  the timer of vLLM ``bench serve``, SGLang ``bench_serving`` and Locust,
+  which start before connecting (compare with those tools on this one).
   Percentiles are nearest-rank estimates within 1% (see
   ``llmload.aggregate.histogram``); ``max`` is exact.
 - ``goodput`` (with ``--slo``, else null): ``requests_per_s`` = requests that
@@ -58,7 +61,11 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   stamped, ``monotonic`` when none was (TLS, not Linux), ``mixed`` otherwise;
   null without reads. ``connect_s``: time to have a connection ready before
   the send (outside TTFT and E2E). ``read_lag_limit_s``: the p99 lag above
-  which the run is flagged ``client_saturated``.
+  which the run is flagged ``client_saturated``. ``request_lag_s``: per
+  finished request with a stamped read, its largest read lag (the bound of
+  how far any of its times may be off); ``lagged_requests``: how many
+  exceeded ``request_lag_limit_s``, which flags the run too (one such read
+  is enough: ``read_lag_saturated``).
 - ``None`` (JSON ``null``, console "n/a") means unknown, never 0.
 """
 

@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from llmload.aggregate.histogram import LatencyHistogram
-from llmload.aggregate.stats import LATENCY_HISTOGRAM_NAMES, EndpointStats
+from llmload.aggregate.stats import LATENCY_HISTOGRAM_NAMES, REQUEST_LAG_LIMIT_S, EndpointStats
 from llmload.request.degenerate import DEGENERATE_REPEATED, DEGENERATE_SAME_TEXT
 from llmload.request.record import Outcome, TokenSource
 from llmload.settings.goodput import SLO
@@ -25,6 +25,7 @@ __all__ = [
     "MIXED",
     "PERCENTILES",
     "READ_LAG_LIMIT_S",
+    "REQUEST_LAG_LIMIT_S",
     "client_saturated",
     "read_lag_saturated",
     "stats_sections",
@@ -47,7 +48,18 @@ _E = TypeVar("_E", bound=Enum)
 
 
 def read_lag_saturated(read_lag: LatencyHistogram) -> bool:
-    """True when the P99 read lag exceeds ``READ_LAG_LIMIT_S`` (the client was too late to trust its latencies)."""
+    """True when the client was too late to trust its latencies.
+
+    The P99 read lag exceeds ``READ_LAG_LIMIT_S`` (latencies at large may be
+    off), or any read's lag exceeds ``REQUEST_LAG_LIMIT_S`` (the read lag
+    bounds the error of every time its read gave, so some request's TTFT,
+    ITL or E2E may be off by more than that, however low the P99).
+    """
+    worst = read_lag.max
+    if worst is None:
+        return False
+    if worst > REQUEST_LAG_LIMIT_S:
+        return True
     p99 = read_lag.quantile(0.99)
     return p99 is not None and p99 > READ_LAG_LIMIT_S
 
@@ -102,6 +114,9 @@ def _client(s: EndpointStats) -> dict[str, Any]:
         "read_lag_s": summarize(s.read_lag_s),
         "read_lag_limit_s": READ_LAG_LIMIT_S,
         "read_lag_saturated": read_lag_saturated(s.read_lag_s),
+        "request_lag_s": summarize(s.request_lag_s),
+        "request_lag_limit_s": REQUEST_LAG_LIMIT_S,
+        "lagged_requests": s.lagged_requests,
         "connect_s": summarize(s.connect_s),
     }
 

@@ -10,6 +10,7 @@ import gevent
 import gevent.monkey
 import pytest
 
+from llmload.exporters.console import summary_lines
 from llmload.exporters.results import RunOutcome, build_results
 from llmload.net.sockets import LoopTurns
 from llmload.net.transport import GeventHTTPTransport
@@ -17,7 +18,7 @@ from llmload.request.client import StreamingClient
 from llmload.request.payloads import LLMRequest, build_completion_request
 from llmload.request.record import Outcome, RequestRecord
 from llmload.settings.config import Timeouts
-from llmload.testing import TF, Reply, ScriptedServer, T, W, json_reply, sse, stats_of
+from llmload.testing import T0_UNIX, TF, Reply, ScriptedServer, T, W, json_reply, ok_record, sse, stats_of
 
 pytestmark = [
     pytest.mark.integration,
@@ -182,6 +183,39 @@ def test_issue19_the_lag_of_events_queued_behind_a_held_loop_covers_the_hold(gev
     assert max(record.read_lags_s) >= run.held_until_s - writes[0] - 0.005
     results = build_results(RunOutcome(stats_of(record)))
     assert results["client"]["read_lag_saturated"] is True
+
+
+def test_issue19_one_request_held_among_many_read_in_time_sets_client_saturated_and_warns(gevent_ready):
+    # Five events queue in the kernel while the test holds the client's loop 150 ms. Among
+    # 300 requests read in time the P99 read lag stays low, yet this request's TTFT may be
+    # far off: the first token gets its own arrival time within 1 ms or the request's lag
+    # covers the hold, and either way the run is flagged and the summary warns.
+    reply = Reply([W(60 + 10 * i, sse(T(f" t{i}"))) for i in range(5)] + [W(400, sse(TF("length"), "[DONE]"))])
+    run = _run_with_the_loop_held(reply, build_completion_request(model="m", prompt="count", max_tokens=6), 0.15)
+    record = run.record
+    assert record.outcome is Outcome.OK
+    assert len(record.token_times_s) == 5
+    ttft_s = record.ttft_s
+    assert ttft_s is not None
+    assert run.held_until_s > run.writes_s[4]  # every token event queued behind the hold
+    own_time = abs(ttft_s - run.writes_s[0]) <= 0.001
+    lag_s = max(record.read_lags_s)
+    assert own_time or lag_s >= run.held_until_s - run.writes_s[0] - 0.005
+    assert lag_s >= ttft_s - run.writes_s[0]
+    in_time = []
+    for _ in range(300):
+        fine = ok_record(start_unix=T0_UNIX, times_s=(0.05, 0.06), end_s=0.07)
+        fine.read_lags_s = [0.0002, 0.0003, 0.0002]
+        in_time.append(fine)
+    results = build_results(RunOutcome(stats_of(record, *in_time)))
+    client = results["client"]
+    assert client["read_lag_s"]["p99"] < 0.002
+    assert client["lagged_requests"] == 1
+    assert client["request_lag_s"]["max"] == pytest.approx(lag_s)
+    assert results["client_saturated"] is True
+    text = "\n".join(summary_lines(results))
+    assert "1 request(s) may have TTFT, ITL or E2E off by up to" in text
+    assert "1 of 301" in text
 
 
 def test_issue19_two_token_events_in_one_write_count_from_when_the_socket_was_empty(gevent_ready):

@@ -73,6 +73,11 @@ def test_e2e_num_requests_exact_with_processes_totals_equal_sim(sim_url, tmp_pat
     assert results["tokens"]["completion_source"] == "server"
     assert results["run"]["workers"] == 2
     assert results["latency"]["e2e_s"]["count"] == 300
+    # TTFT with the connection set-up travels from both workers: one per success, never below TTFT
+    with_connect, ttft = results["latency"]["ttft_with_connect_s"], results["latency"]["ttft_s"]
+    assert with_connect["count"] == 300
+    assert with_connect["mean"] >= ttft["mean"]
+    assert with_connect["mean"] - ttft["mean"] == pytest.approx(results["client"]["connect_s"]["mean"], abs=1e-6)
     assert "Successful requests:" in proc.stdout
     assert "300/300" in proc.stdout
 

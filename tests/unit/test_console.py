@@ -73,6 +73,37 @@ def test_summary_warns_about_read_lag_with_the_measured_figures():
     assert "CPU > 90%" not in text  # the CPU was not the cause
 
 
+def test_issue19_summary_warns_when_one_request_was_read_late_with_a_low_p99():
+    stats = LLMStats.empty()
+    for _ in range(199):
+        stats.add(_with_reads([0.0002, 0.0003], 0))
+    stats.add(_with_reads([0.0002, 0.1], 0))
+    text = "\n".join(summary_lines(_results(stats)))
+    assert "Requests read > 10 ms late:             1 of 200" in text
+    assert "WARNING: 1 request(s) may have TTFT, ITL or E2E off by up to 100.0 ms (max; P99 0.3 ms)" in text
+
+
+def test_issue19_summary_of_a_run_read_in_time_has_no_lag_warning():
+    stats = LLMStats.empty()
+    stats.add(_with_reads([0.0002, 0.0003], 0))
+    text = "\n".join(summary_lines(_results(stats)))
+    assert "late" not in text
+    assert "WARNING" not in text
+
+
+def test_issue19_summary_gives_ttft_with_connect_beside_ttft_from_the_send():
+    stats = LLMStats.empty()
+    record = ok_record(start_unix=T0, times_s=(0.05, 0.06), end_s=0.07)
+    record.connect_s = 0.02
+    stats.add(record)
+    text = "\n".join(summary_lines(_results(stats)))
+    assert "Mean TTFT (ms):                                50.00" in text
+    assert "Mean TTFT incl. connect (ms):                  70.00" in text
+    assert "P99 TTFT incl. connect (ms):                   70.00" in text
+    assert "TTFT: from the send. Incl. connect: from before" in text
+    assert all(len(line) <= 52 for line in text.splitlines() if "connect" in line)
+
+
 def test_results_line_is_one_marked_line_that_reads_back_as_the_document() -> None:
     results = _results(_scenario())
     line = results_line(results)

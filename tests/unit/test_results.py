@@ -299,6 +299,28 @@ def test_client_section_flags_a_p99_read_lag_above_two_ms():
     assert late["read_lag_s"]["p99"] == pytest.approx(0.004, rel=0.02)
 
 
+def test_issue19_one_request_far_off_flags_the_run_however_low_the_p99():
+    # 199 requests read at once, one whose read waited 100 ms: the P99 read lag is low,
+    # but that request's TTFT may be 100 ms off, so the run is never clean
+    records = [_with_reads([0.0002, 0.0003], 0) for _ in range(199)] + [_with_reads([0.0002, 0.1], 0)]
+    stats = stats_of(*records)
+    client = _results(stats)["client"]
+    assert client["read_lag_s"]["p99"] < 0.002
+    assert client["read_lag_saturated"] is True
+    assert client["lagged_requests"] == 1
+    assert client["request_lag_limit_s"] == 0.01
+    assert client["request_lag_s"]["count"] == 200
+    assert client["request_lag_s"]["max"] == pytest.approx(0.1)
+    assert client["request_lag_s"]["p50"] == pytest.approx(0.0003, rel=0.02)
+    assert build_results(RunOutcome(stats))["client_saturated"] is True
+
+
+def test_issue19_a_request_just_within_the_limit_leaves_the_run_clean():
+    client = _client_section(*[_with_reads([0.0002, 0.0095], 0) for _ in range(2)], _with_reads([0.0002] * 400, 0))
+    assert client["lagged_requests"] == 0
+    assert client["read_lag_saturated"] is False
+
+
 def test_public_options_never_carry_the_key_material():
     options = public_options(RunConfig(api_key_file="/secret/key"))
     flat = repr(options)

@@ -327,8 +327,28 @@ def test_endpoint_stats_histograms_are_named() -> None:
         "dispatch_delay_s",
         "ttft_from_schedule_s",
         "e2e_from_schedule_s",
+        "ttft_with_connect_s",
         "read_lag_s",
         "connect_s",
+        "request_lag_s",
     }
     assert all(isinstance(h, LatencyHistogram) for h in s.histograms().values())
     assert s.histograms()["e2e_s"].count == 1
+
+
+def _connected(ttft_s: float, connect_s: float | None) -> RequestRecord:
+    record = ok_record(start_unix=T0, times_s=(ttft_s, ttft_s + 0.01), end_s=ttft_s + 0.02)
+    record.connect_s = connect_s
+    return record
+
+
+def test_issue19_ttft_with_connect_adds_the_connection_set_up_to_ttft():
+    s = stats_of(_connected(0.05, 0.012), _connected(0.06, 0.0), _connected(0.07, None)).total()
+    assert s.ttft_s.count == 3
+    # the kept-alive connection counts 0; an unmeasured set-up is unknown, never 0
+    assert s.ttft_with_connect_s.count == 2
+    assert s.ttft_with_connect_s.max == pytest.approx(0.062)
+    assert s.ttft_with_connect_s.min == pytest.approx(0.06)
+    failed = failed_record()
+    failed.connect_s = 0.01
+    assert stats_of(failed).total().ttft_with_connect_s.count == 0

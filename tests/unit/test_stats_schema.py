@@ -57,7 +57,7 @@ def test_schema_covers_every_endpoint_stats_field_once() -> None:
 
 def test_schema_histogram_name_lists_follow_declaration_order() -> None:
     assert LATENCY_HISTOGRAM_NAMES[:5] == ("ttft_s", "ttfc_s", "itl_s", "tpot_s", "e2e_s")
-    assert CLIENT_HISTOGRAM_NAMES == ("read_lag_s", "connect_s")
+    assert CLIENT_HISTOGRAM_NAMES == ("read_lag_s", "connect_s", "request_lag_s")
 
 
 def test_schema_counter_fields_are_optional_on_the_wire() -> None:

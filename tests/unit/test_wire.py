@@ -216,3 +216,30 @@ def test_wire_decoding_reapplies_error_category_bound() -> None:
     decoded = from_wire(payload).total()
     assert len(decoded.errors) == MAX_ERROR_CATEGORIES
     assert decoded.errors[OVERFLOW_CATEGORY].count == 11
+
+
+def test_issue19_ttft_with_connect_travels_and_merges_exactly() -> None:
+    workers = []
+    for offset in (0.0, 0.003):
+        stats = LLMStats.empty()
+        for i in range(20):
+            record = RequestRecord(
+                endpoint="chat",
+                model="m",
+                started_at_unix=T0 + i,
+                token_times_s=[0.05 + 0.001 * i, 0.06 + 0.001 * i],
+                first_content_s=0.05 + 0.001 * i,
+                end_s=0.07 + 0.001 * i,
+                connect_s=offset + 0.0001 * i,
+            )
+            stats.add(record)
+        workers.append(stats)
+    direct = LLMStats.empty()
+    merged = LLMStats.empty()
+    for stats in workers:
+        direct.merge_in(stats)
+        merged.merge_in(from_wire(json.loads(json.dumps(to_wire(stats)))))
+    hist = merged.total().ttft_with_connect_s
+    assert hist == direct.total().ttft_with_connect_s
+    assert hist.count == 40
+    assert hist.max == pytest.approx(0.003 + 0.0019 + 0.069)
