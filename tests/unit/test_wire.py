@@ -238,7 +238,7 @@ def test_issue19_ttft_with_connect_travels_and_merges_exactly() -> None:
     merged = LLMStats.empty()
     for stats in workers:
         direct.merge_in(stats)
-        merged.merge_in(from_wire(json.loads(json.dumps(to_wire(stats)))))
+        merged.merge_in(from_wire(msgpack.unpackb(msgpack.packb(to_wire(stats)))))
     hist = merged.total().ttft_with_connect_s
     assert hist == direct.total().ttft_with_connect_s
     assert hist.count == 40
