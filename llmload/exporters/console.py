@@ -369,18 +369,26 @@ def _server_lines(results: Mapping[str, Any]) -> list[str]:
     )
     lines.append(f"Tokens: {check['tokens']}" + (f" (server: {figures})" if figures else ""))
     split = check["ttft_client_minus_server_s"]
-    if split:
+    if split and split.get("not_comparable"):
+        lines.append(_row("TTFT client − server:", f"not comparable: {split['not_comparable']}"))
+    elif split:
         parts = ["n/a" if v is None else f"{v * 1e3:+.2f}" for v in (split["mean"], split["p50"])]
         resolution = split.get("p50_resolution_s")
         if split["p50"] is None and resolution:
             parts[1] += f" (finer than the server's {resolution * 1e3:.2f} ms p50 range)"
-        lines.append(
-            _row("TTFT client − server mean / p50 (ms):", f"{' / '.join(parts)} (network + HTTP + client time)")
-        )
+        lines.append(_row("TTFT client − server mean / p50 (ms):", f"{' / '.join(parts)} {_split_gloss(split)}"))
     if not server["complete"]:
         failed = [f"{e['url']} ({e['error']})" for e in server["endpoints"] if e["failed_scrapes"]]
         lines.append(f"WARNING: server metrics incomplete; failed scrapes: {'; '.join(failed) or 'start or end'}")
     return lines
+
+
+def _split_gloss(split: Any) -> str:
+    """What a client − server TTFT difference over the same requests is; a negative mean is not network time."""
+    mean = split.get("mean")
+    if mean is not None and mean < 0:
+        return "(negative: the server's TTFT spans more than the client's, e.g. its clock starts earlier)"
+    return "(network + HTTP + client time)"
 
 
 def _server_range(bounds: Any) -> str:

@@ -30,7 +30,15 @@ import gevent
 import gevent.event
 
 from llmload.errors import ConfigError, ServerMetricsError
-from llmload.servermetrics import Endpoint, Reading, ServerIntervals, ServerSnapshot, parse_snapshot, summarise
+from llmload.servermetrics import (
+    Endpoint,
+    Reading,
+    ServerIntervals,
+    ServerRun,
+    ServerSnapshot,
+    parse_snapshot,
+    summarise,
+)
 from llmload.settings.credentials import public_url
 from llmload.settings.proxies import ProxyChoice, route
 
@@ -270,6 +278,24 @@ class ServerScraper:
         self.intervals.baseline(readings)
         if self._endpoints:
             self._greenlet = gevent.spawn(self._run_periodically)
+
+    def restart(self) -> None:
+        """RESET: the server's figures count from now, like the client's.
+
+        Every endpoint is read once more (bounded by ``periodic_timeout_s``);
+        that read is the new baseline of the run's deltas, gauges and histograms
+        and of the next interval's columns. The interval columns read so far are
+        dropped (the client's time series restarts at a RESET too).
+        """
+        for endpoint in self._endpoints:
+            endpoint.run = ServerRun()
+            endpoint.failed_scrapes = 0
+            endpoint.error = None
+        readings = self._scrape_all(self.periodic_timeout_s)
+        for endpoint, reading in zip(self._endpoints, readings, strict=True):
+            endpoint.start_ok = reading.snapshot is not None
+        self.intervals = ServerIntervals()
+        self.intervals.baseline(readings)
 
     def finish(self, final_index: int | None = None) -> dict[str, object] | None:
         """Stop the periodic scrapes, read every endpoint once more, and return the ``server`` section.
