@@ -305,9 +305,7 @@ def _drift_lines(drift: Mapping[str, Any] | None) -> list[str]:
         return [_row("Drift:", str(drift.get("note") or "not judged"))]
     first, last = drift["first"], drift["last"]
     lines = [_section(f"Drift (first vs last {drift['stretch_share']:.0%})")]
-    lines.append(
-        _row("Stretches (s):", f"{first['from_s']:g}-{first['to_s']:g} vs {last['from_s']:g}-{last['to_s']:g}")
-    )
+    lines.append(_row("Stretches (s):", _stretches(first, last)))
     metrics = drift.get("metrics") or {}
     for name, label, scale, spec in _DRIFT_LINES:
         m = metrics.get(name)
@@ -318,6 +316,14 @@ def _drift_lines(drift: Mapping[str, Any] | None) -> list[str]:
     if drift.get("flagged"):
         lines.append(f"WARNING: drift beyond tolerance: {', '.join(drift['flagged'])}")
     return lines
+
+
+def _stretches(first: Mapping[str, Any], last: Mapping[str, Any]) -> str:
+    """``0-2 vs 20-22``, or every bound to 0.1 s when one is not whole (``0.0-2.0 vs 22.0-23.5``)."""
+    bounds = [round(float(b[k]), 1) for b in (first, last) for k in ("from_s", "to_s")]
+    spec = ".0f" if all(b.is_integer() for b in bounds) else ".1f"
+    a, b, c, d = (f"{x:{spec}}" for x in bounds)
+    return f"{a}-{b} vs {c}-{d}"
 
 
 def _change(metric: Mapping[str, Any]) -> str:
