@@ -72,6 +72,8 @@ def _bind(environment: Environment) -> None:
     ev.test_stop.add_listener(_on_test_stop)
     ev.test_stop.add_listener(_on_test_stopped)
     ev.report_to_master.add_listener(functools.partial(cluster.on_report_to_master, environment))
+    # after Locust's own listener (added when the runner was built), which put its statistics in the report
+    ev.report_to_master.add_listener(functools.partial(_locust_stats_on_master_clock, environment))
     ev.worker_report.add_listener(functools.partial(cluster.on_worker_report, environment))
     ev.quit.add_listener(functools.partial(_on_quit, environment))
     ev.quitting.add_listener(cluster.on_quitting)
@@ -82,6 +84,13 @@ def _bind(environment: Environment) -> None:
     ev.test_stop.add_listener(live.on_test_stop)
     ev.quit.add_listener(functools.partial(live.on_quit, environment))
     ev.quit.add_listener(functools.partial(_print_results_line, environment))  # last: after the exporter's wait
+
+
+def _locust_stats_on_master_clock(environment: Environment, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
+    """Worker: Locust's statistics in this report put on the master's clock (``locust_internals.on_master_clock``)."""
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    if runtime is not None and isinstance(environment.runner, WorkerRunner):
+        locust_internals.on_master_clock(data, runtime.clock_offset_s)
 
 
 class _Choices(tuple[str, ...]):
