@@ -216,3 +216,29 @@ def _log_time(line: str) -> float:
     """Seconds of a Locust log line's timestamp ("[2026-11-30 13:27:05,182] ...")."""
     stamp = line[1 : line.index("]")]
     return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def test_reset_restarts_the_server_metrics_with_the_clients(tmp_path):
+    """Issue 24: RESET cleared llmload's client figures but not the server's: the server block (and the
+    client - server cross-check) still counted every request since the run's start."""
+    from tests.integration.procs import final_results_written
+    from tests.integration.webui import web_ui
+
+    out = tmp_path / "r.json"
+    with web_ui("--request-rate", "20", "--results-json", str(out), "--timeseries-interval", "1") as ui:
+        assert ui.swarm(max_tokens="4")["success"] is True
+        ui.wait(lambda s: s["stats"] and s["stats"][-1]["num_requests"] >= 20, "20 requests")
+        ui.post("/stats/reset")
+        ui.wait(lambda s: s["stats"] and s["stats"][-1]["num_requests"] >= 10, "10 requests after RESET")
+        ui.post("/stop")
+        ui.wait(lambda s: s["state"] == "stopped" and final_results_written(out), "the stop and its results")
+        results = json.loads(out.read_text())
+        locust_total = ui.aggregated()["num_requests"]
+    requests, server = results["requests"], results["server"]
+    assert requests["succeeded"] + requests["failed"] == locust_total  # the same requests as Locust's table
+    assert server is not None and server["kind"] == "llmload-sim"
+    served = server["counters"]["requests_succeeded"]
+    # requests that finished between the RESET and the server's read (milliseconds) count on the client only
+    assert requests["succeeded"] - 3 <= served <= requests["succeeded"] + requests["cancelled"], (served, requests)
+    rows = [r for r in results["timeseries"] if r["endpoint"] is None]
+    assert sum(r["server_generation_tokens"] or 0 for r in rows) == server["generation_tokens"]
