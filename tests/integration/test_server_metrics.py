@@ -236,7 +236,8 @@ def test_reset_restarts_the_server_metrics_with_the_clients(tmp_path):
         locust_total = ui.aggregated()["num_requests"]
     requests, server = results["requests"], results["server"]
     assert requests["succeeded"] + requests["failed"] == locust_total  # the same requests as Locust's table
-    assert server is not None and server["kind"] == "llmload-sim"
+    assert server is not None
+    assert server["kind"] == "llmload-sim"
     served = server["counters"]["requests_succeeded"]
     # requests that finished between the RESET and the server's read (milliseconds) count on the client only
     assert requests["succeeded"] - 3 <= served <= requests["succeeded"] + requests["cancelled"], (served, requests)
