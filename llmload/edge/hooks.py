@@ -79,6 +79,7 @@ def _bind(environment: Environment) -> None:
     ev.quitting.add_listener(cluster.on_quitting)
     ev.reset_stats.add_listener(functools.partial(web.form.on_reset_stats, environment))
     ev.reset_stats.add_listener(functools.partial(_restart_server_metrics, environment))
+    ev.spawning_complete.add_listener(functools.partial(_reset_with_locust, environment))
     # The live view's listeners run after the ones above on each event (results first, then the freeze).
     ev.test_start.add_listener(functools.partial(live.on_test_start, take_report=cluster.take_report))
     ev.test_stop.add_listener(live.on_test_stop)
@@ -300,6 +301,18 @@ def _stop_forked_workers() -> None:
         with contextlib.suppress(psutil.Error):
             if child.cmdline() == me.cmdline():
                 child.send_signal(signal.SIGTERM)
+
+
+def _reset_with_locust(environment: Environment, **_kw: Any) -> None:
+    """``--reset-stats``: Locust clears its statistics when a ramp-up completes without firing ``reset_stats``.
+
+    llmload's figures (client, time series, server metrics) are cleared at the same moment, so the
+    summary and results cover the requests Locust's tables cover.
+    """
+    if not getattr(environment, "reset_stats", False) or isinstance(environment.runner, WorkerRunner):
+        return
+    web.form.on_reset_stats(environment)
+    _restart_server_metrics(environment)
 
 
 def _restart_server_metrics(environment: Environment, **_kw: Any) -> None:
