@@ -143,6 +143,13 @@ def fetch_failure(url: str, exc: OSError) -> str:
     return f"{url}: {reason}" if str(reason) else f"{url}: {type(reason).__name__}"
 
 
+def _connect_failure(reason: OSError) -> str:
+    """``connection refused`` / ``name does not resolve: …`` for a connect failure."""
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    return f"name does not resolve: {reason.strerror or reason}"
+
+
 def routed_fetch(urls: tuple[str, ...], proxies: Mapping[str, str], *, ignore: bool, insecure: bool) -> Fetch:
     """A ``Fetch`` that reads each of ``urls`` the way ``llmload.settings.proxies.route`` decides for it.
 
@@ -172,7 +179,19 @@ def routed_fetch(urls: tuple[str, ...], proxies: Mapping[str, str], *, ignore: b
     def fetch(url: str, headers: Mapping[str, str], timeout_s: float) -> str:
         if url in refused:
             raise ServerMetricsError(refused[url])
-        return fetch_text(url, headers, timeout_s, insecure=insecure, proxy=choices.get(url))
+        proxy = choices.get(url)
+        try:
+            return fetch_text(url, headers, timeout_s, insecure=insecure, proxy=proxy)
+        except OSError as exc:
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            if proxy is None or not isinstance(reason, ConnectionRefusedError | socket.gaierror):
+                raise
+            # the connection goes to the proxy: its refusal or unknown name is the proxy's, not the server's
+            raise ServerMetricsError(
+                f"the proxy {proxy.public} (from {proxy.variable}) for {public_url(url)} is not reachable "
+                f"({_connect_failure(reason)}); start it or fix {proxy.variable}, add the host to NO_PROXY, "
+                "or pass --ignore-proxy-env"
+            ) from exc
 
     return fetch
 

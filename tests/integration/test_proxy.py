@@ -317,3 +317,20 @@ def test_nc06_dead_proxy_fails_a_request_as_the_proxy_s_fault():
             transport.get("/v1/models")
     finally:
         transport.close()
+
+
+def test_nc06_server_metrics_through_a_dead_proxy_name_the_proxy():
+    """A --server-metrics URL routed through a proxy that refuses: the failure names the proxy, not
+    "is the server's metrics port right?" (issue 24)."""
+    from llmload.errors import ServerMetricsError
+    from llmload.net.scrape import routed_fetch
+    from tests.integration.procs import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    url = "http://127.0.0.1:1/metrics"
+    fetch = routed_fetch((url,), {"http": dead}, ignore=False, insecure=False)
+    with pytest.raises(ServerMetricsError, match=r"the proxy http://127\.0\.0\.1:\d+ \(from HTTP_PROXY\) for "):
+        fetch(url, {}, 2.0)
+    direct = routed_fetch((url,), {}, ignore=False, insecure=False)
+    with pytest.raises(OSError, match="refused"):  # without a proxy the refusal is the server's own
+        direct(url, {}, 2.0)
