@@ -34,7 +34,7 @@ so one worker whose clock is 300 s ahead makes Locust's tables (console, web
 UI, ``--csv``, ``--json``, its HTML report) span 300 s more than the run: total
 RPS divided by about 50, "current RPS" counting only that worker.
 ``on_master_clock`` moves those stamps onto the master's clock with the
-worker's estimated offset (``llmload.run.clock.align_to_master``: worker minus
+worker's estimated offset, when it exceeds 1 s (``llmload.run.clock.align_to_master``: worker minus
 master, too large by the start message's delivery time, milliseconds on a LAN)
 before the report leaves. The keys are Locust 2.x's ``StatsEntryDict`` and
 ``StatsErrorDict``; ``tests/integration/test_locust_internals.py`` fails when they change.
@@ -48,6 +48,8 @@ import functools
 import math
 from collections.abc import Callable
 from typing import Any
+
+from llmload.run.clock import CLOCK_OFFSET_WARN_S
 
 __all__ = ["STAMPED_ENTRY_KEYS", "cache_default_args", "on_master_clock", "once_per_process"]
 
@@ -84,11 +86,13 @@ def cache_default_args() -> None:
 def on_master_clock(data: dict[str, Any], offset_s: float | None) -> None:
     """Move the wall-clock stamps of Locust's statistics in a worker report ``data`` by ``-offset_s`` (in place).
 
-    ``offset_s`` is the worker's wall clock minus the master's (seconds); None
-    or an offset below half a second (per-second counts would not move) leaves
+    ``offset_s`` is the worker's wall clock minus the master's (seconds), as
+    the worker estimates it: too large by the start message's delivery time.
+    None, or an offset within ``CLOCK_OFFSET_WARN_S`` (1 s, the master's
+    warning bound: on a busy machine that much may be delivery alone), leaves
     ``data`` as it is. Per-second keys are rounded to the nearest second.
     """
-    if offset_s is None or not math.isfinite(offset_s) or abs(offset_s) < 0.5:
+    if offset_s is None or not math.isfinite(offset_s) or abs(offset_s) <= CLOCK_OFFSET_WARN_S:
         return
     entries = [*data.get("stats", ()), data.get("stats_total")]
     for entry in (e for e in entries if isinstance(e, dict)):

@@ -108,7 +108,7 @@ def merged(shift):
 report = worker_report(1_000_000.0, 4)
 keys = sorted(set(STAMPED_ENTRY_KEYS) - set(StatsEntryDict.__annotations__) - set(report["stats"][0]))
 same = worker_report(1_000_000.0, 4)
-on_master_clock(same, 0.2)
+on_master_clock(same, 0.9)
 on_master_clock(report, 300.0)
 error = next(iter(report["errors"].values()))
 print(json.dumps({
