@@ -275,7 +275,7 @@ def test_ttft_client_minus_server_over_requests_cancelled_at_the_stop_is_not_com
     out = tmp_path / "r.json"
     try:
         proc = run_locust(
-            ["-f", "locustfiles/chat.py", "--headless", "-H", url, "-u", "16", "-r", "16", "-t", "4s",
+            ["-f", "locustfiles/chat.py", "--headless", "-H", url, "-u", "16", "-r", "16", "-t", "6s",
              "--max-tokens", "60", "--skip-preflight", "--results-json", str(out)],
             timeout_s=90,
         )  # fmt: skip
