@@ -143,6 +143,7 @@ def _sweep(args: argparse.Namespace) -> int:
         step_section,
         step_text,
         sweep_document,
+        sweep_table,
     )
 
     extra = [a for a in args.locust_args if a != "--"]
@@ -187,17 +188,7 @@ def _sweep(args: argparse.Namespace) -> int:
     knee = document["knee"]
     out.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
     view = _write_sweep_view(out, document)
-    print(f"\n{'step':>8} {'req/s':>9} {'out tok/s':>10} {'TTFT p99 ms':>12} {'E2E p50 ms':>11}")
-    for section in steps:
-        thr, lat = section["throughput"], section["latency"]
-        p99 = lat["ttft_s"]["p99"]
-        p50 = lat["e2e_s"]["p50"]
-        limited = "  (client-limited)" if section["client_limited"] else ""
-        print(
-            f"{step_text(section['step']):>8} {thr['requests_per_s'] or 0:>9.2f}"
-            f" {thr['output_tokens_per_s'] or 0:>10.1f}"
-            f" {(p99 or 0) * 1e3:>12.1f} {(p50 or 0) * 1e3:>11.1f}{limited}"
-        )
+    print("\n" + "\n".join(sweep_table(spec.kind, steps)))
     print(
         f"knee: {step_text(knee['step'])} ({knee['reason']})" if knee else "knee: not reached (throughput still rising)"
     )

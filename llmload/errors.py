@@ -10,6 +10,7 @@
     ├── RequestError         one request failed; becomes a failed RequestRecord, never escapes a user
     │   ├── TransportError   connect/reset/timeout
     │   │   ├── RequestTimeout         connect or read-idle timeout
+    │   │   ├── ProxyUnreachableError  the forward proxy refused the connection or did not resolve
     │   │   ├── ConnectionClosedError  peer closed the connection before the end of the HTTP message
     │   │   └── WrongProtocolError     the server answered in another protocol (HTTP/2 frames, TLS)
     │   ├── HTTPStatusError  non-2xx status
@@ -32,6 +33,7 @@ __all__ = [
     "HTTPStatusError",
     "InvalidOptionsError",
     "LLMLoadError",
+    "ProxyUnreachableError",
     "RequestError",
     "RequestTimeout",
     "SSEProtocolError",
@@ -99,6 +101,14 @@ class TransportError(RequestError):
 
 class RequestTimeout(TransportError):  # noqa: N818 - name fixed by the client/transport interface
     """No connection, or no bytes, within the configured connect or idle timeout."""
+
+
+class ProxyUnreachableError(TransportError):
+    """The forward proxy (``HTTP_PROXY`` and friends) refused the connection or its name did not resolve.
+
+    The target was never reached, so nothing is known about it: messages name
+    the proxy and its variable, not the server.
+    """
 
 
 class ConnectionClosedError(TransportError):

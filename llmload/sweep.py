@@ -35,6 +35,7 @@ __all__ = [
     "step_section",
     "step_text",
     "sweep_document",
+    "sweep_table",
 ]
 
 DEFAULT_MAX_E2E_S = 10.0
@@ -219,3 +220,34 @@ def find_knee(
                 ),
             }
     return None
+
+
+def sweep_table(kind: str, steps: Sequence[dict[str, Any]]) -> list[str]:
+    """The table printed after a sweep: one line per step, a header first.
+
+    Every step shows its completed req/s, output tok/s, TTFT p99 and E2E p50
+    (ms). A rate sweep also shows each step's target rate (``inf`` for an
+    unlimited step) and the rate it achieved (``load.achieved_rate_per_s``:
+    requests sent per second), so a step that did not keep its schedule is
+    visible in the table, not only in its warning. Unknown figures are ``n/a``.
+    """
+    rate = kind == "rate"
+    head = f"{'step':>8}" + (f" {'target/s':>9} {'sent/s':>9}" if rate else "")
+    lines = [f"{head} {'req/s':>9} {'out tok/s':>10} {'TTFT p99 ms':>12} {'E2E p50 ms':>11}"]
+    for section in steps:
+        thr, lat, load = section["throughput"], section["latency"], section.get("load") or {}
+        line = f"{step_text(section['step']):>8}"
+        if rate:
+            target = "inf" if load.get("unlimited_rate") else _cell(load.get("target_rate_per_s"), ".2f")
+            line += f" {target:>9} {_cell(load.get('achieved_rate_per_s'), '.2f'):>9}"
+        line += (
+            f" {_cell(thr['requests_per_s'], '.2f'):>9} {_cell(thr['output_tokens_per_s'], '.1f'):>10}"
+            f" {_cell(lat['ttft_s']['p99'], '.1f', 1e3):>12} {_cell(lat['e2e_s']['p50'], '.1f', 1e3):>11}"
+        )
+        lines.append(line + ("  (client-limited)" if section.get("client_limited") else ""))
+    return lines
+
+
+def _cell(value: float | None, spec: str, scale: float = 1.0) -> str:
+    """A table figure, or ``n/a`` when unknown (never 0)."""
+    return "n/a" if value is None else f"{value * scale:{spec}}"

@@ -72,15 +72,26 @@ def _bind(environment: Environment) -> None:
     ev.test_stop.add_listener(_on_test_stop)
     ev.test_stop.add_listener(_on_test_stopped)
     ev.report_to_master.add_listener(functools.partial(cluster.on_report_to_master, environment))
+    # after Locust's own listener (added when the runner was built), which put its statistics in the report
+    ev.report_to_master.add_listener(functools.partial(_locust_stats_on_master_clock, environment))
     ev.worker_report.add_listener(functools.partial(cluster.on_worker_report, environment))
     ev.quit.add_listener(functools.partial(_on_quit, environment))
     ev.quitting.add_listener(cluster.on_quitting)
     ev.reset_stats.add_listener(functools.partial(web.form.on_reset_stats, environment))
+    ev.reset_stats.add_listener(functools.partial(_restart_server_metrics, environment))
+    ev.spawning_complete.add_listener(functools.partial(_reset_with_locust, environment))
     # The live view's listeners run after the ones above on each event (results first, then the freeze).
     ev.test_start.add_listener(functools.partial(live.on_test_start, take_report=cluster.take_report))
     ev.test_stop.add_listener(live.on_test_stop)
     ev.quit.add_listener(functools.partial(live.on_quit, environment))
     ev.quit.add_listener(functools.partial(_print_results_line, environment))  # last: after the exporter's wait
+
+
+def _locust_stats_on_master_clock(environment: Environment, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
+    """Worker: Locust's statistics in this report put on the master's clock (``locust_internals.on_master_clock``)."""
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    if runtime is not None and isinstance(environment.runner, WorkerRunner):
+        locust_internals.on_master_clock(data, runtime.clock_offset_s)
 
 
 class _Choices(tuple[str, ...]):
@@ -145,7 +156,7 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
     if runner is None:
         return
     _bind(environment)
-    _install_interrupter(environment, runtime)
+    interrupter = _install_interrupter(environment, runtime)
     cluster.register_messages(runner)
     if is_worker:
         preload_tokenizer(runtime)  # not in the first spawn message's handler: it would starve the heartbeats
@@ -158,31 +169,70 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
         return
     if options is not None and getattr(options, "headless", False):
         # Fail before any load: options, tokenizer and the target are checked now.
+        if interrupter is not None:
+            interrupter.guard_sigterm()  # Locust handles SIGTERM only once the load starts
         try:
             prepare(environment, runtime)
         except LLMLoadError as exc:
             _fatal(environment, str(exc), runtime)
-        except KeyboardInterrupt:  # Ctrl-C while preflight waits (e.g. a server that never answers)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM while preflight waits (e.g. a server that never answers)
             runtime.stopping = True
-            _fatal(environment, INTERRUPTED_IN_PREFLIGHT, runtime, interrupted=True)
+            name = (interrupter.signal_name if interrupter is not None else None) or "Ctrl-C"
+            _fatal(environment, interrupted_in_preflight(name), runtime, interrupted=True)
         else:
             note_request_limit(options, runtime.config)
+            if interrupter is not None and isinstance(runner, MasterRunner):
+                # Locust's loop that waits for the workers has no orderly stop: llmload ends it.
+                interrupter.before_load = functools.partial(
+                    _stop_waiting_for_workers, environment, runtime, interrupter
+                )
+            elif interrupter is not None:
+                interrupter.load_started()
 
 
-def _install_interrupter(environment: Environment, runtime: Runtime) -> None:
+def _install_interrupter(environment: Environment, runtime: Runtime) -> Interrupter | None:
     """Ctrl-C becomes one KeyboardInterrupt in Locust's main greenlet, never one inside a user's read.
 
     Locust fires ``init`` from its main greenlet in the main thread; anywhere
-    else (a test that builds an environment itself) SIGINT is left alone.
+    else (a test that builds an environment itself) SIGINT is left alone and None is returned.
     """
     if threading.current_thread() is not threading.main_thread() or gevent.getcurrent().parent is not None:
-        return
+        return None
     interrupter = Interrupter(gevent.getcurrent(), stopping=lambda: runtime.stopping)
     interrupter.install()
     runtime.interrupt_main = interrupter.forward
+    environment.events.test_start.add_listener(lambda **_kw: interrupter.load_started())
+    return interrupter
 
 
-INTERRUPTED_IN_PREFLIGHT = "interrupted (Ctrl-C) during preflight, before any load"
+def interrupted_in_preflight(signal_name: str) -> str:
+    """``interrupted (Ctrl-C) during preflight, before any load``: the blocked reason of a signal in preflight."""
+    return f"interrupted ({signal_name}) during preflight, before any load"
+
+
+INTERRUPTED_IN_PREFLIGHT = interrupted_in_preflight("Ctrl-C")
+
+
+def _stop_waiting_for_workers(environment: Environment, runtime: Runtime, interrupter: Interrupter, name: str) -> bool:
+    """A headless master still waiting for its workers got Ctrl-C or SIGTERM: end before load, with results.
+
+    Locust's waiting loop would raise the interrupt out of its ``main`` (a
+    traceback, no results) or die of SIGTERM. Instead: the blocked results
+    (``blocked`` says how many workers had connected), the workers that did
+    connect told to quit, exit status 2. Returns False once the load started.
+    """
+    runner = environment.runner
+    if not isinstance(runner, MasterRunner) or runtime.run_id:
+        return False
+    runtime.stopping = True
+    expected = int(getattr(environment.parsed_options, "expect_workers", 1) or 1)
+    ready = len(runner.clients.ready)
+    connected = "no worker had connected" if ready == 0 else f"only {ready} had connected"
+    reason = f"stopped ({name}) while waiting for {expected} worker{'s' if expected != 1 else ''}: {connected}"
+    _end_before_load(environment, reason, runtime, interrupted=True)
+    runner.quit()  # tells the workers that did connect to quit
+    interrupter.exit(2)
+    return True
 
 
 def _options_unread(options: Any) -> Runtime:
@@ -199,6 +249,12 @@ def _fatal(environment: Environment, message: str, runtime: Runtime, *, interrup
     ``--results-json`` when given and, headless on a non-terminal, as the
     ``LLMLOAD_RESULTS`` line, as for any run that ended.
     """
+    _end_before_load(environment, message, runtime, interrupted=interrupted)
+    sys.exit(2)
+
+
+def _end_before_load(environment: Environment, message: str, runtime: Runtime, *, interrupted: bool) -> None:
+    """``_fatal`` without the exit: the line, the blocked results, exit status 2, the forked workers stopped."""
     line = f"llmload: {message}; no request was sent" if interrupted else f"llmload: error: {message}"
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
@@ -206,7 +262,6 @@ def _fatal(environment: Environment, message: str, runtime: Runtime, *, interrup
     environment.process_exit_code = 2
     if getattr(environment.parsed_options, "processes", None):
         _stop_forked_workers()
-    sys.exit(2)
 
 
 def _write_blocked_results(environment: Environment, runtime: Runtime, reason: str) -> None:
@@ -246,6 +301,28 @@ def _stop_forked_workers() -> None:
         with contextlib.suppress(psutil.Error):
             if child.cmdline() == me.cmdline():
                 child.send_signal(signal.SIGTERM)
+
+
+def _reset_with_locust(environment: Environment, **_kw: Any) -> None:
+    """``--reset-stats``: Locust clears its statistics when a ramp-up completes without firing ``reset_stats``.
+
+    llmload's figures (client, time series, server metrics) are cleared at the same moment, so the
+    summary and results cover the requests Locust's tables cover.
+    """
+    if not getattr(environment, "reset_stats", False) or isinstance(environment.runner, WorkerRunner):
+        return
+    web.form.on_reset_stats(environment)
+    _restart_server_metrics(environment)
+
+
+def _restart_server_metrics(environment: Environment, **_kw: Any) -> None:
+    """RESET: the server-metrics figures (summary block, cross-check, time-series columns) restart too."""
+    runtime: Runtime | None = getattr(environment, "llmload", None)
+    if runtime is None or isinstance(environment.runner, WorkerRunner) or runtime.server_scraper is None:
+        return
+    runtime.server_scraper.restart()
+    if runtime.timeline is not None:
+        runtime.timeline.clear_extra()
 
 
 # ── stop ────────────────────────────────────────────────────────────────

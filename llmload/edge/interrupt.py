@@ -14,6 +14,15 @@ cancelled, collects final reports and writes the results).
 A second Ctrl-C while the run is already stopping is logged and ignored, so
 it cannot cut the collection of final reports short (the stop is bounded by
 ``--stop-timeout`` + 30 s; SIGKILL still ends the process at once).
+
+Before load, Locust handles neither signal: its SIGTERM handler is installed
+only once a headless master has all its workers, so SIGTERM during preflight
+or while a master waits for workers killed the process without results, and
+Ctrl-C while it waits raised out of Locust's waiting loop (a traceback, no
+results). ``guard_sigterm`` watches SIGTERM until the load starts
+(``load_started``) and treats it as Ctrl-C; ``before_load``, when set, takes
+either signal in a phase that has no orderly stop of its own (a master
+waiting for workers) and ends the process itself.
 """
 
 from __future__ import annotations
@@ -41,6 +50,12 @@ class Interrupter:
             then changes nothing.
         deliver: raises an exception in a greenlet asynchronously (default
             ``gevent.hub.kill``; tests pass a recorder).
+
+    Attributes:
+        signal_name: the signal that stopped the run as a user names it
+            (``"Ctrl-C"`` or ``"SIGTERM"``), None before one arrived.
+        before_load: called with ``signal_name`` when a signal arrives; returns
+            True when it handled it (the signal is then not forwarded). None = forward.
     """
 
     def __init__(
@@ -48,14 +63,17 @@ class Interrupter:
         main: Any,
         *,
         stopping: Callable[[], bool] = lambda: False,
-        deliver: Callable[[Any, type[BaseException]], None] = gevent.hub.kill,
+        deliver: Callable[[Any, BaseException | type[BaseException]], None] = gevent.hub.kill,
     ) -> None:
         """Create an interrupter for ``main``; nothing is installed until ``install``."""
         self._main = main
         self._stopping = stopping
         self._deliver = deliver
         self._watcher: Any = None
+        self._sigterm: Any = None
         self.forwarded = False
+        self.signal_name: str | None = None
+        self.before_load: Callable[[str], bool] | None = None
 
     def install(self) -> None:
         """Handle SIGINT from now on (call from the main thread)."""
@@ -63,17 +81,38 @@ class Interrupter:
             self._watcher = gevent.signal_handler(signal.SIGINT, self.on_signal)
 
     def uninstall(self) -> None:
-        """Give SIGINT back to Python's default handling."""
+        """Give SIGINT (and SIGTERM, if guarded) back to their earlier handling."""
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.cancel()
+        self.load_started()
 
-    def on_signal(self) -> None:
-        """SIGINT arrived: stop the run once; ignore repeats while it stops."""
+    def guard_sigterm(self) -> None:
+        """Treat SIGTERM as Ctrl-C until ``load_started`` (Locust handles it from then on)."""
+        if self._sigterm is None:
+            self._sigterm = gevent.signal_handler(signal.SIGTERM, self.on_sigterm)
+
+    def load_started(self) -> None:
+        """The load starts: SIGTERM is Locust's again, and no phase before load takes a signal."""
+        self.before_load = None
+        watcher, self._sigterm = self._sigterm, None
+        if watcher is not None:
+            watcher.cancel()
+
+    def on_sigterm(self) -> None:
+        """SIGTERM arrived before the load started: the same orderly stop as Ctrl-C."""
+        self.on_signal("SIGTERM")
+
+    def on_signal(self, name: str = "Ctrl-C") -> None:
+        """SIGINT (or a guarded SIGTERM) arrived: stop the run once; ignore repeats while it stops."""
         if self.forwarded or self._stopping():
-            log.info("llmload: Ctrl-C: already stopping (collecting final reports); SIGKILL ends at once")
+            log.info("llmload: %s: already stopping (collecting final reports); SIGKILL ends at once", name)
             return
-        log.info("llmload: Ctrl-C: stopping the run")
+        self.signal_name = name
+        if self.before_load is not None and self.before_load(name):
+            self.forwarded = True  # handled: repeats change nothing
+            return
+        log.info("llmload: %s: stopping the run", name)
         self.forward()
 
     def forward(self) -> None:
@@ -82,3 +121,7 @@ class Interrupter:
             return
         self.forwarded = True
         self._deliver(self._main, KeyboardInterrupt)
+
+    def exit(self, code: int) -> None:
+        """End the process with ``code``: ``SystemExit`` in the main greenlet (asynchronously)."""
+        self._deliver(self._main, SystemExit(code))

@@ -23,6 +23,21 @@ process's environment. ``tests/unit/test_locust_internals.py`` fails if Locust
 no longer calls ``argument_parser.default_args_dict`` from the worker's message
 handler (then this can go) or renames it; Locust is pinned to 2.x in
 ``pyproject.toml``.
+
+**Locust's own statistics on the master's clock.** A worker's report to the
+master carries Locust's request statistics (``data["stats"]``,
+``data["stats_total"]``, ``data["errors"]``) stamped with the worker's wall
+clock: ``start_time``, ``last_request_timestamp``, the per-second counts
+``num_reqs_per_sec`` / ``num_fail_per_sec`` keyed by ``int(time.time())``, and
+the errors' ``first_seen`` / ``last_seen``. The master merges them as they are,
+so one worker whose clock is 300 s ahead makes Locust's tables (console, web
+UI, ``--csv``, ``--json``, its HTML report) span 300 s more than the run: total
+RPS divided by about 50, "current RPS" counting only that worker.
+``on_master_clock`` moves those stamps onto the master's clock with the
+worker's estimated offset, when it exceeds 1 s (``llmload.run.clock.align_to_master``: worker minus
+master, too large by the start message's delivery time, milliseconds on a LAN)
+before the report leaves. The keys are Locust 2.x's ``StatsEntryDict`` and
+``StatsErrorDict``; ``tests/integration/test_locust_internals.py`` fails when they change.
 """
 
 from __future__ import annotations
@@ -30,10 +45,16 @@ from __future__ import annotations
 from locust import argument_parser
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["cache_default_args", "once_per_process"]
+from llmload.run.clock import CLOCK_OFFSET_WARN_S
+
+__all__ = ["STAMPED_ENTRY_KEYS", "cache_default_args", "on_master_clock", "once_per_process"]
+
+STAMPED_ENTRY_KEYS = ("start_time", "last_request_timestamp", "num_reqs_per_sec", "num_fail_per_sec")
+"""The wall-clock stamps of one of Locust's serialized ``StatsEntry`` dicts."""
 
 
 def once_per_process(build: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
@@ -60,3 +81,30 @@ def cache_default_args() -> None:
     if getattr(current, "__wrapped_once__", False):
         return
     argument_parser.default_args_dict = once_per_process(current)
+
+
+def on_master_clock(data: dict[str, Any], offset_s: float | None) -> None:
+    """Move the wall-clock stamps of Locust's statistics in a worker report ``data`` by ``-offset_s`` (in place).
+
+    ``offset_s`` is the worker's wall clock minus the master's (seconds), as
+    the worker estimates it: too large by the start message's delivery time.
+    None, or an offset within ``CLOCK_OFFSET_WARN_S`` (1 s, the master's
+    warning bound: on a busy machine that much may be delivery alone), leaves
+    ``data`` as it is. Per-second keys are rounded to the nearest second.
+    """
+    if offset_s is None or not math.isfinite(offset_s) or abs(offset_s) <= CLOCK_OFFSET_WARN_S:
+        return
+    entries = [*data.get("stats", ()), data.get("stats_total")]
+    for entry in (e for e in entries if isinstance(e, dict)):
+        for key in ("start_time", "last_request_timestamp"):
+            if isinstance(entry.get(key), int | float) and entry[key]:
+                entry[key] = entry[key] - offset_s
+        for key in ("num_reqs_per_sec", "num_fail_per_sec"):
+            counts = entry.get(key)
+            if isinstance(counts, dict):
+                entry[key] = {round(int(t) - offset_s): n for t, n in counts.items()}
+    errors = data.get("errors")
+    for error in errors.values() if isinstance(errors, dict) else ():
+        for key in ("first_seen", "last_seen"):
+            if isinstance(error, dict) and isinstance(error.get(key), int | float) and error[key]:
+                error[key] = error[key] - offset_s

@@ -360,9 +360,7 @@ def _drift_lines(drift: Mapping[str, Any] | None) -> list[str]:
         return [_row("Drift:", str(drift.get("note") or "not judged"))]
     first, last = drift["first"], drift["last"]
     lines = [_section(f"Drift (first vs last {drift['stretch_share']:.0%})")]
-    lines.append(
-        _row("Stretches (s):", f"{first['from_s']:g}-{first['to_s']:g} vs {last['from_s']:g}-{last['to_s']:g}")
-    )
+    lines.append(_row("Stretches (s):", _stretches(first, last)))
     metrics = drift.get("metrics") or {}
     for name, label, scale, spec in _DRIFT_LINES:
         m = metrics.get(name)
@@ -373,6 +371,14 @@ def _drift_lines(drift: Mapping[str, Any] | None) -> list[str]:
     if drift.get("flagged"):
         lines.append(f"WARNING: drift beyond tolerance: {', '.join(drift['flagged'])}")
     return lines
+
+
+def _stretches(first: Mapping[str, Any], last: Mapping[str, Any]) -> str:
+    """``0-2 vs 20-22``, or every bound to 0.1 s when one is not whole (``0.0-2.0 vs 22.0-23.5``)."""
+    bounds = [round(float(b[k]), 1) for b in (first, last) for k in ("from_s", "to_s")]
+    spec = ".0f" if all(b.is_integer() for b in bounds) else ".1f"
+    a, b, c, d = (f"{x:{spec}}" for x in bounds)
+    return f"{a}-{b} vs {c}-{d}"
 
 
 def _change(metric: Mapping[str, Any]) -> str:
@@ -424,18 +430,26 @@ def _server_lines(results: Mapping[str, Any]) -> list[str]:
     )
     lines.append(f"Tokens: {check['tokens']}" + (f" (server: {figures})" if figures else ""))
     split = check["ttft_client_minus_server_s"]
-    if split:
+    if split and split.get("not_comparable"):
+        lines.append(_row("TTFT client − server:", f"not comparable: {split['not_comparable']}"))
+    elif split:
         parts = ["n/a" if v is None else f"{v * 1e3:+.2f}" for v in (split["mean"], split["p50"])]
         resolution = split.get("p50_resolution_s")
         if split["p50"] is None and resolution:
             parts[1] += f" (finer than the server's {resolution * 1e3:.2f} ms p50 range)"
-        lines.append(
-            _row("TTFT client − server mean / p50 (ms):", f"{' / '.join(parts)} (network + HTTP + client time)")
-        )
+        lines.append(_row("TTFT client − server mean / p50 (ms):", f"{' / '.join(parts)} {_split_gloss(split)}"))
     if not server["complete"]:
         failed = [f"{e['url']} ({e['error']})" for e in server["endpoints"] if e["failed_scrapes"]]
         lines.append(f"WARNING: server metrics incomplete; failed scrapes: {'; '.join(failed) or 'start or end'}")
     return lines
+
+
+def _split_gloss(split: Any) -> str:
+    """What a client − server TTFT difference over the same requests is; a negative mean is not network time."""
+    mean = split.get("mean")
+    if mean is not None and mean < 0:
+        return "(negative: the server's TTFT spans more than the client's, e.g. its clock starts earlier)"
+    return "(network + HTTP + client time)"
 
 
 def _server_range(bounds: Any) -> str:

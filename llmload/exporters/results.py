@@ -223,7 +223,7 @@ def server_section(server: Mapping[str, Any] | None, results: Mapping[str, Any])
     """``server`` (a ``summarise`` result) plus ``cross_check`` against the client's figures in ``results``.
 
     The client's figures are ``tokens.prompt``, ``tokens.completion`` and
-    ``latency.ttft_s.{mean, p50}`` of the same results document. None stays None.
+    ``latency.ttft_s.{mean, p50, count}`` of the same results document. None stays None.
     """
     if server is None:
         return None
@@ -235,6 +235,7 @@ def server_section(server: Mapping[str, Any] | None, results: Mapping[str, Any])
         completion_tokens=tokens.get("completion"),
         ttft_mean_s=ttft.get("mean"),
         ttft_p50_s=ttft.get("p50"),
+        ttft_count=ttft.get("count"),
     )
     return {**server, "cross_check": check}
 

@@ -330,6 +330,11 @@ class Timeline:
         if index < self._next:
             self._late_extra.add(index)
 
+    def clear_extra(self) -> None:
+        """Forget every extra value so far (RESET: the server's columns restart with the client's)."""
+        self._extra.clear()
+        self._late_extra.clear()
+
     def note_merged(self, indices: Iterable[int]) -> None:
         """A report added requests to ``indices``; those already written become late."""
         self._late.update(i for i in indices if i < self._next)

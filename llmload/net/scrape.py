@@ -30,7 +30,15 @@ import gevent
 import gevent.event
 
 from llmload.errors import ConfigError, ServerMetricsError
-from llmload.servermetrics import Endpoint, Reading, ServerIntervals, ServerSnapshot, parse_snapshot, summarise
+from llmload.servermetrics import (
+    Endpoint,
+    Reading,
+    ServerIntervals,
+    ServerRun,
+    ServerSnapshot,
+    parse_snapshot,
+    summarise,
+)
 from llmload.settings.credentials import public_url
 from llmload.settings.proxies import ProxyChoice, route
 
@@ -135,6 +143,13 @@ def fetch_failure(url: str, exc: OSError) -> str:
     return f"{url}: {reason}" if str(reason) else f"{url}: {type(reason).__name__}"
 
 
+def _connect_failure(reason: OSError) -> str:
+    """``connection refused`` / ``name does not resolve: …`` for a connect failure."""
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    return f"name does not resolve: {reason.strerror or reason}"
+
+
 def routed_fetch(urls: tuple[str, ...], proxies: Mapping[str, str], *, ignore: bool, insecure: bool) -> Fetch:
     """A ``Fetch`` that reads each of ``urls`` the way ``llmload.settings.proxies.route`` decides for it.
 
@@ -164,7 +179,19 @@ def routed_fetch(urls: tuple[str, ...], proxies: Mapping[str, str], *, ignore: b
     def fetch(url: str, headers: Mapping[str, str], timeout_s: float) -> str:
         if url in refused:
             raise ServerMetricsError(refused[url])
-        return fetch_text(url, headers, timeout_s, insecure=insecure, proxy=choices.get(url))
+        proxy = choices.get(url)
+        try:
+            return fetch_text(url, headers, timeout_s, insecure=insecure, proxy=proxy)
+        except OSError as exc:
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            if proxy is None or not isinstance(reason, ConnectionRefusedError | socket.gaierror):
+                raise
+            # the connection goes to the proxy: its refusal or unknown name is the proxy's, not the server's
+            raise ServerMetricsError(
+                f"the proxy {proxy.public} (from {proxy.variable}) for {public_url(url)} is not reachable "
+                f"({_connect_failure(reason)}); start it or fix {proxy.variable}, add the host to NO_PROXY, "
+                "or pass --ignore-proxy-env"
+            ) from exc
 
     return fetch
 
@@ -270,6 +297,24 @@ class ServerScraper:
         self.intervals.baseline(readings)
         if self._endpoints:
             self._greenlet = gevent.spawn(self._run_periodically)
+
+    def restart(self) -> None:
+        """RESET: the server's figures count from now, like the client's.
+
+        Every endpoint is read once more (bounded by ``periodic_timeout_s``);
+        that read is the new baseline of the run's deltas, gauges and histograms
+        and of the next interval's columns. The interval columns read so far are
+        dropped (the client's time series restarts at a RESET too).
+        """
+        for endpoint in self._endpoints:
+            endpoint.run = ServerRun()
+            endpoint.failed_scrapes = 0
+            endpoint.error = None
+        readings = self._scrape_all(self.periodic_timeout_s)
+        for endpoint, reading in zip(self._endpoints, readings, strict=True):
+            endpoint.start_ok = reading.snapshot is not None
+        self.intervals = ServerIntervals()
+        self.intervals.baseline(readings)
 
     def finish(self, final_index: int | None = None) -> dict[str, object] | None:
         """Stop the periodic scrapes, read every endpoint once more, and return the ``server`` section.

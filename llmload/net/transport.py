@@ -83,7 +83,14 @@ import gevent.ssl
 from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 
-from llmload.errors import ConfigError, ConnectionClosedError, RequestTimeout, TransportError, WrongProtocolError
+from llmload.errors import (
+    ConfigError,
+    ConnectionClosedError,
+    ProxyUnreachableError,
+    RequestTimeout,
+    TransportError,
+    WrongProtocolError,
+)
 from llmload.net.protocols import foreign_protocol, not_http1_message, starts_like_http1
 from llmload.net.sockets import (
     CMSG_BYTES,
@@ -480,6 +487,7 @@ class GeventHTTPTransport:
         self._shown_query = public_query(parts.query)  # in messages: credential values as ***
         self._origin = public_url(f"{parts.scheme}://{parts.netloc}")  # error messages never carry user:password
         self._via = "" if proxy is None else f" via proxy {proxy.public}"
+        self._proxy = proxy
         self._timeouts = timeouts
         https = parts.scheme == "https"
         extra: dict[str, Any] = {}
@@ -541,11 +549,12 @@ class GeventHTTPTransport:
         except TimeoutError as exc:
             raise RequestTimeout(
                 f"connect to {self._origin}{self._via}: no connection within "
-                f"{self._timeouts.connect_s:g} s (connect timeout)"
+                f"{self._timeouts.connect_s:g} s (connect timeout{self._proxy_hint()})"
             ) from exc
         except (OSError, RuntimeError) as exc:
             # RuntimeError also carries a refused CONNECT ("Proxy CONNECT failed: HTTP/1.1 407 ...")
-            raise TransportError(f"connect to {self._origin}{self._via} failed: {describe(exc)}") from exc
+            where = f"connect to {self._origin}{self._via}"
+            raise self._proxy_down(where, exc) or TransportError(f"{where} failed: {describe(exc)}") from exc
         pool.return_socket(sock)
 
     def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> GeventResponse:
@@ -607,7 +616,8 @@ class GeventHTTPTransport:
         except TimeoutError as exc:
             raise RequestTimeout(
                 f"{where}: no connection or response headers in time "
-                f"(connect timeout {self._timeouts.connect_s:g} s, idle timeout {self._timeouts.idle_s:g} s)"
+                f"(connect timeout {self._timeouts.connect_s:g} s, idle timeout {self._timeouts.idle_s:g} s"
+                f"{self._proxy_hint()})"
             ) from exc
         except HTTPParseError as exc:
             # No HTTP/1.1 status line: say what came instead when the bytes tell (HTTP/2 frames, TLS).
@@ -617,7 +627,7 @@ class GeventHTTPTransport:
             raise TransportError(f"{where} failed: malformed HTTP/1.1 answer ({_parse_error(exc)})") from exc
         except (OSError, HTTPException, RuntimeError, ValueError) as exc:
             # RuntimeError: name did not resolve to any address; ValueError: invalid path or header.
-            raise TransportError(f"{where} failed: {describe(exc)}") from exc
+            raise self._proxy_down(where, exc) or TransportError(f"{where} failed: {describe(exc)}") from exc
         stamps = self._stamps
         response = GeventResponse(
             resp,
@@ -630,6 +640,31 @@ class GeventHTTPTransport:
         )
         response.on_close = self._note_reusable
         return response
+
+    def _proxy_down(self, where: str, exc: BaseException) -> ProxyUnreachableError | None:
+        """The error for a connection the forward proxy refused or whose name did not resolve; else None.
+
+        Through a proxy the TCP connection goes to the proxy, so a refusal or
+        an unresolved name is the proxy's, never the target's (a proxy that
+        cannot reach the target answers with a status instead).
+        """
+        proxy = self._proxy
+        refused = isinstance(exc, ConnectionRefusedError | _socket.gaierror)
+        unresolved = isinstance(exc, RuntimeError) and "Proxy CONNECT failed" not in str(exc)
+        if proxy is None or not (refused or unresolved):
+            return None
+        return ProxyUnreachableError(
+            f"{where} failed: the proxy {proxy.public} (from {proxy.variable}) is not reachable: {describe(exc)}; "
+            f"the target was never contacted. Start the proxy or fix {proxy.variable}, add the target to NO_PROXY, "
+            "or pass --ignore-proxy-env"
+        )
+
+    def _proxy_hint(self) -> str:
+        """``; the connection is to the proxy … (from HTTPS_PROXY)`` for a connect timeout through a proxy; else ""."""
+        proxy = self._proxy
+        if proxy is None:
+            return ""
+        return f"; the connection is to the proxy {proxy.public} (from {proxy.variable}): is it up?"
 
     def _note_reusable(self, reusable: bool) -> None:
         self._reusable = reusable

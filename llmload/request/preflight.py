@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from llmload.errors import ConfigError, RequestError, WrongProtocolError
+from llmload.errors import ConfigError, ProxyUnreachableError, RequestError, WrongProtocolError
 from llmload.request.api_bodies import API_NAMES
 from llmload.request.client import FINISH_WAIT_S, ReplyEnd, StreamingClient, Transport
 from llmload.request.error_pages import describe_error_page, summarize_body
@@ -141,6 +141,8 @@ def _unreachable(url: str, exc: RequestError) -> ConfigError:
     text = str(exc).rstrip(".")
     if isinstance(exc, WrongProtocolError):
         return ConfigError(f"GET {url} got no HTTP/1.1 answer: {text.removeprefix(f'GET {url}: ')}")
+    if isinstance(exc, ProxyUnreachableError):  # the server was never contacted: name the proxy, not the server
+        return ConfigError(f"cannot reach the proxy for {url}: {text}")
     return ConfigError(f"cannot reach {url}: {text}. Is the server up and -H right?")
 
 

@@ -191,6 +191,7 @@ def cross_check(
     completion_tokens: int | None,
     ttft_mean_s: float | None,
     ttft_p50_s: float | None,
+    ttft_count: int | None = None,
 ) -> dict[str, object]:
     """Client totals against the server's counters, and client TTFT − server TTFT.
 
@@ -198,6 +199,7 @@ def cross_check(
         server: a ``summarise`` result.
         prompt_tokens, completion_tokens: the client's totals over successful requests.
         ttft_mean_s, ttft_p50_s: the client's TTFT over the same requests.
+        ttft_count: how many requests the client's TTFT covers (None: not known, not checked).
 
     Returns:
         ``{tokens, prompt_tokens_diff, generation_tokens_diff, ttft_client_minus_server_s}``:
@@ -207,21 +209,40 @@ def cross_check(
         + client time. The p50 difference is None when it is finer than the
         server's histogram can tell: smaller than the width of the range its
         p50 may lie in (``p50_resolution_s``; a 100 ms bucket cannot show a
-        3 ms difference).
+        3 ms difference). The difference holds only over the same requests:
+        when the server timed a different number of first tokens than the
+        client (requests cancelled at the stop, warm-up requests, other
+        clients of a shared server), ``mean`` and ``p50`` are None and
+        ``not_comparable`` says why (``client_count``, ``server_count``);
+        otherwise ``not_comparable`` is None.
     """
     prompt_diff = _diff(prompt_tokens, server.get("prompt_tokens"))
     gen_diff = _diff(completion_tokens, server.get("generation_tokens"))
     latency = server.get("latency")
     ttft = latency.get("ttft_s") if isinstance(latency, Mapping) else None
-    ttft_diff = None
+    ttft_diff: dict[str, object] | None = None
     if isinstance(ttft, Mapping) and ttft.get("count"):
         ttft_diff = {"mean": _diff(ttft_mean_s, ttft.get("mean")), **_p50_diff(ttft_p50_s, ttft)}
+        server_count = ttft.get("count")
+        ttft_diff.update(client_count=ttft_count, server_count=server_count, not_comparable=None)
+        if ttft_count is not None and server_count != ttft_count:
+            ttft_diff.update(mean=None, p50=None, not_comparable=_not_comparable(ttft_count, server_count))
     return {
         "tokens": _token_verdict(server, prompt_diff, gen_diff),
         "prompt_tokens_diff": prompt_diff,
         "generation_tokens_diff": gen_diff,
         "ttft_client_minus_server_s": ttft_diff,
     }
+
+
+def _not_comparable(client_count: int, server_count: object) -> str:
+    """Why a client − server TTFT difference would mislead: the two sides timed different requests."""
+    more = "more" if isinstance(server_count, int | float) and server_count > client_count else "fewer"
+    return (
+        f"the server timed {server_count:,} first tokens, the client {client_count:,} "
+        f"({more} on the server: requests cancelled at the stop, warm-up requests or other clients count "
+        "on one side only), so the means are over different requests"
+    )
 
 
 def _p50_diff(client_p50_s: float | None, server: Mapping[str, object]) -> dict[str, float | None]:

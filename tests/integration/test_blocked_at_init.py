@@ -79,9 +79,13 @@ def _blocked(results_path: Path, stdout: str) -> dict:
     return results
 
 
-def test_sigint_during_a_preflight_that_hangs_prints_one_line_writes_blocked_results_and_exits_2(tmp_path):
+@pytest.mark.parametrize(("signum", "name"), [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+def test_signal_during_a_preflight_that_hangs_prints_one_line_writes_blocked_results_and_exits_2(
+    tmp_path, signum, name
+):
     """The server accepts the connection but never answers GET /v1/models; Ctrl-C used to print a
-    gevent traceback and exit 130 without a results file."""
+    gevent traceback and exit 130 without a results file, and SIGTERM (issue 24) killed the process
+    (exit -15) without one: Locust installs its SIGTERM handler only after init."""
     out = tmp_path / "r.json"
     with SilentServer() as server:
         proc = subprocess.Popen(
@@ -92,7 +96,7 @@ def test_sigint_during_a_preflight_that_hangs_prints_one_line_writes_blocked_res
         try:
             assert server.accepted.wait(timeout=60), "preflight never connected"
             time.sleep(0.3)  # the GET is written and waits for an answer
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signum)
             stdout, stderr = proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:
@@ -102,9 +106,9 @@ def test_sigint_during_a_preflight_that_hangs_prints_one_line_writes_blocked_res
     assert "Traceback" not in stderr, stderr[-3000:]
     assert "KeyboardInterrupt" not in stderr, stderr[-3000:]
     said = [line for line in stderr.splitlines() if "during preflight" in line]
-    assert said == ["llmload: interrupted (Ctrl-C) during preflight, before any load; no request was sent"]
+    assert said == [f"llmload: interrupted ({name}) during preflight, before any load; no request was sent"]
     results = _blocked(out, stdout)
-    assert results["blocked"] == "interrupted (Ctrl-C) during preflight, before any load"
+    assert results["blocked"] == f"interrupted ({name}) during preflight, before any load"
     assert results["run"]["num_requests"] == 4
 
 
@@ -136,3 +140,74 @@ def test_headless_run_blocked_at_init_writes_blocked_results_with_the_reason(tmp
     assert reason in results["blocked"]
     assert reason in results["verdict"]
     assert posts == []  # nothing was sent (preflight probes included: the checks before them failed)
+
+
+def _read_lines(stream, into: list[str], seen: threading.Event, marker: str) -> None:
+    for line in stream:
+        into.append(line)
+        if marker in line:
+            seen.set()
+
+
+@pytest.mark.parametrize(
+    ("signum", "name", "workers"),
+    [(signal.SIGINT, "Ctrl-C", 0), (signal.SIGTERM, "SIGTERM", 0), (signal.SIGINT, "Ctrl-C", 1)],
+)
+def test_signal_while_a_master_waits_for_its_workers_writes_blocked_results_and_exits_2(
+    tmp_path, signum, name, workers
+):
+    """Issue 24: a headless master waiting for 2 workers got Ctrl-C (a traceback out of Locust's waiting
+    loop, no results) or SIGTERM (killed, no results). Now: one line, the blocked results saying how
+    many workers had connected, exit status 2; a worker that did connect is told to quit."""
+    out = tmp_path / "r.json"
+    port = str(free_port())
+    master_args = ["-f", "locustfiles/chat.py", "--headless", "--master", "--expect-workers", "2",
+                   "--master-bind-host", "127.0.0.1", "--master-bind-port", port, "-u", "2", "-r", "2",
+                   "--num-requests", "4", "--skip-preflight", "--results-json", str(out)]  # fmt: skip
+    with ScriptedServer(lambda _request: json_reply(200, _MODELS)) as server:
+        master = subprocess.Popen(
+            locust_argv([*master_args, "-H", server.base_url]), cwd=REPO_ROOT,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        worker = None
+        err: list[str] = []
+        ready = threading.Event()
+        reader = threading.Thread(
+            target=_read_lines, args=(master.stderr, err, ready, "workers connected"), daemon=True
+        )
+        reader.start()
+        try:
+            deadline = time.monotonic() + 60
+            while not any(r.path == "/v1/models" for r in server.requests):
+                assert time.monotonic() < deadline, "the master never checked the server"
+                assert master.poll() is None, "".join(err)[-3000:]
+                time.sleep(0.05)
+            if workers:
+                worker = subprocess.Popen(
+                    locust_argv(["-f", "locustfiles/chat.py", "--worker", "--master-host", "127.0.0.1",
+                                 "--master-port", port]),
+                    cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+                assert ready.wait(timeout=60), "".join(err)[-3000:]
+            time.sleep(0.5)  # the master is in Locust's waiting loop
+            master.send_signal(signum)
+            stdout = master.stdout.read() if master.stdout else ""
+            master.wait(timeout=60)
+            reader.join(timeout=10)
+            if worker is not None:
+                assert worker.wait(timeout=30) == 0  # told to quit, not left waiting for a master
+        finally:
+            for proc in (master, worker):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        posts = [r for r in server.requests if r.method == "POST"]
+    stderr = "".join(err)
+    assert master.returncode == 2, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    connected = "no worker had connected" if workers == 0 else "only 1 had connected"
+    reason = f"stopped ({name}) while waiting for 2 workers: {connected}"
+    assert f"llmload: {reason}; no request was sent" in stderr.splitlines()
+    results = _blocked(out, stdout)
+    assert results["blocked"] == reason
+    assert posts == []

@@ -77,7 +77,7 @@ def _run(sim_url: str, tmp_path: Path, name: str, shift_s: float) -> tuple[dict[
                 *common, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
                 "--headless", "--expect-workers", "2", "-H", sim_url, "-u", "8", "-r", "8", "-t", f"{RUN_S}s",
                 "--stop-timeout", "10", "--max-tokens", "40", "--timeseries-interval", str(INTERVAL_S),
-                "--results-json", str(out), "--skip-preflight",
+                "--results-json", str(out), "--skip-preflight", "--json-file", str(tmp_path / f"{name}_locust"),
             ],
             timeout_s=90,
         )  # fmt: skip
@@ -91,7 +91,9 @@ def _run(sim_url: str, tmp_path: Path, name: str, shift_s: float) -> tuple[dict[
         for log in logs:
             log.close()
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text()), proc.stderr
+    results = json.loads(out.read_text())
+    results["locust_stats"] = json.loads((tmp_path / f"{name}_locust.json").read_text())
+    return results, proc.stderr
 
 
 def _totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -122,6 +124,12 @@ def test_a_worker_clock_300_s_ahead_changes_no_duration_rate_or_series_and_is_wa
         assert max(r["t"] for r in totals) <= RUN_S + 1.0  # no interval 300 s away
         assert sum(r["succeeded"] for r in totals) == results["requests"]["succeeded"] > 100
         assert max(r["client_rss_bytes"] or 0 for r in totals) > 1 << 20  # the workers' reported memory
+        # Locust's own table (issue 24): stamped on the master's clock, not 300 s wide
+        for entry in results["locust_stats"]:
+            assert entry["last_request_timestamp"] - entry["start_time"] <= RUN_S + 3.0, entry["name"]
+            seconds = [int(t) for t in entry["num_reqs_per_sec"]]
+            assert max(seconds) - min(seconds) <= RUN_S + 2, entry["name"]
+            assert abs(min(seconds) - results["run"]["started_at_unix"]) <= 3.0
     # two runs on a shared machine differ by its load; a worker's own wall clock would divide these by ~50
     assert shifted["duration_s"] == pytest.approx(true["duration_s"], abs=2.0)
     for key in ("requests_per_s", "output_tokens_per_s"):

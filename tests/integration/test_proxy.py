@@ -277,3 +277,60 @@ def test_nc06_tls_connection_opened_before_the_send_is_the_one_the_request_uses(
             tunnels.append(len(proxy.log))
         transport.close()
     assert tunnels == [1, 2, 3]  # the origin closes after each reply: one tunnel per request, none wasted
+
+
+def test_nc06_dead_proxy_is_named_not_the_server(tmp_path):
+    """Issue 24: HTTP_PROXY pointing at a port nothing listens on stopped the run with "cannot reach
+    http://SERVER/v1/models ... Is the server up and -H right?" although the server was up and never
+    contacted. Now the proxy and its variable are named, with the fixes."""
+    from tests.integration.procs import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    with ScriptedServer(_reply) as origin:
+        host = origin.base_url
+        proc = _run(_load_args(host, tmp_path), {"HTTP_PROXY": dead})
+        assert origin.requests == []
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    line = next(line for line in proc.stderr.splitlines() if line.startswith("llmload: error: "))
+    assert f"cannot reach the proxy for {host}/v1/models" in line
+    assert f"the proxy {dead} (from HTTP_PROXY) is not reachable: ECONNREFUSED" in line
+    assert "--ignore-proxy-env" in line
+    assert "Is the server up" not in line
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["blocked"] == line.removeprefix("llmload: error: ")
+
+
+def test_nc06_dead_proxy_fails_a_request_as_the_proxy_s_fault():
+    """The load's own requests through a dead proxy fail as transport errors that name the proxy."""
+    from llmload.errors import ProxyUnreachableError
+    from llmload.settings.proxies import choose_proxy
+    from tests.integration.procs import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    proxy = choose_proxy("http://127.0.0.1:1", {"http": dead})
+    assert proxy is not None
+    transport = GeventHTTPTransport("http://127.0.0.1:1", headers={}, timeouts=Timeouts(), proxy=proxy)
+    try:
+        with pytest.raises(ProxyUnreachableError, match=r"the proxy http://127\.0\.0\.1:\d+ \(from HTTP_PROXY\)"):
+            transport.connect()
+        with pytest.raises(ProxyUnreachableError, match="the target was never contacted"):
+            transport.get("/v1/models")
+    finally:
+        transport.close()
+
+
+def test_nc06_server_metrics_through_a_dead_proxy_name_the_proxy():
+    """A --server-metrics URL routed through a proxy that refuses: the failure names the proxy, not
+    "is the server's metrics port right?" (issue 24)."""
+    from llmload.errors import ServerMetricsError
+    from llmload.net.scrape import routed_fetch
+    from tests.integration.procs import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    url = "http://127.0.0.1:1/metrics"
+    fetch = routed_fetch((url,), {"http": dead}, ignore=False, insecure=False)
+    with pytest.raises(ServerMetricsError, match=r"the proxy http://127\.0\.0\.1:\d+ \(from HTTP_PROXY\) for "):
+        fetch(url, {}, 2.0)
+    direct = routed_fetch((url,), {}, ignore=False, insecure=False)
+    with pytest.raises(OSError, match="refused"):  # without a proxy the refusal is the server's own
+        direct(url, {}, 2.0)

@@ -216,3 +216,79 @@ def _log_time(line: str) -> float:
     """Seconds of a Locust log line's timestamp ("[2026-11-30 13:27:05,182] ...")."""
     stamp = line[1 : line.index("]")]
     return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def test_reset_restarts_the_server_metrics_with_the_clients(tmp_path):
+    """Issue 24: RESET cleared llmload's client figures but not the server's: the server block (and the
+    client - server cross-check) still counted every request since the run's start."""
+    from tests.integration.procs import final_results_written
+    from tests.integration.webui import web_ui
+
+    out = tmp_path / "r.json"
+    with web_ui("--request-rate", "20", "--results-json", str(out), "--timeseries-interval", "1") as ui:
+        assert ui.swarm(max_tokens="4")["success"] is True
+        ui.wait(lambda s: s["stats"] and s["stats"][-1]["num_requests"] >= 20, "20 requests")
+        ui.post("/stats/reset")
+        ui.wait(lambda s: s["stats"] and s["stats"][-1]["num_requests"] >= 10, "10 requests after RESET")
+        ui.post("/stop")
+        ui.wait(lambda s: s["state"] == "stopped" and final_results_written(out), "the stop and its results")
+        results = json.loads(out.read_text())
+        locust_total = ui.aggregated()["num_requests"]
+    requests, server = results["requests"], results["server"]
+    assert requests["succeeded"] + requests["failed"] == locust_total  # the same requests as Locust's table
+    assert server is not None
+    assert server["kind"] == "llmload-sim"
+    served = server["counters"]["requests_succeeded"]
+    # requests that finished between the RESET and the server's read (milliseconds) count on the client only
+    assert requests["succeeded"] - 5 <= served <= requests["succeeded"] + requests["cancelled"], (served, requests)
+    rows = [r for r in results["timeseries"] if r["endpoint"] is None]
+    assert sum(r["server_generation_tokens"] or 0 for r in rows) == server["generation_tokens"]
+
+
+def test_reset_stats_option_resets_llmloads_figures_with_locusts(sim_url, tmp_path):
+    """Issue 24: --reset-stats clears Locust's table when the ramp-up completes, but fires no reset event:
+    llmload's summary, results and server block still covered the ramp-up."""
+    out = tmp_path / "r.json"
+    proc = run_locust(
+        ["-f", "locustfiles/chat.py", "--headless", "-H", sim_url, "-u", "8", "-r", "2", "-t", "8s",
+         "--reset-stats", "--max-tokens", "8", "--skip-preflight", "--results-json", str(out),
+         "--json-file", str(tmp_path / "locust")],
+        timeout_s=90,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Resetting stats" in proc.stderr
+    results = json.loads(out.read_text())
+    locust_total = sum(e["num_requests"] for e in json.loads((tmp_path / "locust.json").read_text()))
+    requests = results["requests"]
+    assert requests["succeeded"] + requests["failed"] == locust_total > 0
+    served = results["server"]["counters"]["requests_succeeded"]
+    # the server is read again at the reset: each of the 8 users' requests may finish during that read
+    # (counted by the client only); without the reset the server counted the whole ramp-up on top
+    assert requests["succeeded"] - 8 <= served <= requests["succeeded"] + requests["cancelled"], (served, requests)
+
+
+def test_ttft_client_minus_server_over_requests_cancelled_at_the_stop_is_not_comparable(tmp_path):
+    """Issue 24: with many requests cancelled at the stop the summary printed "TTFT client − server
+    −726 ms (network + HTTP + client time)": the server's TTFT histogram holds the cancelled requests, the
+    client's only its successes. Now: not comparable, and why."""
+    url, sim = start_sim("--decode-step-ms", "40", "--output-len-mean", "200")
+    out = tmp_path / "r.json"
+    try:
+        proc = run_locust(
+            ["-f", "locustfiles/chat.py", "--headless", "-H", url, "-u", "16", "-r", "16", "-t", "6s",
+             "--max-tokens", "60", "--skip-preflight", "--results-json", str(out)],
+            timeout_s=90,
+        )  # fmt: skip
+    finally:
+        stop_sim(sim)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["requests"]["cancelled"] >= 4
+    split = results["server"]["cross_check"]["ttft_client_minus_server_s"]
+    assert split["client_count"] == results["latency"]["ttft_s"]["count"]
+    assert split["server_count"] > split["client_count"]
+    assert (split["mean"], split["p50"]) == (None, None)
+    assert split["not_comparable"].startswith(f"the server timed {split['server_count']:,} first tokens")
+    assert "TTFT client − server:" in proc.stdout
+    assert "not comparable" in proc.stdout
+    assert "network + HTTP" not in proc.stdout

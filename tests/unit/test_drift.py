@@ -167,3 +167,13 @@ def test_drift_summary_block_flags_and_too_short_note():
     short = drift_section(_series([_interval()] * 3), INTERVAL_S, 30.0)
     short_text = "\n".join(summary_lines(build_results(RunOutcome(LLMStats.empty(), drift=short))))
     assert "Drift:                                  too short to judge: 3 interval(s)" in short_text
+
+
+def test_drift_stretches_cut_by_the_stop_are_rounded_like_the_others():
+    """Issue 24: a last stretch cut by the stop printed as ``22-23.9859`` beside ``0-2``."""
+    intervals = [_interval(0.1)] * 20
+    for end_s, shown in ((195.98594, "0-20 vs 180-196"), (195.5123, "0.0-20.0 vs 180.0-195.5")):
+        drift = drift_section(_series(intervals), INTERVAL_S, end_s)
+        text = "\n".join(summary_lines(build_results(RunOutcome(LLMStats.empty(), drift=drift))))
+        line = next(line for line in text.splitlines() if line.startswith("Stretches (s):"))
+        assert line.endswith(f" {shown}"), line

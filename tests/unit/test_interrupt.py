@@ -28,6 +28,36 @@ def test_p1_interrupter_ignores_ctrl_c_while_a_stop_is_under_way():
     assert deliver.delivered == []
 
 
+def test_interrupter_sigterm_before_load_is_named_and_forwarded_like_ctrl_c():
+    """Issue 24: SIGTERM during preflight killed the process (Locust's handler comes after init)."""
+    deliver = Recorder()
+    interrupter = Interrupter("main", deliver=deliver)
+    interrupter.on_sigterm()
+    assert interrupter.signal_name == "SIGTERM"
+    assert deliver.delivered == [("main", KeyboardInterrupt)]
+
+
+def test_interrupter_before_load_takes_the_signal_until_the_load_starts():
+    """Issue 24: a master waiting for its workers ends itself; from the load's start Locust stops the run."""
+    deliver = Recorder()
+    taken = []
+    interrupter = Interrupter("main", deliver=deliver)
+    interrupter.before_load = lambda name: taken.append(name) or True
+    interrupter.on_signal()
+    interrupter.on_sigterm()  # a repeat changes nothing
+    assert taken == ["Ctrl-C"]
+    assert deliver.delivered == []
+    later = Interrupter("main", deliver=deliver)
+    later.before_load = lambda name: taken.append(name) or True
+    later.load_started()
+    later.on_signal()
+    assert taken == ["Ctrl-C"]
+    assert deliver.delivered == [("main", KeyboardInterrupt)]
+    later.exit(2)
+    assert isinstance(deliver.delivered[-1][1], SystemExit)
+    assert deliver.delivered[-1][1].code == 2
+
+
 def test_p1_interrupter_forward_is_idempotent():
     deliver = Recorder()
     interrupter = Interrupter("main", deliver=deliver)

@@ -422,3 +422,36 @@ vllm:time_to_first_token_seconds_count{{model_name="m"}} {n}
     text = "\n".join(_server_lines({"server": {**server, "cross_check": check}, "tokens": {}}))
     assert "20.00 / 40.00 (in 0.00–40.00)" in text
     assert "finer than the server's 40.00 ms p50 range" in text
+
+
+def test_cross_check_ttft_over_different_requests_is_not_comparable_and_has_no_network_gloss():
+    """Issue 24: requests cancelled at the stop are in the server's TTFT histogram (often with long
+    queue waits) but not in the client's successes; the summary printed "-726 ms (network + HTTP +
+    client time)". Different request counts: no difference, and the summary says why."""
+    from llmload.exporters.console import _server_lines
+
+    server = summarise([run_of(vllm_text(100, 1000, (0, 0, 0), 0), vllm_text(150, 1500, (5, 10, 10), 1.0))])
+    assert server is not None
+    assert server["latency"]["ttft_s"]["count"] == 10
+    check = cross_check(
+        server, prompt_tokens=50, completion_tokens=500, ttft_mean_s=0.02, ttft_p50_s=0.02, ttft_count=7
+    )
+    split = check["ttft_client_minus_server_s"]
+    assert (split["mean"], split["p50"]) == (None, None)
+    assert (split["client_count"], split["server_count"]) == (7, 10)
+    assert "the server timed 10 first tokens, the client 7" in split["not_comparable"]
+    text = "\n".join(_server_lines({"server": {**server, "cross_check": check}, "tokens": {}}))
+    assert "TTFT client − server:" in text
+    assert "not comparable: the server timed 10 first tokens, the client 7" in text
+    assert "network + HTTP" not in text
+    same = cross_check(
+        server, prompt_tokens=50, completion_tokens=500, ttft_mean_s=0.104, ttft_p50_s=0.2, ttft_count=10
+    )
+    assert same["ttft_client_minus_server_s"]["mean"] == pytest.approx(0.004)
+    assert same["ttft_client_minus_server_s"]["not_comparable"] is None
+    below = cross_check(
+        server, prompt_tokens=50, completion_tokens=500, ttft_mean_s=0.09, ttft_p50_s=0.2, ttft_count=10
+    )
+    text = "\n".join(_server_lines({"server": {**server, "cross_check": below}, "tokens": {}}))
+    assert "-10.00" in text
+    assert "network + HTTP" not in text  # a negative difference is not network time

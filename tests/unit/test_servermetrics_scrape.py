@@ -241,3 +241,21 @@ class HangingAnswer(BaseException):
     def __init__(self, seconds: float) -> None:
         super().__init__(seconds)
         self.seconds = seconds
+
+
+def test_scraper_restart_counts_the_server_from_the_reset_like_the_client():
+    """Issue 24: RESET cleared llmload's client figures but the server block still counted from the
+    run's start (its tokens, gauges and the client - server cross-check covered different requests)."""
+    fetch = FakeFetch({AUTO: [vllm(100, 1000, running=9), vllm(150, 1500, running=9), vllm(170, 1800, running=2)]})
+    scraper = ServerScraper(AUTO, (), model="m", fetch=fetch, interval_s=60)
+    scraper.start()
+    scraper.intervals.add(0, [])
+    scraper.restart()  # RESET: read at 150 / 1500
+    assert scraper.intervals.columns(0) is None  # the columns read before the reset are dropped
+    section = scraper.finish(final_index=0)
+    assert section is not None
+    assert section["prompt_tokens"] == 20
+    assert section["generation_tokens"] == 300
+    columns = scraper.intervals.columns(0)
+    assert columns is not None
+    assert columns["server_generation_tokens"] == 300

@@ -14,6 +14,7 @@ from llmload.sweep import (
     step_file,
     step_section,
     sweep_document,
+    sweep_table,
 )
 
 
@@ -131,3 +132,37 @@ def test_p4_unlimited_step_is_written_as_inf_text_because_json_has_no_infinity()
     section = step_section(math.inf, {"load": {"rate_shortfall": False}})
     assert section["step"] == "inf"
     assert SweepSpec("rate", (math.inf,)).locust_args(math.inf) == ["--request-rate", "inf"]
+
+
+def _step(step, rps, tok, load):
+    return {
+        "step": step,
+        "client_limited": bool(load.get("rate_shortfall")),
+        "throughput": {"requests_per_s": rps, "output_tokens_per_s": tok},
+        "latency": {"ttft_s": {"p99": 0.25}, "e2e_s": {"p50": None}},
+        "load": load,
+    }
+
+
+def test_sweep_table_of_a_rate_sweep_shows_target_and_achieved_rate():
+    """Issue 24: the table showed req/s completed but neither the step's target nor the rate it sent at,
+    so a step short of its schedule looked like the server's limit."""
+    steps = [
+        _step(5.0, 4.9, 310.0, {"mode": "open", "target_rate_per_s": 5.0, "achieved_rate_per_s": 5.01}),
+        _step(40.0, 22.0, 1400.0, {"mode": "open", "target_rate_per_s": 40.0, "achieved_rate_per_s": 23.5,
+                                   "rate_shortfall": True}),
+        _step("inf", 30.0, 1900.0, {"mode": "open", "target_rate_per_s": None, "unlimited_rate": True,
+                                    "achieved_rate_per_s": 31.25}),
+    ]  # fmt: skip
+    lines = sweep_table("rate", steps)
+    assert lines[0].split() == ["step", "target/s", "sent/s", "req/s", "out", "tok/s", "TTFT", "p99", "ms", "E2E",
+                                "p50", "ms"]  # fmt: skip
+    assert lines[1].split() == ["5", "5.00", "5.01", "4.90", "310.0", "250.0", "n/a"]
+    assert lines[2].split() == ["40", "40.00", "23.50", "22.00", "1400.0", "250.0", "n/a", "(client-limited)"]
+    assert lines[3].split() == ["inf", "inf", "31.25", "30.00", "1900.0", "250.0", "n/a"]
+
+
+def test_sweep_table_of_a_users_sweep_has_no_rate_columns_and_no_invented_zeros():
+    lines = sweep_table("users", [_step(8.0, None, 100.0, {"mode": "closed"})])
+    assert "target/s" not in lines[0]
+    assert lines[1].split() == ["8", "n/a", "100.0", "250.0", "n/a"]
