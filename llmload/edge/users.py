@@ -30,6 +30,7 @@ from typing import ClassVar
 import gevent
 from gevent import GreenletExit
 
+from llmload.edge.replay import take_trace_line
 from llmload.edge.runtime import Runtime, WarmupGate
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request.client import StreamingClient
@@ -159,7 +160,7 @@ class LLMUser(User):
         except Exception as exc:  # building, sending or accounting the request failed: skip it, go on
             self._skip(runtime, exc)
             self._skipped_streak += 1
-            if runtime.schedule is None and runtime.config.num_requests is None:
+            if runtime.schedule is None and runtime.trace is None and runtime.config.num_requests is None:
                 # A fault that repeats would otherwise spin the user at full CPU until -t ends.
                 pause_s = skip_pause_s(self._skipped_streak)
         runtime.budget.release()
@@ -173,8 +174,15 @@ class LLMUser(User):
         a throttled reply (``throttle_pause_s``); 0 otherwise (the open-loop
         schedule is never changed).
         """
-        intended_s = self._wait_for_arrival(runtime)
-        prompt = self._next_prompt(runtime)
+        intended_s: float | None
+        if runtime.trace is not None:
+            traced = take_trace_line(runtime)
+            if traced is None:
+                raise StopUser  # this process's trace share is all sent
+            intended_s, prompt = traced.intended_s, traced.prompt
+        else:
+            intended_s = self._wait_for_arrival(runtime)
+            prompt = self._next_prompt(runtime)
         request = self._request_for(runtime, prompt)
         slot = runtime.concurrency
         if slot is not None:
@@ -223,7 +231,7 @@ class LLMUser(User):
             self._throttled_streak = 0
             return 0.0
         self._throttled_streak += 1
-        if runtime.schedule is not None:
+        if runtime.schedule is not None or runtime.trace is not None:
             return 0.0
         return throttle_pause_s(
             record.retry_after_s, self._throttled_streak, runtime.config.max_retry_after_s, self._rng.random()
