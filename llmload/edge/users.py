@@ -21,6 +21,7 @@ from __future__ import annotations
 from locust import User, constant, task
 from locust.exception import StopUser
 
+import dataclasses
 import logging
 import random
 import time
@@ -39,6 +40,7 @@ from llmload.request.payloads import LLMRequest, build_chat_request, build_compl
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord
 from llmload.workload.datasets import Message
 from llmload.workload.prompts import Conversation, Prompt
+from llmload.workload.sessions import Session
 
 __all__ = ["ChatUser", "CompletionUser", "LLMUser"]
 
@@ -65,6 +67,7 @@ class LLMUser(User):
         runtime = _runtime(self)
         turns = runtime.config.turns
         self._conversation = Conversation(turns, runtime.token_counter) if turns > 1 else None
+        self._session = Session(turns) if turns > 1 else None
         self._throttled_streak = 0  # throttled replies in a row
         self._skipped_streak = 0  # requests skipped by a client fault in a row
         self._rng = random.Random()  # jitter of the back-off after throttled replies
@@ -184,6 +187,9 @@ class LLMUser(User):
             intended_s = self._wait_for_arrival(runtime)
             prompt = self._next_prompt(runtime)
         request = self._request_for(runtime, prompt)
+        session, header = self._session, runtime.config.session_header
+        if session is not None and header:
+            request = dataclasses.replace(request, headers=((header, session.id),))
         slot = runtime.concurrency
         if slot is not None:
             slot.acquire()
@@ -215,6 +221,10 @@ class LLMUser(User):
         runtime.sends.note(started, intended_s)
         if intended_s is not None:
             record.dispatch_delay_s = max(0.0, started - intended_s)
+        think_s = 0.0
+        if session is not None and not session.account(record, started, started + elapsed_s):
+            think = runtime.config.think_time
+            think_s = think.draw(self._rng) if think is not None else 0.0
         slo = runtime.config.slo
         met_slo = slo is not None and slo.met_by(record)
         runtime.count(record, met_slo=met_slo)
@@ -229,7 +239,7 @@ class LLMUser(User):
         self._fire(request, record, elapsed_s)
         if record.outcome is not Outcome.THROTTLED:
             self._throttled_streak = 0
-            return 0.0
+            return think_s
         self._throttled_streak += 1
         if runtime.schedule is not None or runtime.trace is not None:
             return 0.0

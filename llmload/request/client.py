@@ -268,9 +268,10 @@ class StreamingClient:
             record.connect_s = t_ready - t0
             t0 = t_ready  # the request's clock starts on a ready connection
             self.request_sent = True  # from here on the server may have the request
-            response = self._transport.post(
-                request.path, request.body, _STREAM_HEADERS if request.stream else _JSON_HEADERS
-            )
+            headers = _STREAM_HEADERS if request.stream else _JSON_HEADERS
+            if request.headers:
+                headers = {**headers, **dict(request.headers)}
+            response = self._transport.post(request.path, request.body, headers)
             record.headers_s = clock() - t0
             try:
                 status, ctype = response.status, response.content_type

@@ -72,6 +72,7 @@ class LLMRequest:
         min_output_tokens: the reply length the body asks for as a minimum:
             ``max_tokens`` with ``ignore_eos``, else an integer ``min_tokens``
             extra field (vLLM, SGLang); None when the server may stop when it likes.
+        headers: extra headers of this request only (e.g. ``--session-header``), after the fixed ones.
     """
 
     endpoint: Endpoint
@@ -82,6 +83,7 @@ class LLMRequest:
     prompt_text: str
     requested_prompt_tokens: int | None = None
     min_output_tokens: int | None = None
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def build_completion_request(

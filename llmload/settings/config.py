@@ -16,6 +16,7 @@ from llmload.errors import ConfigError, InvalidOptionsError
 from llmload.settings.goodput import SLO
 from llmload.settings.option_values import LengthSpec, parse_rate
 from llmload.settings.options import OPTIONS, OptionSpec, default
+from llmload.settings.think_time import ThinkTime
 from llmload.settings.thresholds import Threshold
 
 __all__ = ["OPTIONS", "LengthSpec", "OpenLoop", "OptionSpec", "RunConfig", "Timeouts", "parse_rate"]
@@ -136,6 +137,8 @@ class RunConfig:
         max_tokens_field: body field of the reply length (``max_tokens`` or ``max_completion_tokens``).
         extra_body: fields merged into every request body, or None.
         stream_usage: ``auto``, ``on`` or ``off`` (ask for ``stream_options.include_usage``).
+        think_time: pause between a session's turns (``--think-time``), None = none.
+        session_header: header carrying a per-session value (``--session-header``), or None.
         trace: timed trace to replay (``llmload.workload.trace``), or None.
         trace_format: ``auto``, ``mooncake`` or ``jsonl``.
         trace_speed: replay speed-up (gaps divided by it).
@@ -188,6 +191,8 @@ class RunConfig:
     max_tokens_field: str = default("--max-tokens-field")
     extra_body: dict[str, Any] | None = None
     stream_usage: str = default("--stream-usage")
+    think_time: ThinkTime | None = None
+    session_header: str | None = None
     trace: str | None = None
     trace_format: str = default("--trace-format")
     trace_speed: float = default("--trace-speed")

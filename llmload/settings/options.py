@@ -15,6 +15,7 @@ from typing import Any
 from llmload.settings import option_values as v
 from llmload.settings.header_values import header_name, headers
 from llmload.settings.option_values import OptionSpec
+from llmload.settings.think_time import parse_think_time
 
 __all__ = ["DEFAULT_PROMPT", "GROUPS", "OPTIONS", "OptionSpec", "default", "describe"]
 
@@ -330,6 +331,25 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _at_least(1, "512"),
         metavar="N",
         label="Trace block size (tokens)",
+    ),
+    OptionSpec(
+        "--think-time",
+        "Multi-turn (--turns): pause between a session's turns, in seconds: S, exp:MEAN, uniform:MIN:MAX "
+        "or normal:MEAN:SD.",
+        _DETAILS,
+        parse=parse_think_time,
+        metavar="S",
+        shown="0 (the next turn at once)",
+        label="Think time between turns (s)",
+    ),
+    OptionSpec(
+        "--session-header",
+        "Multi-turn (--turns): send this header on every request, with a value unique to its session "
+        "(session affinity, e.g. X-Session-ID).",
+        _DETAILS,
+        parse=header_name,
+        metavar="NAME",
+        label="Session header",
     ),
     OptionSpec(
         "--seed",

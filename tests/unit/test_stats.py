@@ -329,6 +329,7 @@ def test_endpoint_stats_histograms_are_named() -> None:
         "e2e_from_schedule_s",
         "read_lag_s",
         "connect_s",
+        "session_duration_s",
     }
     assert all(isinstance(h, LatencyHistogram) for h in s.histograms().values())
     assert s.histograms()["e2e_s"].count == 1
