@@ -7,6 +7,7 @@ Every run is bounded by --num-requests, -t and a subprocess timeout.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -70,7 +71,7 @@ def test_issue21_sessions_send_their_header_hold_think_times_and_report_turns(tm
     assert len(by_session) == 4  # 12 requests: 4 sessions of 3 turns, each its own value
     for requests in by_session.values():
         assert [turn for _, turn in requests] == [1, 2, 3]  # one session's turns, history growing
-        gaps = [b - a for (a, _), (b, _) in zip(requests, requests[1:], strict=False)]
+        gaps = [b - a for (a, _), (b, _) in itertools.pairwise(requests)]
         assert all(THINK_S <= gap < THINK_S + 0.25 for gap in gaps), gaps  # reply (~5 ms) + think time
     sessions = json.loads(out.read_text())["sessions"]
     assert sessions["completed"] == 4
