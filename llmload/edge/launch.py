@@ -42,6 +42,7 @@ from llmload.settings.config import RunConfig, Timeouts
 from llmload.settings.credentials import public_url, secret_query_names, split_credentials
 from llmload.workload.arrivals import Arrival, ArrivalSchedule
 from llmload.workload.prompts import build_workload
+from llmload.workload.session_file import SessionStream
 from llmload.workload.trace import TraceCursor
 
 __all__ = [
@@ -431,6 +432,8 @@ def start_workload(runtime: Runtime, share: WorkerShare, workers: int) -> None:
     stride = workers or 1
     rank = share.rank
     runtime.prompts = runtime.workload.stream(rank, stride) if runtime.workload and rank < stride else None
+    specs = runtime.workload.sessions if runtime.workload is not None else ()
+    runtime.session_stream = SessionStream(specs, rank, stride) if specs and rank < stride else None
     trace = runtime.workload.trace if runtime.workload is not None else None
     runtime.trace = TraceCursor(trace, rank, stride, runtime.config.trace_speed) if trace and rank < stride else None
     # every worker replays from one instant of the run's timeline; after a warm-up, from its end

@@ -39,6 +39,7 @@ from llmload.settings.proxies import ProxyChoice
 from llmload.settings.thresholds import Breach, ThresholdWatch
 from llmload.workload.arrivals import ArrivalSchedule
 from llmload.workload.prompts import Prompt, PromptStream, Workload
+from llmload.workload.session_file import SessionStream
 from llmload.workload.trace import TraceCursor
 
 log = logging.getLogger(__name__)
@@ -319,6 +320,7 @@ class Runtime:
     concurrency: gevent.lock.BoundedSemaphore | None = None
     # --trace: this process's lines and the monotonic instant the trace's time 0 is due (0.0: at the first take)
     trace: TraceCursor | None = None
+    session_stream: SessionStream | None = None  # --sessions: this process's sessions
     trace_start_s: float = 0.0
     sends: SendWindow = field(default_factory=SendWindow)
     stopped_at_s: float | None = None  # time.perf_counter() when this process's stop began

@@ -40,6 +40,7 @@ from llmload.request.payloads import LLMRequest, build_chat_request, build_compl
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord
 from llmload.workload.datasets import Message
 from llmload.workload.prompts import Conversation, Prompt
+from llmload.workload.session_file import SessionPlayer, SessionStream
 from llmload.workload.sessions import Session
 
 __all__ = ["ChatUser", "CompletionUser", "LLMUser"]
@@ -68,6 +69,7 @@ class LLMUser(User):
         turns = runtime.config.turns
         self._conversation = Conversation(turns, runtime.token_counter) if turns > 1 else None
         self._session = Session(turns) if turns > 1 else None
+        self._player: SessionPlayer | None = None  # --sessions: the recorded session this user plays
         self._throttled_streak = 0  # throttled replies in a row
         self._skipped_streak = 0  # requests skipped by a client fault in a row
         self._rng = random.Random()  # jitter of the back-off after throttled replies
@@ -98,7 +100,7 @@ class LLMUser(User):
                 self._transport,
                 token_counter=runtime.token_counter,
                 total_timeout_s=config.timeouts.total_s,
-                keep_text=config.turns > 1,
+                keep_text=config.turns > 1 or config.sessions is not None,
                 compare_tokens=runtime.token_counter is not None,
                 wall_clock=runtime.now_unix,
                 same_text=runtime.same_text,
@@ -183,6 +185,9 @@ class LLMUser(User):
             if traced is None:
                 raise StopUser  # this process's trace share is all sent
             intended_s, prompt = traced.intended_s, traced.prompt
+        elif runtime.session_stream is not None:
+            intended_s = self._wait_for_arrival(runtime)
+            prompt = self._session_prompt(runtime.session_stream)
         else:
             intended_s = self._wait_for_arrival(runtime)
             prompt = self._next_prompt(runtime)
@@ -223,8 +228,9 @@ class LLMUser(User):
             record.dispatch_delay_s = max(0.0, started - intended_s)
         think_s = 0.0
         if session is not None and not session.account(record, started, started + elapsed_s):
-            think = runtime.config.think_time
-            think_s = think.draw(self._rng) if think is not None else 0.0
+            think_s = self._pause_before_next_turn(runtime, prompt, record)
+        elif session is not None:
+            self._player = None  # the session ended: the next request starts the next one
         slo = runtime.config.slo
         met_slo = slo is not None and slo.met_by(record)
         runtime.count(record, met_slo=met_slo)
@@ -246,6 +252,29 @@ class LLMUser(User):
         return throttle_pause_s(
             record.retry_after_s, self._throttled_streak, runtime.config.max_retry_after_s, self._rng.random()
         )
+
+    def _session_prompt(self, stream: SessionStream) -> Prompt:
+        """The next step of this user's recorded session (a new session after the last one ended)."""
+        player = self._player
+        if player is None or player.next_step is None:
+            player = self._player = SessionPlayer(
+                stream.next(), history_from_dataset=_runtime(self).config.session_history == "dataset"
+            )
+            self._session = Session(len(player.spec.steps))
+        step = player.next_step
+        assert step is not None
+        return Prompt(messages=player.messages(), max_tokens=step.max_tokens)
+
+    def _pause_before_next_turn(self, runtime: Runtime, prompt: Prompt, record: RequestRecord) -> float:
+        """Seconds to wait before the session's next turn: its tool delay or think time, else ``--think-time``."""
+        player = self._player
+        if player is not None:
+            player.record_reply(prompt.messages, record.output_text or "")
+            step = player.next_step
+            if step is not None and step.pause_s is not None:
+                return step.pause_s
+        think = runtime.config.think_time
+        return think.draw(self._rng) if think is not None else 0.0
 
     def _skip(self, runtime: Runtime, exc: Exception) -> None:
         """Count a request the client could not build, send or measure; log each cause once, with its traceback.
@@ -376,7 +405,7 @@ class ChatUser(LLMUser):
         prompt = _prompt_for(runtime, max_tokens, prompt)
         return build_chat_request(
             model=runtime.model or "",
-            messages=[{"role": m.role, "content": m.content} for m in prompt.messages],
+            messages=[m.as_dict() for m in prompt.messages],
             max_tokens=max_tokens or prompt.max_tokens or config.max_tokens,
             temperature=config.temperature,
             ignore_eos=config.ignore_eos,

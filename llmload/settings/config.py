@@ -137,6 +137,8 @@ class RunConfig:
         max_tokens_field: body field of the reply length (``max_tokens`` or ``max_completion_tokens``).
         extra_body: fields merged into every request body, or None.
         stream_usage: ``auto``, ``on`` or ``off`` (ask for ``stream_options.include_usage``).
+        sessions: recorded sessions to play (``llmload.workload.session_file``), or None.
+        session_history: ``server`` or ``dataset``: whose assistant turns the history keeps.
         think_time: pause between a session's turns (``--think-time``), None = none.
         session_header: header carrying a per-session value (``--session-header``), or None.
         trace: timed trace to replay (``llmload.workload.trace``), or None.
@@ -191,6 +193,8 @@ class RunConfig:
     max_tokens_field: str = default("--max-tokens-field")
     extra_body: dict[str, Any] | None = None
     stream_usage: str = default("--stream-usage")
+    sessions: str | None = None
+    session_history: str = default("--session-history")
     think_time: ThinkTime | None = None
     session_header: str | None = None
     trace: str | None = None
@@ -264,6 +268,12 @@ def _check_trace(values: Mapping[str, Any]) -> None:
     Raises:
         ConfigError: naming the conflicting option and what to do instead.
     """
+    if values["sessions"] is not None:
+        for dest, flag in (("trace", "--trace"), ("dataset", "--dataset"), ("input_tokens", "--input-tokens")):
+            if values.get(dest) is not None:
+                raise ConfigError(f"--sessions and {flag} cannot be used together: the sessions file sets the prompts")
+        if values["turns"] > 1:
+            raise ConfigError("--sessions and --turns cannot be used together: each session has its own steps")
     if values["trace"] is None:
         return
     for dest, flag, why in _TRACE_CONFLICTS:

@@ -333,6 +333,25 @@ OPTIONS: tuple[OptionSpec, ...] = (
         label="Trace block size (tokens)",
     ),
     OptionSpec(
+        "--sessions",
+        "Sessions file: recorded chats or agentic sessions (tool calls, tool results, delays), one per JSON "
+        "line; each user plays one session at a time, its steps in order (see README, Sessions).",
+        _DETAILS,
+        metavar="PATH",
+        label="Sessions file",
+    ),
+    OptionSpec(
+        "--session-history",
+        "With --sessions: the assistant turns kept in the history: server (the replies received) or dataset "
+        "(the file's recorded assistant replies, where a step has one).",
+        _DETAILS,
+        "server",
+        v.choice("server", "dataset"),
+        metavar="FROM",
+        choices=("server", "dataset"),
+        label="Session history from",
+    ),
+    OptionSpec(
         "--think-time",
         "Multi-turn (--turns): pause between a session's turns, in seconds: S, exp:MEAN, uniform:MIN:MAX "
         "or normal:MEAN:SD.",

@@ -30,6 +30,7 @@ from llmload.errors import DatasetError
 from llmload.request.tokens import TokenCounter
 from llmload.settings.config import RunConfig
 from llmload.workload.datasets import Dataset, DatasetFormat, DatasetItem, Message, load_dataset
+from llmload.workload.session_file import SessionSpec, load_sessions
 from llmload.workload.trace import Trace, TraceLine, TracePrompts, load_trace
 
 __all__ = ["Conversation", "Prompt", "PromptStream", "Workload", "build_workload"]
@@ -107,6 +108,7 @@ class Workload:
         words = tuple(_WORD_TEXT.split())
         self._pool = _single_token_words(words, counter) if counter is not None else words
         self.trace = trace
+        self.sessions: tuple[SessionSpec, ...] = ()
         self._trace_prompts = None if trace is None else TracePrompts(trace, counter, self._pool, config.seed)
         self._order: list[int] = []
         if dataset is not None:
@@ -130,7 +132,10 @@ class Workload:
     def describe(self) -> str:
         """One line for the log: the source and whether lengths are exact."""
         config = self.config
-        if self.trace is not None:
+        if self.sessions:
+            steps = sum(len(s.steps) for s in self.sessions)
+            text = f"sessions {config.sessions} ({len(self.sessions)} sessions, {steps} steps)"
+        elif self.trace is not None:
             text = self.trace.describe()
         elif self.dataset is not None:
             text = f"dataset {self.dataset.path} ({len(self.dataset.items)} prompts"
@@ -323,7 +328,10 @@ def build_workload(config: RunConfig, counter: TokenCounter | None = None) -> Wo
         trace = load_trace(
             config.trace, config.trace_format, skip_bad=config.trace_skip_bad, block_tokens=config.trace_block_tokens
         )
-    return Workload(config, counter, dataset, trace)
+    workload = Workload(config, counter, dataset, trace)
+    if config.sessions is not None:
+        workload.sessions = load_sessions(config.sessions)
+    return workload
 
 
 def _single_token_words(words: Sequence[str], counter: TokenCounter) -> Sequence[str]:

@@ -62,7 +62,7 @@ def test_issue21_sessions_send_their_header_hold_think_times_and_report_turns(tm
     script = SessionScript()
     out = tmp_path / "r.json"
     with ScriptedServer(script) as server:
-        proc = _run(server, out, "-u", "2", "-r", "10", "--num-requests", "12", "--think-time", str(THINK_S))
+        proc = _run(server, out, "-u", "1", "--num-requests", "12", "--think-time", str(THINK_S))
     assert proc.returncode == 0, proc.stderr[-3000:]
     by_session: dict[str | None, list[tuple[float, int]]] = defaultdict(list)
     for at, session, turn in script.seen:
@@ -100,3 +100,56 @@ def test_issue21_a_session_failing_mid_way_is_counted_failed(tmp_path):
     assert (sessions["completed"], sessions["failed"], sessions["turns_completed_mean"]) == (0, 2, 1)
     assert [t["requests"] for t in sessions["turns"]] == [2, 2]
     assert sessions["turns"][1]["ttft_mean_s"] is None  # no success on turn 2
+
+
+class AgentScript:
+    """Answers chat POSTs and keeps each one's arrival time, session header and messages."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, str | None, list[dict[str, Any]]]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, request: ReceivedRequest) -> Reply:
+        if request.method == "GET":
+            return json_reply(200, json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}))
+        with self._lock:
+            self.seen.append((time.monotonic(), request.headers.get("x-session-id"), request.json()["messages"]))
+        return Reply([W(2, sse(C({"content": "server reply"}), CF("stop"), U(10, 2), "[DONE]"))])
+
+
+def test_issue21_agentic_session_file_sends_tool_turns_after_their_delays(tmp_path):
+    script = AgentScript()
+    out = tmp_path / "r.json"
+    example = Path(__file__).resolve().parents[2] / "examples" / "agentic_sessions.jsonl"
+    with ScriptedServer(script) as server:
+        proc = run_locust(
+            ["-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", server.base_url, "-t", "60s",
+             "--prometheus-port", "0", "--skip-preflight", "--sessions", str(example), "--session-history",
+             "dataset", "--session-header", "X-Session-ID", "-u", "1", "--num-requests", "7",
+             "--results-json", str(out)],
+            timeout_s=TIMEOUT_S,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    by_session: dict[str | None, list[tuple[float, list[dict[str, Any]]]]] = defaultdict(list)
+    for at, session, messages in script.seen:
+        by_session[session].append((at, messages))
+    agent, support = sorted(by_session.values(), key=len, reverse=True)
+    assert [[m["role"] for m in msgs] for _, msgs in agent] == [
+        ["system", "user"],
+        ["system", "user", "assistant", "tool"],
+        ["system", "user", "assistant", "tool", "assistant", "tool"],
+        ["system", "user", "assistant", "tool", "assistant", "tool", "assistant", "user"],
+    ]
+    call, result = agent[1][1][2], agent[1][1][3]
+    assert call["tool_calls"][0]["function"] == {"name": "read_file", "arguments": '{"path": "src/parse.py"}'}
+    assert result["tool_call_id"] == call["tool_calls"][0]["id"]
+    assert call["content"] == "server reply"  # the reply received becomes the tool call (no recorded one)
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(agent)]
+    assert 0.2 <= gaps[0] < 0.45
+    assert 1.5 <= gaps[1] < 1.75
+    assert 4.0 <= gaps[2] < 4.25
+    # --session-history dataset: the recorded assistant reply is the history, not the server's
+    assert support[1][1][1]["content"].startswith("I am sorry to hear that")
+    sessions = json.loads(out.read_text())["sessions"]
+    assert (sessions["completed"], sessions["failed"]) == (2, 0)
+    assert [t["requests"] for t in sessions["turns"]] == [2, 2, 2, 1]
