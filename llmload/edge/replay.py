@@ -27,11 +27,13 @@ class TracedRequest:
         prompt: what to send.
         intended_s: when it is due (``time.perf_counter`` seconds).
         line: its line number in the trace file.
+        session_id: the line's ``session_id`` (jsonl traces), or None.
     """
 
     prompt: Prompt
     intended_s: float
     line: int
+    session_id: str | None = None
 
 
 def take_trace_line(runtime: Runtime) -> TracedRequest | None:
@@ -54,4 +56,4 @@ def take_trace_line(runtime: Runtime) -> TracedRequest | None:
     delay_s = intended_s - time.perf_counter()
     if delay_s > 0:
         gevent.sleep(delay_s)
-    return TracedRequest(prompt, intended_s, line.line)
+    return TracedRequest(prompt, intended_s, line.line, line.session_id)

@@ -180,11 +180,12 @@ class LLMUser(User):
         schedule is never changed).
         """
         intended_s: float | None
+        trace_session: str | None = None
         if runtime.trace is not None:
             traced = take_trace_line(runtime)
             if traced is None:
                 raise StopUser  # this process's trace share is all sent
-            intended_s, prompt = traced.intended_s, traced.prompt
+            intended_s, prompt, trace_session = traced.intended_s, traced.prompt, traced.session_id
         elif runtime.session_stream is not None:
             intended_s = self._wait_for_arrival(runtime)
             prompt = self._session_prompt(runtime.session_stream)
@@ -193,8 +194,9 @@ class LLMUser(User):
             prompt = self._next_prompt(runtime)
         request = self._request_for(runtime, prompt)
         session, header = self._session, runtime.config.session_header
-        if session is not None and header:
-            request = dataclasses.replace(request, headers=((header, session.id),))
+        session_value = trace_session if trace_session is not None else session.id if session is not None else None
+        if session_value is not None and header:
+            request = dataclasses.replace(request, headers=((header, session_value),))
         slot = runtime.concurrency
         if slot is not None:
             slot.acquire()

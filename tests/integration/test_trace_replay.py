@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from llmload.testing import TF, ReceivedRequest, Reply, ScriptedServer, T, U, W, json_reply, sse
 from tests.integration.procs import run_locust
 from tests.integration.test_sim import metric_sum, metrics, start_sim, stop_sim
 
@@ -138,3 +139,31 @@ def test_issue21_bad_trace_lines_stop_the_run_before_load_naming_line_and_field(
     assert "2 requests over 0.006 s, 4 bad lines skipped" in proc.stderr
     assert json.loads(out.read_text())["requests"]["succeeded"] == 2
     assert metric_sum(metrics(cache_sim), "llmload_sim_requests_completed_total") == 2
+
+
+def test_issue21_jsonl_trace_sends_its_own_prompts_once_with_the_session_header(tmp_path):
+    """A jsonl trace's own prompts, each line once over two workers, each with its session's header value."""
+    lines = [
+        {"offset_s": i * 0.02, "prompt": f"line {i}", "max_tokens": 2, "session_id": f"s{i % 4}"} for i in range(40)
+    ]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    seen: list[tuple[str, str | None]] = []
+
+    def script(request: ReceivedRequest) -> Reply:
+        if request.method == "GET":
+            return json_reply(200, json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}))
+        seen.append((request.json()["prompt"], request.headers.get("x-session-id")))
+        return Reply([W(2, sse(T("ok"), TF("length"), U(2, 1), "[DONE]"))])
+
+    with ScriptedServer(script) as server:
+        proc = run_locust(
+            ["-f", "locustfiles/completions.py", "--headless", "--only-summary", "-H", server.base_url, "-t", "60s",
+             "--prometheus-port", "0", "--skip-preflight", "--processes", "2", "-u", "4", "-r", "100",
+             "--trace", str(trace), "--session-header", "X-Session-ID"],
+            timeout_s=TIMEOUT_S,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(seen) == sorted((line["prompt"], line["session_id"]) for line in lines)
+    assert "trace " in proc.stderr
+    assert "(jsonl, 40 requests over 0.780 s)" in proc.stderr
