@@ -212,7 +212,7 @@ class RunConfig:
     def shared_totals(self) -> tuple[str, ...]:
         """The options set in this run whose totals are split over the workers (each worker sends a share)."""
         given = (
-            ("--num-requests", self.num_requests is not None),
+            ("--num-requests", self.num_requests is not None and self.trace is None),  # a trace sets it
             ("--warmup-requests", self.warmup_requests > 0),
             ("--request-rate", self.request_rate is not None),
             ("--trace", self.trace is not None),
