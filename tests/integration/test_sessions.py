@@ -58,11 +58,14 @@ def _run(server: ScriptedServer, out: Path, *args: str) -> Any:
     )  # fmt: skip
 
 
-def test_issue21_sessions_send_their_header_hold_think_times_and_report_turns(tmp_path):
+@pytest.mark.parametrize("processes", [1, 2])
+def test_issue21_sessions_send_their_header_hold_think_times_and_report_turns(tmp_path, processes):
+    """One user per process, 12 requests: 4 sessions of 3 turns (2 per worker: their figures merge exactly)."""
     script = SessionScript()
     out = tmp_path / "r.json"
+    spread = ("--processes", "2", "-u", "2", "-r", "10") if processes == 2 else ("-u", "1")
     with ScriptedServer(script) as server:
-        proc = _run(server, out, "-u", "1", "--num-requests", "12", "--think-time", str(THINK_S))
+        proc = _run(server, out, *spread, "--num-requests", "12", "--think-time", str(THINK_S))
     assert proc.returncode == 0, proc.stderr[-3000:]
     by_session: dict[str | None, list[tuple[float, int]]] = defaultdict(list)
     for at, session, turn in script.seen:
