@@ -148,6 +148,14 @@ def _merge_counts(into: dict[_K, int], other: dict[_K, int]) -> None:
         into[key] = into.get(key, 0) + n
 
 
+def _add_label(counts: dict[str, int], label: str, n: int) -> None:
+    if label in counts:
+        counts[label] += n
+    else:
+        counts[label] = n
+        bound_labels(counts)
+
+
 def bound_labels(counts: dict[str, int]) -> None:
     """Fold labels beyond ``MAX_LABELS`` into ``OVERFLOW_CATEGORY``, in place.
 
@@ -306,6 +314,16 @@ class EndpointStats:
     degenerate_repeated_requests: int = counter()
     degenerate_same_text_requests: int = counter()
     inputs_sum: int = counter()
+    # ── multi-turn sessions: per turn (label = turn number) and per finished session ──
+    turn_requests: dict[str, int] = labels()
+    turn_ttft_us_sum: dict[str, int] = labels()
+    turn_ttft_known: dict[str, int] = labels()
+    turn_prompt_tokens_sum: dict[str, int] = labels()
+    turn_prompt_known: dict[str, int] = labels()
+    sessions_completed: int = counter()
+    sessions_failed: int = counter()
+    session_turns_sum: int = counter()
+    session_duration_s: LatencyHistogram = histogram("latency")
 
     # ── derived counts ──────────────────────────────────────────────────
     @property
@@ -378,6 +396,8 @@ class EndpointStats:
             self.add_failure(error.category if error else outcome.value, None, error.message if error else "", 1)
             return
         self._extend_span(record, finished_at_unix)
+        if record.turn is not None or record.session_turns is not None:
+            self._add_session(record)
         if record.finish_reason and not record.finish_reason.isspace():  # "" names no reason
             self._add_finish_reason(record.finish_reason)
         lags = record.read_lags_s
@@ -404,6 +424,28 @@ class EndpointStats:
                 self.degenerate_repeated_requests += 1
             elif error.category == DEGENERATE_SAME_TEXT:
                 self.degenerate_same_text_requests += 1
+
+    def _add_session(self, record: RequestRecord) -> None:
+        """Count a request's turn (TTFT and prompt tokens of successes) and the session it ended, if any."""
+        if record.turn is not None:
+            turn = str(record.turn)
+            _add_label(self.turn_requests, turn, 1)
+            ttft = record.ttft_s if record.ok else None
+            if ttft is not None:
+                _add_label(self.turn_ttft_us_sum, turn, round(ttft * 1e6))
+                _add_label(self.turn_ttft_known, turn, 1)
+            prompt = record.prompt_tokens.value if record.ok else None
+            if prompt is not None:
+                _add_label(self.turn_prompt_tokens_sum, turn, prompt)
+                _add_label(self.turn_prompt_known, turn, 1)
+        if record.session_turns is not None:
+            if record.session_failed:
+                self.sessions_failed += 1
+            else:
+                self.sessions_completed += 1
+            self.session_turns_sum += record.session_turns
+            if record.session_duration_s is not None:
+                self.session_duration_s.add(record.session_duration_s)
 
     def _add_finish_reason(self, reason: str) -> None:
         label = finish_label(reason)

@@ -14,6 +14,7 @@ from locust.runners import MasterRunner
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 import tempfile
@@ -41,8 +42,11 @@ from llmload.settings.config import RunConfig, Timeouts
 from llmload.settings.credentials import public_url, secret_query_names, split_credentials
 from llmload.workload.arrivals import Arrival, ArrivalSchedule
 from llmload.workload.prompts import build_workload
+from llmload.workload.session_file import SessionStream
+from llmload.workload.trace import TraceCursor
 
 __all__ = [
+    "TRACE_LEAD_S",
     "choose_route",
     "load_local_parts",
     "note_request_limit",
@@ -63,6 +67,8 @@ log = logging.getLogger("llmload")
 
 
 _PROBLEMS_LOGGED = 10
+TRACE_LEAD_S = 1.0
+"""A trace's first line is due this long after the run starts (users spawn in between), on every worker alike."""
 
 
 def prepare(
@@ -359,9 +365,16 @@ def _load_workload(runtime: Runtime) -> None:
     """
     config = runtime.config
     if runtime.workload is not None and runtime.workload.config == config:
+        _count_trace(runtime)
         return
     runtime.workload = None
     workload = build_workload(config, runtime.token_counter)
+    trace = workload.trace
+    if trace is not None:
+        for problem in trace.problems[:_PROBLEMS_LOGGED]:
+            log.warning("llmload: skipped trace line %s", problem)
+        if trace.skipped > _PROBLEMS_LOGGED:
+            log.warning("llmload: ... and %d more bad lines in %s", trace.skipped - _PROBLEMS_LOGGED, trace.path)
     dataset = workload.dataset
     if dataset is not None:
         for problem in dataset.problems[:_PROBLEMS_LOGGED]:
@@ -377,6 +390,14 @@ def _load_workload(runtime: Runtime) -> None:
         else:
             log.info("llmload: no --tokenizer: token counts come from server usage (stream_options.include_usage)")
     runtime.workload = workload
+    _count_trace(runtime)
+
+
+def _count_trace(runtime: Runtime) -> None:
+    """A trace run is a run of exactly its lines: ``num_requests`` becomes their number (split like it)."""
+    workload = runtime.workload
+    if workload is not None and workload.trace is not None:
+        runtime.config = dataclasses.replace(runtime.config, num_requests=len(workload.trace.lines))
 
 
 def split(config: RunConfig, workers: int) -> tuple[WorkerShare, ...]:
@@ -411,6 +432,12 @@ def start_workload(runtime: Runtime, share: WorkerShare, workers: int) -> None:
     stride = workers or 1
     rank = share.rank
     runtime.prompts = runtime.workload.stream(rank, stride) if runtime.workload and rank < stride else None
+    specs = runtime.workload.sessions if runtime.workload is not None else ()
+    runtime.session_stream = SessionStream(specs, rank, stride) if specs and rank < stride else None
+    trace = runtime.workload.trace if runtime.workload is not None else None
+    runtime.trace = TraceCursor(trace, rank, stride, runtime.config.trace_speed) if trace and rank < stride else None
+    # every worker replays from one instant of the run's timeline; after a warm-up, from its end
+    runtime.trace_start_s = runtime.run_started_s + TRACE_LEAD_S if share.warmup_requests <= 0 else 0.0
     warmup = share.warmup_requests
     runtime.warmup = WarmupGate(warmup) if warmup > 0 else None
 

@@ -40,6 +40,8 @@ from llmload.settings.proxies import ProxyChoice
 from llmload.settings.thresholds import Breach, ThresholdWatch
 from llmload.workload.arrivals import ArrivalSchedule
 from llmload.workload.prompts import Prompt, PromptStream, Workload
+from llmload.workload.session_file import SessionStream
+from llmload.workload.trace import TraceCursor
 
 log = logging.getLogger(__name__)
 
@@ -320,6 +322,10 @@ class Runtime:
     schedule: ArrivalSchedule | None = None
     schedule_start_s: float = 0.0
     concurrency: gevent.lock.BoundedSemaphore | None = None
+    # --trace: this process's lines and the monotonic instant the trace's time 0 is due (0.0: at the first take)
+    trace: TraceCursor | None = None
+    session_stream: SessionStream | None = None  # --sessions: this process's sessions
+    trace_start_s: float = 0.0
     sends: SendWindow = field(default_factory=SendWindow)
     stopped_at_s: float | None = None  # time.perf_counter() when this process's stop began
     send_figures_by_process: dict[str, SendFigures] = field(default_factory=dict)  # master: latest per worker
@@ -406,12 +412,23 @@ class Runtime:
     def send_figures(self) -> SendFigures:
         """This process's open-loop figures: schedule rate, send rate, and how far behind it was at the stop."""
         schedule = self.schedule
+        if self.trace is not None:
+            return self._trace_figures(self.trace)
         if schedule is None:
             return SendFigures(sent_rate_per_s=self.sends.rate_per_s)
         behind_s = None
         if not math.isinf(schedule.rate) and self.schedule_start_s and not self.budget.exhausted:
             now_s = self.stopped_at_s if self.stopped_at_s is not None else time.perf_counter()
             behind_s = max(0.0, now_s - (self.schedule_start_s + schedule.next_due_offset_s))
+        return SendFigures(self.sends.scheduled_rate_per_s, self.sends.rate_per_s, behind_s)
+
+    def _trace_figures(self, trace: TraceCursor) -> SendFigures:
+        """Send figures of a trace replay: how far behind its next untaken line this process was at the stop."""
+        behind_s = None
+        due_s = trace.next_due_offset_s
+        if due_s is not None and self.trace_start_s:
+            now_s = self.stopped_at_s if self.stopped_at_s is not None else time.perf_counter()
+            behind_s = max(0.0, now_s - (self.trace_start_s + due_s))
         return SendFigures(self.sends.scheduled_rate_per_s, self.sends.rate_per_s, behind_s)
 
     def end_run(self) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from locust import User, constant, task
 from locust.exception import StopUser
 
+import dataclasses
 import logging
 import random
 import time
@@ -30,6 +31,7 @@ from typing import ClassVar
 import gevent
 from gevent import GreenletExit
 
+from llmload.edge.replay import take_trace_line
 from llmload.edge.runtime import Runtime, WarmupGate
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request.client import StreamingClient
@@ -38,6 +40,8 @@ from llmload.request.payloads import LLMRequest, build_chat_request, build_compl
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord
 from llmload.workload.datasets import Message
 from llmload.workload.prompts import Conversation, Prompt
+from llmload.workload.session_file import SessionPlayer, SessionStream
+from llmload.workload.sessions import Session
 
 __all__ = ["ChatUser", "CompletionUser", "LLMUser"]
 
@@ -64,6 +68,8 @@ class LLMUser(User):
         runtime = _runtime(self)
         turns = runtime.config.turns
         self._conversation = Conversation(turns, runtime.token_counter) if turns > 1 else None
+        self._session = Session(turns) if turns > 1 else None
+        self._player: SessionPlayer | None = None  # --sessions: the recorded session this user plays
         self._throttled_streak = 0  # throttled replies in a row
         self._skipped_streak = 0  # requests skipped by a client fault in a row
         self._rng = random.Random()  # jitter of the back-off after throttled replies
@@ -94,7 +100,7 @@ class LLMUser(User):
                 self._transport,
                 token_counter=runtime.token_counter,
                 total_timeout_s=config.timeouts.total_s,
-                keep_text=config.turns > 1,
+                keep_text=config.turns > 1 or config.sessions is not None,
                 compare_tokens=runtime.token_counter is not None,
                 wall_clock=runtime.now_unix,
                 same_text=runtime.same_text,
@@ -159,7 +165,7 @@ class LLMUser(User):
         except Exception as exc:  # building, sending or accounting the request failed: skip it, go on
             self._skip(runtime, exc)
             self._skipped_streak += 1
-            if runtime.schedule is None and runtime.config.num_requests is None:
+            if runtime.schedule is None and runtime.trace is None and runtime.config.num_requests is None:
                 # A fault that repeats would otherwise spin the user at full CPU until -t ends.
                 pause_s = skip_pause_s(self._skipped_streak)
         runtime.budget.release()
@@ -173,9 +179,24 @@ class LLMUser(User):
         a throttled reply (``throttle_pause_s``); 0 otherwise (the open-loop
         schedule is never changed).
         """
-        intended_s = self._wait_for_arrival(runtime)
-        prompt = self._next_prompt(runtime)
+        intended_s: float | None
+        trace_session: str | None = None
+        if runtime.trace is not None:
+            traced = take_trace_line(runtime)
+            if traced is None:
+                raise StopUser  # this process's trace share is all sent
+            intended_s, prompt, trace_session = traced.intended_s, traced.prompt, traced.session_id
+        elif runtime.session_stream is not None:
+            intended_s = self._wait_for_arrival(runtime)
+            prompt = self._session_prompt(runtime.session_stream)
+        else:
+            intended_s = self._wait_for_arrival(runtime)
+            prompt = self._next_prompt(runtime)
         request = self._request_for(runtime, prompt)
+        session, header = self._session, runtime.config.session_header
+        session_value = trace_session if trace_session is not None else session.id if session is not None else None
+        if session_value is not None and header:
+            request = dataclasses.replace(request, headers=(*request.headers, (header, session_value)))
         slot = runtime.concurrency
         if slot is not None:
             slot.acquire()
@@ -207,6 +228,11 @@ class LLMUser(User):
         runtime.sends.note(started, intended_s)
         if intended_s is not None:
             record.dispatch_delay_s = max(0.0, started - intended_s)
+        think_s = 0.0
+        if session is not None and not session.account(record, started, started + elapsed_s):
+            think_s = self._pause_before_next_turn(runtime, prompt, record)
+        elif session is not None:
+            self._player = None  # the session ended: the next request starts the next one
         slo = runtime.config.slo
         met_slo = slo is not None and slo.met_by(record)
         runtime.count(record, met_slo=met_slo)
@@ -221,13 +247,36 @@ class LLMUser(User):
         self._fire(request, record, elapsed_s)
         if record.outcome is not Outcome.THROTTLED:
             self._throttled_streak = 0
-            return 0.0
+            return think_s
         self._throttled_streak += 1
-        if runtime.schedule is not None:
+        if runtime.schedule is not None or runtime.trace is not None:
             return 0.0
         return throttle_pause_s(
             record.retry_after_s, self._throttled_streak, runtime.config.max_retry_after_s, self._rng.random()
         )
+
+    def _session_prompt(self, stream: SessionStream) -> Prompt:
+        """The next step of this user's recorded session (a new session after the last one ended)."""
+        player = self._player
+        if player is None or player.next_step is None:
+            player = self._player = SessionPlayer(
+                stream.next(), history_from_dataset=_runtime(self).config.session_history == "dataset"
+            )
+            self._session = Session(len(player.spec.steps))
+        step = player.next_step
+        assert step is not None
+        return Prompt(messages=player.messages(), max_tokens=step.max_tokens)
+
+    def _pause_before_next_turn(self, runtime: Runtime, prompt: Prompt, record: RequestRecord) -> float:
+        """Seconds to wait before the session's next turn: its tool delay or think time, else ``--think-time``."""
+        player = self._player
+        if player is not None:
+            player.record_reply(prompt.messages, record.output_text or "")
+            step = player.next_step
+            if step is not None and step.pause_s is not None:
+                return step.pause_s
+        think = runtime.config.think_time
+        return think.draw(self._rng) if think is not None else 0.0
 
     def _skip(self, runtime: Runtime, exc: Exception) -> None:
         """Count a request the client could not build, send or measure; log each cause once, with its traceback.
@@ -358,7 +407,7 @@ class ChatUser(LLMUser):
         prompt = _prompt_for(runtime, max_tokens, prompt)
         return build_chat_request(
             model=runtime.model or "",
-            messages=[{"role": m.role, "content": m.content} for m in prompt.messages],
+            messages=[m.as_dict() for m in prompt.messages],
             max_tokens=max_tokens or prompt.max_tokens or config.max_tokens,
             temperature=config.temperature,
             ignore_eos=config.ignore_eos,

@@ -262,6 +262,31 @@ def _sources_text(source: str | None, breakdown: Mapping[str, int]) -> str:
     return "mixed: " + ", ".join(f"{name}={n}" for name, n in breakdown.items())
 
 
+def _replay_lines(results: dict[str, Any]) -> list[str]:
+    """Trace replay: scheduled / achieved rate and schedule lag; sessions: outcomes and TTFT by turn."""
+    lines: list[str] = []
+    load = results.get("load") or {}
+    if load.get("mode") == "trace":
+        lines.append(_section("Trace replay"))
+        scheduled, achieved = load.get("scheduled_rate_per_s"), load.get("achieved_rate_per_s")
+        if scheduled is not None and achieved is not None:
+            lines.append(_row("Scheduled / achieved rate (req/s):", f"{scheduled:.2f} / {achieved:.2f}"))
+        lag, p99 = load.get("max_schedule_lag_s"), load.get("p99_dispatch_delay_s")
+        if lag is not None:
+            p99_text = f"{p99 * 1e3:.2f}" if p99 is not None else "n/a"
+            lines.append(_row("Schedule lag p99 / max (ms):", f"{p99_text} / {lag * 1e3:.2f}"))
+    sessions = results.get("sessions")
+    if sessions:
+        lines.append(_section("Sessions"))
+        lines.append(_row("Completed / failed:", f"{sessions['completed']} / {sessions['failed']}"))
+        ttfts = [
+            f"{t['turn']}: {t['ttft_mean_s'] * 1e3:.1f}" if t["ttft_mean_s"] is not None else f"{t['turn']}: n/a"
+            for t in sessions["turns"][:8]
+        ]
+        lines.append(_row("Mean TTFT by turn (ms):", ", ".join(ttfts)))
+    return lines
+
+
 def summary_lines(results: dict[str, Any]) -> list[str]:
     """The console summary: ``format_summary`` plus the run-level notes (lost workers, open-loop
     rates, client saturation) and the verdict line (blocked, passed or why not, with the exit status)."""
@@ -285,6 +310,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
             lines.append(_row("Mean E2E from intended send (ms):", f"{e2e_sched['mean'] * 1e3:.2f}"))
         if load.get("warning"):
             lines.append(f"WARNING: {load['warning']}")
+    lines.extend(_replay_lines(results))
     lines.extend(_client_lines(results))
     lines.extend(_drift_lines(results.get("drift")))
     lines.extend(_server_lines(results))

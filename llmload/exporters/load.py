@@ -75,6 +75,23 @@ class SendFigures:
         return cls(number("scheduled_rate_per_s"), number("sent_rate_per_s"), number("behind_s"))
 
 
+def _trace_section(config: RunConfig, results: dict[str, Any], sends: SendFigures) -> dict[str, Any]:
+    """A trace replay: its speed, the send rates, and the schedule lag (dispatch delay: sent − due)."""
+    delay = results["latency"].get("dispatch_delay_s") or {}
+    lags = [lag for lag in (delay.get("max"), sends.behind_s) if lag is not None]
+    return {
+        "mode": "trace",
+        "trace": config.trace,
+        "trace_speed": config.trace_speed,
+        "achieved_rate_per_s": sends.sent_rate_per_s,
+        "scheduled_rate_per_s": sends.scheduled_rate_per_s,
+        "max_schedule_lag_s": max(lags) if lags else None,
+        "mean_dispatch_delay_s": delay.get("mean"),
+        "p99_dispatch_delay_s": delay.get("p99"),
+        "rate_shortfall": False,
+    }
+
+
 def load_section(config: RunConfig, results: dict[str, Any], sends: SendFigures | None = None) -> dict[str, Any]:
     """Closed or open loop; for open loop the target vs achieved rate and the schedule lag.
 
@@ -93,6 +110,8 @@ def load_section(config: RunConfig, results: dict[str, Any], sends: SendFigures 
     that could not keep up).
     """
     rate = config.request_rate
+    if config.trace is not None:
+        return _trace_section(config, results, sends or SendFigures())
     if rate is None and config.max_concurrency is None:
         return {"mode": "closed"}
     sends = sends or SendFigures()

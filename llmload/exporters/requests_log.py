@@ -30,6 +30,7 @@ class RequestsLog:
 
     Fields: ``started_at_unix``, ``endpoint``, ``model``, ``outcome``, ``error`` (category) and
     ``status``, ``ttft_s``, ``ttfc_s``, ``tpot_s``, ``e2e_s`` (seconds, null = unknown),
+    ``dispatch_delay_s`` (open loop or trace: sent this long after it was due; null = closed loop),
     ``prompt_tokens``/``completion_tokens`` with ``*_source``, ``finish_reason``;
     usage's ``reasoning_tokens`` and ``cached_prompt_tokens`` (null: the
     server did not say), ``streamed_tokens`` (what TPOT is over) and
@@ -65,6 +66,7 @@ class RequestsLog:
             "finish_reason": record.finish_reason,
             "connect_s": record.connect_s,
             "read_lag_max_s": max(record.read_lags_s, default=None),
+            "dispatch_delay_s": record.dispatch_delay_s,
             **_usage_fields(record),
         }
         self._file.write(json.dumps(line, separators=(",", ":")) + "\n")

@@ -83,6 +83,7 @@ from llmload.aggregate.stats import LLMStats
 from llmload.exporters.chart_rows import CDF_METRICS, latency_cdf
 from llmload.exporters.load import SendFigures, load_section
 from llmload.exporters.sections import client_saturated, stats_sections
+from llmload.exporters.sessions import sessions_section
 from llmload.run.clock import OffsetEstimate
 from llmload.servermetrics import cross_check
 from llmload.settings.config import LengthSpec, RunConfig
@@ -206,6 +207,7 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
     results["client_saturated"] = client_saturated(outcome.cpu_saturated_s, total.read_lag_s)
     results["client_cpu_saturated_s"] = outcome.cpu_saturated_s
     results["load"] = load_section(config, results, outcome.sends)
+    results["sessions"] = sessions_section(total, config)
     results["server"] = server_section(outcome.server, results)
     results["server_warnings"] = list(outcome.server_warnings)
     results["max_failure_ratio"] = config.max_failure_ratio

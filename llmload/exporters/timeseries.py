@@ -25,6 +25,8 @@ start (``llmload.aggregate.series`` says how workers' clocks are aligned). A row
   the interval's successes, from the interval's merged histograms (the same
   buckets and rule as the results; never averages of percentiles).
 - ``read_lag_p99_s``: the client's read lag over the interval's reads.
+- ``schedule_lag_p99_s``: open loop or ``--trace``: p99 of the interval's
+  dispatch delays (sent − due); None in a closed loop.
 - gauges, total row only (null in per-key rows): ``in_flight_requests``,
   ``users``, ``workers``, ``client_rss_bytes`` (the load generator's resident
   memory: the process's own, or on a master the largest worker's), as of the
@@ -123,6 +125,7 @@ def columns(extra_columns: Sequence[str] = ()) -> tuple[str, ...]:
         "cached_prompt_tokens",
         *_quantile_columns(),
         "read_lag_p99_s",
+        "schedule_lag_p99_s",
         *GAUGE_COLUMNS,
     )
     clash = sorted(set(base) & set(extra_columns))
@@ -153,6 +156,7 @@ def _stats_row(s: EndpointStats, interval_s: float) -> Row:
         for (label, _), value in zip(PERCENTILES, values, strict=True):
             row[f"{prefix}_{label}_s"] = value
     row["read_lag_p99_s"] = s.read_lag_s.quantile(0.99)
+    row["schedule_lag_p99_s"] = s.dispatch_delay_s.quantile(0.99)
     return row
 
 

@@ -99,8 +99,9 @@ class LLMRequest:
         min_output_tokens: the reply length the body asks for as a minimum:
             ``max_tokens`` with ``ignore_eos``, else an integer ``min_tokens``
             extra field (vLLM, SGLang); None when the server may stop when it likes.
-        headers: headers this API needs besides the run's (Anthropic's
-            ``anthropic-version``, ``x-api-key``), as (name, value) pairs.
+        headers: headers this request needs besides the run's, as (name, value)
+            pairs: the API's own (Anthropic's ``anthropic-version``,
+            ``x-api-key``) and the request's own (``--session-header``).
         inputs: embeddings: the number of inputs in the batch (the reply
             must carry as many vectors); None for generation APIs.
     """
@@ -179,7 +180,7 @@ def build_completion_request(
 def build_chat_request(
     *,
     model: str,
-    messages: Sequence[Mapping[str, str]],
+    messages: Sequence[Mapping[str, Any]],
     max_tokens: int,
     temperature: float | None = None,
     ignore_eos: bool = False,
@@ -205,16 +206,21 @@ def build_chat_request(
     """
     if isinstance(messages, (str, bytes)) or not messages:
         raise ConfigError(f"messages must be a non-empty list of {{'role', 'content'}} mappings, got {messages!r}")
-    clean: list[dict[str, str]] = []
+    clean: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         role = message.get("role") if isinstance(message, Mapping) else None
         content = message.get("content") if isinstance(message, Mapping) else None
-        if not isinstance(role, str) or not role or not isinstance(content, str):
+        calls = message.get("tool_calls") if isinstance(message, Mapping) else None
+        if not isinstance(role, str) or not role or not (isinstance(content, str) or (content is None and calls)):
             raise ConfigError(
                 f"messages[{i}] must be a mapping with string 'role' and 'content', got {message!r}; "
                 'e.g. {"role": "user", "content": "hello"}'
             )
-        clean.append({"role": role, "content": content})
+        item: dict[str, Any] = {"role": role, "content": content}
+        for key in ("tool_calls", "tool_call_id"):  # tool turns (OpenAI function calling)
+            if key in message:
+                item[key] = message[key]
+        clean.append(item)
     body: dict[str, Any] = {"model": _checked_model(model), "messages": clean}
     _add_common(
         body,
@@ -232,7 +238,7 @@ def build_chat_request(
         body=_encode(body),
         model=model,
         stream=stream,
-        prompt_text="\n".join(m["content"] for m in clean),
+        prompt_text="\n".join(m["content"] or "" for m in clean),
         requested_prompt_tokens=requested_prompt_tokens,
         min_output_tokens=_min_output_tokens(max_tokens, ignore_eos, extra),
     )

@@ -161,6 +161,11 @@ class RequestRecord:
         dispatch_delay_s: open loop only: actual send − intended (scheduled) send, ≥ 0;
             the time the request waited for a free user or concurrency slot (else hidden from latency).
             None in closed-loop runs.
+        turn: multi-turn runs: the request's turn in its session (1 = first); None otherwise.
+        session_turns: set on the request that ended its session: the turns it completed
+            (a failed turn ends it and is not completed); None otherwise.
+        session_duration_s: with ``session_turns``: first send to the end of this request (think times included).
+        session_failed: with ``session_turns``: the session ended on a failed turn.
         client_completion_tokens: the local tokenizer's count of the output
             when the server also sent usage (a diagnostic of how the two
             disagree); None otherwise.
@@ -209,6 +214,10 @@ class RequestRecord:
     finish_reason: str | None = None
     requested_prompt_tokens: int | None = None
     dispatch_delay_s: float | None = None
+    turn: int | None = None
+    session_turns: int | None = None
+    session_duration_s: float | None = None
+    session_failed: bool = False
     streamed: bool = True
     client_completion_tokens: int | None = None
     output_text: str | None = None

@@ -16,6 +16,7 @@ from llmload.errors import ConfigError, InvalidOptionsError
 from llmload.settings.goodput import SLO
 from llmload.settings.option_values import LengthSpec, parse_rate
 from llmload.settings.options import OPTIONS, OptionSpec, default
+from llmload.settings.think_time import ThinkTime
 from llmload.settings.thresholds import Threshold
 
 __all__ = ["OPTIONS", "LengthSpec", "OpenLoop", "OptionSpec", "RunConfig", "Timeouts", "parse_rate"]
@@ -137,6 +138,15 @@ class RunConfig:
         max_tokens_field: body field of the reply length (``max_tokens`` or ``max_completion_tokens``).
         extra_body: fields merged into every request body, or None.
         stream_usage: ``auto``, ``on`` or ``off`` (ask for ``stream_options.include_usage``).
+        sessions: recorded sessions to play (``llmload.workload.session_file``), or None.
+        session_history: ``server`` or ``dataset``: whose assistant turns the history keeps.
+        think_time: pause between a session's turns (``--think-time``), None = none.
+        session_header: header carrying a per-session value (``--session-header``), or None.
+        trace: timed trace to replay (``llmload.workload.trace``), or None.
+        trace_format: ``auto``, ``mooncake`` or ``jsonl``.
+        trace_speed: replay speed-up (gaps divided by it).
+        trace_skip_bad: skip bad trace lines instead of refusing the trace.
+        trace_block_tokens: tokens per ``hash_ids`` block (mooncake).
     """
 
     model: str | None = None
@@ -185,6 +195,15 @@ class RunConfig:
     max_tokens_field: str = default("--max-tokens-field")
     extra_body: dict[str, Any] | None = None
     stream_usage: str = default("--stream-usage")
+    sessions: str | None = None
+    session_history: str = default("--session-history")
+    think_time: ThinkTime | None = None
+    session_header: str | None = None
+    trace: str | None = None
+    trace_format: str = default("--trace-format")
+    trace_speed: float = default("--trace-speed")
+    trace_skip_bad: bool = False
+    trace_block_tokens: int = default("--trace-block-tokens")
     # open loop (None: closed loop)
     request_rate: float | None = None
     arrival: str = ARRIVALS[0]
@@ -195,9 +214,10 @@ class RunConfig:
     def shared_totals(self) -> tuple[str, ...]:
         """The options set in this run whose totals are split over the workers (each worker sends a share)."""
         given = (
-            ("--num-requests", self.num_requests is not None),
+            ("--num-requests", self.num_requests is not None and self.trace is None),  # a trace sets it
             ("--warmup-requests", self.warmup_requests > 0),
             ("--request-rate", self.request_rate is not None),
+            ("--trace", self.trace is not None),
         )
         return tuple(flag for flag, used in given if used)
 
@@ -224,6 +244,7 @@ class RunConfig:
         direct = {spec.target: values[spec.dest] for spec in OPTIONS if spec.target is not None}
         direct["stream"] = not direct.pop("no_stream")
         loop = OpenLoop.from_values(values)
+        _check_trace(values)
         return cls(
             **direct,
             timeouts=Timeouts(values["connect_timeout"], values["read_timeout"], values["request_timeout"]),
@@ -233,6 +254,35 @@ class RunConfig:
             max_concurrency=loop.max_concurrency,
             **_lengths(values),
         )
+
+
+_TRACE_CONFLICTS = (
+    ("num_requests", "--num-requests", "the trace sets the requests; stop sooner with -t"),
+    ("request_rate", "--request-rate", "the trace sets the send times; speed it up with --trace-speed"),
+    ("dataset", "--dataset", "the trace sets the prompts"),
+    ("input_tokens", "--input-tokens", "the trace sets the prompt lengths"),
+)
+
+
+def _check_trace(values: Mapping[str, Any]) -> None:
+    """``--trace`` decides the requests, their times and prompts; options that would too are refused.
+
+    Raises:
+        ConfigError: naming the conflicting option and what to do instead.
+    """
+    if values["sessions"] is not None:
+        for dest, flag in (("trace", "--trace"), ("dataset", "--dataset"), ("input_tokens", "--input-tokens")):
+            if values.get(dest) is not None:
+                raise ConfigError(f"--sessions and {flag} cannot be used together: the sessions file sets the prompts")
+        if values["turns"] > 1:
+            raise ConfigError("--sessions and --turns cannot be used together: each session has its own steps")
+    if values["trace"] is None:
+        return
+    for dest, flag, why in _TRACE_CONFLICTS:
+        if values.get(dest) is not None:
+            raise ConfigError(f"--trace and {flag} cannot be used together: {why}; drop {flag}")
+    if values["turns"] > 1:
+        raise ConfigError("--trace and --turns cannot be used together: the trace sets the turns; drop --turns")
 
 
 def _lengths(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 from llmload.settings import option_values as v
 from llmload.settings.header_values import header_name, headers
 from llmload.settings.option_values import OptionSpec
+from llmload.settings.think_time import parse_think_time
 
 __all__ = ["DEFAULT_PROMPT", "GROUPS", "OPTIONS", "OptionSpec", "default", "describe"]
 
@@ -296,6 +297,88 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _at_least(1, "16"),
         metavar="B",
         label="Embeddings batch size",
+    ),
+    OptionSpec(
+        "--trace",
+        "Replay a timed trace: one request per line, sent at the line's time (see README, Replaying traffic). "
+        "The run ends when the trace does (or at -t); every line is sent once over all workers.",
+        _DETAILS,
+        metavar="PATH",
+        label="Trace file (timed replay)",
+    ),
+    OptionSpec(
+        "--trace-format",
+        "Format of --trace: mooncake (timestamp ms, input_length, output_length, hash_ids) or jsonl "
+        "(offset_s or timestamp_ms, then input_tokens/output_tokens or prompt/messages and max_tokens).",
+        _DETAILS,
+        "auto",
+        v.choice("auto", "mooncake", "jsonl"),
+        metavar="FORMAT",
+        choices=("auto", "mooncake", "jsonl"),
+        shown="auto (hash_ids or input_length on the first line: mooncake)",
+        label="Trace format",
+    ),
+    OptionSpec(
+        "--trace-speed",
+        "Replay the trace X times faster (2 = half the gaps, 0.5 = twice the gaps).",
+        _DETAILS,
+        1.0,
+        v.number(float, lambda x: 0 < x < math.inf, "a finite number > 0", "2"),
+        metavar="X",
+        label="Trace speed-up",
+    ),
+    _switch(
+        "--trace-skip-bad",
+        "Skip bad trace lines (counted and reported) instead of refusing the trace before any load.",
+        _DETAILS,
+        "Skip bad trace lines",
+    ),
+    OptionSpec(
+        "--trace-block-tokens",
+        "Tokens per hash_ids block of a mooncake trace (Mooncake's traces use 512).",
+        _DETAILS,
+        512,
+        _at_least(1, "512"),
+        metavar="N",
+        label="Trace block size (tokens)",
+    ),
+    OptionSpec(
+        "--sessions",
+        "Sessions file: recorded chats or agentic sessions (tool calls, tool results, delays), one per JSON "
+        "line; each user plays one session at a time, its steps in order (see README, Sessions).",
+        _DETAILS,
+        metavar="PATH",
+        label="Sessions file",
+    ),
+    OptionSpec(
+        "--session-history",
+        "With --sessions: the assistant turns kept in the history: server (the replies received) or dataset "
+        "(the file's recorded assistant replies, where a step has one).",
+        _DETAILS,
+        "server",
+        v.choice("server", "dataset"),
+        metavar="FROM",
+        choices=("server", "dataset"),
+        label="Session history from",
+    ),
+    OptionSpec(
+        "--think-time",
+        "Multi-turn (--turns): pause between a session's turns, in seconds: S, exp:MEAN, uniform:MIN:MAX "
+        "or normal:MEAN:SD.",
+        _DETAILS,
+        parse=parse_think_time,
+        metavar="S",
+        shown="0 (the next turn at once)",
+        label="Think time between turns (s)",
+    ),
+    OptionSpec(
+        "--session-header",
+        "Multi-turn (--turns): send this header on every request, with a value unique to its session "
+        "(session affinity, e.g. X-Session-ID).",
+        _DETAILS,
+        parse=header_name,
+        metavar="NAME",
+        label="Session header",
     ),
     OptionSpec(
         "--seed",

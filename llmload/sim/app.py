@@ -11,6 +11,7 @@ the next write attempt.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import time
@@ -46,6 +47,7 @@ from llmload.sim.faults import (
     plan_reply_fault,
 )
 from llmload.sim.metrics import SimMetrics
+from llmload.sim.prefix_cache import PrefixCache, PrefixCacheCollector, prompt_tokens_of
 from llmload.sim.protocol import Endpoint, ErrorReply, GenerationRequest, parse_generation_request
 from llmload.sim.replies import ReplyPlan, StreamEncoder, encode_whole_reply, plan_reply
 from llmload.sim.shaped_replies import PING, ShapedStreamEncoder, encode_shaped_whole_reply  # reply shapes
@@ -93,6 +95,12 @@ class SimApp:
         self._wall_clock = wall_clock
         self._accepted = 0
         self._started_s = clock()
+        self._prefix_cache: PrefixCache | None = None
+        self._prefix_metrics: PrefixCacheCollector | None = None
+        if config.prefix_cache_blocks > 0:
+            self._prefix_cache = PrefixCache(config.prefix_cache_blocks, config.block_size)
+            self._prefix_metrics = PrefixCacheCollector(self._prefix_cache, config.model)
+            registry.register(self._prefix_metrics)
         created = int(wall_clock())
         self._models_body = json.dumps(
             {
@@ -169,6 +177,9 @@ class SimApp:
                 return self._error(start_response, endpoint.value, generation)
             parsed = generation
         self._accepted += 1
+        if self._prefix_cache is not None:
+            cached = self._prefix_cache.admit(prompt_tokens_of(endpoint, raw))
+            parsed = dataclasses.replace(parsed, cached_tokens=min(cached, parsed.prompt_tokens))
         cfg = self._config
         faulting = received_s - self._started_s >= cfg.faults.faults_after_s
         fault = plan_faults(cfg.faults, cfg.seed, self._accepted, parsed.stream) if faulting else NO_FAULT
@@ -189,6 +200,7 @@ class SimApp:
         shape = NO_SHAPE if endpoint in API_ENDPOINTS else plan_shapes(cfg.shapes, cfg.seed, self._accepted, parsed)
         streamed = parsed.stream and not shape.no_stream
         seq = Sequence(parsed.prompt_tokens, shape.hidden_tokens + len(plan.words), wake_per_token=streamed)
+        seq.cached_tokens = parsed.cached_tokens or 0
         if cfg.queue_delay_ms > 0:
             gevent.sleep(cfg.queue_delay_ms / 1000.0)
         if fault.stall_s:
@@ -419,6 +431,8 @@ class SimApp:
         now = self._clock()
         m.completed.inc()
         m.prompt_tokens.inc(request.prompt_tokens)
+        if self._prefix_metrics is not None:
+            self._prefix_metrics.completed_cached_tokens[request.endpoint.value] += request.cached_tokens or 0
         m.completion_tokens.inc(completion_tokens)
         m.duration_s.observe(now - received_s)
         v.success[finish_reason].inc()

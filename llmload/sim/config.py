@@ -45,6 +45,8 @@ class SimConfig:
             engine slows down instead, as an overloaded real one does. Larger values keep the token rate of the
             schedule for benchmarks of a client that must not wait for the
             simulator.
+        prefix_cache_blocks: prefix cache capacity in blocks (``llmload.sim.prefix_cache``); 0 = no cache.
+        block_size: tokens per prefix-cache block (vLLM's ``--block-size``).
         output_len_mean: mean reply length in tokens when the model may stop
             (geometric distribution: a constant end-of-sequence chance per token).
         seed: seeds reply lengths and words, together with a request counter.
@@ -67,6 +69,8 @@ class SimConfig:
     decode_step_ms: float = 10.0
     decode_ms_per_seq: float = 0.04
     max_catch_up_steps: int = 1
+    prefix_cache_blocks: int = 0
+    block_size: int = 16
     output_len_mean: float = 128.0
     seed: int = 0
     backlog: int = 2048
@@ -79,7 +83,16 @@ class SimConfig:
             raise ConfigError(f"--port must be within 0..65535, got {self.port}; use 0 for any free port")
         if not self.model or self.model.strip() != self.model:
             raise ConfigError(f"--model must be a non-empty name without surrounding spaces, got {self.model!r}")
-        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "backlog", "max_catch_up_steps"):
+        if self.prefix_cache_blocks < 0:
+            raise ConfigError(f"--prefix-cache-blocks must be >= 0 (0 = no cache), got {self.prefix_cache_blocks}")
+        for name in (
+            "max_model_len",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "backlog",
+            "max_catch_up_steps",
+            "block_size",
+        ):
             value = getattr(self, name)
             if value < 1:
                 flag = "--" + name.replace("_", "-")
@@ -152,6 +165,14 @@ def build_parser(prog: str = "llmload sim") -> argparse.ArgumentParser:
         help="when the simulator falls behind its step schedule, one step may do the work of up to N steps, "
         "making up N-1 missed ones (their tokens written together); 1 = slow down instead",
     )
+    p.add_argument(
+        "--prefix-cache-blocks",
+        type=int,
+        default=d.prefix_cache_blocks,
+        help="prefix cache of N blocks (LRU): shared prompt prefixes skip prefill and are reported as "
+        "usage.prompt_tokens_details.cached_tokens; 0 = no cache",
+    )
+    p.add_argument("--block-size", type=int, default=d.block_size, help="tokens per prefix-cache block")
     p.add_argument(
         "--output-len-mean",
         type=float,

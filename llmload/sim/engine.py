@@ -60,6 +60,8 @@ class Sequence:
         target_tokens: planned reply length; the sequence is done when reached.
         wake_per_token: wake the writer after every token (streams), or only
             when done (whole replies).
+        cached_tokens: leading prompt tokens found in the prefix cache; only
+            the others are prefilled (cost and step budget).
         generated: tokens produced so far.
         done: all ``target_tokens`` produced.
     """
@@ -68,6 +70,7 @@ class Sequence:
     target_tokens: int
     wake_per_token: bool
     generated: int = 0
+    cached_tokens: int = 0
     done: bool = False
     _waiter: Any = field(default=None, repr=False)
 
@@ -153,7 +156,8 @@ class Engine:
         prefill_ms = 0.0
         admitted = 0
         while self._waiting and len(self._running) < cfg.max_num_seqs:
-            prompt = self._waiting[0].prompt_tokens
+            head = self._waiting[0]
+            prompt = head.prompt_tokens - head.cached_tokens
             if admitted and prompt > budget:
                 break
             self._running[self._waiting.popleft()] = None

@@ -82,6 +82,8 @@ class GenerationRequest:
             ``"choices": []`` chunk carrying ``usage``.
         continuous_usage: ``stream_options.continuous_usage_stats`` together with
             ``include_usage`` (vLLM): every chunk also carries the cumulative ``usage``.
+        cached_tokens: prompt tokens found in the prefix cache (``--prefix-cache-blocks``),
+            reported as ``usage.prompt_tokens_details.cached_tokens``; None = no cache.
     """
 
     endpoint: Endpoint
@@ -92,6 +94,7 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    cached_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

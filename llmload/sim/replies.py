@@ -79,12 +79,15 @@ def plan_reply(request: GenerationRequest, seed: int, sequence_number: int, outp
     return ReplyPlan(words=rng.choices(WORD_BYTES, k=length), finish_reason=finish_reason)
 
 
-def _usage_json(prompt_tokens: int, completion_tokens: int) -> bytes:
-    return b'{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (
+def _usage_json(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> bytes:
+    usage = b'{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d' % (
         prompt_tokens,
         completion_tokens,
         prompt_tokens + completion_tokens,
     )
+    if cached_tokens is not None:
+        usage += b',"prompt_tokens_details":{"cached_tokens":%d}' % cached_tokens
+    return usage + b"}"
 
 
 class StreamEncoder:
@@ -98,6 +101,7 @@ class StreamEncoder:
     """
 
     __slots__ = (
+        "_cached_tokens",
         "_chat",
         "_continuous",
         "_head",
@@ -113,6 +117,7 @@ class StreamEncoder:
         self._include_usage = request.include_usage
         self._continuous = request.continuous_usage
         self._prompt_tokens = request.prompt_tokens
+        self._cached_tokens = request.cached_tokens
         kind = "chat.completion.chunk" if self._chat else "text_completion"
         self._head = (
             b"data: {"
@@ -135,7 +140,7 @@ class StreamEncoder:
 
     def _usage_suffix(self, completion_tokens: int) -> bytes:
         if self._continuous:
-            return b',"usage":' + _usage_json(self._prompt_tokens, completion_tokens) + b"}\n\n"
+            return b',"usage":' + _usage_json(self._prompt_tokens, completion_tokens, self._cached_tokens) + b"}\n\n"
         return b"}\n\n"
 
     def add_tokens(self, words: list[bytes], start: int, stop: int, out: list[bytes]) -> None:
@@ -163,7 +168,8 @@ class StreamEncoder:
             + self._usage_suffix(completion_tokens)
         )
         if self._include_usage:
-            out.append(self._head + b'[],"usage":' + _usage_json(self._prompt_tokens, completion_tokens) + b"}\n\n")
+            usage = _usage_json(self._prompt_tokens, completion_tokens, self._cached_tokens)
+            out.append(self._head + b'[],"usage":' + usage + b"}\n\n")
         out.append(_DONE)
 
 
@@ -181,16 +187,19 @@ def encode_whole_reply(
     choice["logprobs"] = None
     choice["finish_reason"] = plan.finish_reason
     completion_tokens = len(plan.words)
+    usage: dict[str, object] = {
+        "prompt_tokens": request.prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": request.prompt_tokens + completion_tokens,
+    }
+    if request.cached_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": request.cached_tokens}
     body = {
         "id": request_id,
         "object": kind,
         "created": created_unix,
         "model": model,
         "choices": [choice],
-        "usage": {
-            "prompt_tokens": request.prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": request.prompt_tokens + completion_tokens,
-        },
+        "usage": usage,
     }
     return json.dumps(body, separators=(",", ":")).encode()

@@ -38,10 +38,31 @@ _MAX_PROBLEMS_KEPT = 100
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One chat message."""
+    """One chat message.
+
+    Attributes:
+        role: ``system``, ``user``, ``assistant`` or ``tool``.
+        content: its text.
+        tool_call_id: an assistant tool call's id, or the id a ``tool`` message answers; None otherwise.
+        tool_name: set on an assistant message that calls this tool (``--sessions`` tool steps).
+        tool_args: that call's JSON arguments.
+    """
 
     role: str
     content: str
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    tool_args: str = "{}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The message as the chat API takes it (OpenAI ``tool_calls`` / ``tool_call_id`` for tool turns)."""
+        if self.tool_name is not None:
+            function = {"name": self.tool_name, "arguments": self.tool_args}
+            call = {"id": self.tool_call_id, "type": "function", "function": function}
+            return {"role": self.role, "content": self.content or None, "tool_calls": [call]}
+        if self.tool_call_id is not None:
+            return {"role": self.role, "tool_call_id": self.tool_call_id, "content": self.content}
+        return {"role": self.role, "content": self.content}
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,8 @@ from llmload.errors import DatasetError
 from llmload.request.tokens import TokenCounter
 from llmload.settings.config import RunConfig
 from llmload.workload.datasets import Dataset, DatasetFormat, DatasetItem, Message, load_dataset
+from llmload.workload.session_file import SessionSpec, load_sessions
+from llmload.workload.trace import Trace, TraceLine, TracePrompts, load_trace
 
 __all__ = ["Conversation", "Prompt", "PromptStream", "Workload", "build_workload"]
 
@@ -81,7 +83,13 @@ class Prompt:
 class Workload:
     """Prompt number k of a run, for any k >= 0 (see the module docstring)."""
 
-    def __init__(self, config: RunConfig, counter: TokenCounter | None = None, dataset: Dataset | None = None) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        counter: TokenCounter | None = None,
+        dataset: Dataset | None = None,
+        trace: Trace | None = None,
+    ) -> None:
         """Prepare the prompt source of ``config``.
 
         Args:
@@ -89,6 +97,7 @@ class Workload:
             counter: tokenizer for exact synthetic lengths and requested
                 prompt lengths; None = approximate lengths.
             dataset: the loaded ``config.dataset`` (``build_workload`` loads it).
+            trace: the loaded ``config.trace`` (``build_workload`` loads it).
 
         Raises:
             DatasetError: an exact length cannot be reached with this tokenizer.
@@ -98,6 +107,9 @@ class Workload:
         self._counter = counter
         words = tuple(_WORD_TEXT.split())
         self._pool = _single_token_words(words, counter) if counter is not None else words
+        self.trace = trace
+        self.sessions: tuple[SessionSpec, ...] = ()
+        self._trace_prompts = None if trace is None else TracePrompts(trace, counter, self._pool, config.seed)
         self._order: list[int] = []
         if dataset is not None:
             self._order = list(range(len(dataset.items)))
@@ -120,7 +132,12 @@ class Workload:
     def describe(self) -> str:
         """One line for the log: the source and whether lengths are exact."""
         config = self.config
-        if self.dataset is not None:
+        if self.sessions:
+            steps = sum(len(s.steps) for s in self.sessions)
+            text = f"sessions {config.sessions} ({len(self.sessions)} sessions, {steps} steps)"
+        elif self.trace is not None:
+            text = self.trace.describe()
+        elif self.dataset is not None:
             text = f"dataset {self.dataset.path} ({len(self.dataset.items)} prompts"
             text += f", {self.dataset.skipped} bad lines skipped)" if self.dataset.skipped else ")"
         elif config.input_tokens is not None:
@@ -131,7 +148,7 @@ class Workload:
             text += f", shared prefix of {config.prefix_tokens} tokens"
         if config.turns > 1:
             text += f", {config.turns}-turn conversations"
-        if not self.exact and (config.input_tokens is not None or config.prefix_tokens):
+        if not self.exact and (config.input_tokens is not None or config.prefix_tokens or self.trace is not None):
             text += "; lengths are approximate (one word taken as one token): pass --tokenizer for exact ones"
         return text
 
@@ -165,6 +182,20 @@ class Workload:
             messages = (Message("user", self._with_prefix(config.prompt, prefix)),)
             requested = self._fixed_tokens[bool(prefix)]
         return Prompt(messages=messages, max_tokens=self._max_tokens(item, rng), requested_tokens=requested)
+
+    def trace_prompt(self, line: TraceLine) -> Prompt:
+        """The prompt of trace line ``line`` (``llmload.workload.trace``); the shared prefix is not added.
+
+        Raises:
+            DatasetError: no trace is loaded, or an exact length cannot be reached.
+        """
+        if self._trace_prompts is None:
+            raise DatasetError("no --trace is loaded; trace lines have no prompt")
+        messages = self._trace_prompts.messages(line)
+        requested = line.input_tokens
+        if line.messages is not None:
+            requested = self._count("\n".join(m.content for m in messages))
+        return Prompt(messages=messages, max_tokens=line.output_tokens, requested_tokens=requested)
 
     def stream(self, rank: int = 0, stride: int = 1) -> PromptStream:
         """The prompts of worker ``rank`` of ``stride`` workers (0 <= rank < stride)."""
@@ -292,7 +323,15 @@ def build_workload(config: RunConfig, counter: TokenCounter | None = None) -> Wo
         elif config.dataset_format == "sharegpt":
             fmt = "sharegpt"
         dataset = load_dataset(config.dataset, fmt)
-    return Workload(config, counter, dataset)
+    trace = None
+    if config.trace is not None:
+        trace = load_trace(
+            config.trace, config.trace_format, skip_bad=config.trace_skip_bad, block_tokens=config.trace_block_tokens
+        )
+    workload = Workload(config, counter, dataset, trace)
+    if config.sessions is not None:
+        workload.sessions = load_sessions(config.sessions)
+    return workload
 
 
 def _single_token_words(words: Sequence[str], counter: TokenCounter) -> Sequence[str]:

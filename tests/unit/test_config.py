@@ -107,3 +107,35 @@ def test_issue24_one_invalid_option_reads_as_its_own_message():
     with pytest.raises(ConfigError) as caught:
         RunConfig.from_options(options(max_tokens="abc"))
     assert str(caught.value).startswith("--max-tokens must be a positive integer, got 'abc'")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"num_requests": "10"}, "--trace and --num-requests cannot be used together: the trace sets the requests"),
+        ({"request_rate": "5"}, "--trace and --request-rate cannot be used together"),
+        ({"dataset": "d.jsonl"}, "--trace and --dataset cannot be used together"),
+        ({"turns": "3"}, "--trace and --turns cannot be used together"),
+    ],
+)
+def test_config_trace_refuses_options_that_also_set_the_requests(extra, message):
+    with pytest.raises(ConfigError, match=message):
+        RunConfig.from_options(options(trace="t.jsonl", **extra))
+
+
+def test_config_sessions_file_refuses_turns_and_other_prompt_sources():
+    with pytest.raises(ConfigError, match="--sessions and --turns cannot be used together"):
+        RunConfig.from_options(options(sessions="s.jsonl", turns="2"))
+    with pytest.raises(ConfigError, match="--sessions and --dataset cannot be used together"):
+        RunConfig.from_options(options(sessions="s.jsonl", dataset="d.jsonl"))
+
+
+def test_config_trace_and_session_options_parse():
+    config = RunConfig.from_options(
+        options(trace="t.jsonl", trace_speed="2", trace_block_tokens="16", think_time="exp:2", session_header="X-S")
+    )
+    assert (config.trace, config.trace_speed, config.trace_block_tokens) == ("t.jsonl", 2.0, 16)
+    assert config.think_time is not None
+    assert config.think_time.describe() == "exp:2"
+    assert config.session_header == "X-S"
+    assert config.shared_totals == ("--trace",)

@@ -173,3 +173,14 @@ def test_nc24_summary_server_block_names_unmapped_llm_families_instead_of_no_tok
     assert "server has no token counters" not in text
     tokens = next(line for line in text.splitlines() if line.startswith("Tokens: "))
     assert "LLM-looking metrics no mapping knows: myllm_prompt_tokens, myllm_time_to_first_token_seconds" in tokens
+
+
+def test_console_summary_shows_the_trace_schedule_lag_and_ttft_by_session_turn():
+    from tests.unit.test_readme_schema import MODES
+
+    trace = "\n".join(summary_lines(MODES["trace"]()))
+    assert "--- Trace replay" in trace
+    assert "Schedule lag p99 / max (ms):            1.00 / 1.00" in trace
+    sessions = "\n".join(summary_lines(MODES["sessions"]()))
+    assert "Completed / failed:                     3 / 0" in sessions
+    assert "Mean TTFT by turn (ms):                 1: 100.0, 2: 100.0" in sessions

@@ -148,6 +148,8 @@ def test_html_report_renders_every_section_in_each_readme_mode(mode):
             "failed": "failed",
             "closed": "failed",
             "open": "passed",
+            "trace": "passed",
+            "sessions": "passed",
             "aborted": "failed",
             "partial": "partial",
         }[mode]
@@ -476,3 +478,14 @@ def test_html_report_says_when_drift_was_not_judged_or_is_absent():
     absent = closed_loop()
     absent["drift"] = None
     assert "No drift section in this results file" in render_report([absent])
+
+
+def test_html_report_shows_sessions_by_turn_and_the_trace_schedule_lag():
+    page = _Page(render_report([MODES["sessions"]()]))
+    assert "sessions" in page.ids()
+    assert "sessions-table-0" in page.ids()
+    text = render_report([MODES["sessions"]()])
+    assert "3 completed, 0 failed" in text
+    assert "header X-S" in text
+    assert "sessions" not in _Page(render_report([MODES["closed"]()])).ids()
+    assert "schedule lag max" in render_report([MODES["trace"]()])

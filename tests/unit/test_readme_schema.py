@@ -36,6 +36,7 @@ from llmload.run.clock import OffsetEstimate
 from llmload.servermetrics import SERVER_COLUMNS, summarise
 from llmload.settings.config import LengthSpec, RunConfig
 from llmload.settings.goodput import SLO
+from llmload.settings.think_time import ThinkTime
 from llmload.settings.thresholds import parse_thresholds
 from llmload.sweep import parse_sweep, step_section, sweep_document
 from llmload.testing import failed_record
@@ -229,6 +230,26 @@ def open_loop(*, kept_up: bool = False) -> dict[str, Any]:
     return _results(stats, config, sends=sends, drift=drift_section(series, 10.0, 10.0))
 
 
+def trace_replay() -> dict[str, Any]:
+    config = dataclasses.replace(RunConfig(), trace="t.jsonl", num_requests=20)
+    stats = LLMStats.empty()
+    for i in range(20):
+        stats.add(_ok(T0 + i * 0.5, delay_s=0.001))
+    return _results(stats, config, sends=SendFigures(2.0, 2.0, None))
+
+
+def sessions() -> dict[str, Any]:
+    config = dataclasses.replace(RunConfig(), turns=2, think_time=ThinkTime("exp", 1.0), session_header="X-S")
+    stats = LLMStats.empty()
+    for i in range(6):
+        record = _ok(T0 + i)
+        record.turn = 1 + i % 2
+        if record.turn == 2:
+            record.session_turns, record.session_duration_s = 2, 1.5
+        stats.add(record)
+    return _results(stats, config)
+
+
 def blocked() -> dict[str, Any]:
     return _results(LLMStats.empty(), RunConfig(), blocked='model "other" not served; available: m')
 
@@ -267,6 +288,8 @@ def sweep_file() -> dict[str, Any]:
 MODES = {
     "closed": closed_loop,
     "open": open_loop,
+    "trace": trace_replay,
+    "sessions": sessions,
     "blocked": blocked,
     "failed": failed,
     "aborted": aborted,

@@ -331,6 +331,7 @@ def test_endpoint_stats_histograms_are_named() -> None:
         "read_lag_s",
         "connect_s",
         "request_lag_s",
+        "session_duration_s",
     }
     assert all(isinstance(h, LatencyHistogram) for h in s.histograms().values())
     assert s.histograms()["e2e_s"].count == 1

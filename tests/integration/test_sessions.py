@@ -1,0 +1,158 @@
+"""Multi-turn sessions end to end: real `locust` runs against a scripted loopback server.
+
+The session header is checked where it matters, at the server; think times by
+the server's arrival times; per-turn and per-session figures in the results.
+Every run is bounded by --num-requests, -t and a subprocess timeout.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmload.testing import CF, C, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
+from tests.integration.procs import run_locust
+
+pytestmark = [pytest.mark.integration]
+
+TIMEOUT_S = 90
+THINK_S = 0.3
+
+
+class SessionScript:
+    """Answers chat POSTs (after 5 ms) and keeps each one's arrival time, session header and history length.
+
+    ``fail_turn``: answer HTTP 500 to every request of that turn (1 = first).
+    """
+
+    def __init__(self, fail_turn: int | None = None) -> None:
+        self.fail_turn = fail_turn
+        self.seen: list[tuple[float, str | None, int]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, request: ReceivedRequest) -> Reply:
+        if request.method == "GET":
+            return json_reply(200, json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}))
+        messages = request.json()["messages"]
+        turn = (len(messages) + 1) // 2
+        with self._lock:
+            self.seen.append((time.monotonic(), request.headers.get("x-session-id"), turn))
+        if turn == self.fail_turn:
+            return json_reply(500, '{"error": {"message": "scripted failure"}}')
+        return Reply([W(5, sse(C({"content": f"reply to turn {turn}"}), CF("stop"), U(10 * turn, 4), "[DONE]"))])
+
+
+def _run(server: ScriptedServer, out: Path, *args: str) -> Any:
+    return run_locust(
+        ["-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", server.base_url, "-t", "60s",
+         "--prometheus-port", "0", "--skip-preflight", "--turns", "3", "--session-header", "X-Session-ID",
+         "--results-json", str(out), *args],
+        timeout_s=TIMEOUT_S,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_issue21_sessions_send_their_header_hold_think_times_and_report_turns(tmp_path, processes):
+    """One user per process, 12 requests: 4 sessions of 3 turns (2 per worker: their figures merge exactly)."""
+    script = SessionScript()
+    out = tmp_path / "r.json"
+    spread = ("--processes", "2", "-u", "2", "-r", "10") if processes == 2 else ("-u", "1")
+    with ScriptedServer(script) as server:
+        proc = _run(server, out, *spread, "--num-requests", "12", "--think-time", str(THINK_S))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    by_session: dict[str | None, list[tuple[float, int]]] = defaultdict(list)
+    for at, session, turn in script.seen:
+        by_session[session].append((at, turn))
+    assert None not in by_session  # the header is on every request
+    assert len(by_session) == 4  # 12 requests: 4 sessions of 3 turns, each its own value
+    for requests in by_session.values():
+        assert [turn for _, turn in requests] == [1, 2, 3]  # one session's turns, history growing
+        gaps = [b - a for (a, _), (b, _) in itertools.pairwise(requests)]
+        assert all(THINK_S <= gap < THINK_S + 0.25 for gap in gaps), gaps  # reply (~5 ms) + think time
+    sessions = json.loads(out.read_text())["sessions"]
+    assert sessions["completed"] == 4
+    assert sessions["failed"] == 0
+    assert sessions["turns_completed_mean"] == 3
+    assert sessions["session_header"] == "X-Session-ID"
+    assert sessions["think_time"] == f"{THINK_S:g}"
+    assert sessions["duration_s"]["count"] == 4
+    assert sessions["duration_s"]["p50"] >= 2 * THINK_S  # two think times in each
+    turns = sessions["turns"]
+    assert [t["turn"] for t in turns] == [1, 2, 3]
+    assert [t["requests"] for t in turns] == [4, 4, 4]
+    assert [t["prompt_tokens_mean"] for t in turns] == [10, 20, 30]  # the server's usage: prompt growth
+    assert all(t["ttft_mean_s"] is not None and t["ttft_mean_s"] > 0.004 for t in turns)
+
+
+def test_issue21_a_session_failing_mid_way_is_counted_failed(tmp_path):
+    script = SessionScript(fail_turn=2)
+    out = tmp_path / "r.json"
+    with ScriptedServer(script) as server:
+        proc = _run(server, out, "-u", "1", "--num-requests", "4", "--max-failure-ratio", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [turn for _, _, turn in script.seen] == [1, 2, 1, 2]  # a failed turn ends the session
+    assert len({session for _, session, _ in script.seen}) == 2
+    sessions = json.loads(out.read_text())["sessions"]
+    assert (sessions["completed"], sessions["failed"], sessions["turns_completed_mean"]) == (0, 2, 1)
+    assert [t["requests"] for t in sessions["turns"]] == [2, 2]
+    assert sessions["turns"][1]["ttft_mean_s"] is None  # no success on turn 2
+
+
+class AgentScript:
+    """Answers chat POSTs and keeps each one's arrival time, session header and messages."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, str | None, list[dict[str, Any]]]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, request: ReceivedRequest) -> Reply:
+        if request.method == "GET":
+            return json_reply(200, json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}))
+        with self._lock:
+            self.seen.append((time.monotonic(), request.headers.get("x-session-id"), request.json()["messages"]))
+        return Reply([W(2, sse(C({"content": "server reply"}), CF("stop"), U(10, 2), "[DONE]"))])
+
+
+def test_issue21_agentic_session_file_sends_tool_turns_after_their_delays(tmp_path):
+    script = AgentScript()
+    out = tmp_path / "r.json"
+    example = Path(__file__).resolve().parents[2] / "examples" / "agentic_sessions.jsonl"
+    with ScriptedServer(script) as server:
+        proc = run_locust(
+            ["-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", server.base_url, "-t", "60s",
+             "--prometheus-port", "0", "--skip-preflight", "--sessions", str(example), "--session-history",
+             "dataset", "--session-header", "X-Session-ID", "-u", "1", "--num-requests", "7",
+             "--results-json", str(out)],
+            timeout_s=TIMEOUT_S,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    by_session: dict[str | None, list[tuple[float, list[dict[str, Any]]]]] = defaultdict(list)
+    for at, session, messages in script.seen:
+        by_session[session].append((at, messages))
+    agent, support = sorted(by_session.values(), key=len, reverse=True)
+    assert [[m["role"] for m in msgs] for _, msgs in agent] == [
+        ["system", "user"],
+        ["system", "user", "assistant", "tool"],
+        ["system", "user", "assistant", "tool", "assistant", "tool"],
+        ["system", "user", "assistant", "tool", "assistant", "tool", "assistant", "user"],
+    ]
+    call, result = agent[1][1][2], agent[1][1][3]
+    assert call["tool_calls"][0]["function"] == {"name": "read_file", "arguments": '{"path": "src/parse.py"}'}
+    assert result["tool_call_id"] == call["tool_calls"][0]["id"]
+    assert call["content"] == "server reply"  # the reply received becomes the tool call (no recorded one)
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(agent)]
+    assert 0.2 <= gaps[0] < 0.45
+    assert 1.5 <= gaps[1] < 1.75
+    assert 4.0 <= gaps[2] < 4.25
+    # --session-history dataset: the recorded assistant reply is the history, not the server's
+    assert support[1][1][1]["content"].startswith("I am sorry to hear that")
+    sessions = json.loads(out.read_text())["sessions"]
+    assert (sessions["completed"], sessions["failed"]) == (2, 0)
+    assert [t["requests"] for t in sessions["turns"]] == [2, 2, 2, 1]
