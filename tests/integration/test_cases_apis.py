@@ -333,3 +333,21 @@ def test_nc28_responses_user_runs_the_case_stream(tmp_path):
     assert results["tokens"]["prompt"] == 15
     assert results["latency"]["ttft_s"]["p50"] == pytest.approx(0.1, abs=0.02)
     assert all("input" in body and "messages" not in body for body in bodies)
+
+
+def test_messages_user_sends_the_api_key_as_x_api_key_and_the_version():
+    with ScriptedServer(_route(Reply(_messages_writes()))) as srv:
+        proc = run_locust(
+            ["-f", "locustfiles/messages.py", "--headless", "--only-summary", "-H", srv.base_url,
+             "-u", "1", "-r", "1", "--num-requests", "2", "-t", "30s"],
+            timeout_s=60,
+            env={"OPENAI_API_KEY": "sk-test-key"},
+        )  # fmt: skip
+        posts = [r for r in srv.requests if r.method == "POST"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(posts) == 3  # the probe and two requests
+    for sent in posts:
+        assert sent.path == "/v1/messages"
+        assert sent.headers["x-api-key"] == "sk-test-key"
+        assert sent.headers["anthropic-version"] == "2023-06-01"
+    assert "sk-test-key" not in proc.stdout + proc.stderr

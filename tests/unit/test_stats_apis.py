@@ -1,0 +1,61 @@
+"""Figures of the other APIs (responses, messages, embeddings) per endpoint: stats, wire, results, Prometheus."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from llmload.aggregate.stats import LLMStats
+from llmload.exporters.console import format_summary
+from llmload.exporters.prometheus_server import PrometheusExporter
+from llmload.exporters.results import RunOutcome, build_results
+from llmload.exporters.window import RunView
+from llmload.run.wire import from_wire, to_wire
+from llmload.testing import T0_UNIX as T0
+from llmload.testing import ok_record
+
+
+def _stats() -> LLMStats:
+    stats = LLMStats.empty()
+    for i in range(3):
+        stats.add(ok_record(start_unix=T0 + i, endpoint="responses", completion_tokens=3))
+        stats.add(ok_record((), end_s=0.05, start_unix=T0 + i, endpoint="embeddings", prompt_tokens=12,
+                            completion_tokens=0, inputs=4, streamed=False))  # fmt: skip
+    stats.add(ok_record(start_unix=T0 + 3, endpoint="chat"))
+    return stats
+
+
+def test_embedding_inputs_add_up_and_travel_on_the_wire():
+    stats = _stats()
+    assert stats.get("embeddings", "m").inputs_sum == 12
+    assert stats.get("responses", "m").inputs_sum == 0
+    assert from_wire(to_wire(stats)) == stats
+
+
+def test_results_per_endpoint_sum_to_totals_and_give_inputs_per_s():
+    stats = _stats()
+    results = build_results(RunOutcome(stats, run_id="r1", host="http://h", model="m", started_at_unix=T0))
+    entries = {e["endpoint"]: e for e in results["by_endpoint"]}
+    assert set(entries) == {"chat", "responses", "embeddings"}
+    assert sum(e["requests"]["succeeded"] for e in entries.values()) == results["requests"]["succeeded"] == 7
+    assert sum(e["tokens"]["prompt"] for e in entries.values()) == results["tokens"]["prompt"]
+    embeddings = entries["embeddings"]
+    duration_s = embeddings["duration_s"]
+    assert embeddings["throughput"]["inputs_per_s"] == 12 / duration_s
+    assert embeddings["throughput"]["input_tokens_per_s"] == 36 / duration_s
+    assert entries["responses"]["throughput"]["inputs_per_s"] is None
+    summary = format_summary(results)
+    assert "--- Per endpoint ---" in summary
+    assert "embeddings (m): 3/3 ok" in summary
+    assert "inputs/s" in summary
+
+
+def test_prometheus_families_are_labelled_by_the_new_endpoints():
+    stats = _stats()
+    view = RunView(stats=stats, window=None, users=0, in_flight_requests=0, workers=0, run_id="r1",
+                   host="http://h", model="m", version="9")  # fmt: skip
+    registry = CollectorRegistry()
+    PrometheusExporter(lambda: view, registry=registry)
+    for endpoint, n in (("responses", 3), ("embeddings", 3), ("chat", 1)):
+        labels = {"endpoint": endpoint, "model": "m", "outcome": "ok"}
+        assert registry.get_sample_value("llmload_requests_total", labels) == n
+    assert registry.get_sample_value("llmload_prompt_tokens_total", {"endpoint": "embeddings", "model": "m"}) == 36
