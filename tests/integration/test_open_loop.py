@@ -222,6 +222,11 @@ def test_p4_rate_sweep_as_the_readme_shows_it_sets_enough_users(tmp_path):
     rate5, unlimited = (s["throughput"]["output_tokens_per_s"] for s in steps)
     assert unlimited > 3 * rate5  # 64 requests in flight against ~0.35 at 5 req/s
     assert sweep["knee"] is None
+    # the table shows each step's target and the rate it sent at (issue 24)
+    table = proc.stdout[proc.stdout.index("    step  target/s") :].splitlines()
+    assert table[1].split()[:2] == ["5", "5.00"]
+    assert float(table[1].split()[2]) == pytest.approx(steps[0]["load"]["achieved_rate_per_s"], abs=0.006)
+    assert table[2].split()[:2] == ["inf", "inf"]
     assert not stale.exists()
     assert sorted(p.name for p in tmp_path.glob("sweep.*")) == [
         "sweep.html",  # the sweep view
