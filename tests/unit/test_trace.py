@@ -180,9 +180,8 @@ def test_trace_prompts_are_exact_with_a_tokenizer(tiny_tokenizer):
 def test_trace_jsonl_offset_too_large_for_seconds_is_refused_not_sent_at_infinity(tmp_path):
     """offset_s 1e308 is finite, but not in milliseconds: refused, never 'over inf s' and never sent."""
     path = tmp_path / "huge.jsonl"
-    path.write_text(
-        '{"offset_s": 0, "input_tokens": 4, "output_tokens": 2}\n{"offset_s": 1e308, "input_tokens": 4, "output_tokens": 2}\n'
-    )
+    first = '{"offset_s": 0, "input_tokens": 4, "output_tokens": 2}'
+    path.write_text(first + '\n{"offset_s": 1e308, "input_tokens": 4, "output_tokens": 2}\n')
     with pytest.raises(DatasetError) as err:
         load_trace(path, block_tokens=16)
     assert f"{path}:2: its time is inf s after the first line's" in str(err.value)
