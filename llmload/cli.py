@@ -22,7 +22,7 @@ __all__ = ["main"]
 # The locustfiles shipped in the package (llmload/locustfiles/): found by path, never imported here
 # (importing one imports Locust and installs llmload's hooks).
 _LOCUSTFILES = Path(__file__).resolve().parent / "locustfiles"
-_LOCUSTFILE_NAMES = ("chat", "completions", "responses", "messages", "embeddings")
+_LOCUSTFILE_NAMES = ("chat", "completions", "responses", "messages", "embeddings", "mixed")
 
 
 def main(argv: list[str] | None = None) -> int:
