@@ -253,6 +253,9 @@ class EndpointStats:
             count came from the server, logprobs or a tokenizer (a chunk count is only a lower bound).
         short_requests: those of them that ended with fewer tokens than asked.
         short_got_tokens, short_asked_tokens: completion tokens got and asked, summed over the short ones.
+        no_finish_reason_requests: successful generation replies that named no
+            finish reason (ended by ``[DONE]``, the end of the body or the
+            API's own end event alone; ``""`` and null count as none).
         degenerate_repeated_requests, degenerate_same_text_requests: failures
             for degenerate output (``llmload.request.degenerate``), per kind.
         inputs_sum: embeddings: inputs of successful batches (one vector each).
@@ -312,6 +315,7 @@ class EndpointStats:
     short_got_tokens: int = counter()
     short_asked_tokens: int = counter()
     degenerate_repeated_requests: int = counter()
+    no_finish_reason_requests: int = counter()
     degenerate_same_text_requests: int = counter()
     inputs_sum: int = counter()
     # ── multi-turn sessions: per turn (label = turn number) and per finished session ──
@@ -400,6 +404,8 @@ class EndpointStats:
             self._add_session(record)
         if record.finish_reason and not record.finish_reason.isspace():  # "" names no reason
             self._add_finish_reason(record.finish_reason)
+        elif outcome is Outcome.OK and record.endpoint != "embeddings":  # embeddings have no finish reason
+            self.no_finish_reason_requests += 1
         lags = record.read_lags_s
         if lags:
             self.read_lag_s.add_many(lags)

@@ -209,13 +209,21 @@ def _reply_lines(req: Mapping[str, Any]) -> list[str]:
 
 
 def _short_warnings(req: Mapping[str, Any]) -> list[str]:
+    lines = []
+    if req.get("without_finish_reason"):
+        lines.append(
+            f"WARNING: {req['without_finish_reason']} successful replies named no finish reason (they ended at "
+            "[DONE], the end of the body or the API's end event alone): the server did not say why it stopped, "
+            "so an abort or a cut reply cannot be told from a normal end"
+        )
     short = req.get("short_of_requested") or {}
     if not short.get("short"):
-        return []
+        return lines
     return [
+        *lines,
         f"WARNING: the server ignored the requested length (ignore_eos / min_tokens): {short['short']} of "
         f"{short['checked']} replies ended early, on average {short['mean_got_tokens']:.1f} of "
-        f"{short['mean_asked_tokens']:.1f} tokens. Token counts are what was generated, never the length asked for"
+        f"{short['mean_asked_tokens']:.1f} tokens. Token counts are what was generated, never the length asked for",
     ]
 
 

@@ -145,6 +145,7 @@ def _reply_checks(s: EndpointStats) -> dict[str, Any]:
 
     return {
         "finish_reasons": dict(sorted(s.finish_reasons.items())),
+        "without_finish_reason": s.no_finish_reason_requests,
         "short_of_requested": {
             "checked": s.short_checked_requests,
             "short": short,

@@ -33,9 +33,10 @@ def ok_record(
     completion_tokens: int | TokenCount | None = None,
     endpoint: str = "chat",
     model: str = "m",
+    finish_reason: str | None = "stop",
     **fields: Any,
 ) -> RequestRecord:
-    """A successful streamed request with tokens at ``times_s`` (seconds after the send).
+    """A successful streamed request with tokens at ``times_s`` (seconds after the send), ended by ``finish_reason``.
 
     Args:
         end_s: end of the reply; None: 0.01 s after the last token (at 0.01 s with no tokens).
@@ -54,6 +55,7 @@ def ok_record(
         end_s=end_s if end_s is not None else (times[-1] if times else 0.0) + 0.01,
         prompt_tokens=_server_count(prompt_tokens),
         completion_tokens=_server_count(len(times) if completion_tokens is None else completion_tokens),
+        finish_reason=finish_reason,
         **fields,
     )
 

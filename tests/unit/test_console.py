@@ -200,3 +200,20 @@ def test_summary_warns_when_the_run_ended_before_its_num_requests_were_sent() ->
     assert "never sent" not in "\n".join(summary_lines(results))
     results["run"]["num_requests"] = None
     assert "never sent" not in "\n".join(summary_lines(results))
+
+
+def test_summary_warns_about_successes_that_named_no_finish_reason() -> None:
+    """[DONE] without any finish_reason (or "" / null) passes, but never silently: counted and warned about."""
+    stats = LLMStats.empty()
+    stats.add(ok_record(start_unix=T0, times_s=(0.1, 0.2), end_s=0.3, finish_reason=None))
+    done = ok_record(start_unix=T0, times_s=(0.1, 0.2), end_s=0.3)  # "stop"
+    stats.add(done)
+    embedded = ok_record(start_unix=T0, times_s=(0.1,), end_s=0.2, endpoint="embeddings", finish_reason=None)
+    stats.add(embedded)
+    results = _results(stats)
+    assert results["requests"]["without_finish_reason"] == 1
+    text = "\n".join(summary_lines(results))
+    assert "WARNING: 1 successful replies named no finish reason" in text
+    stats2 = LLMStats.empty()
+    stats2.add(done)
+    assert "named no finish reason" not in "\n".join(summary_lines(_results(stats2)))
