@@ -179,6 +179,8 @@ _USAGE_CHECKS = {
     "reasoning_unexplained": "usage's reasoning tokens were never streamed and do not add up: TPOT unavailable",
     "reasoning_apart": "usage's reasoning tokens exceed its completion_tokens: the server counts reasoning "
     "apart, so every completion token is counted as an answer token (check the server's usage)",
+    "cached_above_prompt": "usage's cached prompt tokens exceed its prompt tokens (impossible): the cached "
+    "count is not used (check the server's usage)",
     "usage_above_text": "usage counted more tokens than the streamed text can hold (fewer bytes than tokens): "
     "not every token was streamed, so TPOT is unavailable for them; output tok/s is the server's count",
 }

@@ -223,6 +223,7 @@ def _usage_details(s: EndpointStats, completion_known: int) -> dict[str, Any]:
             "reasoning_unexplained": s.reasoning_unexplained_requests,
             "reasoning_apart": s.reasoning_apart_requests,
             "usage_above_text": s.usage_above_text_requests,
+            "cached_above_prompt": s.cached_above_prompt_requests,
         },
     }
 

@@ -76,7 +76,7 @@ from llmload.request.failures import (
 )
 from llmload.request.finish import abnormal_finish_category
 from llmload.request.payloads import LLMRequest
-from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource, UsageNote
 from llmload.request.seen import StreamSeen
 from llmload.request.stream import ReplyFailure, ReplyReader, new_scanner
 from llmload.request.tokens import TokenCounter, resolve_output_tokens, resolve_prompt_tokens
@@ -557,6 +557,9 @@ class StreamingClient:
         record.completion_tokens, record.token_counts = output.count, output.token_counts
         record.hidden_reasoning_tokens, record.usage_notes = output.hidden_reasoning_tokens, output.notes
         record.reasoning_tokens, record.cached_prompt_tokens = acc.reasoning_tokens, acc.cached_tokens
+        if acc.cached_tokens is not None and acc.prompt_tokens is not None and acc.cached_tokens > acc.prompt_tokens:
+            record.cached_prompt_tokens = None  # more cached than sent: not a figure to add up
+            record.usage_notes = (*record.usage_notes, UsageNote.CACHED_ABOVE_PROMPT)
         record.skipped_part, record.usage_without_completion = acc.skipped_part, acc.usage_without_completion
         record.prompt_tokens = resolve_prompt_tokens(
             server_tokens=acc.prompt_tokens, prompt_text=request.prompt_text, counter=self._token_counter

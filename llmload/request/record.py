@@ -94,6 +94,8 @@ class UsageNote(Enum):
     # usage counted more tokens than the streamed text has bytes (a generated token carries at least
     # one, bar one end-of-sequence token): not every token was streamed, so TPOT over them is unavailable
     ABOVE_TEXT = "usage_above_text"
+    # usage's cached prompt tokens exceed its prompt tokens (impossible): the cached count is not used
+    CACHED_ABOVE_PROMPT = "cached_above_prompt"
 
 
 _STREAMED_COUNT_UNKNOWN = frozenset({UsageNote.REASONING_UNEXPLAINED, UsageNote.ABOVE_TEXT})

@@ -11,7 +11,7 @@ from llmload.errors import ConnectionClosedError, RequestTimeout, TransportError
 from llmload.request.chunks import parse_chunk
 from llmload.request.client import StreamingClient
 from llmload.request.payloads import build_chat_request, build_completion_request
-from llmload.request.record import Outcome, TokenCount, TokenSource
+from llmload.request.record import Outcome, TokenCount, TokenSource, UsageNote
 from llmload.request.stream import DeltaTemplate
 from llmload.testing import CF, ROLE, TF, TU, C, T, U, sse
 
@@ -595,3 +595,18 @@ def test_nc21_client_drains_for_a_bounded_time_after_done():
     assert response.drained_within_s == DRAIN_S
     assert 0 < DRAIN_S <= 0.01
     assert response.closed
+
+
+def test_client_cached_prompt_tokens_above_the_prompt_are_not_a_figure_but_a_usage_check():
+    """usage says 50 cached of 5 prompt tokens (1000% cached): not added up, noted as cached_above_prompt."""
+    usage = {"prompt_tokens": 5, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 50}}
+    chunk = json.dumps({"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": usage})
+    record, _ = run([sse(C({"content": "a"}), CF("stop"), chunk, "[DONE]")])
+    assert record.outcome is Outcome.OK
+    assert record.prompt_tokens == TokenCount(5, TokenSource.SERVER)
+    assert record.cached_prompt_tokens is None
+    assert UsageNote.CACHED_ABOVE_PROMPT in record.usage_notes
+    fine = dict(usage, prompt_tokens_details={"cached_tokens": 4})
+    chunk = json.dumps({"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": fine})
+    record, _ = run([sse(C({"content": "a"}), CF("stop"), chunk, "[DONE]")])
+    assert (record.cached_prompt_tokens, record.usage_notes) == (4, ())
