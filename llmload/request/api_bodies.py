@@ -42,11 +42,11 @@ ANTHROPIC_VERSION = "2023-06-01"
 """The ``anthropic-version`` header sent with every Messages request (the API's stable version)."""
 
 API_NAMES = {
-    "responses": "the OpenAI Responses API (POST /v1/responses)",
-    "messages": "the Anthropic Messages API (POST /v1/messages)",
-    "embeddings": "the embeddings API (POST /v1/embeddings)",
+    "responses": "the OpenAI Responses API",
+    "messages": "the Anthropic Messages API",
+    "embeddings": "the embeddings API",
 }
-"""What each of these endpoints is called in messages (the preflight's refusals)."""
+"""What each of these endpoints is called in messages (the preflight's refusals, which name the path posted)."""
 
 _RESERVED = frozenset({"model", "input", "messages", "system", "stream", "max_tokens", "max_output_tokens"})
 

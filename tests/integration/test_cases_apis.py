@@ -295,9 +295,9 @@ def _locust(locustfile: str, url: str, *extra: str):
 @pytest.mark.parametrize(
     ("locustfile", "status", "api"),
     [
-        ("responses", 404, "the OpenAI Responses API (POST /v1/responses)"),
-        ("messages", 405, "the Anthropic Messages API (POST /v1/messages)"),
-        ("embeddings", 404, "the embeddings API (POST /v1/embeddings)"),
+        ("responses", 404, "the OpenAI Responses API: the probe request for ResponsesUser (POST /v1/responses)"),
+        ("messages", 405, "the Anthropic Messages API: the probe request for MessagesUser (POST /v1/messages)"),
+        ("embeddings", 404, "the embeddings API: the probe request for EmbeddingsUser (POST /v1/embeddings)"),
     ],
 )
 def test_preflight_refuses_a_server_that_does_not_serve_the_api(locustfile, status, api):
