@@ -174,5 +174,7 @@ def _api_key(runtime: Runtime) -> str | None:
     """The run's API key (sent as ``Authorization: Bearer``), for Anthropic's ``x-api-key``; None without one."""
     if any(name.lower() == "x-api-key" for name in runtime.headers):
         return None  # --api-key-header x-api-key already sends it
+    if runtime.key_sent_as != "Authorization: Bearer":
+        return None  # no key, or an Authorization passed with --header: not a key to move
     value = runtime.headers.get("Authorization", "")
     return value[len("Bearer ") :] if value.startswith("Bearer ") else None

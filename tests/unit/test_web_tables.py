@@ -78,7 +78,7 @@ def test_endpoint_rows_of_a_mixed_run_show_embeddings_inputs_per_s_and_no_output
     )  # fmt: skip
     stats.add(embeddings)
     rows = {r["endpoint"]: r for r in endpoint_rows(stats)}
-    assert list(rows) == ["chat", "responses", "embeddings", "Total"]
+    assert list(rows) == ["chat", "embeddings", "responses", "Total"]
     assert rows["embeddings"]["inputs_per_s"] == "6.00"  # 3 inputs over the 0.5 s it spans
     assert rows["embeddings"]["input_tokens_per_s"] == "60.00"
     assert rows["embeddings"]["output_tokens_per_s"] == "n/a"
