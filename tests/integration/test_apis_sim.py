@@ -209,6 +209,31 @@ def test_sim_fault_flags_end_streams_with_the_apis_own_failure_events(gevent_rea
     assert record.error.category == category
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_sim_continues_a_stored_response_and_refuses_an_unknown_id(gevent_ready, sim_url, stream):
+    def send(previous: str | None):
+        request = build_responses_request(
+            model="llmload-sim", messages=[{"role": "user", "content": "hi there"}], max_tokens=8, stream=stream,
+            previous_response_id=previous,
+        )  # fmt: skip
+        return _client_run(sim_url, request)
+
+    first = send(None)
+    assert first.outcome is Outcome.OK, first.error
+    assert first.response_id is not None
+    assert first.response_id.startswith("resp_")
+    second = send(first.response_id)
+    assert second.outcome is Outcome.OK, second.error
+    # the stored conversation (prompt and reply) comes before the new input
+    assert second.prompt_tokens.value == first.prompt_tokens.value * 2 + first.completion_tokens.value
+    assert second.response_id not in (None, first.response_id)
+    unknown = send("resp_never-served")
+    assert unknown.outcome is Outcome.HTTP_ERROR
+    assert unknown.error is not None
+    assert unknown.error.status == 400
+    assert "Previous response with id 'resp_never-served' not found" in unknown.error.message
+
+
 # ── the web UI: a mixed run started and stopped there, every request counted per endpoint ──
 def test_mixed_locustfile_in_the_web_ui_counts_every_request_per_endpoint(tmp_path):
     url, sim = start_sim("--decode-step-ms", "10", "--output-len-mean", "20")
