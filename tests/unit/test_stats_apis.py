@@ -131,3 +131,19 @@ def test_html_report_has_a_per_endpoint_table_with_inputs_per_s_for_embeddings()
     assert float(embeddings[5].replace(",", "")) == pytest.approx(entry["throughput"]["inputs_per_s"], rel=0.01)
     assert responses[5] == "n/a"
     assert responses[3] != "n/a"
+
+
+def test_time_series_rows_of_embeddings_have_no_output_tokens_and_totals_still_add_up():
+    from llmload.exporters.timeseries import interval_rows
+
+    stats = LLMStats.empty()
+    for i in range(3):
+        stats.add(ok_record(start_unix=T0 + i, endpoint="responses", completion_tokens=3))
+        stats.add(_embeddings_record(T0 + i))
+    rows = {row["endpoint"]: row for row in interval_rows(0, stats, 1.0)}
+    assert rows["embeddings"]["output_tokens"] is None  # not applicable, never 0
+    assert rows["embeddings"]["output_tokens_per_s"] is None
+    assert rows["embeddings"]["prompt_tokens"] == 36
+    assert rows["responses"]["output_tokens"] == 9
+    assert rows[None]["output_tokens"] == 9  # the total row: the generating requests' tokens
+    assert rows[None]["prompt_tokens"] == rows["embeddings"]["prompt_tokens"] + rows["responses"]["prompt_tokens"]
