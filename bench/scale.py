@@ -13,8 +13,8 @@
    replies, 1 s heartbeats, 3 s ``stats``, and with the exporter 0.5 s
    ``llmload_live``). Each recorded report is re-stamped before it is sent:
    the run id becomes the master's (read from the spawn message), wall-clock
-   stamps move by the time since the recording, series interval indexes by the
-   intervals since then. Plain Locust's workers send the same ``stats``
+   stamps move by the time since the recording, series interval indexes so that
+   the report's newest interval is the master's current one. Plain Locust's workers send the same ``stats``
    messages without llmload's key. With the exporter, ``/metrics`` is scraped
    every 5 s.
 3. Measure, over a steady window after every worker is running: the master's
@@ -170,6 +170,16 @@ def _walk(value: Any, run_id: str | None, new_run_id: str, shift_s: float, shift
     return value
 
 
+def _newest_interval(value: Any) -> int:
+    """The highest series interval index in a recorded report (0 when it has none)."""
+    if isinstance(value, dict):
+        own = value["i"] if isinstance(value.get("i"), int) and "run_id" not in value else 0
+        return max([own, *(_newest_interval(v) for v in value.values())])
+    if isinstance(value, list):
+        return max([0, *(_newest_interval(v) for v in value)])
+    return 0
+
+
 def _recorded_run_id(data: dict[str, Any]) -> str | None:
     part = data.get("llmload", data)
     return part.get("run_id") if isinstance(part, dict) else None
@@ -198,6 +208,7 @@ def fake_workers(args: argparse.Namespace) -> None:
     spawn_bytes = [0] * len(ids)
     reported = [False] * len(ids)
     run_id: str | None = None
+    run_started_unix: float | None = None
     hb_sent: list[float | None] = [None] * len(ids)
     delays_ms: list[float] = []
     started = [False] * len(ids)
@@ -219,7 +230,9 @@ def fake_workers(args: argparse.Namespace) -> None:
 
     def body(kind: str, now_unix: float) -> bytes:
         shift_s = now_unix - rec["recorded_at_unix"]
-        shift_i = int(shift_s // args.series_interval_s)
+        # the report's newest interval becomes the master's current one
+        now_i = int(max(0.0, now_unix - (run_started_unix or now_unix)) // args.series_interval_s)
+        shift_i = max(now_i - _newest_interval(stats_data if kind == "stats" else live_data), 0)
         key = (kind, int(now_unix * 4))
         raw = cache.get(key)
         if raw is None:
@@ -255,6 +268,7 @@ def fake_workers(args: argparse.Namespace) -> None:
                     if args.tool == "llmload" and run_id is None:
                         plan = data["parsed_options"].get("llmload_plan") or {}
                         run_id = plan.get("run_id")
+                        run_started_unix = plan.get("started_at_unix")
                     socks[n].send(_pack("spawning", None, ids[n]))
                     socks[n].send(_pack("spawning_complete", {"user_classes_count": data["user_classes_count"],
                                                               "user_count": USERS_PER_WORKER}, ids[n]))  # fmt: skip

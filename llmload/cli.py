@@ -22,7 +22,7 @@ __all__ = ["main"]
 # The locustfiles shipped in the package (llmload/locustfiles/): found by path, never imported here
 # (importing one imports Locust and installs llmload's hooks).
 _LOCUSTFILES = Path(__file__).resolve().parent / "locustfiles"
-_LOCUSTFILE_NAMES = ("chat", "completions", "responses", "messages", "embeddings")
+_LOCUSTFILE_NAMES = ("chat", "completions", "responses", "messages", "embeddings", "mixed")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,7 +158,13 @@ def _sweep(args: argparse.Namespace) -> int:
     if "--headless" not in extra:
         extra.append("--headless")
     out = Path(args.results_json)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    problem = _unwritable(out)
+    if problem is not None:
+        print(
+            f"llmload sweep: error: cannot write --results-json {str(out)!r} ({problem}); pass a writable path",
+            file=sys.stderr,
+        )
+        return 2
     remove_step_files(out)
     steps: list[dict[str, Any]] = []
     code = 0
@@ -175,7 +181,15 @@ def _sweep(args: argparse.Namespace) -> int:
             )
             return rc or 1
         code = max(code, rc)
-        section = step_section(step, json.loads(step_json.read_text()))
+        step_results = json.loads(step_json.read_text())
+        if step_results.get("blocked"):  # a bad option or a dead server: every later step would be blocked too
+            print(
+                f"llmload sweep: step {spec.kind}={step_text(step)} was blocked before load "
+                f"({step_results['blocked']}); stopping the sweep, no knee",
+                file=sys.stderr,
+            )
+            return rc or 2
+        section = step_section(step, step_results)
         if section["client_limited"]:
             print(
                 f"llmload sweep: WARNING: step {spec.kind}={step_text(step)} did not keep its schedule "
@@ -232,6 +246,13 @@ def _selfcheck(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"llmload selfcheck: error: {exc}", file=sys.stderr)
         return 2
+    problem = _unwritable(Path(args.json)) if args.json else None
+    if problem is not None:  # before the run, not after it: nothing measured is lost
+        print(
+            f"llmload selfcheck: error: cannot write --json {args.json!r} ({problem}); pass a writable path",
+            file=sys.stderr,
+        )
+        return 2
     print(f"llmload selfcheck: simulator and two client runs ({users} users); this takes a while", flush=True)
     try:
         report = run_selfcheck(spec)
@@ -241,10 +262,23 @@ def _selfcheck(args: argparse.Namespace) -> int:
     print(format_report(report))
     if args.json:
         path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
         print(f"llmload selfcheck: report written to {path}")
     return 0
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written (its folder is created if missing), or None; an existing file is kept."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
+        with path.open("a"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -148,7 +148,8 @@ def step_section(step: float, results: dict[str, Any]) -> dict[str, Any]:
     not the server's, and the knee ignores it.
     """
     load = results.get("load") or {}
-    value: float | str = "inf" if math.isinf(step) else step  # JSON has no infinity
+    # JSON has no infinity; a users step is a whole number of users
+    value: float | str = "inf" if math.isinf(step) else int(step) if step.is_integer() else step
     return {"step": value, "client_limited": bool(load.get("rate_shortfall")), **results}
 
 

@@ -321,6 +321,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         if load.get("warning"):
             lines.append(f"WARNING: {load['warning']}")
     lines.extend(_replay_lines(results))
+    lines.extend(_unsent_lines(results))
     lines.extend(_client_lines(results))
     lines.extend(_drift_lines(results.get("drift")))
     lines.extend(_server_lines(results))
@@ -332,6 +333,27 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         )
     lines.append(results.get("verdict") or judge(results).text)
     return lines
+
+
+def _unsent_lines(results: dict[str, Any]) -> list[str]:
+    """A warning when the run ended (``-t``, STOP) before the requests it was to send: the rest were never sent.
+
+    ``--num-requests N`` and a trace (N = its lines) ask for exactly N
+    requests; those finished, cancelled at the stop or skipped were sent (or
+    tried); the figures cover only them.
+    """
+    asked = (results.get("run") or {}).get("num_requests")
+    requests = results["requests"]
+    if not asked or results.get("blocked") or results.get("partial"):
+        return []
+    sent = requests["total"] + requests.get("cancelled", 0) + requests.get("skipped", 0)
+    if sent >= asked:
+        return []
+    what = "trace lines" if (results.get("load") or {}).get("mode") == "trace" else "--num-requests"
+    return [
+        f"WARNING: the run ended before it sent all its requests: {sent} of {asked} ({what}); the other "
+        f"{asked - sent} were never sent, and the figures cover only those sent. Give -t more time to send them all"
+    ]
 
 
 def _client_lines(results: dict[str, Any]) -> list[str]:

@@ -1,6 +1,6 @@
 """The locustfiles shipped in the package: ``locust -f $(llmload locustfile chat)`` works from any directory.
 
-``chat.py``, ``completions.py``, ``responses.py``, ``messages.py`` and ``embeddings.py``
+``chat.py``, ``completions.py``, ``responses.py``, ``messages.py``, ``embeddings.py`` and ``mixed.py``
 are the same three lines as the repository's ``locustfiles/`` (a locustfile of your own
 is those three lines too). Importing this package does nothing; ``path`` finds a file without importing it (which
 would import Locust).
@@ -12,7 +12,7 @@ from pathlib import Path
 
 __all__ = ["NAMES", "path"]
 
-NAMES = ("chat", "completions", "responses", "messages", "embeddings")
+NAMES = ("chat", "completions", "responses", "messages", "embeddings", "mixed")
 
 
 def path(name: str) -> Path:

@@ -478,7 +478,7 @@ class WorkerReport:
     stats: LLMStats
     cpu_saturated_s: float = 0.0
     in_flight: int = 0
-    sends: dict[str, Any] = field(default_factory=dict)
+    sends: dict[str, float | None] = field(default_factory=dict)
     series: IntervalSeries = field(default_factory=IntervalSeries.empty)
     clock_offset_s: float | None = None
     rss_bytes: int | None = None
@@ -531,9 +531,13 @@ def report_from_wire(payload: object) -> WorkerReport:
     _check_keys(raw, _REPORT_KEYS, "report")
     cpu = _optional_float(raw, "cpu_saturated_s", "report") if "cpu_saturated_s" in raw else None
     in_flight = raw.get("in_flight", 0)
-    sends = raw.get("sends", {})
-    if not isinstance(sends, dict):
-        raise _fail("report.sends", "a dict", sends)
+    raw_sends = raw.get("sends", {})
+    if not isinstance(raw_sends, dict):
+        raise _fail("report.sends", "a dict", raw_sends)
+    sends = {  # numbers or None (unknown); anything else reads as unknown (``SendFigures.from_wire``)
+        str(k): float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+        for k, v in raw_sends.items()
+    }
     series = _series_from_wire(raw.get("series", []))
     if "stats" in raw:  # version 1: the totals travel beside the series
         stats = from_wire(raw["stats"])

@@ -155,6 +155,13 @@ def load_trace(path: str, fmt: str = "auto", *, skip_bad: bool = False, block_to
             if not isinstance(obj, dict):
                 raise _Bad(f"expected a JSON object, got {type(obj).__name__}")
             time_ms = _time_ms(obj, kind)
+            span_ms = time_ms - (first_ms if first_ms is not None else time_ms)
+            if not math.isfinite(time_ms) or span_ms > _MAX_SPAN_MS:
+                raise _Bad(
+                    f"its time is {span_ms / 1000.0:g} s after the first line's, more than a trace spans "
+                    f"(at most {_MAX_SPAN_MS / 86_400_000:g} days): check the unit ('offset_s' is seconds, "
+                    "'timestamp_ms' and mooncake's 'timestamp' milliseconds)"
+                )
             if time_ms < last_ms:
                 raise _Bad(
                     f"out of order: its time {time_ms:g} ms is before the previous line's {last_ms:g} ms "
@@ -182,6 +189,10 @@ def load_trace(path: str, fmt: str = "auto", *, skip_bad: bool = False, block_to
             "a mooncake line needs timestamp, input_length, output_length and hash_ids"
         )
     return Trace(path, kind, tuple(lines), skipped, tuple(problems), block_tokens)
+
+
+_MAX_SPAN_MS = 366 * 86_400_000.0
+"""The longest span a trace may have, first line to last (ms): public traces span an hour to four months."""
 
 
 def _detect(parsed: Sequence[tuple[int, Any]]) -> str:

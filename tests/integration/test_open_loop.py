@@ -196,6 +196,49 @@ def test_sweep_runs_one_step_per_value_and_writes_sections(tmp_path):
     assert 'id="sweep-tokens"' in page
 
 
+def test_sweep_stops_at_a_step_blocked_before_load_and_names_no_knee(tmp_path):
+    """A bad load option blocks every step alike: the sweep stops at the first, claims no knee, exits 2."""
+    out = tmp_path / "sweep.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmload", "sweep", "--sweep", "users=1,2", "--results-json", str(out), "--",
+         "-f", "locustfiles/completions.py", "-H", "http://127.0.0.1:9", "-t", "5s", "--max-tokens", "abc",
+         "--prometheus-port", "0", "--only-summary"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "step users=1 was blocked before load" in proc.stderr
+    assert "knee" not in proc.stdout
+    assert (tmp_path / "sweep.users-1.json").exists()
+    assert not (tmp_path / "sweep.users-2.json").exists()
+    assert not out.exists()
+
+
+def test_sweep_and_selfcheck_refuse_an_unwritable_output_before_any_run(tmp_path):
+    """An output path that cannot be written is refused at once, before a step or the simulator runs."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for argv, name in (
+        (
+            ["sweep", "--sweep", "users=1", "--results-json", str(blocker / "s.json"), "--", "-f", "x.py"],
+            "--results-json",
+        ),
+        (["selfcheck", "--quick", "--json", str(blocker / "y.json")], "--json"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "llmload", *argv],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert f"cannot write {name} " in proc.stderr
+        assert "pass a writable path" in proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert "==" not in proc.stdout  # no step, no simulator started
+
+
 # Issue 14, P4: the README's rate sweep measures the server: enough users, no artefact knee.
 def test_p4_rate_sweep_as_the_readme_shows_it_sets_enough_users(tmp_path):
     url, sim = start_sim("--decode-step-ms", "10", "--decode-ms-per-seq", "0", "--prefill-base-ms", "0")
@@ -222,6 +265,11 @@ def test_p4_rate_sweep_as_the_readme_shows_it_sets_enough_users(tmp_path):
     rate5, unlimited = (s["throughput"]["output_tokens_per_s"] for s in steps)
     assert unlimited > 3 * rate5  # 64 requests in flight against ~0.35 at 5 req/s
     assert sweep["knee"] is None
+    # the table shows each step's target and the rate it sent at (issue 24)
+    table = proc.stdout[proc.stdout.index("    step  target/s") :].splitlines()
+    assert table[1].split()[:2] == ["5", "5.00"]
+    assert float(table[1].split()[2]) == pytest.approx(steps[0]["load"]["achieved_rate_per_s"], abs=0.006)
+    assert table[2].split()[:2] == ["inf", "inf"]
     assert not stale.exists()
     assert sorted(p.name for p in tmp_path.glob("sweep.*")) == [
         "sweep.html",  # the sweep view

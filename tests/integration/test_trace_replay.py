@@ -65,9 +65,15 @@ def _records(log: Path) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.timing
 def test_issue21_mooncake_trace_replays_once_on_time_exact_and_cached_across_two_workers(
     cache_sim, tmp_path, tiny_tokenizer
 ):
+    """The issue's Done-when: 300 lines, 2 workers, 16 users each (more than the trace keeps in flight).
+
+    Exactness (each line once, prompt tokens, cached tokens, totals) holds however loaded the machine is; the
+    10 ms bound on each send only when the run does not report its client saturated (timing marker).
+    """
     lines = _mooncake_lines()
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -76,7 +82,7 @@ def test_issue21_mooncake_trace_replays_once_on_time_exact_and_cached_across_two
     out, log = tmp_path / "r.json", tmp_path / "req.jsonl"
     proc = run_locust(
         ["-f", "locustfiles/completions.py", "--headless", "--only-summary", "-H", cache_sim, "-t", "60s",
-         "--prometheus-port", "0", "--processes", "2", "-u", "8", "-r", "100", "--trace", str(trace),
+         "--prometheus-port", "0", "--processes", "2", "-u", "32", "-r", "100", "--trace", str(trace),
          "--trace-block-tokens", str(BLOCK), "--tokenizer", str(tokenizer), "--ignore-eos",
          "--results-json", str(out), "--requests-log", str(log), "--skip-preflight"],  # totals: no probe
         timeout_s=TIMEOUT_S,

@@ -184,3 +184,19 @@ def test_console_summary_shows_the_trace_schedule_lag_and_ttft_by_session_turn()
     sessions = "\n".join(summary_lines(MODES["sessions"]()))
     assert "Completed / failed:                     3 / 0" in sessions
     assert "Mean TTFT by turn (ms):                 1: 100.0, 2: 100.0" in sessions
+
+
+def test_summary_warns_when_the_run_ended_before_its_num_requests_were_sent() -> None:
+    """-t cut a --num-requests run (or a trace) short: the summary says how many were never sent (5 of 20)."""
+    results = _results(_scenario())  # 3 finished + 2 cancelled = 5 sent
+    results["run"]["num_requests"] = 20
+    text = "\n".join(summary_lines(results))
+    assert (
+        "the run ended before it sent all its requests: 5 of 20 (--num-requests); the other 15 were never sent" in text
+    )
+    results["load"] = {"mode": "trace"}
+    assert "5 of 20 (trace lines)" in "\n".join(summary_lines(results))
+    results["run"]["num_requests"] = 5  # all sent: nothing to say
+    assert "never sent" not in "\n".join(summary_lines(results))
+    results["run"]["num_requests"] = None
+    assert "never sent" not in "\n".join(summary_lines(results))

@@ -1,5 +1,6 @@
 """stats_schema: every EndpointStats field declares its merge rule and wire placement once."""
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -68,3 +69,12 @@ def test_schema_counter_fields_are_optional_on_the_wire() -> None:
     assert payload["endpoints"][0]["counters"] == {}
     del payload["endpoints"][0]["counters"]
     assert from_wire(payload) == stats
+
+
+def test_merge_plan_places_every_schema_field_once():
+    """EndpointStats.merge_in loops per merge kind: a field of a kind it does not list would never merge."""
+    from llmload.aggregate import stats
+
+    plan = stats._MERGE_PLAN
+    placed = [name for group in dataclasses.fields(plan) for name in getattr(plan, group.name)]
+    assert sorted(placed) == sorted(r.name for r in stats.STATS_SCHEMA)

@@ -66,6 +66,15 @@ def test_trace_jsonl_lines_with_text_lengths_and_sessions(tmp_path):
         ),
         ("{not json", "invalid JSON"),
         ("[1, 2]", "expected a JSON object"),
+        # a finite time that a trace cannot span (sent never, or at "inf s")
+        (
+            {"timestamp": 1e308, "input_length": 5, "output_length": 2, "hash_ids": [1]},
+            "its time is 1e+305 s after the first line's",
+        ),
+        (
+            {"timestamp": 4e10, "input_length": 5, "output_length": 2, "hash_ids": [1]},
+            "its time is 4e+07 s after the first line's, more than a trace spans",
+        ),
     ],
 )
 def test_trace_bad_line_is_refused_naming_file_line_and_field(tmp_path, line, problem):
@@ -166,3 +175,13 @@ def test_trace_prompts_are_exact_with_a_tokenizer(tiny_tokenizer):
     for n in (1, 8, 9, 23):
         ids = tuple(range(-(-n // 8)))
         assert counter.count(prompts.text(TraceLine(n, 0.0, n, None, ids))) == n
+
+
+def test_trace_jsonl_offset_too_large_for_seconds_is_refused_not_sent_at_infinity(tmp_path):
+    """offset_s 1e308 is finite, but not in milliseconds: refused, never 'over inf s' and never sent."""
+    path = tmp_path / "huge.jsonl"
+    first = '{"offset_s": 0, "input_tokens": 4, "output_tokens": 2}'
+    path.write_text(first + '\n{"offset_s": 1e308, "input_tokens": 4, "output_tokens": 2}\n')
+    with pytest.raises(DatasetError) as err:
+        load_trace(path, block_tokens=16)
+    assert f"{path}:2: its time is inf s after the first line's" in str(err.value)

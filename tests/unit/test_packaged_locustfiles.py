@@ -1,0 +1,35 @@
+"""The locustfiles the package ships are those of the repository's locustfiles/, and `llmload locustfile` knows each."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from llmload import cli
+from llmload.locustfiles import NAMES, path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _code(file: Path) -> str:
+    """The module's code without its docstring (which names the way to run it)."""
+    tree = ast.parse(file.read_text())
+    if tree.body and isinstance(tree.body[0], ast.Expr) and isinstance(tree.body[0].value, ast.Constant):
+        tree.body = tree.body[1:]
+    return ast.dump(tree)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_packaged_locustfile_is_the_repositorys_and_printed_by_llmload_locustfile(name, capsys):
+    shipped = path(name)
+    assert shipped.is_file()
+    assert _code(shipped) == _code(REPO_ROOT / "locustfiles" / f"{name}.py")
+    assert cli.main(["locustfile", name]) == 0
+    assert capsys.readouterr().out.strip() == str(shipped)
+
+
+def test_every_repository_locustfile_is_shipped():
+    """A locustfile the README runs from the clone is runnable from a pip install too (mixed.py was not)."""
+    assert sorted(p.stem for p in (REPO_ROOT / "locustfiles").glob("*.py")) == sorted(NAMES)
