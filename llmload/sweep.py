@@ -196,14 +196,14 @@ def find_knee(
 
     Args:
         steps: results sections in sweep order, each with ``step`` and the results file keys
-            ``throughput.output_tokens_per_s`` and ``latency.ttft_s.p99``.
-        min_gain: relative output tok/s gain below which the previous step is the knee.
+            ``throughput.output_tokens_per_s`` and ``latency.ttft_s.p99``; a step with no
+            output tokens (embeddings only) is read by ``throughput.inputs_per_s``.
+        min_gain: relative output tok/s (inputs/s) gain below which the previous step is the knee.
         ttft_p99_limit_s: TTFT p99 (seconds) above which the previous step is the knee.
     """
     for i in range(1, len(steps)):
         before, after = steps[i - 1], steps[i]
-        tok_before = before["throughput"]["output_tokens_per_s"] or 0.0
-        tok_after = after["throughput"]["output_tokens_per_s"] or 0.0
+        (tok_before, what), (tok_after, _) = _knee_rate(before), _knee_rate(after)
         ttft_p99 = after["latency"]["ttft_s"]["p99"]
         if ttft_p99_limit_s is not None and ttft_p99 is not None and ttft_p99 > ttft_p99_limit_s:
             return {
@@ -216,11 +216,19 @@ def find_knee(
             return {
                 "step": before["step"],
                 "reason": (
-                    f"output tok/s rose only {tok_after / tok_before - 1:+.1%} from step {step_text(before['step'])} "
+                    f"{what} rose only {tok_after / tok_before - 1:+.1%} from step {step_text(before['step'])} "
                     f"to {step_text(after['step'])} (< {min_gain:.0%})"
                 ),
             }
     return None
+
+
+def _knee_rate(section: dict[str, Any]) -> tuple[float, str]:
+    """The figure the knee follows: output tok/s, or inputs/s when nothing was generated (embeddings)."""
+    thr = section["throughput"]
+    if thr.get("output_tokens_per_s") is None and thr.get("inputs_per_s") is not None:
+        return thr["inputs_per_s"], "inputs/s"
+    return thr.get("output_tokens_per_s") or 0.0, "output tok/s"
 
 
 def sweep_table(kind: str, steps: Sequence[dict[str, Any]]) -> list[str]:

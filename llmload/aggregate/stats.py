@@ -260,6 +260,8 @@ class EndpointStats:
         degenerate_repeated_requests, degenerate_same_text_requests: failures
             for degenerate output (``llmload.request.degenerate``), per kind.
         inputs_sum: embeddings: inputs of successful batches (one vector each).
+        no_output_requests: successes that generate nothing (embeddings): their
+            completion tokens are not applicable, neither known nor unknown.
     """
 
     requests_by_outcome: dict[Outcome, int] = counts(Outcome, wire="outcomes")
@@ -320,6 +322,7 @@ class EndpointStats:
     no_finish_reason_requests: int = counter()
     degenerate_same_text_requests: int = counter()
     inputs_sum: int = counter()
+    no_output_requests: int = counter()
     # ── multi-turn sessions: per turn (label = turn number) and per finished session ──
     turn_requests: dict[str, int] = labels()
     turn_ttft_us_sum: dict[str, int] = labels()
@@ -365,7 +368,7 @@ class EndpointStats:
     @property
     def completion_tokens_known_requests(self) -> int:
         """Successes whose completion token count is known."""
-        return self.succeeded - self.completion_source_requests.get(TokenSource.UNKNOWN, 0)
+        return self.succeeded - self.completion_source_requests.get(TokenSource.UNKNOWN, 0) - self.no_output_requests
 
     @property
     def answer_tokens(self) -> int | None:
@@ -500,7 +503,9 @@ class EndpointStats:
             _add_count(self.prompt_source_requests, prompt.source, 1)
             self.prompt_tokens_sum += prompt.value
         completion = record.completion_tokens
-        if completion.value is None:
+        if record.inputs is not None:  # embeddings: no output tokens (not applicable, not unknown)
+            self.no_output_requests += 1
+        elif completion.value is None:
             _add_count(self.completion_source_requests, TokenSource.UNKNOWN, 1)
         else:
             _add_count(self.completion_source_requests, completion.source, 1)

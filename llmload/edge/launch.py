@@ -133,10 +133,24 @@ def prepare(
                     return None
                 return classes[request.endpoint].build_request(runtime, max_tokens=2)  # type: ignore[attr-defined,no-any-return]
 
-            with preflight_step(_probe_step(probes), limit_s):
+            apart = _probes_with_own_headers(runtime, environment.user_classes)  # e.g. Messages: no Bearer
+            probes = [(name, request) for name, request in probes if name not in apart]
+            with preflight_step(_probe_step(probes + [p for _, p in apart.values()]), limit_s):
                 report = preflight.probe(
                     transport, probes, config, models, runtime.model, retry=without_usage, host=host
                 )
+                for headers, named in apart.values():
+                    own = GeventHTTPTransport(
+                        host, headers=headers, timeouts=preflight_timeouts(config, limit_s), insecure=config.insecure,
+                        proxy=runtime.proxy,
+                    )  # fmt: skip
+                    try:
+                        more = preflight.probe(own, [named], config, models, runtime.model, host=host)
+                    finally:
+                        own.close()
+                    report.notes.extend(more.notes)
+                    report.warnings.extend(more.warnings)
+                    report.not_streamed.extend(more.not_streamed)
             runtime.not_streamed.update(report.not_streamed)  # warned once, here
             for note in report.notes:
                 log.info("llmload preflight: %s", note)
@@ -151,6 +165,19 @@ def prepare(
     if raised:
         log.info("llmload: %s", raised)
     runtime.prepared_for = (host, config)
+
+
+def _probes_with_own_headers(
+    runtime: Runtime, classes: list[type]
+) -> dict[str, tuple[dict[str, str], tuple[str, LLMRequest]]]:
+    """Probes of user classes whose connection headers are not the run's: class name → (headers, probe)."""
+    apart = {}
+    for cls in classes:
+        own = getattr(cls, "connection_headers", None)
+        headers = own(runtime) if callable(own) else runtime.headers
+        if headers != runtime.headers:
+            apart[cls.__name__] = (headers, (cls.__name__, cls.build_request(runtime, max_tokens=2)))  # type: ignore[attr-defined]
+    return apart
 
 
 def preflight_limit_s(config: RunConfig, run_time_s: object) -> float:

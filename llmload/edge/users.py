@@ -89,7 +89,7 @@ class LLMUser(User):
             config = runtime.config
             self._transport = GeventHTTPTransport(
                 self.host or self.environment.host or "",
-                headers=runtime.headers,
+                headers=self.connection_headers(runtime),
                 timeouts=config.timeouts,
                 insecure=config.insecure,
                 addresses=runtime.addresses,
@@ -106,6 +106,11 @@ class LLMUser(User):
                 same_text=runtime.same_text,
             )
         return client
+
+    @classmethod
+    def connection_headers(cls, runtime: Runtime) -> dict[str, str]:
+        """Headers sent with every request of this user's connection (and its preflight probe): the run's."""
+        return runtime.headers
 
     @classmethod
     def build_request(cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None) -> LLMRequest:
@@ -242,8 +247,7 @@ class LLMUser(User):
             runtime.window_delta.add(record, met_slo=met_slo)
         if runtime.requests_log is not None:
             runtime.requests_log.write(record)
-        if self._conversation is not None:
-            self._conversation.record_reply(prompt, record.output_text if record.ok else None)
+        self._note_reply(prompt, record)
         self._fire(request, record, elapsed_s)
         if record.outcome is not Outcome.THROTTLED:
             self._throttled_streak = 0
@@ -254,6 +258,11 @@ class LLMUser(User):
         return throttle_pause_s(
             record.retry_after_s, self._throttled_streak, runtime.config.max_retry_after_s, self._rng.random()
         )
+
+    def _note_reply(self, prompt: Prompt, record: RequestRecord) -> None:
+        """Keep a counted reply in this user's conversation (``--turns``); a failure ends the conversation."""
+        if self._conversation is not None:
+            self._conversation.record_reply(prompt, record.output_text if record.ok else None)
 
     def _session_prompt(self, stream: SessionStream) -> Prompt:
         """The next step of this user's recorded session (a new session after the last one ended)."""

@@ -86,16 +86,23 @@ def format_summary(results: Mapping[str, Any]) -> str:
         lines.append(_line("Skipped (client fault, not sent):", str(req["skipped"])))
     lines.append(_line("Wall time (s):", _num(results["duration_s"])))
     lines.append(_line("Request throughput (req/s):", _num(thr["requests_per_s"])))
-    lines.append(_line("Output token throughput (tok/s):", _num(thr["output_tokens_per_s"])))
-    lines.append(_line("Total token throughput (tok/s):", _num(thr["total_tokens_per_s"])))
-    lines.append(_line("Total input tokens:", _num(tok["prompt"])))
-    lines.append(_line("Total generated tokens:", _num(tok["completion"])))
-    lines.append(_line("Avg generated tokens per request:", _num(tok["avg_completion_per_request"], 1)))
+    embeddings_only = tok["completion"] is None and thr.get("inputs_per_s") is not None  # nothing generated
+    if embeddings_only:
+        lines.append(_line("Embedded inputs/s:", _num(thr["inputs_per_s"])))
+        lines.append(_line("Input token throughput (tok/s):", _num(thr.get("input_tokens_per_s"))))
+        lines.append(_line("Total input tokens:", _num(tok["prompt"])))
+    else:
+        lines.append(_line("Output token throughput (tok/s):", _num(thr["output_tokens_per_s"])))
+        lines.append(_line("Total token throughput (tok/s):", _num(thr["total_tokens_per_s"])))
+        lines.append(_line("Total input tokens:", _num(tok["prompt"])))
+        lines.append(_line("Total generated tokens:", _num(tok["completion"])))
+        lines.append(_line("Avg generated tokens per request:", _num(tok["avg_completion_per_request"], 1)))
     lines.extend(_goodput_lines(results.get("goodput")))
     lines.append(_line("Input token count source:", _sources_text(tok["prompt_source"], tok["prompt_sources"])))
-    lines.append(
-        _line("Output token count source:", _sources_text(tok["completion_source"], tok["completion_sources"]))
-    )
+    if not embeddings_only:
+        lines.append(
+            _line("Output token count source:", _sources_text(tok["completion_source"], tok["completion_sources"]))
+        )
     lines.extend(_usage_detail_lines(tok, thr))
     itl_title = "Inter-token Latency" if lat["itl_kind"] != "chunk" else "Inter-chunk Latency (ITL)"
     for key, title in (
@@ -113,7 +120,7 @@ def format_summary(results: Mapping[str, Any]) -> str:
             lines.append(_line(f"{name.upper()} {abbrev} (ms):", _num(metric[name], scale=1000.0)))
         if key == "ttft_s":
             lines.extend(_ttft_with_connect_lines(lat.get("ttft_with_connect_s")))
-    lines.extend(_endpoint_lines(results.get("by_endpoint") or [], thr))
+    lines.extend(_endpoint_lines(results.get("by_endpoint") or [], thr, embeddings_only))
     lines.append("=" * _WIDTH)
     lines.extend(_token_warnings(tok))
     lines.extend(_usage_check_notes(tok))
@@ -121,10 +128,13 @@ def format_summary(results: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _endpoint_lines(entries: list[Mapping[str, Any]], thr: Mapping[str, Any]) -> list[str]:
-    """Per endpoint/model (a mixed run): successes, req/s, TTFT and E2E p50, tok/s; inputs/s for embeddings."""
+def _endpoint_lines(entries: list[Mapping[str, Any]], thr: Mapping[str, Any], shown: bool = False) -> list[str]:
+    """Per endpoint/model (a mixed run): successes, req/s, TTFT and E2E p50, tok/s; inputs/s for embeddings.
+
+    ``shown``: the totals already gave inputs/s (an embeddings-only run).
+    """
     if not entries:
-        if thr.get("inputs_per_s") is None:
+        if thr.get("inputs_per_s") is None or shown:
             return []
         return [_line("Embedded inputs/s:", _num(thr["inputs_per_s"]))]
     lines = [_section("Per endpoint")]

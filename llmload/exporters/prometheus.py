@@ -7,8 +7,10 @@ scrape time; nothing is copied or precomputed between scrapes.
 ``CollectorRegistry`` (never the global one) and serves ``GET /metrics``.
 Workers run no exporter: their statistics reach the master as deltas.
 
-Metric families (prefix ``llmload_``, base units; ``endpoint`` is ``chat`` or
-``completions``, ``model`` the served model name). Counters and histograms
+Metric families (prefix ``llmload_``, base units; ``endpoint`` is the user's
+API: ``chat``, ``completions``, ``responses``, ``messages`` or ``embeddings``;
+``model`` the served model name; embeddings have no completion tokens, TTFT,
+ITL or TPOT, so their completion and token-time families stay empty). Counters and histograms
 count exactly what the end-of-run results count, so after the run they equal
 the results JSON (``requests.by_outcome``, ``errors``, ``tokens``,
 ``latency.*.count``):

@@ -13,7 +13,9 @@ start (``llmload.aggregate.series`` says how workers' clocks are aligned). A row
   other ``Outcome`` by its value (``cancelled``, ``http_error``,
   ``timeout``, ...), so a new outcome becomes a column by itself.
 - ``prompt_tokens``, ``output_tokens``: sums over the interval's successes
-  whose count is known (as in the results' ``tokens``).
+  whose count is known (as in the results' ``tokens``); ``output_tokens`` and
+  ``output_tokens_per_s`` are None in a row whose successes generate nothing
+  (embeddings alone).
 - ``reasoning_tokens``, ``answer_tokens``, ``cached_prompt_tokens``: usage's
   reasoning tokens, the output tokens that are not reasoning (never negative,
   ``EndpointStats.answer_tokens``: the rule of the results' ``tokens.answer``)
@@ -144,10 +146,11 @@ def _stats_row(s: EndpointStats, interval_s: float) -> Row:
         if outcome is not Outcome.OK:
             row[outcome.value] = s.requests_by_outcome.get(outcome, 0)
     prompt, output = s.prompt_tokens_sum, s.completion_tokens_sum
+    generated = not s.no_output_requests or s.completion_tokens_known_requests > 0  # embeddings alone: nothing
     row["prompt_tokens"] = prompt
-    row["output_tokens"] = output
+    row["output_tokens"] = output if generated else None
     row["requests_per_s"] = _per_s(s.succeeded, interval_s)
-    row["output_tokens_per_s"] = _per_s(output, interval_s)
+    row["output_tokens_per_s"] = _per_s(output, interval_s) if generated else None
     row["total_tokens_per_s"] = _per_s(prompt + output, interval_s)
     row.update(_usage_detail_columns(s))
     for prefix, name in QUANTILE_METRICS:

@@ -29,6 +29,8 @@ ENDPOINT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("requests_per_s", "Req/s"),
     ("output_tokens_per_s", "Output tok/s"),
     ("total_tokens_per_s", "Total tok/s"),
+    ("input_tokens_per_s", "Input tok/s"),
+    ("inputs_per_s", "Inputs/s"),
     ("ttft_p50_ms", "TTFT p50 (ms)"),
     ("ttft_p99_ms", "TTFT p99 (ms)"),
     ("itl_p99_ms", "ITL p99 (ms)"),
@@ -109,6 +111,8 @@ def _row(endpoint: str, model: str, s: EndpointStats, slo: SLO | None) -> dict[s
         "requests_per_s": _rate(throughput["requests_per_s"]),
         "output_tokens_per_s": _rate(throughput["output_tokens_per_s"]),
         "total_tokens_per_s": _rate(throughput["total_tokens_per_s"]),
+        "input_tokens_per_s": _rate(throughput["input_tokens_per_s"]),
+        "inputs_per_s": _rate(throughput["inputs_per_s"]),  # embeddings: inputs embedded per second
         "ttft_p50_ms": _ms(latency["ttft_s"]["p50"]),
         "ttft_p99_ms": _ms(latency["ttft_s"]["p99"]),
         "itl_p99_ms": _ms(latency["itl_s"]["p99"]),

@@ -33,6 +33,7 @@ __all__ = [
     "build_embeddings_request",
     "build_messages_request",
     "build_responses_request",
+    "messages_connection_headers",
 ]
 
 RESPONSES_PATH = "/v1/responses"
@@ -191,6 +192,21 @@ def build_embeddings_request(
         requested_prompt_tokens=requested_prompt_tokens,
         inputs=len(inputs),
     )
+
+
+def messages_connection_headers(
+    headers: Mapping[str, str], *, bearer_from_key: bool, explicit: Sequence[tuple[str, str]] = ()
+) -> dict[str, str]:
+    """The run's connection ``headers`` as Anthropic's Messages API expects them.
+
+    Messages takes the API key as ``x-api-key`` (``build_messages_request``),
+    so the ``Authorization: Bearer`` header llmload made from that key
+    (``bearer_from_key``) is left out; an ``Authorization`` the user passed
+    in ``explicit`` (``--header``) is kept.
+    """
+    if not bearer_from_key or any(name.lower() == "authorization" for name, _ in explicit):
+        return dict(headers)
+    return {name: value for name, value in headers.items() if name.lower() != "authorization"}
 
 
 def _checked_messages(messages: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:

@@ -337,6 +337,7 @@ class ReplyAccumulator:
         events: number of deltas added.
         unread_events: events received but not read (the one a failure stopped at).
         done: ``[DONE]`` was received (set by the reader).
+        response_id: the reply's Responses API id (set by its reader); None otherwise.
     """
 
     __slots__ = (
@@ -353,6 +354,7 @@ class ReplyAccumulator:
         "prompt_tokens",
         "reasoning_streamed",
         "reasoning_tokens",
+        "response_id",
         "skipped_part",
         "token_times_s",
         "unread_events",
@@ -380,6 +382,7 @@ class ReplyAccumulator:
         self.events = 0
         self.unread_events = 0
         self.done = False
+        self.response_id: str | None = None
 
     def add(self, delta: ChunkDelta, t: float) -> None:
         """Account one delta that arrived ``t`` seconds after send."""

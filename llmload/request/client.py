@@ -85,6 +85,7 @@ from llmload.request.typed_events import (
     parse_embeddings_body,
     parse_messages_body,
     parse_responses_body,
+    response_id,
 )
 from llmload.settings.config import Timeouts
 
@@ -427,10 +428,12 @@ class StreamingClient:
         if endpoint == "embeddings":
             acc.add(parse_embeddings_body(obj, request.inputs), end_s)
             self._fill(record, acc, request, streamed=False)
-            record.completion_tokens = TokenCount(0, TokenSource.SERVER)  # embeddings generate no token
+            record.completion_tokens = TokenCount.unknown()  # not applicable: embeddings generate nothing
             record.inputs = request.inputs
             record.streamed = False
             return
+        if endpoint == "responses":
+            acc.response_id = response_id(obj)
         acc.add(
             parse_responses_body(obj)
             if endpoint == "responses"
@@ -561,6 +564,7 @@ class StreamingClient:
             record.cached_prompt_tokens = None  # more cached than sent: not a figure to add up
             record.usage_notes = (*record.usage_notes, UsageNote.CACHED_ABOVE_PROMPT)
         record.skipped_part, record.usage_without_completion = acc.skipped_part, acc.usage_without_completion
+        record.response_id = acc.response_id
         record.prompt_tokens = resolve_prompt_tokens(
             server_tokens=acc.prompt_tokens, prompt_text=request.prompt_text, counter=self._token_counter
         )

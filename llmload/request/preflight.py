@@ -278,6 +278,15 @@ def _no_usage(record: RequestRecord, where: str) -> str:
 
 def _whole_reply_counts(report: PreflightReport, name: str, record: RequestRecord, *, tokenizer: bool) -> None:
     """Say where a non-streamed (--no-stream) reply's token counts come from; a warning when not from usage."""
+    if record.inputs is not None:  # embeddings: input tokens only, nothing is generated
+        if record.prompt_tokens.source is TokenSource.SERVER:
+            report.notes.append(f"{name}: input token counts from the server's usage")
+        else:
+            report.warnings.append(
+                f"{name}: the reply has no usage.prompt_tokens; input tokens will be "
+                + ("counted with --tokenizer" if tokenizer else "unknown (n/a): pass --tokenizer PATH")
+            )
+        return
     source = record.completion_tokens.source
     if source is TokenSource.SERVER:
         report.notes.append(f"{name}: non-streaming; token counts from the server's usage")

@@ -198,7 +198,11 @@ class RequestRecord:
         usage_without_completion: the reply's ``usage`` had no completion
             count (``total_tokens`` alone, say), so its count came from elsewhere.
         inputs: embeddings: the inputs of the batch, each answered with a
-            vector; None for generation APIs.
+            vector; None for generation APIs. An embeddings record's
+            ``completion_tokens`` stays unknown: nothing is generated.
+        response_id: the Responses API's id of the reply (``response.created`` /
+            ``response.completed``, or the whole body's ``id``), which the next
+            turn can continue (``previous_response_id``); None otherwise.
     """
 
     endpoint: str
@@ -235,6 +239,7 @@ class RequestRecord:
     skipped_part: str | None = None
     usage_without_completion: bool = False
     inputs: int | None = None
+    response_id: str | None = None
 
     # ── derived metrics ──────────────────────────────────────────────────
     @property

@@ -18,7 +18,9 @@ Responses API (OpenAI; vLLM and SGLang serve it):
   with ``response.incomplete_details.reason``: ``max_output_tokens`` is the
   finish reason ``length``, ``content_filter`` stays itself, any other reason
   is ``incomplete:<reason>``, an abnormal finish (``llmload.request.finish``);
-- failures: ``response.failed`` (its ``response.error``) and ``error`` events.
+- failures: ``response.failed`` (its ``response.error``) and ``error`` events;
+- the reply's id (``response.id`` of ``response.created`` / ``.completed``)
+  is kept (``ReplyAccumulator.response_id``) for ``previous_response_id``.
 
 Anthropic Messages:
 
@@ -53,6 +55,7 @@ __all__ = [
     "parse_embeddings_body",
     "parse_messages_body",
     "parse_responses_body",
+    "response_id",
     "responses_finish",
 ]
 
@@ -80,6 +83,15 @@ _ANTHROPIC_FINISH = {
     "tool_use": "tool_calls",
     "refusal": "content_filter",
 }
+
+
+_RESPONSE_ID_EVENTS = frozenset({"response.created", "response.completed", "response.incomplete"})
+
+
+def response_id(response: Any) -> str | None:
+    """The ``id`` of a Responses ``response`` object (what ``previous_response_id`` continues); None if absent."""
+    value = response.get("id") if type(response) is dict else None
+    return value if isinstance(value, str) and value else None
 
 
 def anthropic_finish(stop_reason: Any) -> str | None:
@@ -164,6 +176,8 @@ class TypedReplyReader:
             kind = event.event or obj.get("type")
             kind = kind if isinstance(kind, str) else ""
             delta = self._messages_event(kind, obj) if self._messages else _responses_event(kind, obj)
+            if kind in _RESPONSE_ID_EVENTS:
+                acc.response_id = response_id(obj.get("response")) or acc.response_id
             if delta is not None:
                 acc.add(delta, t)
             if kind in ("response.completed", "response.incomplete", "message_stop"):

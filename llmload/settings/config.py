@@ -128,6 +128,8 @@ class RunConfig:
         prefix_tokens: common prefix length in tokens, 0 = none.
         turns: conversation length per user, 1 = single-turn.
         batch_size: inputs per embeddings request (EmbeddingsUser).
+        responses_history: ``client`` or ``server``: who keeps a multi-turn
+            Responses conversation (``server``: ``previous_response_id``).
         seed: seed of the workload.
         allow_download: permit hub downloads of ``tokenizer``.
         slo: goodput objectives, or None.
@@ -185,6 +187,7 @@ class RunConfig:
     prefix_tokens: int = default("--prefix-tokens")
     turns: int = default("--turns")
     batch_size: int = default("--batch-size")
+    responses_history: str = default("--responses-history")
     seed: int = default("--seed")
     allow_download: bool = False
     slo: SLO | None = None

@@ -299,6 +299,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
         label="Embeddings batch size",
     ),
     OptionSpec(
+        "--responses-history",
+        "ResponsesUser with --turns: client (send the whole conversation as input items) or server (send only "
+        "the new turn with previous_response_id; the server keeps the history).",
+        _DETAILS,
+        "client",
+        v.choice("client", "server"),
+        metavar="WHERE",
+        choices=("client", "server"),
+        label="Responses history kept by",
+    ),
+    OptionSpec(
         "--trace",
         "Replay a timed trace: one request per line, sent at the line's time (see README, Replaying traffic). "
         "The run ends when the trace does (or at -t); every line is sent once over all workers.",

@@ -11,6 +11,11 @@ engine timing, same counters); only the bytes differ:
   ``response.completed`` (finish ``stop``) or ``response.incomplete``
   (``length`` → reason ``max_output_tokens``; an injected ``abort`` → reason
   ``abort``), with ``usage``. No ``[DONE]``. A body without ``input`` gets 400.
+  Every reply written to the end is stored (``ResponseStore``, the newest
+  ``STORED_RESPONSES``) under its ``id``: a request with
+  ``previous_response_id`` continues it (its input tokens are the stored
+  conversation's tokens, prompt and output, plus the new input's), and an id
+  not stored gets a 400 that names it, as the OpenAI API answers.
 - ``POST /v1/messages``: ``messages`` and ``system`` count as chat messages;
   ``max_tokens`` is required (400 without). Streams: ``message_start`` (input
   tokens), ``content_block_start``, ``ping``, one ``text_delta`` per token,
@@ -29,6 +34,7 @@ ends a Responses stream with ``response.failed`` and a Messages stream with an
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from typing import Any
 
 from llmload.sim.protocol import (
@@ -42,7 +48,9 @@ from llmload.sim.replies import ReplyPlan
 
 __all__ = [
     "API_ENDPOINTS",
+    "STORED_RESPONSES",
     "MessagesStreamEncoder",
+    "ResponseStore",
     "ResponsesStreamEncoder",
     "encode_api_whole_reply",
     "encode_embeddings",
@@ -54,6 +62,35 @@ API_ENDPOINTS = frozenset({Endpoint.RESPONSES, Endpoint.MESSAGES, Endpoint.EMBED
 """The endpoints this module answers (chat and completions are ``llmload.sim.replies``)."""
 
 _EMBEDDING_DIM = 8
+
+STORED_RESPONSES = 10_000
+"""How many finished Responses replies the simulator keeps for ``previous_response_id`` (oldest dropped first)."""
+
+
+class ResponseStore:
+    """Finished Responses replies by id → the conversation's tokens so far (prompt + output); bounded."""
+
+    __slots__ = ("_by_id", "capacity")
+
+    def __init__(self, capacity: int = STORED_RESPONSES) -> None:
+        """An empty store of at most ``capacity`` (>= 1) replies."""
+        self.capacity = max(1, capacity)
+        self._by_id: OrderedDict[str, int] = OrderedDict()
+
+    def __len__(self) -> int:
+        """Replies stored."""
+        return len(self._by_id)
+
+    def keep(self, response_id: str, context_tokens: int) -> None:
+        """Store a finished reply; the oldest one goes when the store is full."""
+        self._by_id[response_id] = context_tokens
+        self._by_id.move_to_end(response_id)
+        while len(self._by_id) > self.capacity:
+            self._by_id.popitem(last=False)
+
+    def context_tokens(self, response_id: str) -> int | None:
+        """The stored conversation's tokens of ``response_id``; None if not stored (or dropped)."""
+        return self._by_id.get(response_id)
 
 
 def _event(name: str, obj: dict[str, Any]) -> bytes:
@@ -68,9 +105,12 @@ class _InvalidBodyError(ValueError):
 
 
 def parse_api_request(
-    endpoint: Endpoint, raw: bytes, served_model: str, max_model_len: int
+    endpoint: Endpoint, raw: bytes, served_model: str, max_model_len: int, stored: ResponseStore | None = None
 ) -> tuple[GenerationRequest, int] | ErrorReply:
-    """Validate a Responses, Messages or embeddings body; (request, number of inputs) or the 4xx reply to send."""
+    """Validate a Responses, Messages or embeddings body; (request, number of inputs) or the 4xx reply to send.
+
+    ``stored``: the replies a Responses ``previous_response_id`` may continue (None: none).
+    """
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -83,14 +123,16 @@ def parse_api_request(
     if model != served_model:
         return ErrorReply(404, "NotFoundError", f"model '{model}' is not served; available: {served_model}")
     try:
-        return _parse(endpoint, body, max_model_len)
+        return _parse(endpoint, body, max_model_len, stored)
     except _InvalidBodyError as exc:
         return ErrorReply(400, "BadRequestError", str(exc), exc.param)
     except ValueError as exc:  # the chat token counter's own field errors
         return ErrorReply(400, "BadRequestError", str(exc), "input" if endpoint is Endpoint.RESPONSES else "messages")
 
 
-def _parse(endpoint: Endpoint, body: dict[str, Any], max_model_len: int) -> tuple[GenerationRequest, int]:
+def _parse(
+    endpoint: Endpoint, body: dict[str, Any], max_model_len: int, stored: ResponseStore | None
+) -> tuple[GenerationRequest, int]:
     inputs = 1
     if endpoint is Endpoint.EMBEDDINGS:
         texts = body.get("input")
@@ -102,7 +144,7 @@ def _parse(endpoint: Endpoint, body: dict[str, Any], max_model_len: int) -> tupl
         if "input" not in body:
             raise _InvalidBodyError("Field required: 'input' (missing_required_parameter) for /v1/responses", "input")
         messages = _responses_messages(body["input"], body.get("instructions"))
-        prompt_tokens = count_chat_prompt_tokens(messages)
+        prompt_tokens = count_chat_prompt_tokens(messages) + _continued_tokens(body, stored)
         max_tokens = _positive(body, "max_output_tokens") or max(1, max_model_len - prompt_tokens)
     else:
         max_tokens = _positive(body, "max_tokens") or 0
@@ -130,6 +172,25 @@ def _parse(endpoint: Endpoint, body: dict[str, Any], max_model_len: int) -> tupl
         continuous_usage=False,
     )
     return request, inputs
+
+
+def _continued_tokens(body: dict[str, Any], stored: ResponseStore | None) -> int:
+    """The stored conversation's tokens that ``previous_response_id`` continues; 0 without one."""
+    previous = body.get("previous_response_id")
+    if previous is None:
+        return 0
+    if not isinstance(previous, str) or not previous:
+        raise _InvalidBodyError(
+            f"'previous_response_id' must be a response id string, got {previous!r}", "previous_response_id"
+        )
+    tokens = stored.context_tokens(previous) if stored is not None else None
+    if tokens is None:
+        raise _InvalidBodyError(
+            f"Previous response with id '{previous}' not found (previous_response_not_found); "
+            "continue a response this server returned and still stores",
+            "previous_response_id",
+        )
+    return tokens
 
 
 def _positive(body: dict[str, Any], name: str) -> int | None:

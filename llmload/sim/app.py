@@ -26,6 +26,7 @@ from llmload.sim.api_replies import (
     API_ENDPOINTS,
     MessagesStreamEncoder,
     ResponsesStreamEncoder,
+    ResponseStore,
     encode_api_whole_reply,
     encode_embeddings,
     failure_event,
@@ -95,6 +96,7 @@ class SimApp:
         self._wall_clock = wall_clock
         self._accepted = 0
         self._started_s = clock()
+        self._responses = ResponseStore()  # finished Responses replies, for previous_response_id
         self._prefix_cache: PrefixCache | None = None
         self._prefix_metrics: PrefixCacheCollector | None = None
         if config.prefix_cache_blocks > 0:
@@ -167,7 +169,7 @@ class SimApp:
         raw = environ["wsgi.input"].read(MAX_BODY_BYTES + 1)
         inputs = 1
         if endpoint in API_ENDPOINTS:
-            api = parse_api_request(endpoint, raw, self._config.model, self._config.max_model_len)
+            api = parse_api_request(endpoint, raw, self._config.model, self._config.max_model_len, self._responses)
             if isinstance(api, ErrorReply):
                 return self._error(start_response, endpoint.value, api)
             parsed, inputs = api
@@ -196,6 +198,8 @@ class SimApp:
         plan = apply_reply_fault(plan, reply_fault, cfg.faults, cfg.seed, parsed.max_tokens)
         prefix = "chatcmpl" if endpoint is Endpoint.CHAT else "cmpl"
         request_id = f"{prefix}-sim{cfg.seed}-{self._accepted}"
+        if endpoint is Endpoint.RESPONSES:
+            parsed = dataclasses.replace(parsed, stored_as=f"resp_{request_id}")  # the reply's id (the encoders')
         # reply shapes (chat and completions only)
         shape = NO_SHAPE if endpoint in API_ENDPOINTS else plan_shapes(cfg.shapes, cfg.seed, self._accepted, parsed)
         streamed = parsed.stream and not shape.no_stream
@@ -416,6 +420,8 @@ class SimApp:
             self._metrics.endpoints[request.endpoint].faults[reply_fault].inc()
         if reply_fault is None or reply_fault is FaultKind.SHORT:
             self._count_completed(request, completion_tokens, received_s, finish_reason, first_token_s)
+        if request.stored_as is not None:
+            self._responses.keep(request.stored_as, request.prompt_tokens + completion_tokens)
 
     def _count_completed(
         self,

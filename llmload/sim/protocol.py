@@ -84,6 +84,8 @@ class GenerationRequest:
             ``include_usage`` (vLLM): every chunk also carries the cumulative ``usage``.
         cached_tokens: prompt tokens found in the prefix cache (``--prefix-cache-blocks``),
             reported as ``usage.prompt_tokens_details.cached_tokens``; None = no cache.
+        stored_as: the Responses API id the reply is kept under for
+            ``previous_response_id`` (``llmload.sim.api_replies.ResponseStore``); None: not kept.
     """
 
     endpoint: Endpoint
@@ -95,6 +97,7 @@ class GenerationRequest:
     include_usage: bool
     continuous_usage: bool
     cached_tokens: int | None = None
+    stored_as: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,8 @@ def _check_against_sim(section: dict[str, Any], truth: dict[str, float], endpoin
     assert section["tokens"]["prompt_source"] == "server"
     assert section["tokens"]["prompt"] * (done + 1) == truth["prompt_tokens"] * done  # a fixed prompt
     if endpoint == "embeddings":
-        assert section["tokens"]["completion"] == 0
+        assert section["tokens"]["completion"] is None  # nothing generated: not applicable, never 0
+        assert section["throughput"]["output_tokens_per_s"] is None
         assert truth["completion_tokens"] == 0
         assert section["latency"]["ttft_s"]["count"] == 0
         assert section["throughput"]["inputs_per_s"] > 0
@@ -98,14 +100,71 @@ def test_api_user_totals_equal_sim_with_two_processes(sim_url, tmp_path, endpoin
     assert [row["endpoint"] for row in results["timeseries"] if row["endpoint"]] != []
 
 
+@pytest.mark.parametrize("history", ["client", "server"])
+def test_multi_turn_responses_totals_equal_sim_with_either_history(sim_url, tmp_path, history):
+    results = _run("responses", sim_url, tmp_path / "r.json", 36, "--turns", "3", "--responses-history", history)
+    truth = _truth(sim_url, "responses")
+    # every previous_response_id sent was one the simulator stores
+    assert metric_sum(metrics(sim_url), "llmload_sim_requests_rejected_total") == 0
+    done = results["requests"]["succeeded"]
+    assert results["requests"]["failed"] == 0
+    assert done == 36
+    assert truth["requests_completed"] == done + 1  # the preflight probe
+    tokens = results["tokens"]
+    assert tokens["prompt_source"] == "server"
+    probe_prompt_tokens = truth["prompt_tokens"] - tokens["prompt"]
+    assert 0 < probe_prompt_tokens < tokens["avg_prompt_per_request"]  # later turns carry the conversation
+    assert 1 <= truth["completion_tokens"] - tokens["completion"] <= 2  # the probe's tokens
+
+
+@pytest.mark.parametrize("endpoint", ["responses", "messages", "embeddings"])
+def test_open_loop_request_rate_drives_the_new_users(sim_url, tmp_path, endpoint):
+    results = _run(endpoint, sim_url, tmp_path / "r.json", 30, "--request-rate", "20", "--arrival", "constant")
+    assert results["requests"]["succeeded"] == 30
+    assert results["requests"]["failed"] == 0
+    load = results["load"]
+    assert load["target_rate_per_s"] == 20
+    assert 10 <= load["achieved_rate_per_s"] <= 24  # 30 arrivals at 20/s over two workers (10/s each)
+    assert results["latency"]["dispatch_delay_s"]["count"] == 30  # every request had an intended send time
+    assert results["latency"]["e2e_from_schedule_s"]["count"] == 30
+    _check_against_sim(results, _truth(sim_url, endpoint), endpoint)
+
+
+@pytest.mark.parametrize("endpoint", ["responses", "embeddings"])
+def test_sweep_runs_the_new_users_step_by_step(sim_url, tmp_path, endpoint):
+    out = tmp_path / "sweep.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmload", "sweep", "--sweep", "users=1,4", "--results-json", str(out), "--",
+         "-f", f"locustfiles/{endpoint}.py", "-H", sim_url, "--num-requests", "12", "-t", "60s",
+         "--max-tokens", "8", "--prometheus-port", "0", "--only-summary"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps = json.loads(out.read_text())["steps"]
+    assert [s["step"] for s in steps] == [1, 4]
+    assert [s["requests"]["succeeded"] for s in steps] == [12, 12]
+    assert [s["requests"]["failed"] for s in steps] == [0, 0]
+    if endpoint == "embeddings":
+        assert all(s["throughput"]["output_tokens_per_s"] is None for s in steps)
+        assert all(s["throughput"]["inputs_per_s"] > 0 for s in steps)
+    else:
+        assert all(s["throughput"]["output_tokens_per_s"] > 0 for s in steps)
+    table = proc.stdout[proc.stdout.index("req/s") :]
+    assert table.count("\n") >= 2
+
+
 def test_mixed_locustfile_per_endpoint_figures_sum_to_totals(sim_url, tmp_path):
     results = _run("mixed", sim_url, tmp_path / "r.json", 150)
     entries = {entry["endpoint"]: entry for entry in results["by_endpoint"]}
     assert set(entries) == {"chat", "responses", "embeddings"}
     for key in ("total", "succeeded", "failed"):
         assert sum(e["requests"][key] for e in entries.values()) == results["requests"][key]
-    for key in ("prompt", "completion"):
-        assert sum(e["tokens"][key] for e in entries.values()) == results["tokens"][key]
+    assert sum(e["tokens"]["prompt"] for e in entries.values()) == results["tokens"]["prompt"]
+    generating = [e for name, e in entries.items() if name != "embeddings"]
+    assert sum(e["tokens"]["completion"] for e in generating) == results["tokens"]["completion"]
+    assert results["tokens"]["completion_source"] == "server"  # embeddings count as neither known nor unknown
+    succeeded = sum(e["requests"]["succeeded"] for e in generating)
+    assert results["tokens"]["avg_completion_per_request"] == results["tokens"]["completion"] / succeeded
     assert results["requests"]["total"] == 150
     for endpoint, entry in entries.items():
         _check_against_sim(entry, _truth(sim_url, endpoint), endpoint)
@@ -148,6 +207,31 @@ def test_sim_fault_flags_end_streams_with_the_apis_own_failure_events(gevent_rea
     assert record.outcome is Outcome.SERVER_ERROR
     assert record.error is not None
     assert record.error.category == category
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_sim_continues_a_stored_response_and_refuses_an_unknown_id(gevent_ready, sim_url, stream):
+    def send(previous: str | None):
+        request = build_responses_request(
+            model="llmload-sim", messages=[{"role": "user", "content": "hi there"}], max_tokens=8, stream=stream,
+            previous_response_id=previous,
+        )  # fmt: skip
+        return _client_run(sim_url, request)
+
+    first = send(None)
+    assert first.outcome is Outcome.OK, first.error
+    assert first.response_id is not None
+    assert first.response_id.startswith("resp_")
+    second = send(first.response_id)
+    assert second.outcome is Outcome.OK, second.error
+    # the stored conversation (prompt and reply) comes before the new input
+    assert second.prompt_tokens.value == first.prompt_tokens.value * 2 + first.completion_tokens.value
+    assert second.response_id not in (None, first.response_id)
+    unknown = send("resp_never-served")
+    assert unknown.outcome is Outcome.HTTP_ERROR
+    assert unknown.error is not None
+    assert unknown.error.status == 400
+    assert "Previous response with id 'resp_never-served' not found" in unknown.error.message
 
 
 # ── the web UI: a mixed run started and stopped there, every request counted per endpoint ──

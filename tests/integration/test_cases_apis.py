@@ -11,7 +11,7 @@ import pytest
 
 from llmload.request.api_bodies import build_embeddings_request, build_messages_request, build_responses_request
 from llmload.request.record import Outcome, TokenSource
-from llmload.testing import ReceivedRequest, Reply, ScriptedServer, W, json_reply, typed
+from llmload.testing import CF, ROLE, C, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse, typed
 from tests.integration.procs import run_locust
 
 pytestmark = [pytest.mark.integration, pytest.mark.timing]
@@ -253,7 +253,9 @@ def test_embeddings_batch_is_measured_from_usage(run_scripted):
     assert record.e2e_s == run.at(30)
     assert record.prompt_tokens.value == 6
     assert record.prompt_tokens.source is TokenSource.SERVER
-    assert record.completion_tokens.value == 0
+    assert record.completion_tokens.value is None  # nothing is generated: not applicable, never 0
+    assert record.completion_tokens.source is TokenSource.UNKNOWN
+    assert record.inputs == 3
     assert record.ttft_s is None
     assert run.requests[0].json()["input"] == ["a b", "c d", "e f"]
 
@@ -350,4 +352,108 @@ def test_messages_user_sends_the_api_key_as_x_api_key_and_the_version():
         assert sent.path == "/v1/messages"
         assert sent.headers["x-api-key"] == "sk-test-key"
         assert sent.headers["anthropic-version"] == "2023-06-01"
+        assert "authorization" not in sent.headers  # the key goes the API's way only, the probe included
     assert "sk-test-key" not in proc.stdout + proc.stderr
+
+
+def test_messages_user_keeps_an_authorization_header_passed_explicitly():
+    with ScriptedServer(_route(Reply(_messages_writes()))) as srv:
+        proc = run_locust(
+            ["-f", "locustfiles/messages.py", "--headless", "--only-summary", "-H", srv.base_url,
+             "-u", "1", "-r", "1", "--num-requests", "1", "-t", "30s", "--header", "Authorization: Bearer gw-token"],
+            timeout_s=60,
+            env={"OPENAI_API_KEY": ""},
+        )  # fmt: skip
+        posts = [r for r in srv.requests if r.method == "POST"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(posts) == 2
+    for sent in posts:
+        assert sent.headers["authorization"] == "Bearer gw-token"  # a gateway's own token, passed on purpose
+        assert "x-api-key" not in sent.headers  # no key was set
+
+
+def test_mixed_chat_and_messages_users_send_the_key_each_the_apis_way(tmp_path):
+    locustfile = tmp_path / "chat_messages.py"
+    locustfile.write_text(
+        "from llmload.edge import api_users, hooks, users\n"
+        "class Chat(users.ChatUser):\n    pass\n"
+        "class Messages(api_users.MessagesUser):\n    pass\n"
+        "hooks.install()\n"
+    )
+
+    def route(request: ReceivedRequest) -> Reply:
+        if request.path == "/v1/chat/completions":
+            return Reply([W(5, sse(ROLE, C({"content": "hi"}))), W(6, sse(CF("stop"), U(3, 1), "[DONE]"))])
+        return _route(Reply(_messages_writes()))(request)
+
+    with ScriptedServer(route) as srv:
+        proc = run_locust(
+            ["-f", str(locustfile), "--headless", "--only-summary", "-H", srv.base_url,
+             "-u", "2", "-r", "2", "--num-requests", "4", "-t", "30s"],
+            timeout_s=60,
+            env={"OPENAI_API_KEY": "sk-test-key"},
+        )  # fmt: skip
+        posts = [r for r in srv.requests if r.method == "POST"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    chat = [r for r in posts if r.path == "/v1/chat/completions"]
+    messages = [r for r in posts if r.path == "/v1/messages"]
+    assert chat
+    assert messages
+    assert all(r.headers["authorization"] == "Bearer sk-test-key" and "x-api-key" not in r.headers for r in chat)
+    assert all(r.headers["x-api-key"] == "sk-test-key" and "authorization" not in r.headers for r in messages)
+
+
+# ── server-side history of multi-turn Responses (previous_response_id) ─────
+def _writes_with_id(rid: str):
+    completed = _completed()
+    completed["response"]["id"] = rid
+    return [
+        W(5, typed("response.created", {"response": {"id": rid, "status": "in_progress"}})),
+        W(10, typed("response.output_text.delta", {"delta": "Hi", "output_index": 0})),
+        W(15, typed("response.output_text.delta", {"delta": " there", "output_index": 0})),
+        W(20, typed("response.completed", completed)),
+    ]
+
+
+def _turns_run(history: str, *, stream: bool = True):
+    posts = iter(range(1, 1000))
+
+    def route(request: ReceivedRequest) -> Reply:
+        if request.method == "GET":
+            return json_reply(200, MODELS) if request.path == "/v1/models" else json_reply(404, "{}")
+        n = next(posts)
+        if stream:
+            return Reply(_writes_with_id(f"resp_{n}"))
+        usage = _completed()["response"]["usage"]
+        body = {"id": f"resp_{n}", "object": "response", "status": "completed", "usage": usage,
+                "output": [{"type": "message", "content": [{"type": "output_text", "text": "Hi there"}]}]}  # fmt: skip
+        return json_reply(200, json.dumps(body))
+
+    extra = () if stream else ("--no-stream",)
+    with ScriptedServer(route) as srv:
+        proc = _locust("responses", srv.base_url, "--turns", "3", "--responses-history", history, "--prompt", "Hello",
+                       *extra)  # fmt: skip
+        bodies = [r.json() for r in srv.requests if r.method == "POST"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return bodies
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_responses_server_history_sends_only_the_new_turn_with_previous_response_id(stream):
+    probe, first, second, third = _turns_run("server", stream=stream)
+    assert "previous_response_id" not in probe
+    assert "previous_response_id" not in first
+    assert first["input"] == "Hello"
+    assert second["previous_response_id"] == "resp_2"  # the first turn's reply (the probe was resp_1)
+    assert second["input"] == "Hello"  # only the new user message: the server holds the rest
+    assert third["previous_response_id"] == "resp_3"
+    assert third["input"] == "Hello"
+
+
+def test_responses_client_history_sends_the_whole_conversation():
+    _, first, second, third = _turns_run("client")
+    assert all("previous_response_id" not in body for body in (first, second, third))
+    assert first["input"] == "Hello"
+    assert [item["role"] for item in second["input"]] == ["user", "assistant", "user"]
+    assert second["input"][1]["content"] == "Hi there"
+    assert len(third["input"]) == 5

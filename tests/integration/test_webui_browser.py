@@ -80,3 +80,32 @@ def _run_in_browser(driver: Any, ui: WebUI, results: Path) -> None:
     link = _by_text(driver, "//a[contains(., 'llmload results JSON')]")
     assert json.loads(ui.get("/" + link.get_attribute("href").split("/", 3)[3])) == document
     assert document["requests"]["succeeded"] == 30
+
+
+def test_browser_llm_tab_shows_one_row_per_endpoint_of_a_mixed_locustfile(browser: Any, tmp_path: Path) -> None:
+    """Issue 22: chat, responses and embeddings each get a row (inputs/s for embeddings) and a total row."""
+    from selenium.webdriver.common.by import By
+
+    results = tmp_path / "r.json"
+    args = ("-f", "locustfiles/mixed.py", "--num-requests", "40", "--results-json", str(results), "--max-tokens", "8")
+    with web_ui(*args) as ui:
+        ui.swarm(user_count="5", spawn_rate="5")
+        ui.wait(lambda s: s["state"] == "stopped" and final_results_written(results), "the run to end")
+        document = json.loads(results.read_text())
+        browser.get(ui.base + "/?tab=llmload")
+        _wait(browser, lambda d: "Total" in _tab_cells(d) and "embeddings" in _tab_cells(d))
+        headers = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "table th")]
+        rows = {
+            cells[0]: cells
+            for row in browser.find_elements(By.CSS_SELECTOR, "table tbody tr")
+            if (cells := [cell.text for cell in row.find_elements(By.CSS_SELECTOR, "td")])
+        }
+    assert {"chat", "responses", "embeddings", "Total"} <= set(rows)
+    column = {title: i for i, title in enumerate(headers) if title}
+    entries = {e["endpoint"]: e for e in document["by_endpoint"]}
+    for endpoint, entry in entries.items():
+        assert rows[endpoint][column["Succeeded"]] == str(entry["requests"]["succeeded"])
+    assert rows["Total"][column["Succeeded"]] == str(document["requests"]["succeeded"]) == "40"
+    assert rows["embeddings"][column["Output tok/s"]] == "n/a"
+    assert rows["embeddings"][column["Inputs/s"]] != "n/a"
+    assert rows["chat"][column["Inputs/s"]] == "n/a"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from llmload.aggregate.stats import LLMStats
@@ -59,3 +60,90 @@ def test_prometheus_families_are_labelled_by_the_new_endpoints():
         labels = {"endpoint": endpoint, "model": "m", "outcome": "ok"}
         assert registry.get_sample_value("llmload_requests_total", labels) == n
     assert registry.get_sample_value("llmload_prompt_tokens_total", {"endpoint": "embeddings", "model": "m"}) == 36
+
+
+def _embeddings_record(start_unix: float):
+    from llmload.request.record import TokenCount
+
+    return ok_record((), end_s=0.05, start_unix=start_unix, endpoint="embeddings", prompt_tokens=12,
+                     completion_tokens=TokenCount.unknown(), inputs=4, streamed=False)  # fmt: skip
+
+
+def test_embeddings_have_no_output_tokens_and_the_summary_shows_inputs_per_s():
+    stats = LLMStats.empty()
+    for i in range(3):
+        stats.add(_embeddings_record(T0 + i))
+    results = build_results(RunOutcome(stats, run_id="r1", host="http://h", model="m", started_at_unix=T0))
+    tokens, throughput = results["tokens"], results["throughput"]
+    assert tokens["completion"] is None  # not applicable: never 0
+    assert tokens["completion_sources"] == {}  # and not "unknown" either
+    assert throughput["output_tokens_per_s"] is None
+    assert throughput["inputs_per_s"] == 12 / results["duration_s"]
+    summary = format_summary(results)
+    assert "Output token throughput" not in summary
+    assert "Total generated tokens" not in summary
+    assert "had no output token count" not in summary
+    assert f"Embedded inputs/s:{'':>1}" in summary or "Embedded inputs/s:" in summary
+    assert summary.count("Embedded inputs/s:") == 1
+    assert "Input token throughput (tok/s):" in summary
+    assert f"{36 / results['duration_s']:.2f}" in summary
+
+
+def test_embeddings_in_a_mixed_run_leave_output_totals_to_the_generating_requests():
+    stats = LLMStats.empty()
+    for i in range(3):
+        stats.add(ok_record(start_unix=T0 + i, endpoint="responses", completion_tokens=3))
+        stats.add(_embeddings_record(T0 + i))
+    results = build_results(RunOutcome(stats, run_id="r1", host="http://h", model="m", started_at_unix=T0))
+    tokens = results["tokens"]
+    assert tokens["completion"] == 9
+    assert tokens["avg_completion_per_request"] == 3.0  # over the three responses, not all six successes
+    assert tokens["completion_source"] == "server"
+    entries = {e["endpoint"]: e for e in results["by_endpoint"]}
+    assert entries["embeddings"]["tokens"]["completion"] is None
+    assert entries["responses"]["tokens"]["completion"] == 9
+    summary = format_summary(results)
+    assert "Output token throughput (tok/s):" in summary
+    assert "had no output token count" not in summary
+    assert from_wire(to_wire(stats)) == stats
+
+
+def test_html_report_has_a_per_endpoint_table_with_inputs_per_s_for_embeddings():
+    import re
+
+    from llmload.exporters.html import render_report
+
+    stats = LLMStats.empty()
+    for i in range(3):
+        stats.add(ok_record(start_unix=T0 + i, endpoint="responses", completion_tokens=3))
+        stats.add(_embeddings_record(T0 + i))
+    stats.add(ok_record(start_unix=T0 + 3, endpoint="chat"))
+    results = build_results(RunOutcome(stats, run_id="r1", host="http://h", model="m", started_at_unix=T0))
+    page = render_report([results])
+    rows = dict(re.findall(r'<tr data-endpoint="(\w+)">(.*?)</tr>', page, re.S))
+    assert sorted(rows) == ["chat", "embeddings", "responses"]
+    cells = {name: re.findall(r'<td class="num">([^<]*)</td>', row) for name, row in rows.items()}
+    # Succeeded, Failed, Req/s, Output tok/s, Input tok/s, Inputs/s, TTFT p50, TTFT p99, E2E p50
+    embeddings, responses = cells["embeddings"], cells["responses"]
+    assert embeddings[:2] == ["3", "0"]
+    assert embeddings[3] == "n/a"  # no output tokens
+    entry = next(e for e in results["by_endpoint"] if e["endpoint"] == "embeddings")
+    assert float(embeddings[5].replace(",", "")) == pytest.approx(entry["throughput"]["inputs_per_s"], rel=0.01)
+    assert responses[5] == "n/a"
+    assert responses[3] != "n/a"
+
+
+def test_time_series_rows_of_embeddings_have_no_output_tokens_and_totals_still_add_up():
+    from llmload.exporters.timeseries import interval_rows
+
+    stats = LLMStats.empty()
+    for i in range(3):
+        stats.add(ok_record(start_unix=T0 + i, endpoint="responses", completion_tokens=3))
+        stats.add(_embeddings_record(T0 + i))
+    rows = {row["endpoint"]: row for row in interval_rows(0, stats, 1.0)}
+    assert rows["embeddings"]["output_tokens"] is None  # not applicable, never 0
+    assert rows["embeddings"]["output_tokens_per_s"] is None
+    assert rows["embeddings"]["prompt_tokens"] == 36
+    assert rows["responses"]["output_tokens"] == 9
+    assert rows[None]["output_tokens"] == 9  # the total row: the generating requests' tokens
+    assert rows[None]["prompt_tokens"] == rows["embeddings"]["prompt_tokens"] + rows["responses"]["prompt_tokens"]

@@ -60,6 +60,19 @@ def test_sweep_knee_where_ttft_p99_passes_the_limit():
     }
 
 
+def test_sweep_knee_of_an_embeddings_sweep_follows_inputs_per_s():
+    def embeddings_step(n, inputs_s):
+        return {"step": n, "throughput": {"output_tokens_per_s": None, "inputs_per_s": inputs_s},
+                "latency": {"ttft_s": {"p99": None}}}  # fmt: skip
+
+    steps = [embeddings_step(1, 50.0), embeddings_step(4, 190.0), embeddings_step(16, 192.0)]
+    knee = find_knee(steps)
+    assert knee is not None
+    assert knee["step"] == 4
+    assert knee["reason"].startswith("inputs/s rose only +1.1%")
+    assert find_knee(steps[:2]) is None
+
+
 def test_sweep_no_knee_while_throughput_rises():
     assert find_knee([step(1, 100, 0.05), step(8, 700, 0.06)]) is None
 

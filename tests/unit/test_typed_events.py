@@ -119,3 +119,26 @@ def test_embeddings_body_accepts_base64_vectors_and_reads_prompt_tokens():
 def test_embeddings_body_not_a_list_is_a_protocol_error():
     with pytest.raises(SSEProtocolError):
         parse_embeddings_body({"object": "list"}, 1)
+
+
+def test_responses_reader_keeps_the_reply_id_for_previous_response_id():
+    reader = TypedReplyReader("responses")
+    reader.feed(typed("response.created", {"response": {"id": "resp_1", "status": "in_progress"}}), 0.01)
+    assert reader.acc.response_id == "resp_1"
+    completed = {"response": {**COMPLETED["response"], "id": "resp_1"}}
+    reader.feed(typed("response.output_text.delta", {"delta": "a"}) + typed("response.completed", completed), 0.1)
+    assert reader.acc.response_id == "resp_1"
+
+
+def test_responses_reader_takes_the_id_from_completed_when_created_had_none():
+    reader = TypedReplyReader("responses")
+    reader.feed(typed("response.created", {"response": {"status": "in_progress"}}), 0.01)
+    assert reader.acc.response_id is None
+    reader.feed(typed("response.completed", {"response": {**COMPLETED["response"], "id": "resp_9"}}), 0.1)
+    assert reader.acc.response_id == "resp_9"
+
+
+def test_messages_reader_keeps_no_response_id():
+    reader = TypedReplyReader("messages")
+    reader.feed(typed("message_start", {"message": {"id": "msg_1", "usage": {"input_tokens": 3}}}), 0.01)
+    assert reader.acc.response_id is None

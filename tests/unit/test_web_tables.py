@@ -66,3 +66,23 @@ def test_run_rows_say_coverage_verdict_failures_and_metrics() -> None:
 def test_run_rows_say_the_verdict_is_pending_while_the_results_are_built() -> None:
     rows = {r["item"]: r["value"] for r in run_rows(LLMStats.empty(), RunFacts(state="stopped", ending=True))}
     assert rows["Verdict"].startswith("pending")
+
+
+def test_endpoint_rows_of_a_mixed_run_show_embeddings_inputs_per_s_and_no_output_tokens() -> None:
+    stats = LLMStats.empty()
+    stats.add(_ok("chat", 0.2, 5))
+    stats.add(_ok("responses", 0.4, 7))
+    embeddings = RequestRecord(
+        endpoint="embeddings", model="m", started_at_unix=1_700_000_000.0, end_s=0.5, streamed=False,
+        prompt_tokens=TokenCount(30, TokenSource.SERVER), completion_tokens=TokenCount.unknown(), inputs=3,
+    )  # fmt: skip
+    stats.add(embeddings)
+    rows = {r["endpoint"]: r for r in endpoint_rows(stats)}
+    assert list(rows) == ["chat", "embeddings", "responses", "Total"]
+    assert rows["embeddings"]["inputs_per_s"] == "6.00"  # 3 inputs over the 0.5 s it spans
+    assert rows["embeddings"]["input_tokens_per_s"] == "60.00"
+    assert rows["embeddings"]["output_tokens_per_s"] == "n/a"
+    assert rows["embeddings"]["completion_tokens"] == "n/a"
+    assert rows["chat"]["inputs_per_s"] == "n/a"
+    assert rows["Total"]["completion_tokens"] == "12"  # embeddings add no output tokens, and leave the sum known
+    assert rows["Total"]["prompt_tokens"] == "50"
