@@ -29,6 +29,12 @@ if TYPE_CHECKING:
 
 __all__ = ["SessionOrder", "TracedRequest", "finish_trace_line", "take_trace_line"]
 
+# A timer wakes up to ~1 ms late (libev rounds epoll's timeout up to whole ms): the sender wakes this
+# much early and yields (gevent.sleep(0), other greenlets and I/O run) until the line is due. Measured
+# on 2 busy cores, 300 lines 20 ms apart over 2 workers: send lag p50 0.9-1.2 ms -> 0.2 ms, p99 6.6-9.4 ms
+# -> 2-6 ms. Cost: at most this much CPU per line while nothing else is ready.
+_SPIN_S = 0.002
+
 
 class SessionOrder:
     """Sends a session's trace lines one at a time, in turn order, on this worker.
@@ -99,8 +105,10 @@ def take_trace_line(runtime: Runtime) -> TracedRequest | None:
     if line.session_id is not None and turn > 0:
         runtime.trace_order.wait(line.session_id, turn)
     delay_s = intended_s - time.perf_counter()
-    if delay_s > 0:
-        gevent.sleep(delay_s)
+    if delay_s > _SPIN_S:
+        gevent.sleep(delay_s - _SPIN_S)
+    while time.perf_counter() < intended_s:  # the last moments yielding, never before it is due
+        gevent.sleep(0)
     return traced
 
 
