@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from llmload.exporters.html import render_report
 from llmload.testing import TF, ReceivedRequest, Reply, ScriptedServer, T, U, W, json_reply, sse
 from tests.integration.procs import run_locust
 from tests.integration.test_sim import metric_sum, metrics, start_sim, stop_sim
@@ -106,6 +107,11 @@ def test_issue21_mooncake_trace_replays_once_on_time_exact_and_cached_across_two
         assert delays[-1] <= 0.010, delays[-5:]
     assert results["load"]["mode"] == "trace"
     assert results["load"]["max_schedule_lag_s"] == pytest.approx(delays[-1], abs=0.002)
+    # the time series carries the schedule lag per interval, and the HTML report charts it
+    lags = [row["schedule_lag_p99_s"] for row in results["timeseries"] if row["endpoint"] is None]
+    assert any(lag is not None for lag in lags)
+    assert max(lag for lag in lags if lag is not None) <= delays[-1] * 1.01 + 1e-6
+    assert 'id="ts-schedule-lag"' in render_report([results])
     # cached tokens = what the trace's shared blocks imply, request by request (known by length)
     implied = dict(zip((line["input_length"] for line in lines), _implied_cached(lines), strict=True))
     assert {r["prompt_tokens"]: r["cached_prompt_tokens"] for r in records} == implied
