@@ -31,8 +31,9 @@ __all__ = ["SessionOrder", "TracedRequest", "finish_trace_line", "take_trace_lin
 
 # A timer wakes up to ~1 ms late (libev rounds epoll's timeout up to whole ms): the sender wakes this
 # much early and yields (gevent.sleep(0), other greenlets and I/O run) until the line is due. Measured
-# on 2 busy cores, 300 lines 20 ms apart over 2 workers: send lag p50 0.9-1.2 ms -> 0.2 ms, p99 6.6-9.4 ms
-# -> 2-6 ms. Cost: at most this much CPU per line while nothing else is ready.
+# on 2 cores shared with other jobs (load average 4-9), 300 lines 20 ms apart over 2 workers: send lag
+# p50 0.9-1.2 ms -> 0.1-0.3 ms; the p99 (2-87 ms either way) follows the machine's load, not the timer.
+# Cost: at most this much CPU per line while nothing else is ready.
 _SPIN_S = 0.002
 
 
