@@ -261,12 +261,12 @@ def _start_master_or_local(environment: Environment) -> None:
         setattr(options, _PLAN, plan_to_wire(plan))
         shares = {
             str(runner.get_worker_index(c.id)): (c.id, share)
-            for c, share in zip(workers, split(runtime.config, len(workers)), strict=True)
+            for c, share in zip(workers, split(runtime.config, len(workers), runtime.trace_of_run), strict=True)
         }
         _send_shares(runner, runtime.run_id, shares)
         gevent.spawn(_watch_workers, environment, runtime.run_id)
     else:
-        (share,) = split(runtime.config, 1)
+        (share,) = split(runtime.config, 1, runtime.trace_of_run)
         runtime.budget = RequestBudget(share.quota_requests, on_done=lambda: gevent.spawn(finish_run, environment))
         start_workload(runtime, share, 1)
         start_open_loop(runtime, share)

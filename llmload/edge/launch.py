@@ -27,6 +27,7 @@ import gevent
 import gevent.event
 import gevent.lock
 
+from llmload.edge.replay import SessionOrder
 from llmload.edge.runtime import CpuMonitor, Runtime, SendWindow, WarmupGate
 from llmload.errors import ConfigError, LLMLoadError
 from llmload.exporters.requests_log import RequestsLog, worker_path
@@ -43,7 +44,7 @@ from llmload.settings.credentials import public_url, secret_query_names, split_c
 from llmload.workload.arrivals import Arrival, ArrivalSchedule
 from llmload.workload.prompts import build_workload
 from llmload.workload.session_file import SessionStream
-from llmload.workload.trace import TraceCursor
+from llmload.workload.trace import Trace, TraceCursor, trace_shares
 
 __all__ = [
     "TRACE_LEAD_S",
@@ -427,14 +428,19 @@ def _count_trace(runtime: Runtime) -> None:
         runtime.config = dataclasses.replace(runtime.config, num_requests=len(workload.trace.lines))
 
 
-def split(config: RunConfig, workers: int) -> tuple[WorkerShare, ...]:
-    return split_run(
+def split(config: RunConfig, workers: int, trace: Trace | None = None) -> tuple[WorkerShare, ...]:
+    """The workers' shares of the run; of a trace run, each worker's quota is the number of lines it sends."""
+    shares = split_run(
         workers,
         num_requests=config.num_requests,
         warmup_requests=config.warmup_requests,
         request_rate=config.request_rate,
         max_concurrency=config.max_concurrency,
     )
+    if trace is None or not workers:
+        return shares
+    lines = trace_shares(trace, workers)
+    return tuple(dataclasses.replace(share, quota_requests=lines[share.rank]) for share in shares)
 
 
 def start_open_loop(runtime: Runtime, share: WorkerShare) -> None:
@@ -463,6 +469,7 @@ def start_workload(runtime: Runtime, share: WorkerShare, workers: int) -> None:
     runtime.session_stream = SessionStream(specs, rank, stride) if specs and rank < stride else None
     trace = runtime.workload.trace if runtime.workload is not None else None
     runtime.trace = TraceCursor(trace, rank, stride, runtime.config.trace_speed) if trace and rank < stride else None
+    runtime.trace_order = SessionOrder()
     # every worker replays from one instant of the run's timeline; after a warm-up, from its end
     runtime.trace_start_s = runtime.run_started_s + TRACE_LEAD_S if share.warmup_requests <= 0 else 0.0
     warmup = share.warmup_requests

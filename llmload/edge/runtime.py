@@ -20,6 +20,7 @@ import gevent.lock
 
 from llmload.aggregate.series import FoldedTotal, IntervalSeries, interval_index
 from llmload.aggregate.stats import LLMStats
+from llmload.edge.replay import SessionOrder
 from llmload.exporters.load import SendFigures
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
@@ -41,7 +42,7 @@ from llmload.settings.thresholds import Breach, ThresholdWatch
 from llmload.workload.arrivals import ArrivalSchedule
 from llmload.workload.prompts import Prompt, PromptStream, Workload
 from llmload.workload.session_file import SessionStream
-from llmload.workload.trace import TraceCursor
+from llmload.workload.trace import Trace, TraceCursor
 
 log = logging.getLogger(__name__)
 
@@ -326,6 +327,7 @@ class Runtime:
     trace: TraceCursor | None = None
     session_stream: SessionStream | None = None  # --sessions: this process's sessions
     trace_start_s: float = 0.0
+    trace_order: SessionOrder = field(default_factory=SessionOrder)  # a session's trace lines one at a time
     sends: SendWindow = field(default_factory=SendWindow)
     stopped_at_s: float | None = None  # time.perf_counter() when this process's stop began
     send_figures_by_process: dict[str, SendFigures] = field(default_factory=dict)  # master: latest per worker
@@ -475,6 +477,11 @@ class Runtime:
     def has_unreported(self) -> bool:
         """True when something was counted since the last ``take_delta``."""
         return not (self.series.is_empty() and self.stats.is_empty())
+
+    @property
+    def trace_of_run(self) -> Trace | None:
+        """The loaded ``--trace`` of this run, or None."""
+        return self.workload.trace if self.workload is not None else None
 
     def now_unix(self) -> float:
         """Now on the run's timeline: Unix seconds of the master's wall clock, read off this process's monotonic clock.

@@ -31,7 +31,7 @@ from typing import ClassVar
 import gevent
 from gevent import GreenletExit
 
-from llmload.edge.replay import take_trace_line
+from llmload.edge.replay import TracedRequest, finish_trace_line, take_trace_line
 from llmload.edge.runtime import Runtime, WarmupGate
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request.client import StreamingClient
@@ -72,6 +72,7 @@ class LLMUser(User):
         self._player: SessionPlayer | None = None  # --sessions: the recorded session this user plays
         self._throttled_streak = 0  # throttled replies in a row
         self._skipped_streak = 0  # requests skipped by a client fault in a row
+        self._traced: TracedRequest | None = None  # the trace line being sent
         self._rng = random.Random()  # jitter of the back-off after throttled replies
 
     def on_stop(self) -> None:
@@ -173,6 +174,9 @@ class LLMUser(User):
             if runtime.schedule is None and runtime.trace is None and runtime.config.num_requests is None:
                 # A fault that repeats would otherwise spin the user at full CPU until -t ends.
                 pause_s = skip_pause_s(self._skipped_streak)
+        finally:
+            finish_trace_line(runtime, self._traced)  # its session's next trace line may go
+            self._traced = None
         runtime.budget.release()
         if pause_s > 0:
             gevent.sleep(pause_s)
@@ -187,7 +191,7 @@ class LLMUser(User):
         intended_s: float | None
         trace_session: str | None = None
         if runtime.trace is not None:
-            traced = take_trace_line(runtime)
+            traced = self._traced = take_trace_line(runtime)
             if traced is None:
                 raise StopUser  # this process's trace share is all sent
             intended_s, prompt, trace_session = traced.intended_s, traced.prompt, traced.session_id

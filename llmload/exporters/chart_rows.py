@@ -13,6 +13,11 @@
   web UI's LLM tab shows them, by the rule of the results' ``client_saturated``.
 - ``latency_cdf``: a latency's cumulative distribution from its histogram's
   buckets (the results' ``latency_cdf``, drawn by the HTML report).
+- ``with_turn_columns`` / ``load_charts``: the schedule lag (open loop,
+  ``--trace``) and the mean TTFT by turn (sessions) over time: the row's
+  ``turn_ttft_mean_s`` map flattened into one column per turn
+  (``ttft_turn<N>_mean_s``, turns 1 to ``CHART_TURNS``), and the charts to
+  draw when some row has a value.
 """
 
 from __future__ import annotations
@@ -26,14 +31,18 @@ from llmload.exporters.sections import CPU_SATURATION_S, READ_LAG_LIMIT_S, read_
 __all__ = [
     "CDF_MAX_POINTS",
     "CDF_METRICS",
+    "CHART_TURNS",
     "RATE_COLUMNS",
     "RATE_MIN_SHARE",
     "client_warnings",
     "interval_of",
     "is_partial",
     "latency_cdf",
+    "load_charts",
     "mark_partial",
     "results_warnings",
+    "turn_column",
+    "with_turn_columns",
 ]
 
 CDF_METRICS: tuple[str, ...] = ("ttft_s", "itl_s", "tpot_s", "e2e_s")
@@ -55,6 +64,54 @@ RATE_MIN_SHARE = 0.5
 """Share of an interval a partial row must cover for rate charts to draw it (its rate over its real length)."""
 
 _TOLERANCE = 1e-9
+
+CHART_TURNS = 8
+"""Turns drawn one line each in the TTFT-by-turn chart (later turns are in the results' ``sessions`` table)."""
+
+
+def turn_column(turn: int) -> str:
+    """The chart column of turn ``turn``'s mean TTFT (seconds): ``ttft_turn<N>_mean_s``."""
+    return f"ttft_turn{turn}_mean_s"
+
+
+def with_turn_columns(row: Mapping[str, Any]) -> dict[str, Any]:
+    """``row`` with ``turn_ttft_mean_s`` flattened into ``turn_column(1 .. CHART_TURNS)`` (None: no such turn)."""
+    means = row.get("turn_ttft_mean_s")
+    out = dict(row)
+    for turn in range(1, CHART_TURNS + 1):
+        out[turn_column(turn)] = means.get(str(turn)) if isinstance(means, Mapping) else None
+    return out
+
+
+def load_charts(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The schedule-lag and TTFT-by-turn charts that ``rows`` (``with_turn_columns`` rows) have values for.
+
+    Each is ``{"id", "title", "fields", "labels", "scale"}`` (comma-separated fields and labels, ms scale).
+    """
+    rows = list(rows)
+    charts = []
+    if any(row.get("schedule_lag_p99_s") is not None for row in rows):
+        charts.append(
+            {
+                "id": "ts-schedule-lag",
+                "title": "Schedule lag p99 (ms): sent - due",
+                "fields": "schedule_lag_p99_s",
+                "labels": "schedule lag p99 (ms)",
+                "scale": "1000",
+            }
+        )
+    turns = [t for t in range(1, CHART_TURNS + 1) if any(row.get(turn_column(t)) is not None for row in rows)]
+    if turns:
+        charts.append(
+            {
+                "id": "ts-turn-ttft",
+                "title": "Mean TTFT by turn (ms)",
+                "fields": ",".join(turn_column(t) for t in turns),
+                "labels": ",".join(f"turn {t}" for t in turns),
+                "scale": "1000",
+            }
+        )
+    return charts
 
 
 def is_partial(row: Mapping[str, Any], interval_s: float | None) -> bool:

@@ -34,7 +34,7 @@ from typing import Any
 import jinja2
 
 from llmload.errors import ConfigError
-from llmload.exporters.chart_rows import RATE_COLUMNS, interval_of, mark_partial
+from llmload.exporters.chart_rows import RATE_COLUMNS, interval_of, load_charts, mark_partial, with_turn_columns
 from llmload.exporters.console import summary_lines
 from llmload.exporters.web_charts import threshold_lines
 from llmload.settings.thresholds import parse_threshold
@@ -205,7 +205,7 @@ def chart_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
     charts (``RATE_COLUMNS``).
     """
     rows = _total_rows(document)
-    return mark_partial(rows, interval_of(document, rows))
+    return [with_turn_columns(row) for row in mark_partial(rows, interval_of(document, rows))]
 
 
 def abort_on_lines(document: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -361,6 +361,7 @@ def render_report(documents: Sequence[Mapping[str, Any]], names: Sequence[str] |
         has_timeseries=any(run["timeseries"] for run in chart_data["runs"]),
         cdf_from_histograms=all(cdf_from_histograms(doc) for doc in documents),
         server_charts=server_charts(documents),
+        load_charts=load_charts(row for run in chart_data["runs"] for row in run["timeseries"]),
         chart_js=_asset(*CHART_LIBRARY),
         report_js=_asset("exporters", "templates", "report.js"),
     )

@@ -29,6 +29,9 @@ start (``llmload.aggregate.series`` says how workers' clocks are aligned). A row
 - ``read_lag_p99_s``: the client's read lag over the interval's reads.
 - ``schedule_lag_p99_s``: open loop or ``--trace``: p99 of the interval's
   dispatch delays (sent − due); None in a closed loop.
+- ``turn_ttft_mean_s``: sessions (``--turns``, ``--sessions``): the mean TTFT
+  of the interval's successes by turn number, ``{"1": s, "2": s, ...}`` (in
+  the CSV as its JSON text); None when no request of a turn finished.
 - gauges, total row only (null in per-key rows): ``in_flight_requests``,
   ``users``, ``workers``, ``client_rss_bytes`` (the load generator's resident
   memory: the process's own, or on a master the largest worker's), as of the
@@ -69,6 +72,7 @@ __all__ = [
     "outcome_columns",
     "progress_line",
     "series_rows",
+    "turn_ttft_means",
 ]
 
 DEFAULT_INTERVAL_S = 10.0
@@ -128,6 +132,7 @@ def columns(extra_columns: Sequence[str] = ()) -> tuple[str, ...]:
         *_quantile_columns(),
         "read_lag_p99_s",
         "schedule_lag_p99_s",
+        "turn_ttft_mean_s",
         *GAUGE_COLUMNS,
     )
     clash = sorted(set(base) & set(extra_columns))
@@ -160,7 +165,22 @@ def _stats_row(s: EndpointStats, interval_s: float) -> Row:
             row[f"{prefix}_{label}_s"] = value
     row["read_lag_p99_s"] = s.read_lag_s.quantile(0.99)
     row["schedule_lag_p99_s"] = s.dispatch_delay_s.quantile(0.99)
+    row["turn_ttft_mean_s"] = turn_ttft_means(s)
     return row
+
+
+def turn_ttft_means(s: EndpointStats) -> dict[str, float] | None:
+    """Mean TTFT (seconds) of ``s``'s successes by turn number (as str, in turn order); None when none had one."""
+    means = {
+        turn: s.turn_ttft_us_sum.get(turn, 0) / 1e6 / known
+        for turn, known in sorted(s.turn_ttft_known.items(), key=lambda item: _turn_key(item[0]))
+        if known
+    }
+    return means or None
+
+
+def _turn_key(turn: str) -> tuple[int, str]:
+    return (int(turn), "") if turn.isdigit() else (1 << 30, turn)  # the overflow label last
 
 
 def _usage_detail_columns(s: EndpointStats) -> Row:

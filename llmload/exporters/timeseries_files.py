@@ -106,6 +106,11 @@ def llm_stats_rows(results: Mapping[str, Any]) -> list[Row]:
     return rows
 
 
+def _cell(value: Any) -> Any:
+    """A CSV cell: a mapping (e.g. ``turn_ttft_mean_s``) as its compact JSON text, anything else as it is."""
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, Mapping) else value
+
+
 def _write_csv(path: Path, header: Sequence[str], rows: Iterable[Row]) -> None:
     """Write one CSV atomically (temporary file + ``os.replace``); None becomes an empty cell."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +123,7 @@ def _write_csv(path: Path, header: Sequence[str], rows: Iterable[Row]) -> None:
             writer = csv.DictWriter(tmp, fieldnames=list(header), extrasaction="raise", restval="")
             writer.writeheader()
             for row in rows:
-                writer.writerow({k: "" if v is None else v for k, v in row.items()})
+                writer.writerow({k: "" if v is None else _cell(v) for k, v in row.items()})
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)

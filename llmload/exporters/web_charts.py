@@ -16,7 +16,7 @@ from typing import Any
 
 from llmload.aggregate.series import IntervalSeries
 from llmload.errors import InvalidOptionsError
-from llmload.exporters.chart_rows import interval_of, mark_partial
+from llmload.exporters.chart_rows import CHART_TURNS, interval_of, mark_partial, turn_column, with_turn_columns
 from llmload.exporters.timeseries import Row, Timeline, interval_rows
 from llmload.request.record import Outcome
 from llmload.settings.options import OPTIONS, OptionSpec
@@ -59,15 +59,19 @@ CHART_COLUMNS: tuple[str, ...] = (
     "server_running_requests",
     "server_waiting_requests",
     "server_kv_cache_usage",
+    "schedule_lag_p99_s",
+    *(turn_column(turn) for turn in range(1, CHART_TURNS + 1)),
 )
-"""The columns of the route's rows: a subset of the time series' total row (server columns null when not read).
+"""The columns of the route's rows: a subset of the time series' total row (server columns null when not read),
+and its ``turn_ttft_mean_s`` as one column per turn (``llmload.exporters.chart_rows.with_turn_columns``).
 
 Each row also has ``partial`` and ``rate_left_out`` (``llmload.exporters.chart_rows.mark_partial``):
 the run's last interval when the stop cut it short, and whether rate charts leave it out."""
 
 
 def _chart_row(row: Row) -> dict[str, Any]:
-    chart = {name: row.get(name) for name in CHART_COLUMNS}
+    flat = with_turn_columns(row)
+    chart = {name: flat.get(name) for name in CHART_COLUMNS}
     chart["partial"] = bool(row.get("partial", False))
     chart["rate_left_out"] = bool(row.get("rate_left_out", False))
     return chart

@@ -330,7 +330,7 @@ def build_workload(config: RunConfig, counter: TokenCounter | None = None) -> Wo
         )
     workload = Workload(config, counter, dataset, trace)
     if config.sessions is not None:
-        workload.sessions = load_sessions(config.sessions)
+        workload.sessions = load_sessions(config.sessions, counter)
     return workload
 
 

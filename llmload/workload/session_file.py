@@ -5,14 +5,15 @@ A line is ``{"id": ..., "system": ..., "steps": [...]}`` (``id`` and
 ended and after the step's pause:
 
 - ``{"user": TEXT, "max_tokens": M, "think_s": S, "assistant": TEXT}``: a user
-  message (``{"user_tokens": N}`` instead of text: N words of synthetic text);
+  message (``{"user_tokens": N}`` instead of text: N tokens of synthetic text,
+  exact in the tokenizer's tokens when one is given, else N words);
   ``think_s`` (default ``--think-time``) is waited first; ``assistant`` is the
   recorded reply, put in the history instead of the server's with
   ``--session-history dataset``.
 - ``{"tool": NAME, "result": TEXT, "delay_s": S, "max_tokens": M}``: the
   previous reply becomes an assistant message calling tool NAME (OpenAI
   ``tool_calls``, arguments ``args`` if given), its result is appended as a
-  ``tool`` message (``{"result_tokens": N}``: N words), and the request is
+  ``tool`` message (``{"result_tokens": N}``: N tokens, as ``user_tokens``), and the request is
   sent ``delay_s`` (the tool's run time, default 0) after the previous reply.
 
 Steps depend on the ones before: each request carries the history so far.
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmload.errors import DatasetError
+from llmload.request.tokens import TokenCounter
 from llmload.workload.datasets import Message
 
 __all__ = ["SessionPlayer", "SessionSpec", "SessionStep", "SessionStream", "load_sessions"]
@@ -124,11 +126,16 @@ class _Bad(Exception):  # noqa: N818 - control flow inside this module
     """One line is unusable."""
 
 
-def load_sessions(path: str) -> tuple[SessionSpec, ...]:
+def load_sessions(path: str, counter: TokenCounter | None = None) -> tuple[SessionSpec, ...]:
     """Read and check every session of ``path``.
 
+    With ``counter`` (``--tokenizer``), the synthetic text of ``user_tokens`` /
+    ``result_tokens`` is exactly that many of its tokens (checked by counting);
+    without one, that many words (approximate tokens).
+
     Raises:
-        DatasetError: the file cannot be read, or a line is bad (naming it and the field).
+        DatasetError: the file cannot be read, or a line is bad (naming it and the field), or an
+            exact length is unreachable with ``counter``.
     """
     try:
         with open(path, "rb") as handle:
@@ -146,7 +153,7 @@ def load_sessions(path: str) -> tuple[SessionSpec, ...]:
                 raise _Bad(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
             except ValueError as exc:
                 raise _Bad(f"invalid JSON ({exc})") from None
-            specs.append(_session(obj, line_no))
+            specs.append(_session(obj, line_no, counter))
         except _Bad as bad:
             raise DatasetError(f"--sessions {path}:{line_no}: {bad}; fix the line (see README, Sessions)") from None
     if not specs:
@@ -154,14 +161,36 @@ def load_sessions(path: str) -> tuple[SessionSpec, ...]:
     return tuple(specs)
 
 
-def _text_or_tokens(obj: dict[str, Any], text_key: str, tokens_key: str, where: str, seed: str) -> str:
+def _text_or_tokens(
+    obj: dict[str, Any], text_key: str, tokens_key: str, where: str, seed: str, *, counter: TokenCounter | None
+) -> str:
     text = obj.get(text_key)
     if isinstance(text, str):
         return text
     n = obj.get(tokens_key)
     if isinstance(n, int) and not isinstance(n, bool) and n >= 1:
-        return " ".join(random.Random(seed).choices(_WORDS, k=n))
+        rng = random.Random(seed)
+        words = rng.choices(_WORDS, k=n)
+        return " ".join(words) if counter is None else _exact(words, n, counter, rng, f"{where}.{tokens_key}")
     raise _Bad(f"{where} needs a string {text_key!r} or a positive integer {tokens_key!r}")
+
+
+def _exact(words: list[str], target: int, counter: TokenCounter, rng: random.Random, where: str) -> str:
+    """Trim or pad ``words`` at the end until their text is ``target`` tokens of ``counter``."""
+    text = " ".join(words)
+    for _ in range(4 * target + 20):
+        got = counter.count(text)
+        if got == target:
+            return text
+        if got > target and words:
+            words.pop()
+        else:
+            words.append(rng.choice(_WORDS))
+        text = " ".join(words)
+    raise _Bad(
+        f"{where}: cannot build exactly {target} tokens with this tokenizer (got {counter.count(text)}); "
+        "use another tokenizer, or give the text itself"
+    )
 
 
 def _seconds(obj: dict[str, Any], key: str, where: str) -> float | None:
@@ -173,7 +202,7 @@ def _seconds(obj: dict[str, Any], key: str, where: str) -> float | None:
     return float(value)
 
 
-def _session(obj: Any, line_no: int) -> SessionSpec:
+def _session(obj: Any, line_no: int, counter: TokenCounter | None) -> SessionSpec:
     if not isinstance(obj, dict):
         raise _Bad(f"expected a JSON object, got {type(obj).__name__}")
     steps_raw = obj.get("steps")
@@ -197,12 +226,12 @@ def _session(obj: Any, line_no: int) -> SessionSpec:
                 raise _Bad(f"{where} is a tool step, but a session starts with a user step")
             if not isinstance(step["tool"], str) or not step["tool"]:
                 raise _Bad(f"{where}.tool must be the tool's name")
-            text = _text_or_tokens(step, "result", "result_tokens", where, seed)
+            text = _text_or_tokens(step, "result", "result_tokens", where, seed, counter=counter)
             args = json.dumps(step.get("args", {}))
             pause = _seconds(step, "delay_s", where) or 0.0
             steps.append(SessionStep("tool", text, max_tokens, pause, step["tool"], args))
         elif "user" in step or "user_tokens" in step:
-            text = _text_or_tokens(step, "user", "user_tokens", where, seed)
+            text = _text_or_tokens(step, "user", "user_tokens", where, seed, counter=counter)
             assistant = step.get("assistant")
             if assistant is not None and not isinstance(assistant, str):
                 raise _Bad(f"{where}.assistant must be a string")

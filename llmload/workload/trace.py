@@ -24,8 +24,10 @@ Prompts for lengths are built of single-token words: block id ``h`` is
 always the same text, so shared ids mean a shared prefix; with a tokenizer
 every prompt is exactly ``input_length`` tokens (checked by counting),
 without one a word is taken as a token (approximate). Line i of a trace goes
-to worker ``i mod n`` of n (``TraceCursor``), which sends it at
-``start + offset / --trace-speed``.
+to worker ``i mod n`` of n, or, when it has a ``session_id``, to the worker
+its session hashes to (``trace_rank``: all of a session's lines on one
+worker); that worker sends it at ``start + offset / --trace-speed``, and a
+session's line not before its previous line has completed (``edge.replay``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,6 +53,8 @@ __all__ = [
     "TraceLine",
     "TracePrompts",
     "load_trace",
+    "trace_rank",
+    "trace_shares",
 ]
 
 TraceFormat = Literal["auto", "mooncake", "jsonl"]
@@ -382,8 +387,27 @@ class TracePrompts:
         )
 
 
+def trace_rank(line: TraceLine, index: int, stride: int) -> int:
+    """The worker (of ``stride``) that sends trace line ``index``: a session's lines all go to one worker.
+
+    A line with a ``session_id`` goes to ``crc32(session_id) mod stride`` (the
+    same on every worker and every run); a line without one to ``index mod stride``.
+    """
+    if line.session_id is None:
+        return index % stride
+    return zlib.crc32(line.session_id.encode("utf-8")) % stride
+
+
+def trace_shares(trace: Trace, stride: int) -> list[int]:
+    """How many lines of ``trace`` each of ``stride`` workers sends (``trace_rank``); they add up to all lines."""
+    shares = [0] * stride
+    for index, line in enumerate(trace.lines):
+        shares[trace_rank(line, index, stride)] += 1
+    return shares
+
+
 class TraceCursor:
-    """Worker ``rank`` of ``stride``: trace lines rank, rank + stride, ... with their send offsets.
+    """Worker ``rank`` of ``stride``: its trace lines (``trace_rank``), in time order, with their send offsets.
 
     Args:
         trace: the checked trace (the same on every worker).
@@ -398,32 +422,35 @@ class TraceCursor:
             raise ValueError(f"speed must be > 0, got {speed}")
         self.trace = trace
         self.speed = speed
-        self._next = rank
-        self._stride = stride
-
-    @staticmethod
-    def share(lines: int, rank: int, stride: int) -> int:
-        """How many of ``lines`` lines worker ``rank`` of ``stride`` sends."""
-        return max(0, -(-(lines - rank) // stride))
+        self._mine = [line for index, line in enumerate(trace.lines) if trace_rank(line, index, stride) == rank]
+        self._next = 0
+        self._turns: dict[str, int] = {}
 
     @property
     def remaining(self) -> int:
         """Lines of this worker not taken yet."""
-        return (
-            self.share(len(self.trace.lines) - self._next, 0, self._stride) if self._next < len(self.trace.lines) else 0
-        )
+        return len(self._mine) - self._next
 
     @property
     def next_due_offset_s(self) -> float | None:
         """Scaled offset of the next line not taken yet; None when all are taken."""
-        if self._next >= len(self.trace.lines):
+        if self._next >= len(self._mine):
             return None
-        return self.trace.lines[self._next].offset_s / self.speed
+        return self._mine[self._next].offset_s / self.speed
 
     def take(self) -> tuple[TraceLine, float] | None:
         """The next line of this worker and its scaled offset (seconds from the replay start); None when done."""
-        if self._next >= len(self.trace.lines):
+        taken = self.take_turn()
+        return None if taken is None else (taken[0], taken[1])
+
+    def take_turn(self) -> tuple[TraceLine, float, int] | None:
+        """As ``take``, with the line's turn: its 0-based position among its session's lines (0 without one)."""
+        if self._next >= len(self._mine):
             return None
-        line = self.trace.lines[self._next]
-        self._next += self._stride
-        return line, line.offset_s / self.speed
+        line = self._mine[self._next]
+        self._next += 1
+        turn = 0
+        if line.session_id is not None:
+            turn = self._turns.get(line.session_id, 0)
+            self._turns[line.session_id] = turn + 1
+        return line, line.offset_s / self.speed, turn

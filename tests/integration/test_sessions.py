@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from llmload.exporters.html import render_report
 from llmload.testing import CF, C, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
 from tests.integration.procs import run_locust
 
@@ -89,6 +90,13 @@ def test_issue21_sessions_send_their_header_hold_think_times_and_report_turns(tm
     assert [t["requests"] for t in turns] == [4, 4, 4]
     assert [t["prompt_tokens_mean"] for t in turns] == [10, 20, 30]  # the server's usage: prompt growth
     assert all(t["ttft_mean_s"] is not None and t["ttft_mean_s"] > 0.004 for t in turns)
+    # the time series has each interval's mean TTFT by turn, and the HTML report charts it
+    results = json.loads(out.read_text())
+    total = [row for row in results["timeseries"] if row["endpoint"] is None]
+    by_turn = [row["turn_ttft_mean_s"] for row in total if row["turn_ttft_mean_s"] is not None]
+    assert {turn for means in by_turn for turn in means} == {"1", "2", "3"}
+    assert all(value > 0.004 for means in by_turn for value in means.values())
+    assert 'data-fields="ttft_turn1_mean_s,ttft_turn2_mean_s,ttft_turn3_mean_s"' in render_report([results])
 
 
 def test_issue21_a_session_failing_mid_way_is_counted_failed(tmp_path):

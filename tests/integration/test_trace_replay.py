@@ -5,13 +5,16 @@ Every run is bounded by the trace's length, -t and a subprocess timeout.
 
 from __future__ import annotations
 
+import itertools
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from llmload.exporters.html import render_report
 from llmload.testing import TF, ReceivedRequest, Reply, ScriptedServer, T, U, W, json_reply, sse
 from tests.integration.procs import run_locust
 from tests.integration.test_sim import metric_sum, metrics, start_sim, stop_sim
@@ -104,6 +107,11 @@ def test_issue21_mooncake_trace_replays_once_on_time_exact_and_cached_across_two
         assert delays[-1] <= 0.010, delays[-5:]
     assert results["load"]["mode"] == "trace"
     assert results["load"]["max_schedule_lag_s"] == pytest.approx(delays[-1], abs=0.002)
+    # the time series carries the schedule lag per interval, and the HTML report charts it
+    lags = [row["schedule_lag_p99_s"] for row in results["timeseries"] if row["endpoint"] is None]
+    assert any(lag is not None for lag in lags)
+    assert max(lag for lag in lags if lag is not None) <= delays[-1] * 1.01 + 1e-6
+    assert 'id="ts-schedule-lag"' in render_report([results])
     # cached tokens = what the trace's shared blocks imply, request by request (known by length)
     implied = dict(zip((line["input_length"] for line in lines), _implied_cached(lines), strict=True))
     assert {r["prompt_tokens"]: r["cached_prompt_tokens"] for r in records} == implied
@@ -173,3 +181,55 @@ def test_issue21_jsonl_trace_sends_its_own_prompts_once_with_the_session_header(
     assert sorted(seen) == sorted((line["prompt"], line["session_id"]) for line in lines)
     assert "trace " in proc.stderr
     assert "(jsonl, 40 requests over 0.780 s)" in proc.stderr
+
+
+def test_issue21_a_sessions_trace_lines_go_to_one_worker_in_order_each_line_once(tmp_path):
+    """Two workers: every line once, all of a session's lines from one worker, a turn only after the previous one.
+
+    Which worker sent a line is read from its own ``--requests-log`` file: the server answers line i with
+    i + 1 completion tokens. The server holds each reply 200 ms while a session's lines are 100 ms apart
+    in the trace, so a turn sent before the previous one completed would arrive less than 200 ms after it.
+    """
+    names = ["s0", "s1", "s2", "s4", "s5"]  # crc32 mod 2: workers 0, 0, 0, 1, 1
+    lines = [
+        {"offset_s": i * 0.02, "prompt": f"line {i}", "max_tokens": 2, "session_id": names[i % 5]} for i in range(40)
+    ]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    arrived: dict[int, tuple[float, str | None]] = {}
+
+    def script(request: ReceivedRequest) -> Reply:
+        if request.method == "GET":
+            return json_reply(200, json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}))
+        i = int(request.json()["prompt"].split()[1])
+        assert i not in arrived
+        arrived[i] = (time.monotonic(), request.headers.get("x-session-id"))
+        return Reply([W(200, sse(T("ok"), TF("length"), U(2, i + 1), "[DONE]"))])
+
+    log = tmp_path / "req.jsonl"
+    with ScriptedServer(script) as server:
+        proc = run_locust(
+            ["-f", "locustfiles/completions.py", "--headless", "--only-summary", "-H", server.base_url, "-t", "60s",
+             "--prometheus-port", "0", "--skip-preflight", "--processes", "2", "-u", "8", "-r", "100",
+             "--trace", str(trace), "--session-header", "X-Session-ID", "--requests-log", str(log)],
+            timeout_s=TIMEOUT_S,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(arrived) == list(range(40))
+    assert all(arrived[i][1] == line["session_id"] for i, line in enumerate(lines))
+    worker_of: dict[int, str] = {}
+    for path in sorted(tmp_path.glob("req.w*.jsonl")):
+        for text in path.read_text().splitlines():
+            record = json.loads(text)
+            assert record["outcome"] == "ok", record
+            worker_of[record["completion_tokens"] - 1] = path.name
+    assert sorted(worker_of) == list(range(40))  # each line once, in one worker's log
+    by_session: dict[str, set[str]] = {}
+    for i, line in enumerate(lines):
+        by_session.setdefault(line["session_id"], set()).add(worker_of[i])
+    assert all(len(workers) == 1 for workers in by_session.values()), by_session
+    assert len(set(worker_of.values())) == 2  # both workers sent sessions
+    for name in names:
+        times = [arrived[i][0] for i in range(40) if lines[i]["session_id"] == name]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert min(gaps) >= 0.19, (name, gaps)  # the previous turn's 200 ms reply was over first

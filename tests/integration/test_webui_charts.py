@@ -88,7 +88,9 @@ def _charts_fill(driver: Any, ui: WebUI, metrics_port: int) -> None:
     by_text(driver, "//button[@role='tab'][normalize-space()='LLM']").click()
     wait(driver, lambda d: "llmload-sim" in tab_cells(d))
     canvases = wait(driver, lambda d: d.find_elements("css selector", "#llmload-charts canvas"))
-    assert len(canvases) == 10  # two of them the server's, shown once its metrics were read
+    # two of them the server's, shown once its metrics were read; the last two the schedule lag's and the
+    # TTFT by turn's, shown only in an open-loop, trace or session run (this one is closed loop, one turn)
+    assert len(canvases) == 12
     deadline = time.monotonic() + 60
     while len(rows := _series(ui)["rows"]) < MIN_ROWS:
         assert time.monotonic() < deadline, f"fewer than {MIN_ROWS} time-series rows within 60 s: {rows}"
@@ -104,7 +106,10 @@ def _charts_fill(driver: Any, ui: WebUI, metrics_port: int) -> None:
     # the sim's /metrics is read at every interval's end (--server-metrics auto): its charts are shown
     assert any(row["server_running_requests"] is not None for row in payload["rows"]), payload["rows"]
     assert any(row["server_generation_tokens_per_s"] for row in payload["rows"]), payload["rows"]
-    wait(driver, lambda d: all(c.is_displayed() for c in d.find_elements("css selector", "#llmload-charts canvas")))
+    wait(
+        driver, lambda d: all(c.is_displayed() for c in d.find_elements("css selector", "#llmload-charts canvas")[:10])
+    )
+    assert not any(c.is_displayed() for c in driver.find_elements("css selector", "#llmload-charts canvas")[10:])
     later = json.loads(ui.get(f"/llmload/timeseries.json?since_t={times[-2]}"))["rows"]
     assert [row["t"] for row in later][:1] == times[-1:]
     wait(driver, lambda d: min(_chart_points(d)) >= MIN_ROWS - 1)

@@ -17,6 +17,7 @@ from llmload.exporters.chart_rows import (
     interval_of,
     is_partial,
     latency_cdf,
+    load_charts,
     mark_partial,
     results_warnings,
 )
@@ -308,3 +309,42 @@ def test_issue24_report_draws_the_abort_on_limits_on_their_charts(tmp_path: Path
     assert canvases["ts-ttft"].get("data-threshold-lines") == "1"
     assert canvases["ts-requests"].get("data-threshold-lines") == "1"
     assert canvases["ts-itl"].get("data-threshold-lines") == "0"
+
+
+def _trace_sessions_run() -> dict[str, Any]:
+    """A run whose rows have a schedule lag and turns 1 and 2's mean TTFT (turn 2 only in the second interval)."""
+    doc = with_timeseries_and_server(closed_loop())
+    total = [row for row in doc["timeseries"] if row["endpoint"] is None]
+    for row, lag, turns in zip(total, (0.002, 0.004, None), ({"1": 0.1}, {"1": 0.12, "2": 0.3}, None), strict=True):
+        row.update(schedule_lag_p99_s=lag, turn_ttft_mean_s=turns)
+    return doc
+
+
+def test_issue21_report_and_web_ui_chart_the_schedule_lag_and_the_ttft_of_each_turn() -> None:
+    doc = _trace_sessions_run()
+    rows = chart_rows(doc)
+    assert [(r["ttft_turn1_mean_s"], r["ttft_turn2_mean_s"], r["ttft_turn3_mean_s"]) for r in rows] == [
+        (0.1, None, None),
+        (0.12, 0.3, None),
+        (None, None, None),
+    ]
+    charts = {c["id"]: c for c in load_charts(rows)}
+    assert charts["ts-schedule-lag"]["fields"] == "schedule_lag_p99_s"
+    assert (charts["ts-turn-ttft"]["fields"], charts["ts-turn-ttft"]["labels"]) == (
+        "ttft_turn1_mean_s,ttft_turn2_mean_s",
+        "turn 1,turn 2",
+    )
+    page = render_report([doc])
+    assert 'id="ts-schedule-lag"' in page
+    assert 'data-fields="ttft_turn1_mean_s,ttft_turn2_mean_s"' in page
+    web = series_payload("run-1", "stopped", timeline=None, series=_empty(), results=doc)
+    assert [r["schedule_lag_p99_s"] for r in web["rows"]] == [0.002, 0.004, None]
+    assert [r["ttft_turn2_mean_s"] for r in web["rows"]] == [None, 0.3, None]
+
+
+def test_issue21_no_lag_or_turn_chart_in_a_closed_loop_without_turns() -> None:
+    doc = with_timeseries_and_server(closed_loop())
+    assert load_charts(chart_rows(doc)) == []
+    page = render_report([doc])
+    assert "ts-schedule-lag" not in page
+    assert "ts-turn-ttft" not in page

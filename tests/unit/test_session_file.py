@@ -77,3 +77,16 @@ def test_session_streams_of_all_workers_take_disjoint_sessions_then_cycle(tmp_pa
     a, b = SessionStream(specs, 0, 2), SessionStream(specs, 1, 2)
     assert [a.next().id for _ in range(4)] == ["0", "2", "4", "1"]
     assert [b.next().id for _ in range(2)] == ["1", "3"]
+
+
+def test_issue21_user_and_result_tokens_are_exact_token_counts_with_a_tokenizer(tmp_path, tiny_tokenizer):
+    from llmload.request.tokens import HFTokenCounter
+
+    counter = HFTokenCounter(tiny_tokenizer)
+    steps = [{"user_tokens": 37}, {"tool": "grep", "result_tokens": 120}, {"user_tokens": 5}]
+    path = _file(tmp_path, {"steps": steps})
+    (spec,) = load_sessions(path, counter)
+    assert [counter.count(step.text) for step in spec.steps] == [37, 120, 5]
+    (words,) = load_sessions(path)  # without a tokenizer: that many words
+    assert [len(step.text.split()) for step in words.steps] == [37, 120, 5]
+    assert [counter.count(step.text) for step in words.steps] != [37, 120, 5]  # words are not tokens here

@@ -201,3 +201,17 @@ def test_progress_line_with_request_count_and_no_requests() -> None:
         "llmload: [0m10s, 40/100 requests, 60 left] last 10s: 0.00 req/s, 0.0 output tok/s, TTFT p99 n/a, "
         "0 errors, n/a in flight, n/a users, n/a workers"
     )
+
+
+def test_issue21_rows_carry_the_mean_ttft_by_turn_and_the_schedule_lag() -> None:
+    stats = LLMStats.empty()
+    for turn, ttft_s in ((1, 0.1), (1, 0.3), (2, 0.5), (10, 0.7)):
+        stats.add(ok_record((ttft_s, ttft_s + 0.01), turn=turn, dispatch_delay_s=0.004))
+    stats.add(ok_record((0.9, 0.91)))  # no turn: not in the map
+    total, by_key = interval_rows(0, stats, 10.0)
+    assert total["turn_ttft_mean_s"] == pytest.approx({"1": 0.2, "2": 0.5, "10": 0.7}, abs=1e-6)
+    assert list(total["turn_ttft_mean_s"]) == ["1", "2", "10"]  # in turn order
+    assert by_key["turn_ttft_mean_s"] == total["turn_ttft_mean_s"]
+    assert total["schedule_lag_p99_s"] == pytest.approx(0.004, rel=0.01)
+    (empty, *_) = interval_rows(1, LLMStats.empty(), 10.0)
+    assert empty["turn_ttft_mean_s"] is None

@@ -98,3 +98,13 @@ def test_csv_history_refuses_an_undeclared_column(tmp_path: Path) -> None:
     _stats_path, history_path = write_csv_files(str(tmp_path / "run"), results, ("server_kv_cache_usage",))
     with history_path.open(newline="") as f:
         assert next(csv.DictReader(f))["server_kv_cache_usage"] == "0.5"
+
+
+def test_issue21_csv_history_writes_the_ttft_by_turn_map_as_its_json_text(tmp_path: Path) -> None:
+    results = _results(_series())
+    results["timeseries"][0]["turn_ttft_mean_s"] = {"1": 0.25, "2": 0.5}
+    _stats_path, history_path = write_csv_files(str(tmp_path / "run"), results)
+    with history_path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert json.loads(rows[0]["turn_ttft_mean_s"]) == {"1": 0.25, "2": 0.5}
+    assert rows[1]["turn_ttft_mean_s"] == ""  # no turn: empty cell

@@ -9,7 +9,7 @@ import pytest
 
 from llmload.errors import DatasetError
 from llmload.request.tokens import HFTokenCounter
-from llmload.workload.trace import Trace, TraceCursor, TraceLine, TracePrompts, load_trace
+from llmload.workload.trace import Trace, TraceCursor, TraceLine, TracePrompts, load_trace, trace_shares
 
 WORDS = ("alpha", "beta", "gamma", "delta", "echo", "fox")
 
@@ -121,7 +121,7 @@ def test_trace_cursors_of_all_workers_take_every_line_once_in_time_order(workers
     taken: list[int] = []
     for rank in range(workers):
         cursor = TraceCursor(trace, rank, workers, speed=2.0)
-        assert cursor.remaining == TraceCursor.share(20, rank, workers)
+        assert cursor.remaining == trace_shares(trace, workers)[rank] == len(range(rank, 20, workers))
         mine = []
         while (item := cursor.take()) is not None:
             line, offset_s = item
@@ -132,6 +132,31 @@ def test_trace_cursors_of_all_workers_take_every_line_once_in_time_order(workers
         assert cursor.next_due_offset_s is None
         taken += mine
     assert sorted(taken) == list(range(1, 21))
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 5])
+def test_issue21_a_sessions_trace_lines_all_go_to_one_worker_in_turn_order_and_every_line_once(workers):
+    sessions = [f"s{i % 7}" if i % 3 else None for i in range(60)]
+    lines = tuple(TraceLine(i + 1, i * 0.1, 3, session_id=s) for i, s in enumerate(sessions))
+    trace = Trace("t", "jsonl", lines, 0, (), 16)
+    shares = trace_shares(trace, workers)
+    owner: dict[str, int] = {}
+    taken: list[int] = []
+    for rank in range(workers):
+        cursor = TraceCursor(trace, rank, workers)
+        assert cursor.remaining == shares[rank]
+        turns: dict[str, list[int]] = {}
+        while (item := cursor.take_turn()) is not None:
+            line, _, turn = item
+            taken.append(line.line)
+            if line.session_id is not None:
+                assert owner.setdefault(line.session_id, rank) == rank
+                turns.setdefault(line.session_id, []).append(turn)
+        assert all(got == list(range(len(got))) for got in turns.values())
+    assert sorted(taken) == list(range(1, 61))
+    assert sum(shares) == 60
+    if workers > 1:
+        assert len(set(owner.values())) > 1  # the sessions spread over the workers
 
 
 def test_trace_prompts_share_exactly_the_blocks_the_ids_share():

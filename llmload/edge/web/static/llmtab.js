@@ -38,6 +38,10 @@
           ["server_waiting_requests", "waiting requests", 1, [6, 4]]] },
       { title: "Server: KV-cache usage (%)", optional: true,
         series: [["server_kv_cache_usage", "KV-cache usage (%)", 100]] },
+      { title: "Schedule lag p99 (ms): sent - due", optional: true,
+        series: [["schedule_lag_p99_s", "schedule lag p99 (ms)", 1000]] },
+      { title: "Mean TTFT by turn (ms)", optional: true,
+        series: [1, 2, 3, 4, 5, 6, 7, 8].map(function (n) { return ["ttft_turn" + n + "_mean_s", "turn " + n, 1000]; }) },
     ];
   }
 
