@@ -70,6 +70,7 @@ def header_name(flag_name: str, value: str) -> str:
     """An HTTP header name (no spaces or separators)."""
     name = value.strip()
     if not name or any(c in name for c in ' \t:()<>@,;\\"/[]?={}\r\n'):
-        raise ConfigError(f"{flag_name} must be a header name, got {value!r}; pass e.g. {flag_name} api-key")
+        example = "X-Session-ID" if flag_name == "--session-header" else "api-key"
+        raise ConfigError(f"{flag_name} must be a header name, got {value!r}; pass e.g. {flag_name} {example}")
     _refuse_framing(flag_name, name)
     return name
