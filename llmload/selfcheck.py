@@ -412,7 +412,7 @@ def format_report(report: dict[str, Any]) -> str:
         lines.extend(f"   note: {note}" for note in p["notes"])
     per_core = report["streams_per_core"]
     if per_core is None:
-        lines.append("streams per core: unknown (the steady phase gave no CPU per chunk; the burst is too short to judge)")
+        lines.append("streams per core: unknown (the steady phase gave no CPU per chunk; the burst is too short)")
     else:
         lines.append(
             f"streams per core within the 2 ms read lag at ITL {spec['itl_ms']:g} ms: about {per_core} "
