@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -68,6 +70,21 @@ class LengthSpec:
 
 def text(_flag: str, value: str) -> str:
     """The text as given (not stripped)."""
+    return value
+
+
+def readable_file(flag_name: str, value: str) -> str:
+    """The path of a file this process can read, as given: checked with the other values, before any load.
+
+    Raises:
+        ConfigError: no such file, a folder, or not readable (the message names the path and the fix).
+    """
+    path = Path(value)
+    if not path.is_file():
+        why = "is a folder" if path.is_dir() else "does not exist"
+        raise ConfigError(f"{flag_name} {value!r} {why}; pass the path of a file (relative to {Path.cwd()})")
+    if not os.access(path, os.R_OK):
+        raise ConfigError(f"{flag_name} {value!r} is not readable by this process; fix its permissions")
     return value
 
 

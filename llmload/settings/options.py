@@ -68,6 +68,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         'Prompt file: JSONL lines with "prompt" or chat "messages" (optional per-line '
         '"max_tokens"), or ShareGPT JSON. Replaces --prompt.',
         _MODEL,
+        parse=v.readable_file,
         metavar="PATH",
         label="Dataset file",
     ),
@@ -314,6 +315,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Replay a timed trace: one request per line, sent at the line's time (see README, Replaying traffic). "
         "The run ends when the trace does (or at -t); every line is sent once over all workers.",
         _DETAILS,
+        parse=v.readable_file,
         metavar="PATH",
         label="Trace file (timed replay)",
     ),
@@ -358,6 +360,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Sessions file: recorded chats or agentic sessions (tool calls, tool results, delays), one per JSON "
         "line; each user plays one session at a time, its steps in order (see README, Sessions).",
         _DETAILS,
+        parse=v.readable_file,
         metavar="PATH",
         label="Sessions file",
     ),

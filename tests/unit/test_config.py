@@ -8,6 +8,14 @@ from llmload.errors import ConfigError, InvalidOptionsError
 from llmload.settings.config import OPTIONS, RunConfig, Timeouts
 
 
+@pytest.fixture
+def named_files(tmp_path, monkeypatch):
+    """The files these option tests name exist (file options are checked with the other values)."""
+    for name in ("d.jsonl", "s.jsonl", "t.jsonl"):
+        (tmp_path / name).write_text("")
+    monkeypatch.chdir(tmp_path)
+
+
 def options(**overrides):
     values = {spec.dest: spec.default for spec in OPTIONS}
     values.update(overrides)
@@ -118,19 +126,19 @@ def test_issue24_one_invalid_option_reads_as_its_own_message():
         ({"turns": "3"}, "--trace and --turns cannot be used together"),
     ],
 )
-def test_config_trace_refuses_options_that_also_set_the_requests(extra, message):
+def test_config_trace_refuses_options_that_also_set_the_requests(extra, message, named_files):
     with pytest.raises(ConfigError, match=message):
         RunConfig.from_options(options(trace="t.jsonl", **extra))
 
 
-def test_config_sessions_file_refuses_turns_and_other_prompt_sources():
+def test_config_sessions_file_refuses_turns_and_other_prompt_sources(named_files):
     with pytest.raises(ConfigError, match="--sessions and --turns cannot be used together"):
         RunConfig.from_options(options(sessions="s.jsonl", turns="2"))
     with pytest.raises(ConfigError, match="--sessions and --dataset cannot be used together"):
         RunConfig.from_options(options(sessions="s.jsonl", dataset="d.jsonl"))
 
 
-def test_config_trace_and_session_options_parse():
+def test_config_trace_and_session_options_parse(named_files):
     config = RunConfig.from_options(
         options(trace="t.jsonl", trace_speed="2", trace_block_tokens="16", think_time="exp:2", session_header="X-S")
     )
@@ -139,3 +147,13 @@ def test_config_trace_and_session_options_parse():
     assert config.think_time.describe() == "exp:2"
     assert config.session_header == "X-S"
     assert config.shared_totals == ("--trace",)
+
+
+def test_file_options_that_name_no_readable_file_are_reported_with_the_other_bad_values(tmp_path):
+    """--sessions /nope.jsonl is refused with the other invalid values at once (the web form showed it only at START)."""
+    with pytest.raises(InvalidOptionsError) as caught:
+        RunConfig.from_options(options(sessions=str(tmp_path / "nope.jsonl"), max_tokens="abc", trace=str(tmp_path)))
+    text = str(caught.value)
+    assert f"--sessions '{tmp_path / 'nope.jsonl'}' does not exist; pass the path of a file" in text
+    assert f"--trace '{tmp_path}' is a folder" in text
+    assert "--max-tokens must be a positive integer" in text

@@ -15,6 +15,14 @@ from llmload.workload.datasets import Message, load_dataset
 from llmload.workload.prompts import Conversation, Prompt, Workload, build_workload
 
 
+@pytest.fixture
+def named_files(tmp_path, monkeypatch):
+    """The files these option tests name exist (file options are checked with the other values)."""
+    for name in ("d.jsonl", "s.jsonl", "t.jsonl"):
+        (tmp_path / name).write_text("")
+    monkeypatch.chdir(tmp_path)
+
+
 def _jsonl(tmp_path: Path, lines: list[object | str], name: str = "d.jsonl") -> str:
     path = tmp_path / name
     path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
@@ -315,7 +323,7 @@ def test_conversation_failed_turn_starts_over():
 
 
 # ── option validation ───────────────────────────────────────────────────────
-def test_run_config_reads_workload_options():
+def test_run_config_reads_workload_options(named_files):
     config = RunConfig.from_options(_options(
         dataset="d.jsonl", dataset_format="ShareGPT", output_tokens="dataset", prefix_tokens="32",
         turns="3", seed="-4", allow_download=True, warmup_requests="5",
@@ -348,7 +356,7 @@ def test_run_config_reads_workload_options():
         ({"warmup_requests": "-2"}, "--warmup-requests must be an integer >= 0"),
     ],
 )
-def test_run_config_rejects_bad_workload_options(options, fragment):
+def test_run_config_rejects_bad_workload_options(options, fragment, named_files):
     with pytest.raises(ConfigError) as info:
         RunConfig.from_options(_options(**options))
     assert fragment in str(info.value)
