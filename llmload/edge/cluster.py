@@ -34,6 +34,7 @@ from locust.exception import RPCError, RPCSendError
 from locust.runners import STATE_INIT, STATE_MISSING, STATE_STOPPED, MasterRunner, WorkerRunner
 
 import logging
+import math
 import time
 import uuid
 from typing import Any
@@ -191,6 +192,16 @@ def _own_share(runtime: Runtime, plan: RunPlan, worker_index: str) -> WorkerShar
     return plan.share_for(worker_index)
 
 
+REPORT_LATENESS_S = 15.0
+"""How long after a time-series interval ends the master still expects worker reports for it (Locust reports
+every 3 s; plus heartbeat delays and the plan's delivery): the intervals kept open by the master's ``FoldedTotal``."""
+
+
+def _open_intervals(runtime: Runtime) -> int:
+    """Intervals the master's totals keep open: later reports for older ones are merged twice (still exact)."""
+    return math.ceil(REPORT_LATENESS_S / runtime.config.timeseries_interval_s) + 1
+
+
 def _send_shares(runner: MasterRunner, run_id: str, shares: dict[str, tuple[str, WorkerShare]]) -> None:
     """Master: send each planned worker its own share, before Locust's spawn messages (one ordered connection each)."""
     for client_id, share in shares.values():
@@ -206,7 +217,9 @@ def _start_master_or_local(environment: Environment) -> None:
     runtime.run_id = uuid.uuid4().hex[:12]
     runtime.stats = LLMStats.empty()
     runtime.series = IntervalSeries.empty()
-    runtime.local_total = None if isinstance(runner, MasterRunner) else FoldedTotal()
+    runtime.local_total = (
+        FoldedTotal(open_intervals=_open_intervals(runtime)) if isinstance(runner, MasterRunner) else FoldedTotal()
+    )
     runtime.worker_in_flight = {}
     runtime.worker_clocks = {}
     runtime.worker_rss_bytes = {}
@@ -367,8 +380,14 @@ def merge_report(runtime: Runtime, client_id: str, payload: object) -> None:
     runtime.cpu_saturated_s = max(runtime.cpu_saturated_s, report.cpu_saturated_s)
     if report.sends:
         runtime.send_figures_by_process[client_id] = SendFigures.from_wire(report.sends)
-    runtime.stats.merge_in(report.stats)
-    changed = runtime.series.merge_in(report.series)
+    total = runtime.local_total
+    if total is None:  # not a master of this run (a stray call): the old way, totals apart
+        runtime.stats.merge_in(report.stats)
+        changed = runtime.series.merge_in(report.series)
+    else:  # each request merged once: into the series, which the totals are folded from
+        changed = total.merge_in(runtime.series, report.series)
+        if report.series.is_empty() and not report.stats.is_empty():
+            total.add_untimed(report.stats)  # an older worker's report without a series
     if runtime.timeline is not None:
         runtime.timeline.note_merged(changed)
     runtime.worker_in_flight[client_id] = report.in_flight
