@@ -45,6 +45,7 @@ import gevent.lock
 
 from llmload.aggregate.series import FoldedTotal, IntervalSeries
 from llmload.aggregate.stats import LLMStats
+from llmload.edge import locust_internals
 from llmload.edge.launch import (
     choose_route,
     load_local_parts,
@@ -74,6 +75,7 @@ from llmload.run.wire import (
     share_to_wire,
 )
 from llmload.settings.config import RunConfig
+from llmload.settings.options import OPTIONS
 
 __all__ = [
     "finish_run",
@@ -95,12 +97,18 @@ _FINAL_POLL_S = 0.25
 _WATCH_INTERVAL_S = 0.5  # README: a lost worker is noticed within about 5 s (Locust: 4 missed 1 s heartbeats)
 
 
+def option_defaults() -> dict[str, Any]:
+    """llmload's options as Locust's parser sets them from no arguments (attribute name -> value)."""
+    return {spec.dest: spec.locust_default for spec in OPTIONS}
+
+
 def register_messages(runner: Any) -> None:
     """Register llmload's runner messages: the flush on a worker; done, final and live reports on the master."""
     if isinstance(runner, WorkerRunner):
         runner.register_message("llmload_flush", _on_flush, concurrent=True)
         runner.register_message("llmload_share", _on_share)
     elif isinstance(runner, MasterRunner):
+        locust_internals.compact_spawn_messages(runner, option_defaults())
         runner.register_message("llmload_live", _on_worker_live)
         runner.register_message("llmload_done", _on_worker_done)
         runner.register_message("llmload_final", _on_worker_final)
@@ -125,6 +133,7 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     arrived_s, arrived_unix = time.perf_counter(), time.time()
     options = environment.parsed_options
+    locust_internals.expand_sent_options(options, option_defaults())
     raw_plan = getattr(options, _PLAN, None)
     plan_error = None
     try:
