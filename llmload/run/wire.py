@@ -337,9 +337,8 @@ def _decode_endpoint(
         counter_rule = _COUNTER_RULES.get(wire_name)
         if counter_rule is None:
             raise _fail(f"{path}.counters", f"keyed by {list(_COUNTER_RULES)}", wire_name)
-        if type(value) is not int or value < 0:
-            value = _count(value, f"{path}.counters.{wire_name}")
-        setattr(s, counter_rule.name, value)
+        ok = type(value) is int and value >= 0  # the usual case, checked without building the error path
+        setattr(s, counter_rule.name, value if ok else _count(value, f"{path}.counters.{wire_name}"))
     for wire_name, raw_hist in _dict(raw, "hist", path).items():
         hist_rule = _HIST_RULES.get(wire_name)
         if hist_rule is None:
