@@ -25,6 +25,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+import numpy.typing as npt
+
 __all__ = ["GAMMA", "RELATIVE_ACCURACY", "ZERO_THRESHOLD_S", "LatencyHistogram"]
 
 RELATIVE_ACCURACY = 0.01
@@ -35,6 +38,10 @@ _INV_LOG_GAMMA = 1.0 / math.log(GAMMA)
 _REPRESENTATIVE_FACTOR = 2.0 / (GAMMA + 1.0)
 _NS_PER_S = 1e9
 _INF = math.inf
+# Bucket arrays merged in but not yet summed (``LatencyHistogram._pending``): past this many they are summed
+# into one pair in a single vectorised pass, so memory stays bounded and a merge costs one list append.
+_PENDING_LIMIT = 32
+_Ints = npt.NDArray[np.int64]
 # Tolerance on q*n when computing the nearest rank, so that 0.07 * 100
 # (= 7.000000000000001 in binary floating point) means rank 7, not 8.
 _RANK_EPSILON = 1e-9
@@ -58,11 +65,15 @@ class LatencyHistogram:
     and equality compares the full state (buckets, count, sum, min, max).
     """
 
-    __slots__ = ("_bins", "_count", "_max_s", "_min_s", "_sum_ns", "_zero_count")
+    # Buckets live in two places: ``_bins`` (index -> count) takes ``add``/``add_many``; bucket arrays merged in
+    # (a worker's decoded report, another histogram's arrays) are kept as immutable ``(indexes, counts)`` int64
+    # pairs in ``_pending`` and summed together in bulk (``_settled``). A bucket's count is the sum over both.
+    __slots__ = ("_bins", "_count", "_max_s", "_min_s", "_pending", "_sum_ns", "_zero_count")
 
     def __init__(self) -> None:
         """Create an empty histogram; prefer ``LatencyHistogram.empty()``."""
         self._bins: dict[int, int] = {}
+        self._pending: list[tuple[_Ints, _Ints]] = []
         self._zero_count = 0
         self._count = 0
         self._sum_ns = 0
@@ -151,12 +162,12 @@ class LatencyHistogram:
             raise ValueError(f"histogram has {len(indexes)} bucket indexes but {len(counts)} counts")
         if counts and min(counts) <= 0:
             raise ValueError(f"histogram bucket counts must be positive, got {min(counts)}")
-        bins = dict(zip(indexes, counts, strict=True))
-        if len(bins) != len(indexes):
+        if len(set(indexes)) != len(indexes):
             raise ValueError("histogram bucket indexes must be unique; one appears twice")
         if zero_count < 0 or sum_ns < 0:
             raise ValueError(f"histogram zero_count and sum_ns must be >= 0, got {zero_count} and {sum_ns}")
-        total = sum(counts) + zero_count
+        bucketed = sum(counts)
+        total = bucketed + zero_count
         if total == 0:
             if min_s is not None or max_s is not None or sum_ns != 0:
                 raise ValueError(f"empty histogram must have min/max None and sum 0, got {min_s!r}/{max_s!r}/{sum_ns}")
@@ -165,8 +176,11 @@ class LatencyHistogram:
             raise ValueError(
                 f"histogram with {total} values needs finite 0 <= min <= max, got min={min_s!r} max={max_s!r}"
             )
+        if bucketed >= 1 << 63:
+            raise ValueError(f"histogram holds {bucketed} bucketed values; at most 2**63 - 1 are supported")
         hist = cls()
-        hist._bins = bins
+        if indexes:
+            hist._pending.append((np.array(indexes, dtype=np.int64), np.array(counts, dtype=np.int64)))
         hist._zero_count = zero_count
         hist._count = total
         hist._sum_ns = sum_ns
@@ -174,15 +188,38 @@ class LatencyHistogram:
         hist._max_s = float(max_s)
         return hist
 
+    def _settled(self) -> dict[int, int]:
+        """Every non-empty bucket as ``{index: count}`` (Python ints), with the pending arrays summed in first."""
+        pending = self._settle()
+        if pending is None:
+            return self._bins
+        indexes, counts = pending
+        bins = dict(zip(indexes.tolist(), counts.tolist(), strict=True))
+        if self._bins:
+            get = bins.get
+            for index, count in self._bins.items():
+                bins[index] = get(index, 0) + count
+        return bins
+
+    def _settle(self) -> tuple[_Ints, _Ints] | None:
+        """Sum the pending bucket arrays into one sorted ``(indexes, counts)`` pair (kept as the only pending one)."""
+        pending = self._pending
+        if not pending:
+            return None
+        if len(pending) > 1:
+            pending[:] = [_sum_arrays(pending)]
+        return pending[0]
+
     def arrays(self) -> tuple[list[int], list[int]]:
         """Return the non-empty buckets as parallel ``(indexes, counts)`` lists, sorted by index (no zero bucket)."""
-        items = sorted(self._bins.items())
+        items = sorted(self._settled().items())
         return [i for i, _ in items], [c for _, c in items]
 
     def copy(self) -> LatencyHistogram:
         """Return an independent copy."""
         other = LatencyHistogram()
         other._bins = self._bins.copy()
+        other._pending = list(self._pending)  # the arrays are never changed in place: shared
         other._zero_count = self._zero_count
         other._count = self._count
         other._sum_ns = self._sum_ns
@@ -260,13 +297,19 @@ class LatencyHistogram:
         """Add all of ``other``'s values to this histogram, in place."""
         if other._count == 0:
             return
-        bins = self._bins
-        if bins:
-            get = bins.get
-            for index, count in other._bins.items():
-                bins[index] = get(index, 0) + count
-        else:
-            bins.update(other._bins)
+        if other._bins:
+            bins = self._bins
+            if bins:
+                get = bins.get
+                for index, count in other._bins.items():
+                    bins[index] = get(index, 0) + count
+            else:
+                bins.update(other._bins)
+        if other._pending:  # bucket arrays: appended now, summed in bulk later (one vectorised pass)
+            pending = self._pending
+            pending.extend(other._pending)
+            if len(pending) > _PENDING_LIMIT:
+                pending[:] = [_sum_arrays(pending)]
         self._zero_count += other._zero_count
         self._count += other._count
         self._sum_ns += other._sum_ns
@@ -317,7 +360,7 @@ class LatencyHistogram:
 
     def buckets(self) -> list[tuple[int, int]]:
         """Return the non-empty ``(index, count)`` pairs sorted by index (zero bucket excluded)."""
-        return sorted(self._bins.items())
+        return sorted(self._settled().items())
 
     def quantile(self, q: float) -> float | None:
         """Estimate the ``q``-quantile in seconds; None when empty.
@@ -348,7 +391,7 @@ class LatencyHistogram:
         ranks = [min(n, max(1, math.ceil(q * n - _RANK_EPSILON))) for q in qs]
         order = sorted(range(len(qs)), key=ranks.__getitem__)
         out: list[float | None] = [None] * len(qs)
-        sorted_bins = iter(sorted(self._bins.items()))
+        sorted_bins = iter(sorted(self._settled().items()))
         cumulative = self._zero_count
         estimate = 0.0
         for position in order:
@@ -376,7 +419,7 @@ class LatencyHistogram:
             and self._sum_ns == other._sum_ns
             and self.min == other.min
             and self.max == other.max
-            and self._bins == other._bins
+            and self._settled() == other._settled()
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable
@@ -384,5 +427,19 @@ class LatencyHistogram:
     def __repr__(self) -> str:
         return (
             f"LatencyHistogram(count={self._count}, min_s={self.min!r}, max_s={self.max!r}, "
-            f"buckets={len(self._bins)}, zero_count={self._zero_count})"
+            f"buckets={len(self._settled())}, zero_count={self._zero_count})"
         )
+
+
+def _sum_arrays(parts: list[tuple[_Ints, _Ints]]) -> tuple[_Ints, _Ints]:
+    """Sum ``(indexes, counts)`` bucket arrays into one pair sorted by index, without a Python loop per bucket.
+
+    Exact: int64 counts (a histogram holds fewer than 2**63 values, checked on the way in).
+    """
+    indexes = np.concatenate([i for i, _ in parts])
+    counts = np.concatenate([c for _, c in parts])
+    low = int(indexes.min())
+    dense = np.zeros(int(indexes.max()) - low + 1, dtype=np.int64)
+    np.add.at(dense, indexes - low, counts)
+    present = np.flatnonzero(dense)
+    return present + low, dense[present]

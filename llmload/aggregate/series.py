@@ -155,33 +155,71 @@ class IntervalSeries:
 
 
 class FoldedTotal:
-    """The run's statistics so far from a series that only grows in its last interval (a single process's own).
+    """The run's statistics so far, from the series that counts each request once.
 
     A single process counts each request once, in the interval it finished in
-    (``Runtime.count``); its run totals are that series merged. Intervals
-    before the last one can no longer change, so each is merged into a running
-    total once, when a later interval first appears; a read then costs one
-    merge of that total with the open interval, whatever the run's length.
+    (``Runtime.count``), and a master merges each worker's series once
+    (``merge_in``); the run totals are that series merged. Intervals more than
+    ``open_intervals`` below the newest one are taken as closed: each is merged
+    into a running total once, when it closes, so a read costs one copy of
+    that total plus the open intervals, whatever the run's length. A delta
+    that still lands in a closed interval (a late worker report) is merged
+    into the total as well, so the totals stay exact whatever arrives late;
+    ``open_intervals`` only decides how rarely that happens.
     """
 
-    __slots__ = ("_closed", "_through")
+    __slots__ = ("_closed", "_open_intervals", "_through")
 
-    def __init__(self) -> None:
-        """Start with nothing folded."""
+    def __init__(self, *, open_intervals: int = 0) -> None:
+        """Start with nothing folded; ``open_intervals`` (>= 0) intervals below the newest are kept open.
+
+        Raises:
+            ValueError: ``open_intervals`` is negative.
+        """
+        if open_intervals < 0:
+            raise ValueError(f"open_intervals must be >= 0, got {open_intervals}")
         self._closed = LLMStats.empty()
+        self._open_intervals = open_intervals
         self._through = 0  # intervals below this index are in ``_closed``
 
-    def of(self, series: IntervalSeries) -> LLMStats:
-        """Every interval of ``series`` merged, as a new ``LLMStats``.
+    def restarted(self) -> FoldedTotal:
+        """A new, empty total with the same ``open_intervals`` (a reset of the statistics)."""
+        return FoldedTotal(open_intervals=self._open_intervals)
 
-        ``series`` must be the same one on every call, changed only in its
-        last interval or later ones (else the folded part is stale).
+    def merge_in(self, series: IntervalSeries, delta: IntervalSeries) -> set[int]:
+        """Merge ``delta`` into ``series`` (the one ``of`` reads); return the indices that changed.
+
+        Each interval of ``delta`` is merged once, into ``series``; one that
+        is already closed is merged into the folded total too.
+        """
+        through = self._through
+        for index, stats in delta._by_index.items():
+            series.slot(index).merge_in(stats)
+            if index < through:
+                self._closed.merge_in(stats)
+        return set(delta._by_index)
+
+    def add_untimed(self, stats: LLMStats) -> None:
+        """Count statistics that have no place in the series (an older worker's report without one)."""
+        self._closed.merge_in(stats)
+
+    def of(self, series: IntervalSeries) -> LLMStats:
+        """Every interval of ``series`` merged (plus ``add_untimed``'s), as a new ``LLMStats``.
+
+        ``series`` must be the same one on every call, changed only through
+        ``merge_in`` or in intervals not yet closed (else the folded part is stale).
         """
         last = series.last_index()
         if last is None:
             return self._closed.merge(LLMStats.empty())
-        for index, stats in series.items():
-            if self._through <= index < last:
-                self._closed.merge_in(stats)
-        self._through = max(self._through, last)
-        return self._closed.merge(series.get(last))
+        horizon = last - self._open_intervals
+        if horizon > self._through:
+            for index, stats in series._by_index.items():
+                if self._through <= index < horizon:
+                    self._closed.merge_in(stats)
+            self._through = horizon
+        merged = self._closed.merge(LLMStats.empty())
+        for index, stats in series._by_index.items():
+            if index >= self._through:
+                merged.merge_in(stats)
+        return merged

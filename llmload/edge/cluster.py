@@ -34,6 +34,7 @@ from locust.exception import RPCError, RPCSendError
 from locust.runners import STATE_INIT, STATE_MISSING, STATE_STOPPED, MasterRunner, WorkerRunner
 
 import logging
+import math
 import time
 import uuid
 from typing import Any
@@ -44,6 +45,7 @@ import gevent.lock
 
 from llmload.aggregate.series import FoldedTotal, IntervalSeries
 from llmload.aggregate.stats import LLMStats
+from llmload.edge import locust_internals
 from llmload.edge.launch import (
     choose_route,
     load_local_parts,
@@ -73,6 +75,7 @@ from llmload.run.wire import (
     share_to_wire,
 )
 from llmload.settings.config import RunConfig
+from llmload.settings.options import OPTIONS
 
 __all__ = [
     "finish_run",
@@ -94,12 +97,18 @@ _FINAL_POLL_S = 0.25
 _WATCH_INTERVAL_S = 0.5  # README: a lost worker is noticed within about 5 s (Locust: 4 missed 1 s heartbeats)
 
 
+def option_defaults() -> dict[str, Any]:
+    """llmload's options as Locust's parser sets them from no arguments (attribute name -> value)."""
+    return {spec.dest: spec.locust_default for spec in OPTIONS}
+
+
 def register_messages(runner: Any) -> None:
     """Register llmload's runner messages: the flush on a worker; done, final and live reports on the master."""
     if isinstance(runner, WorkerRunner):
         runner.register_message("llmload_flush", _on_flush, concurrent=True)
         runner.register_message("llmload_share", _on_share)
     elif isinstance(runner, MasterRunner):
+        locust_internals.compact_spawn_messages(runner, option_defaults())
         runner.register_message("llmload_live", _on_worker_live)
         runner.register_message("llmload_done", _on_worker_done)
         runner.register_message("llmload_final", _on_worker_final)
@@ -124,6 +133,7 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     arrived_s, arrived_unix = time.perf_counter(), time.time()
     options = environment.parsed_options
+    locust_internals.expand_sent_options(options, option_defaults())
     raw_plan = getattr(options, _PLAN, None)
     plan_error = None
     try:
@@ -191,6 +201,16 @@ def _own_share(runtime: Runtime, plan: RunPlan, worker_index: str) -> WorkerShar
     return plan.share_for(worker_index)
 
 
+REPORT_LATENESS_S = 15.0
+"""How long after a time-series interval ends the master still expects worker reports for it (Locust reports
+every 3 s; plus heartbeat delays and the plan's delivery): the intervals kept open by the master's ``FoldedTotal``."""
+
+
+def _open_intervals(runtime: Runtime) -> int:
+    """Intervals the master's totals keep open: later reports for older ones are merged twice (still exact)."""
+    return math.ceil(REPORT_LATENESS_S / runtime.config.timeseries_interval_s) + 1
+
+
 def _send_shares(runner: MasterRunner, run_id: str, shares: dict[str, tuple[str, WorkerShare]]) -> None:
     """Master: send each planned worker its own share, before Locust's spawn messages (one ordered connection each)."""
     for client_id, share in shares.values():
@@ -206,7 +226,9 @@ def _start_master_or_local(environment: Environment) -> None:
     runtime.run_id = uuid.uuid4().hex[:12]
     runtime.stats = LLMStats.empty()
     runtime.series = IntervalSeries.empty()
-    runtime.local_total = None if isinstance(runner, MasterRunner) else FoldedTotal()
+    runtime.local_total = (
+        FoldedTotal(open_intervals=_open_intervals(runtime)) if isinstance(runner, MasterRunner) else FoldedTotal()
+    )
     runtime.worker_in_flight = {}
     runtime.worker_clocks = {}
     runtime.worker_rss_bytes = {}
@@ -367,8 +389,14 @@ def merge_report(runtime: Runtime, client_id: str, payload: object) -> None:
     runtime.cpu_saturated_s = max(runtime.cpu_saturated_s, report.cpu_saturated_s)
     if report.sends:
         runtime.send_figures_by_process[client_id] = SendFigures.from_wire(report.sends)
-    runtime.stats.merge_in(report.stats)
-    changed = runtime.series.merge_in(report.series)
+    total = runtime.local_total
+    if total is None:  # not a master of this run (a stray call): the old way, totals apart
+        runtime.stats.merge_in(report.stats)
+        changed = runtime.series.merge_in(report.series)
+    else:  # each request merged once: into the series, which the totals are folded from
+        changed = total.merge_in(runtime.series, report.series)
+        if report.series.is_empty() and not report.stats.is_empty():
+            total.add_untimed(report.stats)  # an older worker's report without a series
     if runtime.timeline is not None:
         runtime.timeline.note_merged(changed)
     runtime.worker_in_flight[client_id] = report.in_flight

@@ -38,6 +38,19 @@ worker's estimated offset, when it exceeds 1 s (``llmload.run.clock.align_to_mas
 master, too large by the start message's delivery time, milliseconds on a LAN)
 before the report leaves. The keys are Locust 2.x's ``StatsEntryDict`` and
 ``StatsErrorDict``; ``tests/integration/test_locust_internals.py`` fails when they change.
+
+**llmload's options in spawn messages.** The master sends every worker its
+whole parsed options with every ``spawn`` message (``MasterRunner._send_spawn``
+builds ``vars(environment.parsed_options)`` per worker): with llmload's ~100
+options that is about 0.9 KB per worker per message, nearly all of it
+defaults. ``compact_spawn_messages`` wraps the master's
+``server.send_to_client`` so a spawn message carries llmload's options as one
+entry, ``llmload_options``, holding only the values that differ from their
+defaults; the worker's ``expand_sent_options`` sets every llmload option from
+it at its test start (absent: the default), so the master's values win over a
+worker's own command line exactly as before. Locust's own options are left as
+they are. A master that sends the options flat (older llmload) still works:
+without the entry the worker keeps what Locust applied.
 """
 
 from __future__ import annotations
@@ -51,7 +64,19 @@ from typing import Any
 
 from llmload.run.clock import CLOCK_OFFSET_WARN_S
 
-__all__ = ["STAMPED_ENTRY_KEYS", "cache_default_args", "on_master_clock", "once_per_process"]
+__all__ = [
+    "SENT_OPTIONS_KEY",
+    "STAMPED_ENTRY_KEYS",
+    "cache_default_args",
+    "compact_spawn_messages",
+    "compact_spawn_options",
+    "expand_sent_options",
+    "on_master_clock",
+    "once_per_process",
+]
+
+SENT_OPTIONS_KEY = "llmload_options"
+"""The spawn message's entry that holds llmload's options that differ from their defaults."""
 
 STAMPED_ENTRY_KEYS = ("start_time", "last_request_timestamp", "num_reqs_per_sec", "num_fail_per_sec")
 """The wall-clock stamps of one of Locust's serialized ``StatsEntry`` dicts."""
@@ -108,3 +133,45 @@ def on_master_clock(data: dict[str, Any], offset_s: float | None) -> None:
         for key in ("first_seen", "last_seen"):
             if isinstance(error, dict) and isinstance(error.get(key), int | float) and error[key]:
                 error[key] = error[key] - offset_s
+
+
+def compact_spawn_options(parsed: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """A spawn message's options with the options of ``defaults`` (name -> parsed default) folded into one entry.
+
+    The entry (``SENT_OPTIONS_KEY``) holds those whose value differs from the
+    default; every other option is kept as it is. ``parsed`` is not changed.
+    """
+    out = {k: v for k, v in parsed.items() if k not in defaults}
+    out[SENT_OPTIONS_KEY] = {k: parsed[k] for k, d in defaults.items() if k in parsed and parsed[k] != d}
+    return out
+
+
+def expand_sent_options(options: object, defaults: dict[str, Any]) -> None:
+    """Worker: set every option of ``defaults`` from the master's ``SENT_OPTIONS_KEY`` entry (absent: default).
+
+    Does nothing when ``options`` has no such entry (a master that sent its options flat).
+    """
+    sent = getattr(options, SENT_OPTIONS_KEY, None)
+    if not isinstance(sent, dict):
+        return
+    for name, value in defaults.items():
+        setattr(options, name, sent.get(name, value))
+
+
+def compact_spawn_messages(runner: Any, defaults: dict[str, Any]) -> None:
+    """Master: make every ``spawn`` message ``runner`` sends carry ``compact_spawn_options`` (idempotent)."""
+    server: Any = getattr(runner, "server", None)
+    send = getattr(server, "send_to_client", None)
+    if send is None or getattr(send, "__llmload_compact__", False):
+        return
+
+    def send_compact(msg: Any) -> None:
+        data = getattr(msg, "data", None)
+        if getattr(msg, "type", None) == "spawn" and isinstance(data, dict):
+            parsed = data.get("parsed_options")
+            if isinstance(parsed, dict):
+                msg.data = {**data, "parsed_options": compact_spawn_options(parsed, defaults)}
+        send(msg)
+
+    send_compact.__llmload_compact__ = True  # type: ignore[attr-defined]
+    server.send_to_client = send_compact

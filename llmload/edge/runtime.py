@@ -245,8 +245,8 @@ class Runtime:
 
     Attributes:
         config: validated options (rebuilt at every test start).
-        stats: on a worker, the delta since the last report to the master; on
-            the master or a standalone runner, the totals of the current run.
+        stats: statistics counted outside the series (kept, in the interval of
+            now, by ``take_delta``); the run's totals are ``run_stats()``.
         budget: this process's share of ``--num-requests``.
         run_id: identifies the current run; worker payloads of another run are dropped.
         model: the served model name requests use (resolved by preflight).
@@ -333,7 +333,7 @@ class Runtime:
     send_figures_by_process: dict[str, SendFigures] = field(default_factory=dict)  # master: latest per worker
     # time series: this process's requests by finish interval (worker: since its last report; master: the run's)
     series: IntervalSeries = field(default_factory=IntervalSeries.empty)
-    # single process (the default): its run totals, folded from ``series`` (``run_stats``); None on a master or worker
+    # single process (the default) and master: run totals folded from ``series`` (``run_stats``); None on a worker
     local_total: FoldedTotal | None = field(default_factory=FoldedTotal)
     run_started_s: float = 0.0  # time.perf_counter() at this run's start (llmload.aggregate.series, llmload.run.clock)
     clock_offset_s: float | None = None  # worker: its wall clock minus the master's (llmload.run.clock)
@@ -457,7 +457,7 @@ class Runtime:
         self.series.add_cancelled(self.interval_now(), endpoint, model)
 
     def run_stats(self) -> LLMStats:
-        """The run's statistics so far: a single process's series merged, else ``stats`` (the master's merge)."""
+        """The run's statistics so far: the series folded (single process and master), else ``stats``."""
         if self.local_total is not None:
             return self.local_total.of(self.series)
         return self.stats

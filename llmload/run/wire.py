@@ -254,7 +254,13 @@ def _count(value: object, path: str, *, positive: bool = False) -> int:
     raise _fail(path, "a positive integer" if positive else "an integer >= 0", value)
 
 
+_MISSING = object()
+
+
 def _int_field(raw: dict[str, Any], key: str, path: str) -> int:
+    value = raw.get(key)
+    if type(value) is int and value >= 0:  # the usual case, checked without building the error path
+        return value
     return _count(_get(raw, key, path), f"{path}.{key}")
 
 
@@ -266,6 +272,9 @@ def _str_field(raw: dict[str, Any], key: str, path: str) -> str:
 
 
 def _optional_float(raw: dict[str, Any], key: str, path: str) -> float | None:
+    value = raw.get(key, _MISSING)
+    if type(value) is float and math.isfinite(value):  # the usual case, checked without building the error path
+        return value
     value = _get(raw, key, path)
     if value is None:
         return None
@@ -328,7 +337,8 @@ def _decode_endpoint(
         counter_rule = _COUNTER_RULES.get(wire_name)
         if counter_rule is None:
             raise _fail(f"{path}.counters", f"keyed by {list(_COUNTER_RULES)}", wire_name)
-        setattr(s, counter_rule.name, _count(value, f"{path}.counters.{wire_name}"))
+        ok = type(value) is int and value >= 0  # the usual case, checked without building the error path
+        setattr(s, counter_rule.name, value if ok else _count(value, f"{path}.counters.{wire_name}"))
     for wire_name, raw_hist in _dict(raw, "hist", path).items():
         hist_rule = _HIST_RULES.get(wire_name)
         if hist_rule is None:

@@ -329,3 +329,41 @@ def test_schema_every_field_round_trips_the_wire(s: EndpointStats) -> None:
     stats = _by_key(s, ("chat", "m"))
     assert from_wire(to_wire(stats)) == stats
     assert from_wire(msgpack.unpackb(msgpack.packb(to_wire(stats)))) == stats
+
+
+@_SETTINGS
+@given(
+    st.lists(
+        st.tuples(st.lists(st.floats(0.0, 50.0, allow_nan=False), max_size=12), st.booleans()),
+        min_size=1,
+        max_size=80,
+    )
+)
+def test_histogram_bulk_merge_of_many_arrays_equals_one_histogram(parts: list[tuple[list[float], bool]]) -> None:
+    """Parts rebuilt from bucket arrays (the wire's path; past the pending limit they are summed in bulk) or
+    counted with ``add``, merged into one: buckets, count, sum, min, max and quantiles equal one histogram's."""
+    single = LatencyHistogram.empty()
+    merged = LatencyHistogram.empty()
+    for values, via_arrays in parts:
+        part = LatencyHistogram.empty()
+        for value in values:
+            part.add(value)
+            single.add(value)
+        if via_arrays:
+            indexes, counts = part.arrays()
+            part = LatencyHistogram.from_arrays(
+                indexes=indexes,
+                counts=counts,
+                zero_count=part.zero_count,
+                sum_ns=part.sum_ns,
+                min_s=part.min,
+                max_s=part.max,
+            )
+        merged.merge_in(part)
+    assert merged == single
+    assert merged.buckets() == single.buckets()
+    assert (merged.count, merged.sum_ns) == (single.count, single.sum_ns)
+    assert (merged.min, merged.max) == (single.min, single.max)
+    qs = (0.0, 0.25, 0.5, 0.9, 0.99, 0.999, 1.0)
+    assert merged.quantiles(qs) == single.quantiles(qs)
+    assert merged.copy() == single

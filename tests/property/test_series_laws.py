@@ -6,7 +6,7 @@ import msgpack
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmload.aggregate.series import IntervalSeries
+from llmload.aggregate.series import FoldedTotal, IntervalSeries
 from llmload.aggregate.stats import LLMStats
 from llmload.exporters.timeseries import series_rows
 from llmload.exporters.window import SlidingWindow
@@ -115,3 +115,53 @@ def test_master_merging_reports_over_the_wire_equals_single_process(
         for name in ("ttft_s", "itl_s", "e2e_s"):
             qs = (0.5, 0.9, 0.99)
             assert getattr(got, name).quantiles(qs) == getattr(s, name).quantiles(qs)
+
+
+@_SETTINGS
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 6), st.integers(0, 3), st.one_of(records(), st.none(), st.just("read"))), max_size=40
+    ),
+    st.integers(0, 3),
+    st.lists(records(), max_size=3),
+)
+def test_master_totals_folded_from_its_series_equal_single_process(
+    items: list[tuple[int, int, RequestRecord | str | None]], open_intervals: int, untimed: list[RequestRecord]
+) -> None:
+    """Each report merged once (into the series), totals folded from it: reads at any moment, late reports into
+    intervals already folded, and an older worker's statistics without a series all give the exact totals."""
+    single = IntervalSeries.empty()
+    workers = [IntervalSeries.empty() for _ in range(4)]
+    folded, master_series = FoldedTotal(open_intervals=open_intervals), IntervalSeries.empty()
+
+    def ship(worker: int) -> None:
+        report = report_from_wire(msgpack.unpackb(msgpack.packb(report_to_wire(
+            WorkerReport(run_id="r", stats=LLMStats.empty(), series=workers[worker].take())
+        ))))  # fmt: skip
+        changed = folded.merge_in(master_series, report.series)
+        assert changed == set(report.series.indices())
+
+    for index, worker, record in items:
+        if record is None:
+            ship(worker)
+        elif record == "read":
+            assert folded.of(master_series) == master_series.total()
+        else:
+            assert isinstance(record, RequestRecord)
+            single.add(index, record)
+            workers[worker].add(index, record)
+    for worker in range(len(workers)):
+        ship(worker)
+    old = LLMStats.empty()
+    for record in untimed:
+        old.add(record)
+    folded.add_untimed(old)
+    expected = single.total().merge(old)
+    assert master_series == single
+    got = folded.of(master_series)
+    assert got == expected
+    assert folded.of(master_series) == expected  # a read changes nothing
+    for key, s in expected.items():
+        for name in ("ttft_s", "itl_s", "e2e_s"):
+            qs = (0.5, 0.9, 0.99)
+            assert getattr(got.get(*key), name).quantiles(qs) == getattr(s, name).quantiles(qs)

@@ -34,7 +34,7 @@ from typing import Any
 
 from flask import Response, jsonify, request
 
-from llmload.aggregate.series import FoldedTotal, IntervalSeries
+from llmload.aggregate.series import IntervalSeries
 from llmload.aggregate.stats import LLMStats
 from llmload.edge.launch import prepare
 from llmload.edge.runtime import Runtime
@@ -162,7 +162,7 @@ def on_reset_stats(environment: Environment, **_kw: Any) -> None:
     runtime.stats = LLMStats.empty()
     runtime.series = IntervalSeries.empty()  # the time series restarts too: its sums stay the summary's totals
     if runtime.local_total is not None:
-        runtime.local_total = FoldedTotal()
+        runtime.local_total = runtime.local_total.restarted()
     runtime.reset_at_unix = time.time()
     runtime.failure_samples.clear()
     runtime.live_rows = []  # checkpoints hold the rows measured after the reset, like the summary
