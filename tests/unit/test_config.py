@@ -150,7 +150,7 @@ def test_config_trace_and_session_options_parse(named_files):
 
 
 def test_file_options_that_name_no_readable_file_are_reported_with_the_other_bad_values(tmp_path):
-    """--sessions /nope.jsonl is refused with the other invalid values at once (the web form showed it only at START)."""
+    """A missing --sessions file is refused with the other invalid values at once (the web form showed it at START)."""
     with pytest.raises(InvalidOptionsError) as caught:
         RunConfig.from_options(options(sessions=str(tmp_path / "nope.jsonl"), max_tokens="abc", trace=str(tmp_path)))
     text = str(caught.value)
