@@ -174,7 +174,7 @@ def test_prometheus_promql_agrees_with_results_json(prometheus: Prometheus, sim_
     assert "no scrape of the final totals" not in proc.stderr
     results = json.loads(out.read_text())
     completion = results["tokens"]["completion"]
-    assert completion > 5_000
+    assert completion > 1_000  # a real load (about 5,000 tokens on a quiet machine); the checks below are exact
 
     # After the final scrape the counter equals the results exactly. Once the master is gone, the
     # next failed scrape marks its series stale, so "the value now" is the last sample before that:
