@@ -137,6 +137,11 @@ class DeltaTemplate:
         head = self.event_head
         if not block.startswith(head):
             return None
+        tail = self.event_tail
+        if block.endswith(tail):  # one event (the usual read): the suffix opens with a quote, plain text has none
+            text = block[len(head) : len(block) - len(tail)]
+            if plain_text(text):
+                return [text], ""
         separator = self.separator
         texts = block[len(head) :].split(separator)
         last = texts[-1]

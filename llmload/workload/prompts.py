@@ -164,10 +164,12 @@ class Workload:
             DatasetError: an exact synthetic length cannot be reached.
         """
         config = self.config
-        rng = random.Random(f"{config.seed}:{k}")
+        # seeding from a string hashes it (SHA-512): only when something is drawn
+        drawn = config.input_tokens is not None or config.output_tokens is not None
+        rng = random.Random(f"{config.seed}:{k}") if drawn else None
         prefix = self.prefix if with_prefix else ""
         item: DatasetItem | None = None
-        if config.input_tokens is not None:
+        if config.input_tokens is not None and rng is not None:
             n = config.input_tokens.draw(rng)
             target = n + (config.prefix_tokens if prefix else 0)
             text = self._fit(prefix + " " if prefix else "", target, rng)
@@ -209,9 +211,9 @@ class Workload:
     def _count(self, text: str) -> int | None:
         return self._counter.count(text) if self._counter is not None else None
 
-    def _max_tokens(self, item: DatasetItem | None, rng: random.Random) -> int | None:
+    def _max_tokens(self, item: DatasetItem | None, rng: random.Random | None) -> int | None:
         config = self.config
-        if config.output_tokens is not None:
+        if config.output_tokens is not None and rng is not None:
             return config.output_tokens.draw(rng)
         if item is None:
             return None
