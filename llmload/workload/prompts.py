@@ -123,6 +123,9 @@ class Workload:
             with_prefix: self._count(self._with_prefix(config.prompt, self.prefix if with_prefix else ""))
             for with_prefix in (False, True)
         }
+        # requested length of each dataset item, with and without the prefix: the tokenizer
+        # runs once per item, not once per request (a long prompt costs milliseconds to count)
+        self._item_tokens: dict[tuple[int, bool], int | None] = {}
 
     @property
     def exact(self) -> bool:
@@ -176,10 +179,16 @@ class Workload:
             messages: tuple[Message, ...] = (Message("user", text),)
             requested: int | None = target
         elif self.dataset is not None:
-            item = self.dataset.items[self._order[k % len(self._order)]]
+            index = self._order[k % len(self._order)]
+            item = self.dataset.items[index]
             first = item.messages[0]
             messages = (Message(first.role, self._with_prefix(first.content, prefix)), *item.messages[1:])
-            requested = self._count("\n".join(m.content for m in messages))
+            if self._counter is None:
+                requested = None
+            elif (index, bool(prefix)) in self._item_tokens:
+                requested = self._item_tokens[index, bool(prefix)]
+            else:
+                requested = self._item_tokens[index, bool(prefix)] = self._count("\n".join(m.content for m in messages))
         else:
             messages = (Message("user", self._with_prefix(config.prompt, prefix)),)
             requested = self._fixed_tokens[bool(prefix)]
