@@ -16,8 +16,9 @@ The clients run one after another, never together, each against a fresh
 simulator process. The plain client is ``bench/plain_locustfile.py``.
 
 ``--prompt-tokens N``: both clients send a prompt of N words instead (the
-≈ 100-token prompt's words repeated; the simulator counts about one token
-per word, its count is printed), e.g. 32000 for long prompts: llmload reads
+≈ 100-token prompt's words repeated; the simulator counts about 1.15 tokens
+per word, its count is printed; its context is raised to fit), e.g. 28000
+for ≈ 32k-token prompts: llmload reads
 it from a one-line ``--dataset`` file, the plain client from
 ``PLAIN_PROMPT_FILE`` (too long for a command line).
 
@@ -421,8 +422,10 @@ class Bench:
         *,
         wire: bool = False,
         prompt_file: Path | None = None,
+        sim_extra: tuple[str, ...] = (),
     ) -> None:
         self.repo, self.tmp, self.scale, self.wire, self.prompt_file = repo, tmp, scale, wire, prompt_file
+        self.sim_extra = sim_extra
         self.sim_repo = sim_repo or repo
         self.base_cpu: dict[tuple[str, int, bool, tuple[str, ...]], float] = {}
 
@@ -431,7 +434,8 @@ class Bench:
         requests = max(sc.processes, round(sc.requests * self.scale))
         stem = self.tmp / f"{sc.key}-{label}".replace(" ", "_")
         with Path(f"{stem}-sim.log").open("w") as sim_log:
-            url, sim = start_sim(*sc.sim_args, core=1 if sc.pinned else None, cwd=self.sim_repo, stderr=sim_log)
+            core = 1 if sc.pinned else None
+            url, sim = start_sim(*sc.sim_args, *self.sim_extra, core=core, cwd=self.sim_repo, stderr=sim_log)
         try:
             key = (client, sc.processes, sc.pinned, extra)
             if key not in self.base_cpu:
@@ -687,6 +691,8 @@ def main() -> int:
             args.sim_repo.resolve() if args.sim_repo else None,
             wire=args.wire,
             prompt_file=prompt_file,
+            # the simulator's context (4,096 by default) must hold the prompt (~1.2 tokens per word) and the reply
+            sim_extra=("--max-model-len", str(2 * args.prompt_tokens + 4096)) if args.prompt_tokens else (),
         )
         for key in keys:
             sc = SCENARIOS[key]
