@@ -137,10 +137,12 @@ class DeltaTemplate:
         head = self.event_head
         if not block.startswith(head):
             return None
-        tail = self.event_tail
-        if block.endswith(tail):  # one event (the usual read): the suffix opens with a quote, plain text has none
-            text = block[len(head) : len(block) - len(tail)]
-            if plain_text(text):
+        # One event (the usual read): its tail is the first one. The suffix opens with a quote and
+        # plain text has none, so this is the result of the split below, without it.
+        end = block.find(self.event_tail, len(head))
+        if end == len(block) - len(self.event_tail) and end > len(head):
+            text = block[len(head) : end]
+            if '"' not in text and "\\" not in text and text.isprintable():
                 return [text], ""
         separator = self.separator
         texts = block[len(head) :].split(separator)
