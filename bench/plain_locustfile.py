@@ -13,7 +13,8 @@ which delays the first token by several inter-token intervals.
 
 Settings (environment): PLAIN_NUM_REQUESTS (requests over all processes, split
 evenly between ``--processes`` workers, each worker needs ≥ 1 user; default
-100), PLAIN_MAX_TOKENS (128), PLAIN_MODEL ("llmload-sim"), PLAIN_PROMPT,
+100), PLAIN_MAX_TOKENS (128), PLAIN_MODEL ("llmload-sim"), PLAIN_PROMPT (or PLAIN_PROMPT_FILE: a file
+that holds it),
 PLAIN_OUT (results JSON, default plain_results.json). After the last request
 the run quits and writes {"ttft_s": [...], "chunks": N, "requests": N,
 "failures": N, "first_send_unix": s, "last_end_unix": s}; chunks are the
@@ -40,7 +41,11 @@ MAX_TOKENS = int(os.environ.get("PLAIN_MAX_TOKENS", "128"))
 OUT = os.environ.get("PLAIN_OUT", "plain_results.json")
 BODY = {
     "model": os.environ.get("PLAIN_MODEL", "llmload-sim"),
-    "prompt": os.environ.get("PLAIN_PROMPT", "Write a short story about a lighthouse keeper."),
+    "prompt": (
+        open(os.environ["PLAIN_PROMPT_FILE"]).read()  # noqa: SIM115 - read once at import
+        if os.environ.get("PLAIN_PROMPT_FILE")
+        else os.environ.get("PLAIN_PROMPT", "Write a short story about a lighthouse keeper.")
+    ),
     "max_tokens": MAX_TOKENS,
     "ignore_eos": True,
     "stream": True,

@@ -1,6 +1,7 @@
 """`make bench`: llmload beside a plain Locust locustfile, both against `llmload sim` (figures, not a test).
 
     python bench/run_bench.py [A B C D ...] [--requests-scale F] [--markdown] [--repo PATH] [--sim-repo PATH] [--wire]
+                              [--prompt-tokens N]
 
 Scenarios (max_tokens 128, ignore_eos, the same ≈ 100-token prompt, sim ``--max-num-seqs 1024``):
 
@@ -13,6 +14,13 @@ Scenarios (max_tokens 128, ignore_eos, the same ≈ 100-token prompt, sim ``--ma
 In A–C the simulator runs on core 1 and the client on core 0 (``taskset``).
 The clients run one after another, never together, each against a fresh
 simulator process. The plain client is ``bench/plain_locustfile.py``.
+
+``--prompt-tokens N``: both clients send a prompt of N words instead (the
+≈ 100-token prompt's words repeated; the simulator counts about 1.15 tokens
+per word, its count is printed; its context is raised to fit), e.g. 28000
+for ≈ 32k-token prompts: llmload reads
+it from a one-line ``--dataset`` file, the plain client from
+``PLAIN_PROMPT_FILE`` (too long for a command line).
 
 Per client run:
 
@@ -88,6 +96,7 @@ PROMPT = (
 )  # ≈ 100 tokens, sent by both clients
 TTFT = "llmload_sim_time_to_first_token_seconds"
 SIM_TOKENS = "llmload_sim_completion_tokens_total"
+SIM_PROMPT_TOKENS = "llmload_sim_prompt_tokens_total"
 RUN_TIMEOUT_S = 900.0  # locust's own -t is 600 s
 BASE_TIMEOUT_S = 180.0
 SAMPLE_S = 0.5
@@ -306,8 +315,9 @@ def client_command(
     max_tokens: int,
     out: Path,
     extra: tuple[str, ...],
+    prompt_file: Path | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """argv and environment for one run of ``client`` ("llmload" or "plain")."""
+    """argv and environment for one run of ``client`` ("llmload" or "plain"); ``prompt_file``: a long prompt."""
     argv = [*(pin(0) if sc.pinned else []), sys.executable, "-m", "locust", "--headless", "--only-summary"]
     argv += ["-H", url, "-u", str(users), "-r", str(users), "-t", "600s", "--loglevel", "WARNING"]
     if sc.processes > 1:
@@ -321,9 +331,17 @@ def client_command(
             "PLAIN_OUT": str(out),
             "PLAIN_PROMPT": PROMPT,
         }
+        if prompt_file is not None:
+            env["PLAIN_PROMPT_FILE"] = str(prompt_file)
         return argv, env
     argv += ["-f", "locustfiles/completions.py", "--num-requests", str(requests), "--ignore-eos"]
-    argv += ["--max-tokens", str(max_tokens), "--prompt", PROMPT, "--results-json", str(out), "--prometheus-port", "0"]
+    if prompt_file is None:
+        argv += ["--prompt", PROMPT]
+    else:
+        dataset = prompt_file.with_suffix(".jsonl")
+        dataset.write_text(json.dumps({"prompt": prompt_file.read_text()}) + "\n")
+        argv += ["--dataset", str(dataset)]
+    argv += ["--max-tokens", str(max_tokens), "--results-json", str(out), "--prometheus-port", "0"]
     return [*argv, *extra], env
 
 
@@ -396,9 +414,18 @@ class Bench:
     """Runs scenarios for both clients; remembers each client's start-up/shut-down CPU."""
 
     def __init__(
-        self, repo: Path, tmp: Path, scale: float, sim_repo: Path | None = None, *, wire: bool = False
+        self,
+        repo: Path,
+        tmp: Path,
+        scale: float,
+        sim_repo: Path | None = None,
+        *,
+        wire: bool = False,
+        prompt_file: Path | None = None,
+        sim_extra: tuple[str, ...] = (),
     ) -> None:
-        self.repo, self.tmp, self.scale, self.wire = repo, tmp, scale, wire
+        self.repo, self.tmp, self.scale, self.wire, self.prompt_file = repo, tmp, scale, wire, prompt_file
+        self.sim_extra = sim_extra
         self.sim_repo = sim_repo or repo
         self.base_cpu: dict[tuple[str, int, bool, tuple[str, ...]], float] = {}
 
@@ -407,13 +434,22 @@ class Bench:
         requests = max(sc.processes, round(sc.requests * self.scale))
         stem = self.tmp / f"{sc.key}-{label}".replace(" ", "_")
         with Path(f"{stem}-sim.log").open("w") as sim_log:
-            url, sim = start_sim(*sc.sim_args, core=1 if sc.pinned else None, cwd=self.sim_repo, stderr=sim_log)
+            core = 1 if sc.pinned else None
+            url, sim = start_sim(*sc.sim_args, *self.sim_extra, core=core, cwd=self.sim_repo, stderr=sim_log)
         try:
             key = (client, sc.processes, sc.pinned, extra)
             if key not in self.base_cpu:
                 base_out = Path(f"{stem}-base.json")
                 argv, env = client_command(
-                    client, sc, url, users=sc.processes, requests=sc.processes, max_tokens=1, out=base_out, extra=extra
+                    client,
+                    sc,
+                    url,
+                    users=sc.processes,
+                    requests=sc.processes,
+                    max_tokens=1,
+                    out=base_out,
+                    extra=extra,
+                    prompt_file=self.prompt_file,
                 )
                 base = run_measured(
                     argv, cwd=self.repo, env=env, timeout_s=BASE_TIMEOUT_S, log=Path(f"{stem}-base.log")
@@ -421,7 +457,15 @@ class Bench:
                 self.base_cpu[key] = base.cpu_s
             out = Path(f"{stem}.json")
             argv, env = client_command(
-                client, sc, url, users=sc.users, requests=requests, max_tokens=MAX_TOKENS, out=out, extra=extra
+                client,
+                sc,
+                url,
+                users=sc.users,
+                requests=requests,
+                max_tokens=MAX_TOKENS,
+                out=out,
+                extra=extra,
+                prompt_file=self.prompt_file,
             )
             requests_log = Path(f"{stem}-requests.jsonl")
             if self.wire and client == "llmload":
@@ -451,6 +495,8 @@ class Bench:
                 print(f"  simulator: {sim_errors.strip()}", file=sys.stderr)
         delta = {k: v - before.get(k, 0.0) for k, v in after.items()}
         count = delta.get(f"{TTFT}_count", 0.0)
+        if self.prompt_file is not None and count:
+            print(f"  prompt: {delta.get(SIM_PROMPT_TOKENS, 0.0) / count:,.0f} tokens per request (simulator)")
         row = Row(
             scenario=sc.key,
             client=label,
@@ -470,6 +516,12 @@ class Bench:
             flush=True,
         )
         return row
+
+
+def long_prompt(words: int) -> str:
+    """``words`` words: those of ``PROMPT`` repeated (the simulator counts about one token per word)."""
+    base = PROMPT.split()
+    return " ".join(base[i % len(base)] for i in range(words))
 
 
 def tiny_tokenizer_json(directory: Path) -> Path | None:
@@ -605,7 +657,16 @@ def main() -> int:
         action="store_true",
         help="also capture each load run on loopback (tcpdump, as root) and compare both clients with the wire",
     )
+    parser.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="send a prompt of N words (about N tokens) instead of the ≈ 100-token one, e.g. 32000",
+    )
     args = parser.parse_args()
+    if args.prompt_tokens is not None and args.prompt_tokens < 1:
+        parser.error(f"--prompt-tokens must be >= 1, got {args.prompt_tokens}")
     if args.wire and not capture_available():
         parser.error("--wire needs tcpdump on PATH and root (apt-get install tcpdump; run as root)")
     keys = [key.upper() for key in args.scenarios] or list(SCENARIOS)
@@ -619,8 +680,19 @@ def main() -> int:
     tokenizer_note = ""
     with tempfile.TemporaryDirectory(prefix="llmload-bench-") as tmp_name:
         tmp = Path(tmp_name)
+        prompt_file = None
+        if args.prompt_tokens is not None:
+            prompt_file = tmp / "prompt.txt"
+            prompt_file.write_text(long_prompt(args.prompt_tokens))
         bench = Bench(
-            repo, tmp, args.requests_scale, args.sim_repo.resolve() if args.sim_repo else None, wire=args.wire
+            repo,
+            tmp,
+            args.requests_scale,
+            args.sim_repo.resolve() if args.sim_repo else None,
+            wire=args.wire,
+            prompt_file=prompt_file,
+            # the simulator's context (4,096 by default) must hold the prompt (~1.2 tokens per word) and the reply
+            sim_extra=("--max-model-len", str(2 * args.prompt_tokens + 4096)) if args.prompt_tokens else (),
         )
         for key in keys:
             sc = SCENARIOS[key]

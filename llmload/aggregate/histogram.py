@@ -23,7 +23,10 @@ merging is exactly associative and commutative (float addition is not).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import repeat
+from operator import mul
 
 import numpy as np
 import numpy.typing as npt
@@ -264,6 +267,27 @@ class LatencyHistogram:
                 it are recorded, the rest are not.
         """
         values = values_s if isinstance(values_s, list | tuple) else list(values_s)
+        if not values:
+            return
+        try:
+            total_s = math.fsum(values)
+        except (ValueError, OverflowError, TypeError):
+            total_s = math.nan  # the loop below says which value is wrong
+        low_s = min(values)
+        if total_s < _INF and low_s >= 0.0:  # every value finite and >= 0 (a NaN makes the sum NaN)
+            # Whole-batch path, in C: bucket indices counted at once, then merged into the bins.
+            timed = values if low_s >= ZERO_THRESHOLD_S else [v for v in values if v >= ZERO_THRESHOLD_S]
+            bins = self._bins
+            get = bins.get
+            for index, n in Counter(map(math.ceil, map(mul, map(math.log, timed), repeat(_INV_LOG_GAMMA)))).items():
+                bins[index] = get(index, 0) + n
+            self._count += len(values)
+            self._zero_count += len(values) - len(timed)
+            self._sum_ns += round(total_s * _NS_PER_S)
+            self._min_s = min(self._min_s, low_s)
+            high_s = max(values)
+            self._max_s = max(self._max_s, high_s)
+            return
         bins = self._bins
         get = bins.get
         log = math.log

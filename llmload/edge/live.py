@@ -52,7 +52,7 @@ from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.sections import client_saturated
 from llmload.exporters.timeseries import Row, Timeline, progress_line
 from llmload.exporters.timeseries_files import TimeseriesLog
-from llmload.exporters.window import RunView, SlidingWindow
+from llmload.exporters.window import RunView, SlidingWindow, saturation_read_lag
 from llmload.run.wire import WorkerReport, report_to_wire
 from llmload.servermetrics import SERVER_COLUMNS
 from llmload.settings.credentials import public_url
@@ -121,9 +121,11 @@ def _run_view(environment: Environment) -> RunView:
             in_flight = sum(export.worker_in_flight.values())
     if export is not None and export.final_stats is not None:
         stats = export.final_stats
+    window = export.window.view() if export is not None else None
+    lags = saturation_read_lag(stats, window, ended=export is None or export.final_stats is not None)
     return RunView(
         stats=stats,
-        window=export.window.view() if export is not None else None,
+        window=window,
         users=int(runner.user_count) if runner is not None else 0,
         in_flight_requests=in_flight,
         workers=workers,
@@ -133,7 +135,7 @@ def _run_view(environment: Environment) -> RunView:
         version=__version__,
         started_at_unix=runtime.started_at_unix or None,
         client_saturated=client_saturated(
-            max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0), stats.total().read_lag_s
+            max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0), lags
         ),
         lost_workers=len(runtime.lost_workers),
     )

@@ -125,8 +125,9 @@ _HISTOGRAMS = (
 )
 _SATURATED_HELP = (
     f"1 when a load-generating process ran above 90% CPU for {CPU_SATURATION_S:g} s or more, or the client's "
-    f"P99 read lag so far exceeds {READ_LAG_LIMIT_S * 1e3:g} ms or any read's {REQUEST_LAG_LIMIT_S * 1e3:g} ms "
-    "(it read replies late): latencies may be the client's"
+    f"P99 read lag exceeds {READ_LAG_LIMIT_S * 1e3:g} ms or any read's {REQUEST_LAG_LIMIT_S * 1e3:g} ms "
+    "(it read replies late; over the live window while the run goes on, the whole run once it ended): "
+    "latencies may be the client's"
 )
 """HELP of ``llmload_client_saturated``: the gauge follows ``sections.client_saturated`` (CPU or read lag)."""
 

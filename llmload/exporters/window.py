@@ -35,9 +35,10 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from llmload.aggregate.histogram import LatencyHistogram
 from llmload.aggregate.stats import LLMStats, StatsKey
 
-__all__ = ["DEFAULT_WINDOW_S", "SLOT_S", "RunView", "SlidingWindow", "WindowView"]
+__all__ = ["DEFAULT_WINDOW_S", "SLOT_S", "RunView", "SlidingWindow", "WindowView", "saturation_read_lag"]
 
 DEFAULT_WINDOW_S = 10.0
 """Length of the live window in seconds (documented in the README)."""
@@ -224,7 +225,8 @@ class RunView:
         model: served model name ("" before it is known).
         version: llmload version.
         started_at_unix: wall-clock start of the run; None before the first run.
-        client_saturated: ``llmload.exporters.sections.client_saturated`` over the run so far.
+        client_saturated: ``llmload.exporters.sections.client_saturated``: CPU over the run so far, read
+            lag over the live window (``saturation_read_lag``; the whole run once it ended).
         lost_workers: workers lost mid-run.
     """
 
@@ -240,3 +242,15 @@ class RunView:
     client_saturated: bool = False
     lost_workers: int = 0
     started_at_unix: float | None = None
+
+
+def saturation_read_lag(stats: LLMStats, window: WindowView | None, *, ended: bool) -> LatencyHistogram:
+    """The read lags the live ``llmload_client_saturated`` gauge judges (``sections.client_saturated``).
+
+    While the run goes on: those of the live window (its last ``DEFAULT_WINDOW_S`` s), so one late
+    read does not hold the gauge at 1 for the rest of the run. Once it ended (or without a window):
+    the whole run's, as the results' ``client_saturated``.
+    """
+    if ended or window is None:
+        return stats.total().read_lag_s
+    return window.stats.total().read_lag_s

@@ -264,7 +264,8 @@ class GeventResponse:
             now_ns = time.time_ns()
             age_ns = now_ns - stamp_ns
             self.read_age_s = age_ns * 1e-9 if age_ns > 0 else 0.0
-            lag_ns = self._lag_ns(now_ns)
+            earliest_ns = self._earliest_ns  # as _lag_ns (inlined: once per read)
+            lag_ns = now_ns - earliest_ns if earliest_ns else 0
             self.read_lag_s = lag_ns * 1e-9 if lag_ns > age_ns else self.read_age_s
         else:
             self.read_stamped = False

@@ -26,7 +26,7 @@ arrival (kernel receive stamps where available, see ``llmload.net.transport``).
 
 from __future__ import annotations
 
-import itertools
+import operator
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -342,7 +342,7 @@ class RequestRecord:
             return []
         counts = self.token_counts
         if counts is None:
-            return [b - a for a, b in itertools.pairwise(times)]
+            return list(map(operator.sub, times[1:], times[:-1]))  # b - a for each pair, in C
         out: list[float] = [0.0] * (counts[0] - 1) if counts and counts[0] > 1 else []
         for i in range(1, len(times)):
             k = counts[i] if i < len(counts) else 1

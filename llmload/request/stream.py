@@ -39,6 +39,7 @@ _TEMPLATE_TRIES = 8  # events a reply may take to offer a plain token delta to l
 _RELEARN_EVENTS = 16
 _TEMPLATE_PROBE = "llmload-template-probe"
 _EVENT_END = b"\n\n"
+_ONE_EVENT_TEXT_CHARS = 256  # a block at most this much longer than one event's surroundings may be one event
 
 Scan = Callable[[str, int], tuple[Any, int]]
 """``json`` C scanner: (text, index) → (value, end index); raises StopIteration if no value starts there."""
@@ -137,6 +138,13 @@ class DeltaTemplate:
         head = self.event_head
         if not block.startswith(head):
             return None
+        # One event (the usual read): the suffix opens with a quote and plain text has none, so this
+        # is the result of the split below, without it. Longer blocks (several events) skip the check.
+        tail = self.event_tail
+        if len(block) - len(head) - len(tail) <= _ONE_EVENT_TEXT_CHARS and block.endswith(tail):
+            text = block[len(head) : len(block) - len(tail)]
+            if text and '"' not in text and "\\" not in text and text.isprintable():
+                return [text], ""
         separator = self.separator
         texts = block[len(head) :].split(separator)
         last = texts[-1]

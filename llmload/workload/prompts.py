@@ -123,6 +123,9 @@ class Workload:
             with_prefix: self._count(self._with_prefix(config.prompt, self.prefix if with_prefix else ""))
             for with_prefix in (False, True)
         }
+        # requested length of each dataset item, with and without the prefix: the tokenizer
+        # runs once per item, not once per request (a long prompt costs milliseconds to count)
+        self._item_tokens: dict[tuple[int, bool], int | None] = {}
 
     @property
     def exact(self) -> bool:
@@ -164,20 +167,28 @@ class Workload:
             DatasetError: an exact synthetic length cannot be reached.
         """
         config = self.config
-        rng = random.Random(f"{config.seed}:{k}")
+        # seeding from a string hashes it (SHA-512): only when something is drawn
+        drawn = config.input_tokens is not None or config.output_tokens is not None
+        rng = random.Random(f"{config.seed}:{k}") if drawn else None
         prefix = self.prefix if with_prefix else ""
         item: DatasetItem | None = None
-        if config.input_tokens is not None:
+        if config.input_tokens is not None and rng is not None:
             n = config.input_tokens.draw(rng)
             target = n + (config.prefix_tokens if prefix else 0)
             text = self._fit(prefix + " " if prefix else "", target, rng)
             messages: tuple[Message, ...] = (Message("user", text),)
             requested: int | None = target
         elif self.dataset is not None:
-            item = self.dataset.items[self._order[k % len(self._order)]]
+            index = self._order[k % len(self._order)]
+            item = self.dataset.items[index]
             first = item.messages[0]
             messages = (Message(first.role, self._with_prefix(first.content, prefix)), *item.messages[1:])
-            requested = self._count("\n".join(m.content for m in messages))
+            if self._counter is None:
+                requested = None
+            elif (index, bool(prefix)) in self._item_tokens:
+                requested = self._item_tokens[index, bool(prefix)]
+            else:
+                requested = self._item_tokens[index, bool(prefix)] = self._count("\n".join(m.content for m in messages))
         else:
             messages = (Message("user", self._with_prefix(config.prompt, prefix)),)
             requested = self._fixed_tokens[bool(prefix)]
@@ -209,9 +220,9 @@ class Workload:
     def _count(self, text: str) -> int | None:
         return self._counter.count(text) if self._counter is not None else None
 
-    def _max_tokens(self, item: DatasetItem | None, rng: random.Random) -> int | None:
+    def _max_tokens(self, item: DatasetItem | None, rng: random.Random | None) -> int | None:
         config = self.config
-        if config.output_tokens is not None:
+        if config.output_tokens is not None and rng is not None:
             return config.output_tokens.draw(rng)
         if item is None:
             return None

@@ -360,3 +360,24 @@ def test_run_config_rejects_bad_workload_options(options, fragment, named_files)
     with pytest.raises(ConfigError) as info:
         RunConfig.from_options(_options(**options))
     assert fragment in str(info.value)
+
+
+def test_dataset_prompt_is_tokenized_once_per_item_not_per_request(tmp_path):
+    """Issue 19 (long prompts): counting a dataset prompt's requested length runs once per item and prefix."""
+    from llmload.settings.config import RunConfig
+    from llmload.workload.prompts import Workload
+
+    class Words:
+        calls = 0
+
+        def count(self, text: str) -> int:
+            Words.calls += 1
+            return len(text.split())
+
+    path = tmp_path / "long.jsonl"
+    path.write_text('{"prompt": "' + " ".join(["word"] * 5000) + '"}\n{"prompt": "two words"}\n')
+    workload = Workload(RunConfig(), Words(), load_dataset(str(path)))
+    before = Words.calls
+    prompts = [workload.prompt_at(k) for k in range(40)] + [workload.prompt_at(k, with_prefix=False) for k in range(4)]
+    assert sorted({p.requested_tokens for p in prompts}) == [2, 5000]
+    assert Words.calls - before == 2  # two items, no prefix: the same text with or without it
