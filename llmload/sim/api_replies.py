@@ -43,6 +43,7 @@ from llmload.sim.protocol import (
     GenerationRequest,
     count_chat_prompt_tokens,
     count_text_tokens,
+    read_request_body,
 )
 from llmload.sim.replies import ReplyPlan
 
@@ -111,17 +112,9 @@ def parse_api_request(
 
     ``stored``: the replies a Responses ``previous_response_id`` may continue (None: none).
     """
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return ErrorReply(400, "BadRequestError", f"request body is not valid JSON ({exc}); send a JSON object")
-    if not isinstance(body, dict):
-        return ErrorReply(400, "BadRequestError", 'request body must be a JSON object, e.g. {"model": ...}')
-    model = body.get("model")
-    if not isinstance(model, str):
-        return ErrorReply(400, "BadRequestError", f"'model' is required; use \"{served_model}\"", "model")
-    if model != served_model:
-        return ErrorReply(404, "NotFoundError", f"model '{model}' is not served; available: {served_model}")
+    body = read_request_body(raw, served_model)
+    if isinstance(body, ErrorReply):
+        return body
     try:
         return _parse(endpoint, body, max_model_len, stored)
     except _InvalidBodyError as exc:

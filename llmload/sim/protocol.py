@@ -36,6 +36,7 @@ __all__ = [
     "count_chat_prompt_tokens",
     "count_text_tokens",
     "parse_generation_request",
+    "read_request_body",
 ]
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
@@ -208,6 +209,22 @@ def _optional_bool(body: dict[str, Any], name: str) -> bool:
     return value
 
 
+def read_request_body(raw: bytes, served_model: str) -> dict[str, Any] | ErrorReply:
+    """The body as a JSON object naming ``served_model``, or the 400/404 reply a server gives instead."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return ErrorReply(400, "BadRequestError", f"request body is not valid JSON ({exc}); send a JSON object")
+    if not isinstance(body, dict):
+        return ErrorReply(400, "BadRequestError", 'request body must be a JSON object, e.g. {"model": ...}')
+    model = body.get("model")
+    if not isinstance(model, str):
+        return ErrorReply(400, "BadRequestError", f"'model' is required; use \"{served_model}\"", "model")
+    if model != served_model:
+        return ErrorReply(404, "NotFoundError", f"model '{model}' is not served; available: {served_model}")
+    return body
+
+
 def parse_generation_request(
     endpoint: Endpoint, raw: bytes, served_model: str, max_model_len: int
 ) -> GenerationRequest | ErrorReply:
@@ -222,17 +239,9 @@ def parse_generation_request(
     Returns:
         The request, or the 400/404 reply to send instead.
     """
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return ErrorReply(400, "BadRequestError", f"request body is not valid JSON ({exc}); send a JSON object")
-    if not isinstance(body, dict):
-        return ErrorReply(400, "BadRequestError", 'request body must be a JSON object, e.g. {"model": ...}')
-    model = body.get("model")
-    if not isinstance(model, str):
-        return ErrorReply(400, "BadRequestError", f"'model' is required; use \"{served_model}\"", "model")
-    if model != served_model:
-        return ErrorReply(404, "NotFoundError", f"model '{model}' is not served; available: {served_model}")
+    body = read_request_body(raw, served_model)
+    if isinstance(body, ErrorReply):
+        return body
     try:
         return _parse_fields(endpoint, body, max_model_len)
     except _InvalidFieldError as exc:
