@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.parser import text_fd_to_metric_families
 
 from llmload.errors import ServerMetricsError
 from llmload.servermetrics.names import (
@@ -161,19 +162,30 @@ def _not_prometheus(text: str) -> str:
     return f"the answer is not the Prometheus text format (it began {first[:60]!r}): {fix}"
 
 
-def parse_snapshot(text: str, model: str | None = None) -> ServerSnapshot:
+def _paced(text: str, pause: Callable[[], None]) -> Iterator[str]:
+    """The lines of ``text`` (newlines kept, as a file gives them), ``pause()`` before each."""
+    for line in io.StringIO(text):
+        pause()
+        yield line
+
+
+def parse_snapshot(text: str, model: str | None = None, *, pause: Callable[[], None] | None = None) -> ServerSnapshot:
     """Parse one Prometheus text exposition and map it onto the common vocabulary.
 
     Args:
         text: the body of ``GET /metrics``.
         model: served model name; series labelled ``model_name`` with another
             value are left out (when some series carry this one).
+        pause: called before each line is parsed, so that a caller on an event loop
+            can let other work run (a 100-200 KB page, as vLLM and the simulator
+            publish, takes prometheus_client's parser tens of milliseconds).
 
     Raises:
         ServerMetricsError: the text is not Prometheus text, or has no sample at all.
     """
     try:
-        samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+        lines: Iterable[str] = io.StringIO(text) if pause is None else _paced(text, pause)
+        samples = [s for family in text_fd_to_metric_families(lines) for s in family.samples]  # type: ignore[arg-type]
     except (ValueError, TypeError, IndexError, KeyError) as exc:
         raise ServerMetricsError(_not_prometheus(text)) from exc
     if not samples:

@@ -259,3 +259,38 @@ def test_scraper_restart_counts_the_server_from_the_reset_like_the_client():
     columns = scraper.intervals.columns(0)
     assert columns is not None
     assert columns["server_generation_tokens"] == 300
+
+
+def _big_page(lines: int = 4000) -> str:
+    """A vLLM-like page of ``lines`` histogram bucket lines (a real server's page is 100-200 KB)."""
+    body = [vllm(1, 1)]
+    for i in range(lines):
+        body.append(f'vllm:time_to_first_token_seconds_bucket{{model_name="m",le="{0.001 * (i + 1):.3f}"}} {i}\n')
+    body.append('vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"} 4000\n')
+    return "".join(body)
+
+
+def test_parsing_a_big_page_lets_due_timers_and_other_greenlets_run_in_between():
+    """The parse of one page yields to the event loop every slice: a 1 ms timer due during it fires before it ends.
+
+    Parsing in one go (or yielding with gevent.sleep(0), which resumes before the loop runs timers or polls
+    sockets) would hold every user's due send and unread socket for the whole parse, once per interval.
+    """
+    page = _big_page()
+    order: list[str] = []
+
+    def timer() -> None:
+        gevent.sleep(0.001)
+        order.append("timer")
+
+    def scrape() -> None:
+        scraper = ServerScraper(AUTO, (), model="m", fetch=FakeFetch({AUTO: [page]}), interval_s=10.0)
+        scraper.start()  # the reading before the load
+        scraper.finish()
+        order.append("parsed")
+
+    began = time.perf_counter()
+    gevent.joinall([gevent.spawn(timer), gevent.spawn(scrape)], timeout=30)
+    parse_s = time.perf_counter() - began
+    assert parse_s > 0.01, "the page parsed too fast to tell; make it bigger"  # the premise, not a speed target
+    assert order == ["timer", "parsed"]
