@@ -191,6 +191,9 @@ _USAGE_CHECKS = {
     "apart, so every completion token is counted as an answer token (check the server's usage)",
     "cached_above_prompt": "usage's cached prompt tokens exceed its prompt tokens (impossible): the cached "
     "count is not used (check the server's usage)",
+    "usage_detail_unreadable": "a usage detail (reasoning or cached prompt tokens) was not a token count: "
+    "that detail is unknown and left out of the reasoning and cached totals, never counted as 0 "
+    "(check the server's usage)",
     "usage_above_text": "usage counted more tokens than the streamed text can hold (fewer bytes than tokens): "
     "not every token was streamed, so TPOT is unavailable for them; output tok/s is the server's count",
 }
