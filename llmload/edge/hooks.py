@@ -248,7 +248,7 @@ def _bound_the_wait_for_workers(environment: Environment, runtime: Runtime, inte
     """
     options = environment.parsed_options
     max_wait_s = float(getattr(options, "expect_workers_max_wait", 0) or 0)
-    if max_wait_s <= 0:
+    if options is None or max_wait_s <= 0:
         return
     options.expect_workers_max_wait = 0
     gevent.spawn_later(max_wait_s, _give_up_waiting, environment, runtime, interrupter, max_wait_s)
