@@ -355,7 +355,7 @@ def _reset_with_locust(environment: Environment, **_kw: Any) -> None:
     """
     if not getattr(environment, "reset_stats", False) or isinstance(environment.runner, WorkerRunner):
         return
-    web.form.on_reset_stats(environment)
+    web.form.on_reset_stats(environment, cause="--reset-stats at the end of the ramp-up")
     _restart_server_metrics(environment)
 
 

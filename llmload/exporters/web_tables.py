@@ -18,7 +18,16 @@ from llmload.aggregate.stats import EndpointStats, LLMStats
 from llmload.exporters.sections import stats_sections
 from llmload.settings.goodput import SLO
 
-__all__ = ["ENDPOINT_COLUMNS", "RUN_COLUMNS", "RunFacts", "endpoint_rows", "reachable_url", "run_rows"]
+__all__ = [
+    "ENDPOINT_COLUMNS",
+    "RESET_IN_WEB_UI",
+    "RUN_COLUMNS",
+    "RunFacts",
+    "endpoint_rows",
+    "reachable_url",
+    "reset_note",
+    "run_rows",
+]
 
 ENDPOINT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("endpoint", "Endpoint"),
@@ -158,3 +167,26 @@ def run_rows(stats: LLMStats, facts: RunFacts) -> list[dict[str, str]]:
         rows.append(("Prometheus", facts.metrics_url))
     rows.append(("Downloads", "Download Data tab: llmload results JSON and summary"))
     return [{"item": item, "value": value} for item, value in rows]
+
+
+RESET_IN_WEB_UI = "RESET in the web UI"
+"""The cause ``llmload.edge.web.form.on_reset_stats`` names by default (Locust's ``reset_stats`` event)."""
+
+
+def reset_note(cause: str, *, server_metrics: bool) -> str:
+    """The log line of a statistics reset: what was reset and what was kept, in plain words.
+
+    ``cause``: what reset them (``RESET_IN_WEB_UI``, or ``--reset-stats`` at the
+    end of the ramp-up); ``server_metrics``: the server's metrics are scraped
+    (their figures restart too).
+    """
+    cleared = "requests, latencies, tokens and failures of the summary and results, the time series, "
+    cleared += "/metrics (its counters start again at 0, its live window empties), the checkpoint rows "
+    cleared += "and the --abort-on windows"
+    if server_metrics:
+        cleared += ", and the server-metrics figures (read again from now)"
+    return (
+        f"llmload: {cause}: statistics reset. Reset: {cleared}. Kept: the run itself (users keep sending, "
+        "and requests in flight now are counted when they finish), its options, run id and start; "
+        "the summary and results now cover the requests that finish from now on"
+    )

@@ -109,6 +109,9 @@ def test_b4_reset_resets_llmload_statistics_with_locusts(tmp_path: Path) -> None
         ui.wait(lambda s: s["stats"] and s["stats"][-1]["num_requests"] >= 5, "5 requests after RESET")
         ui.post("/stop")
         ui.wait(lambda s: s["state"] == "stopped", "the stop")
+        stderr = _clean(ui)  # issue 24: the line says what was reset and what was kept
+        assert "llmload: RESET in the web UI: statistics reset. Reset: requests, latencies" in stderr, stderr[-3000:]
+        assert "Kept: the run itself" in stderr
         locust_total = ui.aggregated()["num_requests"]
         requests = json.loads(results.read_text())["requests"]
         assert requests["succeeded"] + requests["failed"] == locust_total

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from llmload.aggregate.stats import LLMStats
-from llmload.exporters.web_tables import ENDPOINT_COLUMNS, RunFacts, endpoint_rows, run_rows
+from llmload.exporters.web_tables import (
+    ENDPOINT_COLUMNS,
+    RESET_IN_WEB_UI,
+    RunFacts,
+    endpoint_rows,
+    reset_note,
+    run_rows,
+)
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
 
 
@@ -86,3 +93,16 @@ def test_endpoint_rows_of_a_mixed_run_show_embeddings_inputs_per_s_and_no_output
     assert rows["chat"]["inputs_per_s"] == "n/a"
     assert rows["Total"]["completion_tokens"] == "12"  # embeddings add no output tokens, and leave the sum known
     assert rows["Total"]["prompt_tokens"] == "50"
+
+
+def test_reset_note_says_what_was_reset_and_what_was_kept_in_plain_words():
+    """Issue 24: the RESET line said only "statistics reset from the web UI" (also for --reset-stats, which
+    is not the web UI). Now it names the cause, what was reset (server metrics only when scraped) and what was kept."""
+    note = reset_note(RESET_IN_WEB_UI, server_metrics=False)
+    assert note.startswith("llmload: RESET in the web UI: statistics reset. Reset: requests, latencies, tokens")
+    assert "the time series, /metrics (its counters start again at 0, its live window empties)" in note
+    assert "Kept: the run itself (users keep sending, and requests in flight now are counted when they finish)" in note
+    assert "server-metrics" not in note
+    ramp = reset_note("--reset-stats at the end of the ramp-up", server_metrics=True)
+    assert ramp.startswith("llmload: --reset-stats at the end of the ramp-up: statistics reset.")
+    assert "and the server-metrics figures (read again from now)" in ramp

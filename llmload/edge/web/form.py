@@ -40,6 +40,7 @@ from llmload.edge.launch import prepare
 from llmload.edge.runtime import Runtime
 from llmload.errors import ConfigError, InvalidOptionsError, LLMLoadError
 from llmload.exporters.web_charts import field_messages
+from llmload.exporters.web_tables import RESET_IN_WEB_UI, reset_note
 from llmload.run.plan import users_short_of_workers
 from llmload.settings.config import RunConfig
 from llmload.settings.options import OPTIONS, OptionSpec
@@ -149,12 +150,14 @@ def _shown(options: argparse.Namespace, spec: OptionSpec) -> str:
     return "unset" if raw in (None, "") else repr(raw)
 
 
-def on_reset_stats(environment: Environment, **_kw: Any) -> None:
-    """RESET in the web UI: llmload's statistics restart with Locust's (master or single process).
+def on_reset_stats(environment: Environment, *, cause: str = RESET_IN_WEB_UI, **_kw: Any) -> None:
+    """RESET in the web UI (or ``--reset-stats``): llmload's statistics restart with Locust's.
+
+    On the master or a single process.
 
     The summary, results, time series and ``/metrics`` then cover the requests finished
     after the reset, as Locust's tables do. Workers send deltas, so resetting
-    the master's merged statistics is enough.
+    the master's merged statistics is enough. Logs ``reset_note``.
     """
     runtime: Runtime | None = getattr(environment, "llmload", None)
     if runtime is None or isinstance(environment.runner, WorkerRunner):
@@ -172,4 +175,4 @@ def on_reset_stats(environment: Environment, **_kw: Any) -> None:
         runtime.window_delta = LLMStats.empty()
     if runtime.export is not None:
         runtime.export.window.reset()
-    log.info("llmload: statistics reset from the web UI; the summary covers requests finished from now on")
+    log.info("%s", reset_note(cause, server_metrics=runtime.server_scraper is not None))
