@@ -92,6 +92,7 @@ def prepare(
         return
     runtime.config = config
     _check_endpoint_path(environment, config, host)
+    _check_batch_size(environment, config)
     for flag, path in (
         ("--results-json", config.results_json),
         ("--html-report", config.html_report),
@@ -234,6 +235,25 @@ def _probe_step(probes: list[tuple[str, LLMRequest]]) -> str:
     """``POST /v1/chat/completions (ChatUser)``: what the probe requests are, for the waiting line."""
     shown = ", ".join(f"POST {request.path} ({name})" for name, request in probes)
     return f"the probe request{'s' if len(probes) > 1 else ''} {shown}" if probes else "the probe requests"
+
+
+def _check_batch_size(environment: Environment, config: RunConfig) -> None:
+    """Refuse, before any load, a ``--batch-size`` that no user of the run would use (it would be ignored).
+
+    A run that mixes embeddings users with others (``locustfiles/mixed.py``)
+    uses it for its embeddings users: accepted.
+    """
+    if config.batch_size == 1:
+        return
+    classes = environment.user_classes
+    if any(getattr(cls, "endpoint", None) == "embeddings" for cls in classes):
+        return
+    names = ", ".join(sorted(cls.__name__ for cls in classes)) or "none"
+    raise ConfigError(
+        f"--batch-size {config.batch_size} applies to EmbeddingsUser only, and this run has no embeddings user "
+        f"({names}): it would be ignored. Remove --batch-size, or run embeddings users "
+        "(locust -f $(llmload locustfile embeddings), or a locustfile with an EmbeddingsUser)"
+    )
 
 
 def _check_endpoint_path(environment: Environment, config: RunConfig, host: str) -> None:

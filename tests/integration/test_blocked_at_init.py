@@ -119,6 +119,12 @@ def test_signal_during_a_preflight_that_hangs_prints_one_line_writes_blocked_res
         ("dead server", ["-H", "DEAD"], "cannot reach"),
         ("bad option", ["--max-tokens", "abc"], "--max-tokens must be a positive integer, got 'abc'"),
         ("framing header", ["--header", "Content-Length: 3"], "the Content-Length header is refused"),
+        # issue 24: --batch-size was accepted and ignored by a run without EmbeddingsUser
+        (
+            "batch size without embeddings",
+            ["--batch-size", "8"],
+            "--batch-size 8 applies to EmbeddingsUser only, and this run has no embeddings user (ChatUser)",
+        ),
     ],
 )
 def test_headless_run_blocked_at_init_writes_blocked_results_with_the_reason(tmp_path, case, extra, reason):
