@@ -130,6 +130,7 @@ def format_summary(results: Mapping[str, Any]) -> str:
     lines.extend(_endpoint_lines(results.get("by_endpoint") or [], thr, embeddings_only))
     lines.append("=" * _WIDTH)
     lines.extend(_token_warnings(tok))
+    lines.extend(_input_token_warnings(results))
     lines.extend(_usage_check_notes(tok))
     lines.extend(_short_warnings(req))
     return "\n".join(lines)
@@ -284,6 +285,28 @@ def _token_warnings(tok: Mapping[str, Any]) -> list[str]:
             f"{client['compared']} requests (mean |diff| {client['mean_abs_diff']:.1f}); server counts used."
         )
     return lines
+
+
+def _input_token_warnings(results: Mapping[str, Any]) -> list[str]:
+    """One WARNING when successes had no input token count (``tokens.prompt_sources.unknown``), by endpoint.
+
+    Embeddings replies without ``usage`` are the usual case: their input tokens
+    are the run's only token figure, so input tok/s would silently cover part of it.
+    """
+    unknown = ((results.get("tokens") or {}).get("prompt_sources") or {}).get("unknown")
+    if not unknown:
+        return []
+    parts = [
+        f"{entry['endpoint']} {n}"
+        for entry in results.get("by_endpoint") or []
+        if (n := ((entry.get("tokens") or {}).get("prompt_sources") or {}).get("unknown"))
+    ]
+    where = f" ({', '.join(parts)})" if parts else ""
+    return [
+        f"WARNING: {unknown} successful request(s){where} had no input token count (the reply carried no usage, "
+        "e.g. an embeddings reply without usage.prompt_tokens, and no --tokenizer): input tok/s and the input "
+        "token totals leave them out; pass --tokenizer PATH or make the server return usage."
+    ]
 
 
 def _sources_text(source: str | None, breakdown: Mapping[str, int]) -> str:

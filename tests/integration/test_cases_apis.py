@@ -260,6 +260,16 @@ def test_embeddings_batch_is_measured_from_usage(run_scripted):
     assert run.requests[0].json()["input"] == ["a b", "c d", "e f"]
 
 
+def test_embeddings_reply_without_usage_has_unknown_input_tokens_never_zero(run_scripted):
+    """Issue 24: the reply is a success, its input tokens unknown (counted as prompt source "unknown")."""
+    request = build_embeddings_request(model="m", inputs=["a b", "c d"])
+    body = json.dumps({"object": "list", "data": [{"index": i, "embedding": [0.1]} for i in range(2)]})
+    record = run_scripted(json_reply(200, body, at_ms=10), request).record
+    assert record.outcome is Outcome.OK, record.error
+    assert (record.prompt_tokens.value, record.prompt_tokens.source) == (None, TokenSource.UNKNOWN)
+    assert record.inputs == 2
+
+
 @pytest.mark.parametrize(
     ("vectors", "category"),
     [([[0.1]] * 2, "wrong number of embeddings"), ([[0.1], [], [0.3]], "empty embedding")],

@@ -10,6 +10,7 @@ from llmload.exporters.console import format_summary
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.results import RunOutcome, build_results
 from llmload.exporters.window import RunView
+from llmload.request.record import TokenCount
 from llmload.run.wire import from_wire, to_wire
 from llmload.testing import T0_UNIX as T0
 from llmload.testing import ok_record
@@ -147,3 +148,28 @@ def test_time_series_rows_of_embeddings_have_no_output_tokens_and_totals_still_a
     assert rows["responses"]["output_tokens"] == 9
     assert rows[None]["output_tokens"] == 9  # the total row: the generating requests' tokens
     assert rows[None]["prompt_tokens"] == rows["embeddings"]["prompt_tokens"] + rows["responses"]["prompt_tokens"]
+
+
+def test_embeddings_replies_without_usage_are_counted_and_warned_about_once():
+    """Issue 24: an EmbeddingsUser reply without usage left input tokens unknown with no warning. Now the
+    summary (and so the HTML report) warns once, naming how many replies and on which endpoint; the count
+    is tokens.prompt_sources.unknown, and the unknown inputs are left out of the totals, never added as 0."""
+    stats = LLMStats.empty()
+    unknown = TokenCount.unknown()
+    for i in range(3):
+        stats.add(ok_record((), end_s=0.05, start_unix=T0 + i, endpoint="embeddings", prompt_tokens=unknown,
+                            completion_tokens=0, inputs=4, streamed=False))  # fmt: skip
+    stats.add(ok_record((), end_s=0.05, start_unix=T0 + 3, endpoint="embeddings", prompt_tokens=12,
+                        completion_tokens=0, inputs=4, streamed=False))  # fmt: skip
+    stats.add(ok_record(start_unix=T0 + 3, endpoint="chat"))
+    results = build_results(RunOutcome(stats))
+    assert results["tokens"]["prompt_sources"] == {"server": 2, "unknown": 3}
+    embeddings = next(e for e in results["by_endpoint"] if e["endpoint"] == "embeddings")
+    assert embeddings["tokens"]["prompt"] == 12
+    warnings = [line for line in format_summary(results).splitlines() if "no input token count" in line]
+    assert warnings == [
+        "WARNING: 3 successful request(s) (embeddings 3) had no input token count (the reply carried no usage, "
+        "e.g. an embeddings reply without usage.prompt_tokens, and no --tokenizer): input tok/s and the input "
+        "token totals leave them out; pass --tokenizer PATH or make the server return usage."
+    ]
+    assert "no input token count" not in format_summary(build_results(RunOutcome(_stats())))
