@@ -489,6 +489,8 @@ def _change(metric: Mapping[str, Any]) -> str:
     else:
         text, bound = ("n/a" if change is None else f"{change:+.3f}"), f"{limit:+.3g}"
     flag = "  DRIFT" if metric["flagged"] else "" if metric.get("enough_samples", True) else "  (few samples)"
+    if metric.get("samples") == [0, 0]:
+        flag = "  (no samples)"  # e.g. output tok/s of embeddings, which generate nothing
     return f"{text} (tolerance {bound}){flag}"
 
 

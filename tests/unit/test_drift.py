@@ -193,6 +193,9 @@ def test_drift_output_tokens_per_s_of_embeddings_alone_is_unknown_not_zero():
     tok = drift["metrics"]["output_tokens_per_s"]
     assert (tok["first"], tok["last"], tok["change"], tok["samples"]) == (None, None, None, [0, 0])
     assert tok["flagged"] is False
+    results = build_results(RunOutcome(LLMStats.empty(), drift=drift))
+    line = next(line for line in summary_lines(results) if line.startswith("Output tok/s:"))
+    assert line.endswith("n/a -> n/a  n/a (tolerance -25%)  (no samples)")
 
 
 def test_drift_output_tokens_per_s_of_a_mixed_run_counts_the_generating_successes():
