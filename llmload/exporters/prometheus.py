@@ -123,6 +123,10 @@ _HISTOGRAMS = (
     ("tpot_s", "time_per_output_token_seconds", "(last token - first token) / (completion tokens - 1), successes"),
     ("e2e_s", "request_duration_seconds", "Time from send to the end of the reply (E2E), successes"),
 )
+_NO_OUTPUT_ENDPOINTS = frozenset({"embeddings"})
+"""Endpoints that generate nothing: no completion-token or token-time series (absent, never 0)."""
+_TOKEN_TIMES = frozenset({"ttft_s", "itl_s", "tpot_s"})
+
 _SATURATED_HELP = (
     f"1 when a load-generating process ran above 90% CPU for {CPU_SATURATION_S:g} s or more, or the client's "
     f"P99 read lag exceeds {READ_LAG_LIMIT_S * 1e3:g} ms or any read's {REQUEST_LAG_LIMIT_S * 1e3:g} ms "
@@ -290,6 +294,8 @@ class LLMLoadCollector:
             for label, count in sorted(by_type.items()):
                 errors.add_metric((endpoint, model, label), count)
             prompt.add_metric((endpoint, model), s.prompt_tokens_sum)
+            if endpoint in _NO_OUTPUT_ENDPOINTS:
+                continue  # embeddings generate nothing: no completion series (absent, not 0)
             by_source = s.completion_tokens_by_source
             for source in _TOKEN_SOURCES:
                 completion.add_metric((endpoint, model, source.value), by_source.get(source, 0))
@@ -302,6 +308,8 @@ class LLMLoadCollector:
         for attribute, suffix, doc in _HISTOGRAMS:
             family = HistogramMetricFamily(f"llmload_{suffix}", doc, labels=_KEY_LABELS)
             for key, s in items:
+                if attribute in _TOKEN_TIMES and key[0] in _NO_OUTPUT_ENDPOINTS:
+                    continue  # no token of an embeddings reply is timed: no series, not an empty one
                 hist: LatencyHistogram = getattr(s, attribute)
                 family.add_metric(key, histogram_buckets(hist), hist.sum_s)
             yield family

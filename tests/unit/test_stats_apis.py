@@ -173,3 +173,20 @@ def test_embeddings_replies_without_usage_are_counted_and_warned_about_once():
         "token totals leave them out; pass --tokenizer PATH or make the server return usage."
     ]
     assert "no input token count" not in format_summary(build_results(RunOutcome(_stats())))
+
+
+def test_prometheus_embeddings_have_no_completion_or_token_time_series_not_zeros():
+    """Issue 24: /metrics showed llmload_completion_tokens_total{endpoint="embeddings"} 0 (and empty TTFT,
+    ITL, TPOT histograms) although embeddings generate nothing; the module promised those families stay empty."""
+    view = RunView(stats=_stats(), window=None, users=0, in_flight_requests=0, workers=0, run_id="r1",
+                   host="http://h", model="m", version="9")  # fmt: skip
+    registry = CollectorRegistry()
+    PrometheusExporter(lambda: view, registry=registry)
+    embeddings = {"endpoint": "embeddings", "model": "m"}
+    assert registry.get_sample_value("llmload_completion_tokens_total", {**embeddings, "source": "server"}) is None
+    for name in ("time_to_first_token", "inter_token_latency", "time_per_output_token"):
+        assert registry.get_sample_value(f"llmload_{name}_seconds_count", embeddings) is None
+    assert registry.get_sample_value("llmload_request_duration_seconds_count", embeddings) == 3
+    chat = {"endpoint": "chat", "model": "m"}
+    assert registry.get_sample_value("llmload_completion_tokens_total", {**chat, "source": "server"}) is not None
+    assert registry.get_sample_value("llmload_time_to_first_token_seconds_count", chat) == 1
