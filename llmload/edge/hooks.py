@@ -274,7 +274,7 @@ def _give_up_waiting(environment: Environment, runtime: Runtime, interrupter: In
         "workers (they need the master's --master-bind-host/--master-bind-port), raise --expect-workers-max-wait, "
         "or lower --expect-workers"
     )
-    _end_before_load(environment, reason, runtime, interrupted=False)
+    _end_before_load(environment, reason, runtime, interrupted=True)  # its line ends "; no request was sent"
     runner.quit()  # tells the workers that did connect to quit
     interrupter.exit(2)
 

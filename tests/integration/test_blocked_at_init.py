@@ -253,9 +253,9 @@ def test_expect_workers_max_wait_running_out_writes_blocked_results_with_expecte
     assert "Traceback" not in stderr, stderr[-3000:]
     assert "1 workers connected" in stderr, stderr[-3000:]  # the worker had connected before the limit
     reason = "gave up waiting for workers after --expect-workers-max-wait 8 s: 1 of 2 expected workers connected"
-    lines = [line for line in stderr.splitlines() if line.startswith("llmload: error: ")]
+    lines = [line for line in stderr.splitlines() if line.startswith(f"llmload: {reason}")]
     assert len(lines) == 1, stderr[-3000:]
-    assert reason in lines[0]
+    assert lines[0].endswith("or lower --expect-workers; no request was sent")
     results = _blocked(out, stdout)
     assert results["blocked"].startswith(reason)
     assert results["verdict"].startswith(f"BLOCKED before load: {reason}")
