@@ -7,7 +7,7 @@ STAMP := $(VENV)/.llmload-installed
 PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: install demo test test-all test-real bench bench-scale lint check clean image lock screenshots
+.PHONY: install demo test test-all test-real bench bench-scale lint check docs clean image lock screenshots
 
 $(STAMP): pyproject.toml constraints.txt
 	@if [ -z "$(PYTHON)" ]; then echo "llmload needs Python >= 3.11 (python3.11 or newer on PATH); install it, e.g. apt-get install python3 python3-venv" >&2; exit 1; fi
@@ -79,6 +79,12 @@ lint: install
 	$(VENV)/bin/lint-imports
 
 check: lint test
+
+# The documentation site (docs/, mkdocs.yml) into site/: the options reference must be the one the option
+# table generates, and --strict turns a broken page link or anchor into a failure.
+docs: install
+	$(PY) -m llmload.settings.options_doc --check
+	$(VENV)/bin/mkdocs build --strict
 
 # The container image (k8s/Dockerfile) with docker or podman, whichever has a running engine.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)

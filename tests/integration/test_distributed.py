@@ -277,5 +277,5 @@ def test_p7_killed_worker_is_flagged_within_the_documented_time_and_run_complete
     assert "worker(s) lost mid-run" in stdout
     # Locust: missing after 4-5 silent 1 s heartbeat ticks; llmload looks every 0.5 s
     assert 2.5 <= _lost_worker_logged_at(stderr) - killed_at <= 6.0
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert "noticed by the master within about 5 s" in readme
+    stopping = (REPO_ROOT / "docs" / "guides" / "stopping.md").read_text()
+    assert "noticed by the master within about 5 s" in stopping
