@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from llmload.sim.config import build_parser
+from llmload.sweep import parse_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -64,15 +65,27 @@ def test_docs_show_commands_and_each_kind_is_known():
         words = _words(command)
         known = (
             words[0] == "locust"
-            or words[:2] == ["llmload", "sim"]
+            or words[:2] in (["llmload", "sim"], ["llmload", "sweep"])
             or any(command.startswith(prefix) for prefix in RUN_BY)
         )
         assert known, f"{page}: `{command}` is exercised by no test; add it to RUN_BY or make it a locust command"
 
 
+def _locust_args(command: str) -> list[str] | None:
+    """The arguments Locust gets from a `locust` command, or from an `llmload sweep` one after `--`."""
+    words = _words(command)
+    if words[0] == "locust":
+        return words[1:]
+    if words[:2] == ["llmload", "sweep"]:
+        parse_sweep(words[words.index("--sweep") + 1])  # raises ConfigError on a bad step list
+        return words[words.index("--") + 1 :]
+    return None
+
+
 def test_docs_locust_commands_parse_with_llmloads_options_and_valid_values():
-    commands = [(page, c) for page, c in docs_commands() if _words(c)[0] == "locust"]
-    argvs = [_words(c)[1:] for _, c in commands]
+    commands = [(page, c) for page, c in docs_commands() if _locust_args(c) is not None]
+    assert any(_words(c)[:2] == ["llmload", "sweep"] for _, c in commands)
+    argvs = [_locust_args(c) for _, c in commands]
     out = subprocess.run(
         [sys.executable, "-m", "tests.integration.docs_command_probe"],
         input=json.dumps(argvs), capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
