@@ -75,6 +75,7 @@ _USAGE_NOTE_FIELDS = {
     UsageNote.REASONING_APART: "reasoning_apart_requests",
     UsageNote.ABOVE_TEXT: "usage_above_text_requests",
     UsageNote.CACHED_ABOVE_PROMPT: "cached_above_prompt_requests",
+    UsageNote.DETAIL_UNREADABLE: "usage_detail_unreadable_requests",
 }
 OVERFLOW_CATEGORY = "other"
 _EXACT_SOURCES = (TokenSource.SERVER, TokenSource.LOGPROBS, TokenSource.TOKENIZER)
@@ -240,7 +241,8 @@ class EndpointStats:
         usage_incremental_requests, usage_not_growing_requests,
         usage_below_events_requests, hidden_reasoning_requests,
         reasoning_unexplained_requests, reasoning_apart_requests,
-        usage_above_text_requests, cached_above_prompt_requests: successes per ``UsageNote``.
+        usage_above_text_requests, cached_above_prompt_requests,
+        usage_detail_unreadable_requests: successes per ``UsageNote``.
         errors: failures and skipped requests grouped by category (at most
             ``MAX_ERROR_CATEGORIES``).
         first_send_unix: earliest send of a finished request; None if none.
@@ -308,6 +310,7 @@ class EndpointStats:
     reasoning_apart_tokens_sum: int = counter()
     usage_above_text_requests: int = counter()
     cached_above_prompt_requests: int = counter()
+    usage_detail_unreadable_requests: int = counter()
     errors: dict[str, ErrorGroup] = error_table()
     first_send_unix: float | None = earliest()
     last_end_unix: float | None = latest()

@@ -186,6 +186,7 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
                 interrupter.before_load = functools.partial(
                     _stop_waiting_for_workers, environment, runtime, interrupter
                 )
+                _bound_the_wait_for_workers(environment, runtime, interrupter)
             elif interrupter is not None:
                 interrupter.load_started()
 
@@ -233,6 +234,49 @@ def _stop_waiting_for_workers(environment: Environment, runtime: Runtime, interr
     runner.quit()  # tells the workers that did connect to quit
     interrupter.exit(2)
     return True
+
+
+def _bound_the_wait_for_workers(environment: Environment, runtime: Runtime, interrupter: Interrupter) -> None:
+    """``--expect-workers-max-wait S``: end a wait that runs out with results instead of Locust's bare exit.
+
+    Locust gives up with "Gave up waiting for workers to connect", exit status 1
+    and no results (``quitting`` is never fired), so a script sees a run that
+    neither passed nor said why. llmload takes the limit over (Locust's own is
+    set to 0, waiting forever) and ends the wait at the same moment: the blocked
+    results say how many workers were expected and how many connected, and that
+    no request was sent; exit status 2, as for every run stopped before load.
+    """
+    options = environment.parsed_options
+    max_wait_s = float(getattr(options, "expect_workers_max_wait", 0) or 0)
+    if options is None or max_wait_s <= 0:
+        return
+    options.expect_workers_max_wait = 0
+    gevent.spawn_later(max_wait_s, _give_up_waiting, environment, runtime, interrupter, max_wait_s)
+
+
+def _give_up_waiting(environment: Environment, runtime: Runtime, interrupter: Interrupter, max_wait_s: float) -> None:
+    """The wait for workers ran out: the blocked results (expected vs connected), the workers told to quit, exit 2.
+
+    Does nothing once the load started (every worker had connected in time).
+    """
+    runner = environment.runner
+    expected = int(getattr(environment.parsed_options, "expect_workers", 1) or 1)
+    if not isinstance(runner, MasterRunner) or runtime.run_id or interrupter.before_load is None:
+        return
+    ready = len(runner.clients.ready)
+    if ready >= expected:
+        return
+    interrupter.before_load = None  # a Ctrl-C from now on finds the process already ending
+    runtime.stopping = True
+    reason = (
+        f"gave up waiting for workers after --expect-workers-max-wait {max_wait_s:g} s: {ready} of {expected} "
+        f"expected worker{'s' if expected != 1 else ''} connected (--expect-workers {expected}); start the missing "
+        "workers (they need the master's --master-bind-host/--master-bind-port), raise --expect-workers-max-wait, "
+        "or lower --expect-workers"
+    )
+    _end_before_load(environment, reason, runtime, interrupted=False)
+    runner.quit()  # tells the workers that did connect to quit
+    interrupter.exit(2)
 
 
 def _options_unread(options: Any) -> Runtime:

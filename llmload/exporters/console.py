@@ -15,7 +15,14 @@ from typing import Any
 from llmload.exporters.results import judge
 from llmload.exporters.sections import MIXED, PERCENTILES
 
-__all__ = ["PROMPT_MISMATCH_WARN_RATIO", "RESULTS_LINE_PREFIX", "format_summary", "results_line", "summary_lines"]
+__all__ = [
+    "PROMPT_MISMATCH_WARN_RATIO",
+    "RESULTS_LINE_PREFIX",
+    "format_summary",
+    "results_line",
+    "summary_lines",
+    "ttft_split_row",
+]
 
 PROMPT_MISMATCH_WARN_RATIO = 0.05
 """Warn when mean |server prompt tokens - requested| exceeds this share of the mean requested length."""
@@ -191,6 +198,9 @@ _USAGE_CHECKS = {
     "apart, so every completion token is counted as an answer token (check the server's usage)",
     "cached_above_prompt": "usage's cached prompt tokens exceed its prompt tokens (impossible): the cached "
     "count is not used (check the server's usage)",
+    "usage_detail_unreadable": "a usage detail (reasoning or cached prompt tokens) was not a token count: "
+    "that detail is unknown and left out of the reasoning and cached totals, never counted as 0 "
+    "(check the server's usage)",
     "usage_above_text": "usage counted more tokens than the streamed text can hold (fewer bytes than tokens): "
     "not every token was streamed, so TPOT is unavailable for them; output tok/s is the server's count",
 }
@@ -497,19 +507,40 @@ def _server_lines(results: Mapping[str, Any]) -> list[str]:
         f"{k} {server[k]:,}" for k in ("prompt_tokens", "generation_tokens", "prompt_cached_tokens") if server[k]
     )
     lines.append(f"Tokens: {check['tokens']}" + (f" (server: {figures})" if figures else ""))
-    split = check["ttft_client_minus_server_s"]
-    if split and split.get("not_comparable"):
-        lines.append(_row("TTFT client − server:", f"not comparable: {split['not_comparable']}"))
-    elif split:
-        parts = ["n/a" if v is None else f"{v * 1e3:+.2f}" for v in (split["mean"], split["p50"])]
-        resolution = split.get("p50_resolution_s")
-        if split["p50"] is None and resolution:
-            parts[1] += f" (finer than the server's {resolution * 1e3:.2f} ms p50 range)"
-        lines.append(_row("TTFT client − server mean / p50 (ms):", f"{' / '.join(parts)} {_split_gloss(split)}"))
+    lines.append(_row(*ttft_split_row(server)))
     if not server["complete"]:
         failed = [f"{e['url']} ({e['error']})" for e in server["endpoints"] if e["failed_scrapes"]]
         lines.append(f"WARNING: server metrics incomplete; failed scrapes: {'; '.join(failed) or 'start or end'}")
     return lines
+
+
+def ttft_split_row(server: Mapping[str, Any]) -> tuple[str, str]:
+    """The "TTFT client − server" row of a results ``server`` section: (label, text).
+
+    The text gives the mean / p50 difference (ms) with what it is, and for a
+    figure that is n/a says why: the server has no TTFT histogram or timed no
+    first token, the two sides timed different requests or windows
+    (``not_comparable``), the client timed no first token, or the p50
+    difference is finer than the server's histogram can tell.
+    """
+    split = (server.get("cross_check") or {}).get("ttft_client_minus_server_s")
+    if not split:
+        ttft = (server.get("latency") or {}).get("ttft_s")
+        why = "the server exposes no TTFT histogram" if ttft is None else "the server timed no first token in the run"
+        return "TTFT client − server:", f"n/a: {why}"
+    if split.get("not_comparable"):
+        return "TTFT client − server:", f"n/a, not comparable: {split['not_comparable']}"
+    if split["mean"] is None:
+        return "TTFT client − server:", "n/a: the client timed no first token (no successful streamed request)"
+    parts = [f"{split['mean'] * 1e3:+.2f}", "n/a" if split["p50"] is None else f"{split['p50'] * 1e3:+.2f}"]
+    resolution = split.get("p50_resolution_s")
+    if split["p50"] is None:
+        parts[1] += (
+            f" (finer than the server's {resolution * 1e3:.2f} ms p50 range)"
+            if resolution
+            else " (the server's p50 is in its +Inf bucket)"
+        )
+    return "TTFT client − server mean / p50 (ms):", f"{' / '.join(parts)} {_split_gloss(split)}"
 
 
 def _split_gloss(split: Any) -> str:

@@ -16,11 +16,12 @@ how it ended. ``drift_section`` compares them:
   never an average of interval percentiles), over every (endpoint, model);
 - metrics: ``ttft_p99_s``, ``itl_p99_s``, ``e2e_p99_s`` (successes),
   ``output_tokens_per_s`` (completion tokens of successes / the stretch's
-  seconds; 0 when nothing succeeded), ``error_ratio`` (failed / finished) and ``client_rss_bytes`` (the
+  seconds; 0 when nothing succeeded, None when its successes generate nothing:
+  embeddings alone), ``error_ratio`` (failed / finished) and ``client_rss_bytes`` (the
   largest sample of the time series' ``client_rss_bytes`` gauge in the
   stretch: the process itself, or on a master the largest worker);
 - each metric also gives ``samples``, ``[first, last]``: the stretch's
-  successes measured (latencies: histogram counts; output tok/s: successes),
+  successes measured (latencies: histogram counts; output tok/s: successes that generate tokens),
   finished requests (error ratio) or gauge samples (RSS). A latency p99 over
   fewer than ``MIN_SAMPLES`` requests is little more than the stretch's
   slowest request, so it is never flagged (``enough_samples`` false);
@@ -202,7 +203,15 @@ def _figures(
         "ttft_p99_s": (total.ttft_s.quantile(0.99), total.ttft_s.count),
         "itl_p99_s": (total.itl_s.quantile(0.99), total.itl_s.count),
         "e2e_p99_s": (total.e2e_s.quantile(0.99), total.e2e_s.count),
-        "output_tokens_per_s": (total.completion_tokens_sum / seconds, total.succeeded),
+        "output_tokens_per_s": _output_rate(total, seconds),
         "error_ratio": (total.failed / finished if finished else None, finished),
         RSS_GAUGE: (float(max(rss)) if rss else None, len(rss)),
     }
+
+
+def _output_rate(total: EndpointStats, seconds: float) -> tuple[float | None, int]:
+    """Output tok/s of a stretch and the successes it rests on; None (not 0) when they generate nothing (embeddings)."""
+    generating = total.succeeded - total.no_output_requests
+    if total.no_output_requests and not total.completion_tokens_known_requests:
+        return None, 0
+    return total.completion_tokens_sum / seconds, generating

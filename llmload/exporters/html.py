@@ -8,7 +8,8 @@ the markup, ``tojson`` for the chart data). The page shows the verdict and
 warnings, the summary table (with deltas B − A when comparing), latency
 distributions, the time series (``timeseries`` rows, when the document has
 them; the server's gauges and tok/s beside the client's when they were
-scraped: ``SERVER_CHARTS``), failures by category, server metrics (``server``, when collected) and
+scraped: ``SERVER_CHARTS``), failures by category, server metrics (``server``, when collected; the TTFT client − server
+difference, or why it is n/a: ``llmload.exporters.console.ttft_split_row``) and
 the configuration (``run.options``, already free of secrets).
 
 Latency distributions: the results document's ``latency_cdf`` holds, per
@@ -35,7 +36,7 @@ import jinja2
 
 from llmload.errors import ConfigError
 from llmload.exporters.chart_rows import RATE_COLUMNS, interval_of, load_charts, mark_partial, with_turn_columns
-from llmload.exporters.console import summary_lines
+from llmload.exporters.console import summary_lines, ttft_split_row
 from llmload.exporters.web_charts import threshold_lines
 from llmload.settings.thresholds import parse_threshold
 
@@ -336,6 +337,7 @@ def render_report(documents: Sequence[Mapping[str, Any]], names: Sequence[str] |
                 "doc": doc,
                 "started": _started(doc),
                 "warnings": _warnings(doc),
+                "ttft_split": ttft_split_row(doc["server"]) if doc.get("server") else None,
             }
         )
     chart_data: dict[str, Any] = {

@@ -148,6 +148,8 @@ _USAGE_CHECK_FIELDS = (
     ("reasoning_unexplained", "reasoning_unexplained_requests"),
     ("reasoning_apart", "reasoning_apart_requests"),
     ("usage_above_text", "usage_above_text_requests"),
+    ("cached_above_prompt", "cached_above_prompt_requests"),
+    ("usage_detail_unreadable", "usage_detail_unreadable_requests"),
 )
 
 

@@ -224,6 +224,7 @@ def _usage_details(s: EndpointStats, completion_known: int) -> dict[str, Any]:
             "reasoning_apart": s.reasoning_apart_requests,
             "usage_above_text": s.usage_above_text_requests,
             "cached_above_prompt": s.cached_above_prompt_requests,
+            "usage_detail_unreadable": s.usage_detail_unreadable_requests,
         },
     }
 

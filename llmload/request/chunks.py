@@ -15,7 +15,8 @@ vLLM, SGLang and llama.cpp:
   end or on every chunk, cumulative (vLLM ``continuous_usage_stats``) or
   incremental (``llmload.request.tokens.read_usage`` decides), with
   ``completion_tokens_details.reasoning_tokens`` and
-  ``prompt_tokens_details.cached_tokens`` read when they are counts;
+  ``prompt_tokens_details.cached_tokens`` read when they are counts (a detail
+  sent but not a count is unknown and named in ``unreadable_detail``, never 0);
 - ``logprobs`` list one entry per token (``content`` for chat, ``tokens``
   for completions);
 - errors come as ``{"error": {...}}`` or, from older vLLM, as a top-level
@@ -32,7 +33,15 @@ from typing import Any
 from llmload.errors import SSEProtocolError
 from llmload.request.shapes import DeltaText, describe, read_delta, read_text
 
-__all__ = ["ChunkDelta", "ReplyAccumulator", "ServerError", "UsageValue", "parse_chunk", "read_server_error"]
+__all__ = [
+    "ChunkDelta",
+    "ReplyAccumulator",
+    "ServerError",
+    "UsageValue",
+    "first_detail",
+    "parse_chunk",
+    "read_server_error",
+]
 
 _LABEL = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # a server error type/code usable as a bounded label
 
@@ -60,6 +69,8 @@ class ChunkDelta:
             (``DeltaText.skipped``); None if none.
         usage_without_completion: it carried a ``usage`` object with no
             completion count (e.g. ``total_tokens`` alone).
+        unreadable_detail: a usage detail it sent that is not a token count, as
+            ``path is a string``; None if none (its count is then None, unknown).
     """
 
     text: str
@@ -75,6 +86,7 @@ class ChunkDelta:
     logprob_tokens: int | None = None
     skipped_part: str | None = None
     usage_without_completion: bool = False
+    unreadable_detail: str | None = None
 
 
 def parse_chunk(obj: Any) -> ChunkDelta:
@@ -190,6 +202,8 @@ def parse_any_chunk(obj: Any) -> ChunkDelta:
     completion = usage.get("completion_tokens")
     if completion is None:
         completion = usage.get("output_tokens")
+    reasoning, bad_reasoning = first_detail(usage, _REASONING_DETAILS)
+    cached, bad_cached = first_detail(usage, _CACHED_DETAILS)
     return ChunkDelta(
         text,
         has_token,
@@ -199,11 +213,12 @@ def parse_any_chunk(obj: Any) -> ChunkDelta:
         _count(completion, "usage.completion_tokens"),
         into.reasoning,
         into.shaped,
-        _first_detail(usage, _REASONING_DETAILS),
-        _first_detail(usage, _CACHED_DETAILS),
+        reasoning,
+        cached,
         logprobs,
         into.skipped,
         completion is None,
+        "; ".join(filter(None, (bad_reasoning, bad_cached))) or None,
     )
 
 
@@ -222,12 +237,24 @@ _CACHED_DETAILS = (
 )
 
 
-def _first_detail(usage: dict[str, Any], places: tuple[tuple[str | None, str], ...]) -> int | None:
+def first_detail(usage: dict[str, Any], places: tuple[tuple[str | None, str], ...]) -> tuple[int | None, str | None]:
+    """The usage detail at the first of ``places`` (block, key) that holds a value.
+
+    Returns:
+        (count, unreadable): the count, or None when no place holds one or the
+        first value found is not a token count; ``unreadable`` then names it
+        (``usage.completion_tokens_details.reasoning_tokens is a string ("lots")``), else None.
+    """
     for block, key in places:
-        value = _detail(usage if block is None else usage.get(block), key)
+        details = usage if block is None else usage.get(block)
+        if type(details) is not dict or details.get(key) is None:
+            continue
+        value = _detail(details, key)
         if value is not None:
-            return value
-    return None
+            return value, None
+        where = f"usage.{block}.{key}" if block else f"usage.{key}"
+        return None, f"{where} is {describe(details[key])}"
+    return None, None
 
 
 def _count(value: Any, path: str) -> int | None:
@@ -334,6 +361,10 @@ class ReplyAccumulator:
         skipped_part: the first typed part without text a delta carried
             (``ChunkDelta.skipped_part``); None if none.
         usage_without_completion: some ``usage`` object had no completion count.
+        unreadable_detail: the first usage detail sent that was not a token count
+            (``ChunkDelta.unreadable_detail``); None if none. Such a detail
+            makes ``reasoning_tokens`` / ``cached_tokens`` None (unknown) until
+            a later usage sends a readable one.
         events: number of deltas added.
         unread_events: events received but not read (the one a failure stopped at).
         done: ``[DONE]`` was received (set by the reader).
@@ -358,6 +389,7 @@ class ReplyAccumulator:
         "skipped_part",
         "token_times_s",
         "unread_events",
+        "unreadable_detail",
         "usage_log",
         "usage_without_completion",
     )
@@ -379,6 +411,7 @@ class ReplyAccumulator:
         self.reasoning_streamed = False
         self.skipped_part: str | None = None
         self.usage_without_completion = False
+        self.unreadable_detail: str | None = None
         self.events = 0
         self.unread_events = 0
         self.done = False
@@ -421,6 +454,17 @@ class ReplyAccumulator:
             self.reasoning_tokens = delta.reasoning_tokens
         if delta.cached_tokens is not None:
             self.cached_tokens = delta.cached_tokens
+        if delta.unreadable_detail is not None:
+            self._unreadable(delta)
+
+    def _unreadable(self, delta: ChunkDelta) -> None:
+        """A usage detail of ``delta`` is not a count: the detail it replaces is unknown now, not its older value."""
+        self.unreadable_detail = self.unreadable_detail or delta.unreadable_detail
+        named = delta.unreadable_detail or ""
+        if delta.reasoning_tokens is None and "reasoning_tokens is " in named:
+            self.reasoning_tokens = None
+        if delta.cached_tokens is None and any(f"{key} is " in named for _, key in _CACHED_DETAILS):
+            self.cached_tokens = None
 
     def add_token(self, text: str, t: float, has_content: bool) -> None:
         """Account a plain token delta (non-empty ``text``, no finish_reason, no usage) at ``t``.

@@ -96,6 +96,9 @@ class UsageNote(Enum):
     ABOVE_TEXT = "usage_above_text"
     # usage's cached prompt tokens exceed its prompt tokens (impossible): the cached count is not used
     CACHED_ABOVE_PROMPT = "cached_above_prompt"
+    # a usage detail (reasoning or cached prompt tokens) was sent but is not a token count (a string,
+    # a negative or fractional number...): that detail is unknown (None), never 0
+    DETAIL_UNREADABLE = "usage_detail_unreadable"
 
 
 _STREAMED_COUNT_UNKNOWN = frozenset({UsageNote.REASONING_UNEXPLAINED, UsageNote.ABOVE_TEXT})

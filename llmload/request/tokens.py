@@ -22,7 +22,10 @@ from the stream itself, usage below the number of token-bearing events is
 not used, reasoning tokens that usage counts but the stream never
 carried are kept out of TPOT, reasoning above the completion count is read
 as counted apart, and a count above what the streamed text can hold (fewer
-bytes than tokens) makes TPOT unknown (``resolve_output_tokens``).
+bytes than tokens) makes TPOT unknown (``resolve_output_tokens``). A usage
+detail (reasoning or cached prompt tokens) that is not a token count is
+unknown, never 0, and noted (``DETAIL_UNREADABLE``), as a bad
+``completion_tokens`` or ``prompt_tokens`` fails the stream.
 
 ``transformers`` is imported only inside ``load_tokenizer`` so that
 ``import llmload`` stays light.
@@ -320,6 +323,10 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
     text plus one did not stream all its tokens (``_above_text``); the count
     is still the server's (output tok/s stays the server's figure), but TPOT
     and per-token ITL over the streamed tokens are unknown.
+
+    A usage detail the reply sent that is not a token count
+    (``ReplyAccumulator.unreadable_detail``) adds ``DETAIL_UNREADABLE``; the
+    detail itself is already None.
     """
     events = len(acc.token_times_s) if streamed else 0
     usage = read_usage(acc.usage_log, events, acc.usage_per_event() if streamed else None)
@@ -353,6 +360,8 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
         and _above_text(acc.pieces, count.value - hidden)
     ):
         notes, token_counts = (*notes, UsageNote.ABOVE_TEXT), None
+    if acc.unreadable_detail is not None:
+        notes = (*notes, UsageNote.DETAIL_UNREADABLE)
     return OutputTokens(count, token_counts, hidden, notes)
 
 

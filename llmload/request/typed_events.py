@@ -43,7 +43,7 @@ import json
 from typing import Any
 
 from llmload.errors import SSEProtocolError
-from llmload.request.chunks import ChunkDelta, ReplyAccumulator, read_server_error
+from llmload.request.chunks import ChunkDelta, ReplyAccumulator, first_detail, read_server_error
 from llmload.request.record import Outcome
 from llmload.request.shapes import describe
 from llmload.request.sse import SSEDecoder, SSEEvent
@@ -200,13 +200,15 @@ class TypedReplyReader:
             delta = obj.get("delta")
             reason = anthropic_finish(delta.get("stop_reason")) if type(delta) is dict else None
             usage = obj.get("usage")
-            prompt, completion, _, cached = _usage(usage, "input_tokens", "output_tokens")
-            return ChunkDelta("", False, False, reason, prompt, completion, cached_tokens=cached)
+            counts = _usage(usage)
+            counts.finish_reason, counts.reasoning_tokens = reason, None
+            return counts
         if kind == "message_start":
             message = obj.get("message")
             usage = message.get("usage") if type(message) is dict else None
-            prompt, _, _, cached = _usage(usage, "input_tokens", "output_tokens")
-            return ChunkDelta("", False, False, None, prompt, None, cached_tokens=cached)
+            counts = _usage(usage)
+            counts.completion_tokens = counts.reasoning_tokens = None
+            return counts
         if kind == "error" or "error" in obj:
             _raise_error(obj, "error")
         return None
@@ -222,11 +224,9 @@ def _responses_event(kind: str, obj: dict[str, Any]) -> ChunkDelta | None:
     if kind in ("response.completed", "response.incomplete"):
         response = obj.get("response")
         usage = response.get("usage") if type(response) is dict else None
-        prompt, completion, reasoning, cached = _usage(usage, "input_tokens", "output_tokens")
-        return ChunkDelta(
-            "", False, False, responses_finish(response), prompt, completion,
-            reasoning_tokens=reasoning, cached_tokens=cached,
-        )  # fmt: skip
+        counts = _usage(usage)
+        counts.finish_reason = responses_finish(response)
+        return counts
     if kind == "response.failed":
         response = obj.get("response")
         error = response.get("error") if type(response) is dict else None
@@ -243,16 +243,26 @@ def _raise_error(obj: dict[str, Any], event: str) -> None:
     raise ReplyFailure(Outcome.SERVER_ERROR, category, f"{event} event: {error.message}", 200)
 
 
-def _usage(usage: Any, prompt_key: str, completion_key: str) -> tuple[int | None, int | None, int | None, int | None]:
-    """(prompt, completion, reasoning, cached) counts of a Responses or Messages ``usage`` object; None: not sent."""
+_REASONING_PLACES = (("output_tokens_details", "reasoning_tokens"),)
+_CACHED_PLACES = (("input_tokens_details", "cached_tokens"), (None, "cache_read_input_tokens"))
+
+
+def _usage(usage: Any) -> ChunkDelta:
+    """The counts of a Responses or Messages ``usage`` object as a delta without text; None: not sent.
+
+    ``input_tokens`` / ``output_tokens`` that are not counts fail the stream
+    (``SSEProtocolError``); a detail that is not one is unknown and named in
+    ``unreadable_detail`` (``llmload.request.chunks.first_detail``).
+    """
     if type(usage) is not dict:
-        return None, None, None, None
-    out = _count(usage.get(prompt_key), prompt_key), _count(usage.get(completion_key), completion_key)
-    reasoning = _detail(usage.get("output_tokens_details"), "reasoning_tokens")
-    cached = _detail(usage.get("input_tokens_details"), "cached_tokens")
-    if cached is None:
-        cached = _count(usage.get("cache_read_input_tokens"), "cache_read_input_tokens")
-    return out[0], out[1], reasoning, cached
+        return ChunkDelta("", False, False, None, None, None)
+    reasoning, bad_reasoning = first_detail(usage, _REASONING_PLACES)
+    cached, bad_cached = first_detail(usage, _CACHED_PLACES)
+    return ChunkDelta(
+        "", False, False, None, _count(usage.get("input_tokens"), "input_tokens"),
+        _count(usage.get("output_tokens"), "output_tokens"), reasoning_tokens=reasoning, cached_tokens=cached,
+        unreadable_detail="; ".join(filter(None, (bad_reasoning, bad_cached))) or None,
+    )  # fmt: skip
 
 
 def _count(value: Any, name: str) -> int | None:
@@ -261,11 +271,6 @@ def _count(value: Any, name: str) -> int | None:
     if type(value) is int and value >= 0:
         return value
     raise SSEProtocolError(f"usage.{name} is {describe(value)}; expected a non-negative integer token count")
-
-
-def _detail(details: Any, key: str) -> int | None:
-    value = details.get(key) if type(details) is dict else None
-    return value if type(value) is int and value >= 0 else None
 
 
 # ── whole (non-streamed) replies ─────────────────────────────────────────
@@ -300,11 +305,11 @@ def parse_responses_body(obj: Any) -> ChunkDelta:
                         reasoning = True
                     else:
                         content = True
-    prompt, completion, reasoning_tokens, cached = _usage(obj.get("usage"), "input_tokens", "output_tokens")
+    u = _usage(obj.get("usage"))
     text = "".join(pieces)
     return ChunkDelta(
-        text, bool(text), content, responses_finish(obj), prompt, completion, reasoning,
-        reasoning_tokens=reasoning_tokens, cached_tokens=cached,
+        text, bool(text), content, responses_finish(obj), u.prompt_tokens, u.completion_tokens, reasoning,
+        reasoning_tokens=u.reasoning_tokens, cached_tokens=u.cached_tokens, unreadable_detail=u.unreadable_detail,
     )  # fmt: skip
 
 
@@ -330,11 +335,11 @@ def parse_messages_body(obj: Any) -> ChunkDelta:
             reasoning = True
         elif kind == "tool_use" and block.get("input") is not None:
             pieces.append(json.dumps(block["input"]))
-    prompt, completion, _, cached = _usage(obj.get("usage"), "input_tokens", "output_tokens")
+    u = _usage(obj.get("usage"))
     text = "".join(pieces)
     return ChunkDelta(
-        text, bool(text), content, anthropic_finish(obj.get("stop_reason")), prompt, completion, reasoning,
-        cached_tokens=cached,
+        text, bool(text), content, anthropic_finish(obj.get("stop_reason")), u.prompt_tokens, u.completion_tokens,
+        reasoning, cached_tokens=u.cached_tokens, unreadable_detail=u.unreadable_detail,
     )  # fmt: skip
 
 

@@ -241,7 +241,8 @@ def _not_comparable(client_count: int, server_count: object) -> str:
     return (
         f"the server timed {server_count:,} first tokens, the client {client_count:,} "
         f"({more} on the server: requests cancelled at the stop, warm-up requests or other clients count "
-        "on one side only), so the means are over different requests"
+        "on one side only, or a failed scrape before or after the load left the server's figures over "
+        "another window), so the means are over different requests"
     )
 
 

@@ -211,3 +211,46 @@ def test_signal_while_a_master_waits_for_its_workers_writes_blocked_results_and_
     results = _blocked(out, stdout)
     assert results["blocked"] == reason
     assert posts == []
+
+
+def test_expect_workers_max_wait_running_out_writes_blocked_results_with_expected_and_connected(tmp_path):
+    """Issue 24: a headless master whose --expect-workers-max-wait ran out with 1 of 2 workers connected
+    ended as Locust does ("Gave up waiting for workers to connect", exit status 1) with no results at all
+    (8 s: time enough for the one worker to connect on a busy machine).
+    Now: one line and the blocked results saying 1 of 2 workers connected and that no request was sent,
+    exit status 2; the worker that did connect is told to quit."""
+    out = tmp_path / "r.json"
+    port = str(free_port())
+    master_args = ["-f", "locustfiles/chat.py", "--headless", "--master", "--expect-workers", "2",
+                   "--expect-workers-max-wait", "8", "--master-bind-host", "127.0.0.1", "--master-bind-port", port,
+                   "-u", "2", "-r", "2", "--num-requests", "4", "--skip-preflight",
+                   "--results-json", str(out)]  # fmt: skip
+    with ScriptedServer(lambda _request: json_reply(200, _MODELS)) as server:
+        master = subprocess.Popen(
+            locust_argv([*master_args, "-H", server.base_url]), cwd=REPO_ROOT,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        worker = subprocess.Popen(
+            locust_argv(["-f", "locustfiles/chat.py", "--worker", "--master-host", "127.0.0.1", "--master-port", port]),
+            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            stdout, stderr = master.communicate(timeout=90)
+            assert worker.wait(timeout=30) == 0  # told to quit, not left waiting for a master
+        finally:
+            for proc in (master, worker):
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        posts = [r for r in server.requests if r.method == "POST"]
+    assert master.returncode == 2, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "1 workers connected" in stderr, stderr[-3000:]  # the worker had connected before the limit
+    reason = "gave up waiting for workers after --expect-workers-max-wait 8 s: 1 of 2 expected workers connected"
+    lines = [line for line in stderr.splitlines() if line.startswith("llmload: error: ")]
+    assert len(lines) == 1, stderr[-3000:]
+    assert reason in lines[0]
+    results = _blocked(out, stdout)
+    assert results["blocked"].startswith(reason)
+    assert results["verdict"].startswith(f"BLOCKED before load: {reason}")
+    assert posts == []

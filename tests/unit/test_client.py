@@ -610,3 +610,47 @@ def test_client_cached_prompt_tokens_above_the_prompt_are_not_a_figure_but_a_usa
     chunk = json.dumps({"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": fine})
     record, _ = run([sse(C({"content": "a"}), CF("stop"), chunk, "[DONE]")])
     assert (record.cached_prompt_tokens, record.usage_notes) == (4, ())
+
+
+@pytest.mark.parametrize(
+    ("details", "reasoning", "cached"),
+    [
+        ({"completion_tokens_details": {"reasoning_tokens": "lots"}}, None, 3),
+        ({"completion_tokens_details": {"reasoning_tokens": -2}}, None, 3),
+        (
+            {"completion_tokens_details": {"reasoning_tokens": 0}, "prompt_tokens_details": {"cached_tokens": 2.5}},
+            0,
+            None,
+        ),
+    ],
+)
+def test_client_usage_detail_that_is_not_a_count_is_unknown_and_a_usage_check(details, reasoning, cached):
+    """Issue 24: a reasoning (or cached) usage detail that is not a count was dropped silently, while a bad
+    prompt_tokens fails the stream. Now: the detail is unknown (None, never 0), the reply still succeeds
+    (its counts are readable) and carries the usage_detail_unreadable check."""
+    usage = {"prompt_tokens": 5, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 3}, **details}
+    chunk = json.dumps({"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": usage})
+    record, _ = run([sse(C({"content": "a"}), CF("stop"), chunk, "[DONE]")])
+    assert record.outcome is Outcome.OK
+    assert record.completion_tokens == TokenCount(1, TokenSource.SERVER)
+    assert (record.reasoning_tokens, record.cached_prompt_tokens) == (reasoning, cached)
+    assert record.usage_notes == (UsageNote.DETAIL_UNREADABLE,)
+
+
+def test_client_usage_detail_unreadable_in_the_last_usage_forgets_an_earlier_value():
+    """Cumulative usage on every chunk: the last one's unreadable reasoning count is unknown, not the earlier 1."""
+    first = {"prompt_tokens": 5, "completion_tokens": 1, "completion_tokens_details": {"reasoning_tokens": 1}}
+    last = {"prompt_tokens": 5, "completion_tokens": 2, "completion_tokens_details": {"reasoning_tokens": "2"}}
+    chunks = [json.dumps({"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": u})
+              for u in (first, last)]  # fmt: skip
+    record, _ = run([sse(C({"content": "a"}), chunks[0], C({"content": "b"}), CF("stop"), chunks[1], "[DONE]")])
+    assert record.outcome is Outcome.OK
+    assert record.reasoning_tokens is None
+    assert UsageNote.DETAIL_UNREADABLE in record.usage_notes
+
+
+def test_client_readable_usage_details_carry_no_unreadable_check():
+    usage = {"prompt_tokens": 5, "completion_tokens": 1, "completion_tokens_details": {"reasoning_tokens": 0}}
+    chunk = json.dumps({"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": usage})
+    record, _ = run([sse(C({"content": "a"}), CF("stop"), chunk, "[DONE]")])
+    assert (record.reasoning_tokens, record.usage_notes) == (0, ())

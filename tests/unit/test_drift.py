@@ -177,3 +177,30 @@ def test_drift_stretches_cut_by_the_stop_are_rounded_like_the_others():
         text = "\n".join(summary_lines(build_results(RunOutcome(LLMStats.empty(), drift=drift))))
         line = next(line for line in text.splitlines() if line.startswith("Stretches (s):"))
         assert line.endswith(f" {shown}"), line
+
+
+def _embeddings_interval(n: int = MIN_SAMPLES) -> LLMStats:
+    stats = LLMStats.empty()
+    for _ in range(n):
+        stats.add(ok_record((), end_s=0.05, endpoint="embeddings", prompt_tokens=12, completion_tokens=0,
+                            inputs=4, streamed=False))  # fmt: skip
+    return stats
+
+
+def test_drift_output_tokens_per_s_of_embeddings_alone_is_unknown_not_zero():
+    """Issue 24: embeddings generate no output tokens; drift showed their output tok/s as 0 in both stretches."""
+    drift = drift_section(_series([_embeddings_interval() for _ in range(20)]), INTERVAL_S, 200.0)
+    tok = drift["metrics"]["output_tokens_per_s"]
+    assert (tok["first"], tok["last"], tok["change"], tok["samples"]) == (None, None, None, [0, 0])
+    assert tok["flagged"] is False
+
+
+def test_drift_output_tokens_per_s_of_a_mixed_run_counts_the_generating_successes():
+    mixed = []
+    for _ in range(20):
+        interval = _interval(tokens=4)
+        interval.merge_in(_embeddings_interval(5))
+        mixed.append(interval)
+    tok = drift_section(_series(mixed), INTERVAL_S, 200.0)["metrics"]["output_tokens_per_s"]
+    assert tok["first"] == pytest.approx(4 * MIN_SAMPLES * 2 / (2 * INTERVAL_S))
+    assert tok["samples"] == [2 * MIN_SAMPLES, 2 * MIN_SAMPLES]

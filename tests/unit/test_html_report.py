@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import html
 import json
 import re
 import shutil
@@ -489,3 +490,53 @@ def test_html_report_shows_sessions_by_turn_and_the_trace_schedule_lag():
     assert "header X-S" in text
     assert "sessions" not in _Page(render_report([MODES["closed"]()])).ids()
     assert "schedule lag max" in render_report([MODES["trace"]()])
+
+
+def _ttft_split_cell(text: str) -> str:
+    """The text of the report's "TTFT client − server" row (both cells), whitespace collapsed."""
+    row = re.search(r'<tr class="ttft-split">(.*?)</tr>', text, re.S)
+    assert row is not None, "no TTFT client − server row"
+    return html.unescape(" ".join(re.sub(r"<[^>]+>", " ", row.group(1)).split()))
+
+
+@pytest.mark.parametrize(
+    ("split", "ttft", "shown"),
+    [
+        (
+            {
+                "mean": None,
+                "p50": None,
+                "client_count": 7,
+                "server_count": 10,
+                "not_comparable": "the server timed "
+                "10 first tokens, the client 7 (more on the server: requests cancelled at the stop ...)",
+            },
+            "hist",
+            "n/a, not comparable: the server timed 10 first tokens, the client 7 (more on the server: requests "
+            "cancelled at the stop ...)",
+        ),
+        (None, None, "n/a: the server exposes no TTFT histogram"),
+        (None, "hist", "n/a: the server timed no first token in the run"),
+        (
+            {"mean": 0.004, "p50": None, "p50_resolution_s": 0.1, "not_comparable": None},
+            "hist",
+            "+4.00 / n/a (finer than the server's 100.00 ms p50 range)",
+        ),
+    ],
+)
+def test_html_report_says_why_ttft_client_minus_server_is_na(split, ttft, shown):
+    """Issue 24: the report showed "n/a / n/a" for TTFT client − server (or no row at all) without saying
+    why; now the reason stands next to it, as in the console summary."""
+    document = with_timeseries_and_server(closed_loop())
+    server = document["server"]
+    server["cross_check"]["ttft_client_minus_server_s"] = split
+    if ttft is None:
+        server["latency"]["ttft_s"] = None
+    cell = _ttft_split_cell(render_report([document]))
+    assert shown in cell
+    assert "n/a / n/a" not in cell
+
+
+def test_html_report_ttft_client_minus_server_figures_with_their_gloss():
+    cell = _ttft_split_cell(render_report([with_timeseries_and_server(closed_loop())]))
+    assert cell == "TTFT client − server mean / p50 (ms) +0.80 / -0.02 (network + HTTP + client time)"

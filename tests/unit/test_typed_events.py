@@ -142,3 +142,18 @@ def test_messages_reader_keeps_no_response_id():
     reader = TypedReplyReader("messages")
     reader.feed(typed("message_start", {"message": {"id": "msg_1", "usage": {"input_tokens": 3}}}), 0.01)
     assert reader.acc.response_id is None
+
+
+def test_responses_and_messages_usage_detail_that_is_not_a_count_is_named_not_dropped():
+    """Issue 24: the Responses/Messages usage details read as chat's: unknown and named, never 0 or a stream error."""
+    usage = {"input_tokens": 4, "output_tokens": 2, "output_tokens_details": {"reasoning_tokens": "lots"}}
+    body = parse_responses_body({"status": "completed", "output": [], "usage": usage})
+    assert (body.prompt_tokens, body.completion_tokens, body.reasoning_tokens) == (4, 2, None)
+    assert body.unreadable_detail == 'usage.output_tokens_details.reasoning_tokens is a string ("lots")'
+    message = parse_messages_body({"content": [], "usage": {"input_tokens": 4, "output_tokens": 2,
+                                                             "cache_read_input_tokens": -1}})  # fmt: skip
+    assert (message.prompt_tokens, message.cached_tokens) == (4, None)
+    assert message.unreadable_detail is not None
+    assert "usage.cache_read_input_tokens is a number (-1)" in message.unreadable_detail
+    fine = parse_responses_body({"status": "completed", "output": [], "usage": {"input_tokens": 4, "output_tokens": 2}})
+    assert fine.unreadable_detail is None

@@ -258,3 +258,25 @@ def test_nc26_kind_summary_warns_when_successes_had_no_output_token_count():
     text = format_summary(_results(stats_of(record, ok_record())))
     assert "WARNING: 1 successful request(s) had no output token count" in text
     assert "no output token count" not in format_summary(_results(stats_of(ok_record())))
+
+
+def test_usage_detail_unreadable_check_is_counted_noted_exported_and_travels():
+    """Issue 24: an unreadable usage detail is counted per success in the results, noted in the summary,
+    exported as a usage check, and carried on the wire; the reasoning total stays unknown, never 0."""
+    record = ok_record((0.5, 0.52), completion_tokens=2, usage_notes=(UsageNote.DETAIL_UNREADABLE,))
+    stats = stats_of(record)
+    assert wire.from_wire(wire.to_wire(stats)).total().usage_detail_unreadable_requests == 1
+    results = _results(stats)
+    tok = results["tokens"]
+    assert tok["usage_checks"]["usage_detail_unreadable"] == 1
+    assert (tok["reasoning"], tok["reasoning_known_requests"]) == (None, 0)
+    assert "NOTE: 1 request(s): a usage detail (reasoning or cached prompt tokens) was not a token count" in (
+        format_summary(results)
+    )
+    registry = CollectorRegistry()
+    view = _view(stats)
+    PrometheusExporter(lambda: view, registry=registry)
+    checks = {**CHAT, "check": "usage_detail_unreadable"}
+    assert registry.get_sample_value("llmload_usage_checks_total", checks) == 1
+    cached = {**CHAT, "check": "cached_above_prompt"}
+    assert registry.get_sample_value("llmload_usage_checks_total", cached) == 0
