@@ -41,10 +41,10 @@ demo: install
 test: install
 	@rm -f .coverage .coverage.*
 	@status=0; \
-	echo "$(PY) -m pytest -q -m timing"; \
-	$(PY) -m pytest -q -m timing || status=$$?; \
-	echo "$(PY) -m coverage run -m pytest -q -m \"not timing\""; \
-	$(PY) -m coverage run -m pytest -q -m "not timing" || { test $$status -ne 0 || status=$$?; }; \
+	echo "$(PY) -m pytest -q --durations=25 -m timing"; \
+	$(PY) -m pytest -q --durations=25 -m timing || status=$$?; \
+	echo "$(PY) -m coverage run -m pytest -q --durations=25 -m \"not timing\""; \
+	$(PY) -m coverage run -m pytest -q --durations=25 -m "not timing" || { test $$status -ne 0 || status=$$?; }; \
 	$(PY) -m coverage combine -q || true; \
 	echo "$(PY) -m coverage report"; \
 	$(PY) -m coverage report || { test $$status -ne 0 || status=$$?; }; \
