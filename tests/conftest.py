@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -172,3 +173,17 @@ def run_scripted(gevent_ready: None) -> Callable[..., ScriptedRun]:
             )
 
     return run
+
+
+_EDGE = Path(__file__).resolve().parent / "edge"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``tests/edge`` imports Locust (a monkey-patch of the standard library): collected only when asked for by path.
+
+    ``pytest tests/edge`` runs them in a process of their own; ``pytest`` or ``pytest tests`` skips them.
+    """
+    if collection_path != _EDGE:
+        return None
+    asked = [Path(str(arg).split("::")[0]).resolve() for arg in config.args]
+    return not any(path == _EDGE or _EDGE in path.parents for path in asked)
