@@ -1,0 +1,76 @@
+"""A user stopped in the middle of a request (P1): a cancellation, never a success or a failure.
+
+llmload's ``ChatUser`` in a Locust environment of this process, against a scripted server that
+sends one token and then holds the stream open; the user's greenlet is killed the way Locust
+stops users (``GreenletExit``) or the way Ctrl-C reaches it (``KeyboardInterrupt``).
+"""
+
+from __future__ import annotations
+
+from locust.env import Environment
+
+from typing import Any
+
+import gevent
+import pytest
+
+from llmload.edge.runtime import Runtime
+from llmload.edge.users import ChatUser
+from llmload.settings.config import RunConfig
+from llmload.testing import ROLE, C, Ending, Reply, ScriptedServer, W, sse
+
+
+class _Unanswered:
+    """A transport whose connect never completes."""
+
+    def connect(self) -> None:
+        gevent.sleep(30)
+
+
+def _user_stopped(how: str) -> dict[str, Any]:
+    with ScriptedServer(Reply(writes=[W(5, sse(ROLE, C({"content": "a"})))], ending=Ending.STALL)) as server:
+        environment = Environment(user_classes=[ChatUser], host=server.base_url)
+        runtime = Runtime(config=RunConfig())
+        runtime.model = "m"
+        handed_to_main: list[bool] = []
+        runtime.interrupt_main = lambda: handed_to_main.append(True)
+        environment.llmload = runtime  # type: ignore[attr-defined]
+        user = ChatUser(environment)
+        user.on_start()
+        if how == "before-post":
+            user._client._transport = _Unanswered()  # the user's client, over a transport whose connect blocks
+        task = gevent.spawn(user.generate)
+        for _ in range(500):
+            gevent.sleep(0.01)
+            if how == "before-post" or [r for r in server.requests if r.method == "POST"]:
+                break
+        gevent.sleep(0.05)  # the first token has arrived: the user waits in a read
+        task.kill(KeyboardInterrupt if how == "interrupt" else gevent.GreenletExit, block=True, timeout=5)
+        total = runtime.run_stats().total()
+        return {
+            "cancelled": total.cancelled,
+            "finished": total.finished,
+            "in_flight": runtime.in_flight,
+            "handed_to_main": len(handed_to_main),
+            "ended_quietly": task.successful(),
+            "posts": len([r for r in server.requests if r.method == "POST"]),
+        }
+
+
+@pytest.mark.parametrize(
+    ("how", "cancelled", "handed_to_main", "posts"),
+    [
+        pytest.param("interrupt", 1, 1, 1, id="keyboard-interrupt-during-a-read-is-a-cancellation-handed-to-main"),
+        pytest.param("exit", 1, 0, 1, id="stop-during-a-read-is-a-cancellation"),
+        pytest.param("before-post", 0, 0, 0, id="stop-before-the-request-was-posted-counts-nothing"),
+    ],
+)
+def test_p1_user_stopped_mid_request(how: str, cancelled: int, handed_to_main: int, posts: int) -> None:
+    assert _user_stopped(how) == {
+        "cancelled": cancelled,
+        "finished": 0,
+        "in_flight": 0,
+        "handed_to_main": handed_to_main,
+        "ended_quietly": True,
+        "posts": posts,
+    }
