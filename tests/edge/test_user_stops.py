@@ -12,7 +12,9 @@ from locust.env import Environment
 from typing import Any
 
 import gevent
+import gevent.lock
 import pytest
+from gevent.pool import Group
 
 from llmload.edge.runtime import Runtime
 from llmload.edge.users import ChatUser
@@ -74,3 +76,30 @@ def test_p1_user_stopped_mid_request(how: str, cancelled: int, handed_to_main: i
         "ended_quietly": True,
         "posts": posts,
     }
+
+
+@pytest.mark.parametrize("when", ["before-start", "waiting-for-a-slot"])
+def test_p1_a_user_after_the_run_ended_stops_without_sending(when: str) -> None:
+    """Users Locust starts after the final report (late spawn messages) send nothing and end by themselves."""
+    with ScriptedServer(Reply(writes=[W(0, sse(ROLE, C({"content": "a"})))])) as server:
+        environment = Environment(user_classes=[ChatUser], host=server.base_url)
+        runtime = Runtime(config=RunConfig())
+        runtime.model, runtime.run_id = "m", "r1"
+        environment.llmload = runtime  # type: ignore[attr-defined]
+        if when == "before-start":
+            runtime.end_run()
+        else:
+            runtime.concurrency = gevent.lock.BoundedSemaphore(1)
+            runtime.concurrency.acquire()  # every slot busy: the user waits for one
+        group = Group()
+        ChatUser(environment).start(group)
+        gevent.sleep(0.2)
+        if when == "waiting-for-a-slot":
+            runtime.end_run()
+            runtime.concurrency.release()
+        ended = group.join(timeout=5)
+        total = runtime.run_stats().total()
+        posts = [r for r in server.requests if r.method == "POST"]
+    assert ended
+    assert (len(posts), total.finished, total.cancelled) == (0, 0, 0)
+    assert runtime.concurrency is None or runtime.concurrency.counter == 1  # the slot is free again
