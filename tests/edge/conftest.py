@@ -22,11 +22,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.edge.sim import InProcessSim, in_process_sim
+from tests.simserver import InProcessSim, serve
 
 
 @pytest.fixture
 def sim() -> Iterator[InProcessSim]:
     """The simulator in this process: 5 ms decode steps, 40-token replies on average."""
-    with in_process_sim("--decode-step-ms", "5", "--output-len-mean", "40") as server:
+    with serve("--decode-step-ms", "5", "--output-len-mean", "40") as server:
         yield server

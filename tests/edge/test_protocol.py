@@ -18,7 +18,7 @@ from llmload.edge.users import ChatUser, CompletionUser
 from llmload.exporters.timeseries import outcome_columns
 from llmload.run.wire import report_from_wire
 from tests.edge.cluster import EdgeCluster, edge_cluster, wait_until
-from tests.edge.sim import InProcessSim, in_process_sim
+from tests.simserver import InProcessSim, serve
 
 
 def _finished(cluster: EdgeCluster, timeout_s: float = 60) -> dict[str, Any]:
@@ -85,7 +85,7 @@ INTERVAL_S = 0.5
 
 def test_timeseries_over_two_workers_sums_equal_totals() -> None:
     """The per-interval rows merged from two workers' reports add up to the run's totals, outcome by outcome."""
-    with in_process_sim(
+    with serve(
         "--decode-step-ms", "4", "--output-len-mean", "30", "--fail-rate", "0.1", "--overload-rate", "0.1"
     ) as sim:
         args = ["--headless", "-u", "8", "--num-requests", "120", "--max-tokens", "32", "--max-failure-ratio", "1"]
