@@ -30,6 +30,7 @@ from locust.runners import (
 )
 
 import contextlib
+import gc
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -277,9 +278,16 @@ def _fire_init(env: Environment) -> None:
 def edge_cluster(
     user_class: type, host: str, master_args: Sequence[str], *, workers: int = 2, worker_args: Sequence[str] = ()
 ) -> Iterator[EdgeCluster]:
-    """A master with ``master_args`` (``--master`` implied) and ``workers`` connected workers, closed at exit."""
+    """A master with ``master_args`` (``--master`` implied) and ``workers`` connected workers, closed at exit.
+
+    The nodes run a subclass of ``user_class`` of its own (Locust sets ``host`` on the user class at each
+    start), and every greenlet started meanwhile (llmload's reporters, watchers) is killed at exit.
+    """
+    before = _greenlets()
+    user_class = type(user_class.__name__, (user_class,), {"__module__": user_class.__module__})
     link = Link()
-    master_env = _node([user_class], host, ["--master", *master_args])
+    port = [] if "--prometheus-port" in master_args else ["--prometheus-port", "0"]  # no exporter unless asked
+    master_env = _node([user_class], host, ["--master", *port, *master_args])
     master_env._create_runner(EdgeMaster, link)  # type: ignore[arg-type]
     _fire_init(master_env)
     worker_envs = []
@@ -296,3 +304,10 @@ def edge_cluster(
         yield cluster
     finally:
         cluster.close()
+        gevent.killall([g for g in _greenlets() - before if not g.dead], block=True, timeout=10)
+
+
+def _greenlets() -> set[gevent.Greenlet]:
+    """This thread's greenlets (another thread's, such as the simulator's, are left alone)."""
+    hub = gevent.get_hub()
+    return {o for o in gc.get_objects() if isinstance(o, gevent.Greenlet) and o.parent is hub}
