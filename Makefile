@@ -33,7 +33,8 @@ demo: install
 
 # Two passes. First the timing-accuracy tests (marker `timing`: test_cases_stream's +-5 ms TTFT,
 # test_clock's kernel stamps, the SSE decoder's cost ratio) without tracing, which would shift what
-# they measure. Then everything else under coverage.py with the gate in pyproject.toml
+# they measure. Then everything else under coverage.py, the edge tests (tests/edge: Locust imported, so a
+# pytest process of their own; a plain `pytest` skips them) last, with the gate in pyproject.toml
 # ([tool.coverage.report] fail_under); the `locust` processes and simulators the tests start are
 # measured too (coverage's subprocess patch), each writing a .coverage.* file that `combine` merges.
 # Both passes always run and the coverage figure is always printed; the exit status is the first
@@ -41,10 +42,12 @@ demo: install
 test: install
 	@rm -f .coverage .coverage.*
 	@status=0; \
-	echo "$(PY) -m pytest -q -m timing"; \
-	$(PY) -m pytest -q -m timing || status=$$?; \
-	echo "$(PY) -m coverage run -m pytest -q -m \"not timing\""; \
-	$(PY) -m coverage run -m pytest -q -m "not timing" || { test $$status -ne 0 || status=$$?; }; \
+	echo "$(PY) -m pytest -q --durations=25 -m timing"; \
+	$(PY) -m pytest -q --durations=25 -m timing || status=$$?; \
+	echo "$(PY) -m coverage run -m pytest -q --durations=25 -m \"not timing\""; \
+	$(PY) -m coverage run -m pytest -q --durations=25 -m "not timing" || { test $$status -ne 0 || status=$$?; }; \
+	echo "$(PY) -m coverage run -m pytest -q --durations=10 tests/edge"; \
+	$(PY) -m coverage run -m pytest -q --durations=10 tests/edge || { test $$status -ne 0 || status=$$?; }; \
 	$(PY) -m coverage combine -q || true; \
 	echo "$(PY) -m coverage report"; \
 	$(PY) -m coverage report || { test $$status -ne 0 || status=$$?; }; \

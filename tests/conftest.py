@@ -5,8 +5,9 @@ from __future__ import annotations
 import gc
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -214,3 +215,37 @@ def run_scripted(gevent_ready: None) -> Callable[..., ScriptedRun]:
             )
 
     return run
+
+
+_EDGE = Path(__file__).resolve().parent / "edge"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``tests/edge`` imports Locust (a monkey-patch of the standard library): collected only when asked for by path.
+
+    ``pytest tests/edge`` runs them in a process of their own; ``pytest`` or ``pytest tests`` skips them.
+    """
+    if collection_path != _EDGE:
+        return None
+    asked = [Path(str(arg).split("::")[0]).resolve() for arg in config.args]
+    return not any(path == _EDGE or _EDGE in path.parents for path in asked)
+
+
+@pytest.fixture
+def sim_server() -> Iterator[Callable[..., str]]:
+    """Factory: ``sim_server(*args) -> base URL`` of ``llmload sim ARGS`` served in this process (a thread).
+
+    Every simulator started is stopped at teardown. Tests of the simulator's process itself (exit
+    status, stderr, signals) use ``tests.integration.test_sim.start_sim``.
+    """
+    from tests.simserver import SimThread
+
+    started: list[SimThread] = []
+
+    def start(*args: str) -> str:
+        started.append(SimThread(*args))
+        return started[-1].url
+
+    yield start
+    for sim in started:
+        sim.stop()
