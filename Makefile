@@ -7,7 +7,7 @@ STAMP := $(VENV)/.llmload-installed
 PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: install demo test test-all test-real bench bench-scale lint check clean image lock screenshots
+.PHONY: install demo test test-all test-real bench bench-scale lint check docs clean image lock screenshots
 
 $(STAMP): pyproject.toml constraints.txt
 	@if [ -z "$(PYTHON)" ]; then echo "llmload needs Python >= 3.11 (python3.11 or newer on PATH); install it, e.g. apt-get install python3 python3-venv" >&2; exit 1; fi
@@ -33,7 +33,8 @@ demo: install
 
 # Two passes. First the timing-accuracy tests (marker `timing`: test_cases_stream's +-5 ms TTFT,
 # test_clock's kernel stamps, the SSE decoder's cost ratio) without tracing, which would shift what
-# they measure. Then everything else under coverage.py with the gate in pyproject.toml
+# they measure. Then everything else under coverage.py, the edge tests (tests/edge: Locust imported, so a
+# pytest process of their own; a plain `pytest` skips them) last, with the gate in pyproject.toml
 # ([tool.coverage.report] fail_under); the `locust` processes and simulators the tests start are
 # measured too (coverage's subprocess patch), each writing a .coverage.* file that `combine` merges.
 # Both passes always run and the coverage figure is always printed; the exit status is the first
@@ -41,10 +42,12 @@ demo: install
 test: install
 	@rm -f .coverage .coverage.*
 	@status=0; \
-	echo "$(PY) -m pytest -q -m timing"; \
-	$(PY) -m pytest -q -m timing || status=$$?; \
-	echo "$(PY) -m coverage run -m pytest -q -m \"not timing\""; \
-	$(PY) -m coverage run -m pytest -q -m "not timing" || { test $$status -ne 0 || status=$$?; }; \
+	echo "$(PY) -m pytest -q --durations=25 -m timing"; \
+	$(PY) -m pytest -q --durations=25 -m timing || status=$$?; \
+	echo "$(PY) -m coverage run -m pytest -q --durations=25 -m \"not timing\""; \
+	$(PY) -m coverage run -m pytest -q --durations=25 -m "not timing" || { test $$status -ne 0 || status=$$?; }; \
+	echo "$(PY) -m coverage run -m pytest -q --durations=10 tests/edge"; \
+	$(PY) -m coverage run -m pytest -q --durations=10 tests/edge || { test $$status -ne 0 || status=$$?; }; \
 	$(PY) -m coverage combine -q || true; \
 	echo "$(PY) -m coverage report"; \
 	$(PY) -m coverage report || { test $$status -ne 0 || status=$$?; }; \
@@ -79,6 +82,12 @@ lint: install
 	$(VENV)/bin/lint-imports
 
 check: lint test
+
+# The documentation site (docs/, mkdocs.yml) into site/: the options reference must be the one the option
+# table generates, and --strict turns a broken page link or anchor into a failure.
+docs: install
+	$(PY) -m llmload.settings.options_doc --check
+	$(VENV)/bin/mkdocs build --strict
 
 # The container image (k8s/Dockerfile) with docker or podman, whichever has a running engine.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)

@@ -1,13 +1,20 @@
-"""Why a late read cannot get each queued event's own receive stamp on Linux (figures, not a test).
+"""Which kernel receive stamp a late read gets on Linux, case by case (figures, not a test).
 
-A server writes four 170-byte segments 20 ms apart on loopback while the
-client does not read; then the client reads exactly one segment per
-``recvmsg`` with ``SO_TIMESTAMPNS``. Linux merges segments that queue behind
-an unread one into one buffer carrying the newest segment's stamp, so every
-read reports the stamp of the *last* write (printed: stamp minus each
-write's own time, about +60/+40/+20/0 ms), however small the reads. This is
-why ``llmload.net.transport`` bounds the error of such reads with the read
-lag (a bound on what the late read cost) rather than reading in smaller pieces.
+A server writes 100-byte segments on loopback (``TCP_NODELAY``) while the
+client does not read; then the client reads with ``recvmsg`` and
+``SO_TIMESTAMPNS``. For each case the table names the write whose time each
+read's stamp is (the newest write sent before the stamp) and how many bytes
+it returned, over several fresh connections.
+
+What it shows (Linux 6.18): a read's stamp is never older than the write of
+the last byte it returned. Segments that queue behind an unread one are
+merged into one buffer that carries the newest segment's stamp, so a read of
+only the oldest segment's bytes is stamped with the newest write; on a
+fresh connection (which acknowledges every segment at once) that is always
+so. On a warm connection, which delays its ACKs, segments that arrive within
+the delayed-ACK time stay apart and a read of one segment's size gets that
+segment's own stamp. One read of everything queued carries the newest stamp
+either way: piled-up events are timed late, never early.
 
 Run: ``python bench/stamp_merge.py`` (Linux only).
 """
@@ -15,45 +22,100 @@ Run: ``python bench/stamp_merge.py`` (Linux only).
 from __future__ import annotations
 
 import socket
-import struct
-import threading
 import time
+from collections import Counter
+from collections.abc import Callable
+
+from llmload.net.sockets import CMSG_BYTES, stamp_ns
 
 _SO_TIMESTAMPNS = 35
-_SEGMENT = b"x" * 170
-_WRITES = 4
+_SEGMENT_BYTES = 100
+_SETTLE_S = 0.002  # after the last write, before reading
+_RUNS = 6
+
+
+class _Link:
+    def __init__(self) -> None:
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        self.client = socket.create_connection(listener.getsockname())
+        self.client.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        self.server, _ = listener.accept()
+        listener.close()
+        self.server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.written_ns: list[int] = []
+
+    def warm(self) -> None:
+        """Twenty write/read round trips: the connection leaves its quick-ACK start."""
+        for _ in range(20):
+            self.server.sendall(b"w" * _SEGMENT_BYTES)
+            time.sleep(0.002)
+            self.client.recv(16384)
+
+    def write(self, letter: str, gap_s: float) -> None:
+        self.written_ns.append(time.time_ns())
+        self.server.sendall(letter.encode() * _SEGMENT_BYTES)
+        time.sleep(gap_s)
+
+    def read(self, size: int) -> str:
+        data, ancillary, _flags, _address = self.client.recvmsg(size, CMSG_BYTES)
+        stamp = stamp_ns(ancillary)
+        before = [i for i, at in enumerate(self.written_ns) if at <= stamp]
+        which = "ABC"[before[-1]] if before else "older than every write"
+        return f"{len(data)} B stamped {which}"
+
+    def close(self) -> None:
+        self.client.close()
+        self.server.close()
+
+
+def _queued(*, warm: bool, gap_s: float, sizes: tuple[int, ...], writes: int = 2) -> Callable[[], str]:
+    def case() -> str:
+        link = _Link()
+        try:
+            if warm:
+                link.warm()
+            for index in range(writes):
+                link.write("ABC"[index], gap_s)
+            time.sleep(_SETTLE_S)
+            return "; ".join(link.read(size) for size in sizes)
+        finally:
+            link.close()
+
+    return case
+
+
+def _partial_then_more() -> str:
+    link = _Link()
+    try:
+        link.write("A", _SETTLE_S)
+        first = link.read(40)
+        link.write("B", _SETTLE_S)
+        return f"{first}; {link.read(16384)}"
+    finally:
+        link.close()
+
+
+CASES: list[tuple[str, Callable[[], str]]] = [
+    ("fresh: A, 8 ms, B queued; one read", _queued(warm=False, gap_s=0.008, sizes=(16384,))),
+    ("fresh: A, 8 ms, B queued; read 100 B, then the rest", _queued(warm=False, gap_s=0.008, sizes=(100, 16384))),
+    ("fresh: A, B, C 8 ms apart; three reads of 100 B", _queued(warm=False, gap_s=0.008, sizes=(100,) * 3, writes=3)),
+    ("fresh: A; read 40 B; B joins the rest; read", _partial_then_more),
+    ("warm: A, B, C 1 ms apart; three reads of 100 B", _queued(warm=True, gap_s=0.001, sizes=(100,) * 3, writes=3)),
+    ("warm: A, B, C 8 ms apart; three reads of 100 B", _queued(warm=True, gap_s=0.008, sizes=(100,) * 3, writes=3)),
+    ("warm: A, B, C 50 ms apart; three reads of 100 B", _queued(warm=True, gap_s=0.05, sizes=(100,) * 3, writes=3)),
+    ("warm: A, B, C 8 ms apart; one read", _queued(warm=True, gap_s=0.008, sizes=(16384,), writes=3)),
+]
 
 
 def main() -> None:
-    """Print, for each segment read on its own, its stamp minus its write time and minus the last write's."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(1)
-    client = socket.create_connection(server.getsockname())
-    client.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-    peer, _ = server.accept()
-    written_ns: list[int] = []
-
-    def write() -> None:
-        for _ in range(_WRITES):
-            time.sleep(0.02)
-            peer.send(_SEGMENT)
-            written_ns.append(time.time_ns())
-
-    writer = threading.Thread(target=write)
-    writer.start()
-    writer.join()
-    time.sleep(0.05)  # all four segments wait in the client's receive queue
-    for index in range(_WRITES):
-        data, ancillary, _flags, _address = client.recvmsg(len(_SEGMENT), 64)
-        seconds, nanoseconds = struct.unpack_from("@ll", ancillary[0][2])
-        stamp_ns = seconds * 1_000_000_000 + nanoseconds
-        print(
-            f"read {index}: {len(data)} bytes; stamp - its write {(stamp_ns - written_ns[index]) / 1e6:+.3f} ms, "
-            f"stamp - last write {(stamp_ns - written_ns[-1]) / 1e6:+.3f} ms"
-        )
-    for sock in (client, peer, server):
-        sock.close()
+    """Print each case's outcomes over ``_RUNS`` fresh connections."""
+    for title, case in CASES:
+        outcomes = Counter(case() for _ in range(_RUNS))
+        print(title)
+        for outcome, count in outcomes.most_common():
+            print(f"    {count}x  {outcome}")
 
 
 if __name__ == "__main__":

@@ -5,13 +5,18 @@ from __future__ import annotations
 import gc
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from llmload.request.record import RequestRecord
 from llmload.testing import ReceivedRequest, Reply, ScriptedServer, SendLog
+
+if TYPE_CHECKING:  # gevent is imported by the fixtures that use it, not by every test session's start
+    from llmload.net.transport import GeventHTTPTransport
 
 # No hub access from any test, even if something tries to load a tokenizer by name.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -98,7 +103,7 @@ class ScriptedRun:
     connections: int
     reply: Reply
     log: SendLog
-    t0_s: float  # the client's send time on the shared perf_counter clock
+    t0_s: float  # the client's send time (after connect) on the shared perf_counter clock
 
     def sent(self, at_ms: float) -> float:
         """When the write scheduled at ``at_ms`` was really sent, in seconds after the client's send."""
@@ -121,8 +126,15 @@ class ScriptedRun:
         return sent_s - self.t0_s
 
 
-class _FirstCallClock:
-    """``time.perf_counter`` that remembers its first reading (the client's t0)."""
+class SendClock:
+    """``time.perf_counter`` that knows the client's send time (its t0), for comparing with a server's send log.
+
+    ``StreamingClient.run`` reads its clock first before ``connect`` and starts
+    the request's clock on the ready connection, ``connect_s`` later: the send
+    time is the first reading plus ``record.connect_s``. (Taking the first
+    reading for it shifts every expected time by the connect time, which can
+    be several ms on a busy machine, and the client then looks early.)
+    """
 
     def __init__(self) -> None:
         self.first_s: float | None = None
@@ -132,6 +144,34 @@ class _FirstCallClock:
         if self.first_s is None:
             self.first_s = now
         return now
+
+    def send_s(self, record: RequestRecord) -> float:
+        """The client's send time for ``record`` (the first request timed by this clock)."""
+        assert self.first_s is not None, "the client never read its clock"
+        return self.first_s + (record.connect_s or 0.0)
+
+
+class _SlowConnect:
+    """A transport whose ``connect`` waits ``delay_s`` (the loop free) before the real one: a slow connection set-up."""
+
+    def __init__(self, inner: GeventHTTPTransport, delay_s: float) -> None:
+        self._inner = inner
+        self._delay_s = delay_s
+
+    def connect(self) -> None:
+        import gevent
+
+        gevent.sleep(self._delay_s)
+        self._inner.connect()
+
+    def post(self, path: str, body: bytes, headers: Mapping[str, str]):
+        return self._inner.post(path, body, headers)
+
+    def get(self, path: str):
+        return self._inner.get(path)
+
+    def close(self) -> None:
+        self._inner.close()
 
 
 @pytest.fixture
@@ -149,26 +189,63 @@ def run_scripted(gevent_ready: None) -> Callable[..., ScriptedRun]:
         token_counter=None,
         timeouts: Timeouts | None = None,
         total_timeout_s: float = 60.0,
+        connect_delay_s: float = 0.0,
     ) -> ScriptedRun:
         if request is None:
             request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=16)
-        clock = _FirstCallClock()
+        clock = SendClock()
         with ScriptedServer(reply) as server:
             transport = GeventHTTPTransport(
                 server.base_url, headers={}, timeouts=timeouts or Timeouts(connect_s=5, idle_s=10, total_s=60)
             )
             try:
                 client = StreamingClient(
-                    transport, clock=clock, token_counter=token_counter, total_timeout_s=total_timeout_s
+                    _SlowConnect(transport, connect_delay_s) if connect_delay_s else transport,
+                    clock=clock,
+                    token_counter=token_counter,
+                    total_timeout_s=total_timeout_s,
                 )
                 gc.disable()  # a full collection late in a long session can pause for >5 ms
                 record = client.run(request)
             finally:
                 gc.enable()
                 transport.close()
-            assert clock.first_s is not None
             return ScriptedRun(
-                record, server.requests, server.connections_accepted, reply, server.send_log(0), clock.first_s
+                record, server.requests, server.connections_accepted, reply, server.send_log(0), clock.send_s(record)
             )
 
     return run
+
+
+_EDGE = Path(__file__).resolve().parent / "edge"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``tests/edge`` imports Locust (a monkey-patch of the standard library): collected only when asked for by path.
+
+    ``pytest tests/edge`` runs them in a process of their own; ``pytest`` or ``pytest tests`` skips them.
+    """
+    if collection_path != _EDGE:
+        return None
+    asked = [Path(str(arg).split("::")[0]).resolve() for arg in config.args]
+    return not any(path == _EDGE or _EDGE in path.parents for path in asked)
+
+
+@pytest.fixture
+def sim_server() -> Iterator[Callable[..., str]]:
+    """Factory: ``sim_server(*args) -> base URL`` of ``llmload sim ARGS`` served in this process (a thread).
+
+    Every simulator started is stopped at teardown. Tests of the simulator's process itself (exit
+    status, stderr, signals) use ``tests.integration.test_sim.start_sim``.
+    """
+    from tests.simserver import SimThread
+
+    started: list[SimThread] = []
+
+    def start(*args: str) -> str:
+        started.append(SimThread(*args))
+        return started[-1].url
+
+    yield start
+    for sim in started:
+        sim.stop()

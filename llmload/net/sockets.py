@@ -2,8 +2,8 @@
 
 - ``StampedSocket`` (Linux): a gevent TCP socket with ``SO_TIMESTAMPNS`` on,
   read with ``recvmsg``, so each receive keeps the kernel's receive time of the
-  newest segment it consumed (``Stamps``); ``llmload.net.transport`` turns that
-  into each read's lag.
+  newest segment it consumed (``Stamps``), never older than any byte it
+  returned; ``llmload.net.transport`` turns that into each read's lag.
 - ``AddressCache``: one name look-up per host and port for all of a process's
   users' connections.
 - ``idle_and_open`` / ``tls_idle_and_open``: whether a pooled connection can

@@ -20,11 +20,19 @@ uses three attributes of gevent's socket (``_sock``, ``_read_event``,
 Receive stamps (Linux): the transport turns on ``SO_TIMESTAMPNS`` on each
 plain-TCP socket (``llmload.net.sockets.StampedSocket``) and reads with
 ``recvmsg``, so every read carries the kernel's receive time of the newest
-segment it consumed. ``read_age_s`` is how long ago that was when
+segment in the last buffer it copied from. That stamp is never older than
+any byte the read returned (Linux keeps the appended segment's stamp when it
+merges queued segments: commit 98aaa913b4ed, "tcp: Extend
+SOF_TIMESTAMPING_RX_SOFTWARE to TCP recvmsg"; held by
+``tests/integration/test_receive_stamps.py``), so a read's time is late at
+worst, never early. ``read_age_s`` is how long ago that was when
 ``read_some`` returned: the client subtracts it from its own clock, so a
 reply that arrived while the process was busy elsewhere is still timed when
-it arrived. Segments that queue behind an unread one are merged by the kernel
-into one buffer stamped with the newest, so the stamp is exact only when the
+it arrived. Segments that queue behind an unread one are merged by the
+kernel into one buffer stamped with the newest (at once on a fresh
+connection, which acknowledges every segment; on a warm one that delays its
+ACKs, once the older segment is acknowledged), and one read of them all
+carries the newest stamp either way, so the stamp is exact only when the
 client keeps up; events that piled up are timed late. ``read_lag_s`` covers
 the oldest bytes of a read: the time since the socket was last known empty
 (``GeventResponse._lag_ns``, narrowed by the loop's polls, ``LoopTurns``), a
@@ -278,9 +286,11 @@ class GeventResponse:
 
         The kernel stamps a receive with its newest segment, and Linux merges
         segments that queue behind an unread one into one buffer carrying the
-        newest stamp: reading in smaller pieces would not recover the older
-        stamps. The bytes of a read may have queued one after another since
-        the socket was last known empty (``_earliest_ns``): the lag counts
+        newest stamp: reading in smaller pieces recovers the older stamps only
+        while the segments are still apart (a warm connection, within its
+        delayed-ACK time), and a reader cannot see where they split. The
+        bytes of a read may have queued one after another since the socket
+        was last known empty (``_earliest_ns``): the lag counts
         from then, which bounds how far any of their events' times can be
         off. When a read ends one event only, its stamp is that event's
         arrival: the client, whose decoder counts the events, then keeps

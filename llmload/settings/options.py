@@ -312,7 +312,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "--trace",
-        "Replay a timed trace: one request per line, sent at the line's time (see README, Replaying traffic). "
+        "Replay a timed trace: one request per line, sent at the line's time "
+        "(see docs/guides/traces-sessions.md#replaying-traffic). "
         "The run ends when the trace does (or at -t); every line is sent once over all workers.",
         _DETAILS,
         parse=v.readable_file,
@@ -358,7 +359,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "--sessions",
         "Sessions file: recorded chats or agentic sessions (tool calls, tool results, delays), one per JSON "
-        "line; each user plays one session at a time, its steps in order (see README, Sessions).",
+        "line; each user plays one session at a time, its steps in order "
+        "(see docs/guides/traces-sessions.md#sessions).",
         _DETAILS,
         parse=v.readable_file,
         metavar="PATH",

@@ -155,7 +155,9 @@ def load_sessions(path: str, counter: TokenCounter | None = None) -> tuple[Sessi
                 raise _Bad(f"invalid JSON ({exc})") from None
             specs.append(_session(obj, line_no, counter))
         except _Bad as bad:
-            raise DatasetError(f"--sessions {path}:{line_no}: {bad}; fix the line (see README, Sessions)") from None
+            raise DatasetError(
+                f"--sessions {path}:{line_no}: {bad}; fix the line (see docs/guides/traces-sessions.md)"
+            ) from None
     if not specs:
         raise DatasetError(f'--sessions {path!r} has no session; write one JSON object per line with "steps"')
     return tuple(specs)

@@ -19,6 +19,7 @@ from llmload.request.payloads import LLMRequest, build_completion_request
 from llmload.request.record import Outcome, RequestRecord
 from llmload.settings.config import Timeouts
 from llmload.testing import T0_UNIX, TF, Reply, ScriptedServer, T, W, json_reply, ok_record, sse, stats_of
+from tests.conftest import SendClock
 
 pytestmark = [
     pytest.mark.integration,
@@ -41,23 +42,27 @@ class HeldRun:
 
 
 def _run_with_the_loop_held(reply: Reply, request: LLMRequest, hold_s: float) -> HeldRun:
-    """Send ``request``, then hold the whole loop for ``hold_s`` (the client cannot read meanwhile)."""
+    """Send ``request``, then hold the whole loop for ``hold_s`` (the client cannot read meanwhile).
+
+    Times are seconds after the client's own send time (after its connect), as the record's are.
+    """
+    clock = SendClock()
     with ScriptedServer(reply) as server:
-        client, transport = _client(server)
-        sent = time.perf_counter()
+        client, transport = _client(server, clock)
         runner = gevent.spawn(client.run, request)
         gevent.sleep(0.02)  # the request is out; the client waits for the reply
         _block_loop(hold_s)
-        held_until_s = time.perf_counter() - sent
+        held_until = time.perf_counter()
         record = runner.get(timeout=5)
+        sent = clock.send_s(record)
         writes_s = [at - sent for at in server.send_log(0).writes_s]
     transport.close()
-    return HeldRun(record, held_until_s, writes_s[0], writes_s)
+    return HeldRun(record, held_until - sent, writes_s[0], writes_s)
 
 
-def _client(server: ScriptedServer) -> tuple[StreamingClient, GeventHTTPTransport]:
+def _client(server: ScriptedServer, clock: SendClock | None = None) -> tuple[StreamingClient, GeventHTTPTransport]:
     transport = GeventHTTPTransport(server.base_url, headers={}, timeouts=FAST)
-    return StreamingClient(transport), transport
+    return StreamingClient(transport, clock=clock or time.perf_counter), transport
 
 
 def _run(reply: Reply) -> RequestRecord:
@@ -152,6 +157,20 @@ def test_a_connection_the_server_closed_while_idle_is_reopened_before_the_send_t
     assert second.connect_s is not None
     assert second.connect_s > 20e-6  # a real connect, not the kept-alive shortcut
     assert second.ttft_s == pytest.approx(0.02, abs=0.01)
+
+
+def test_issue19_scripted_runs_time_the_server_from_the_clients_send_after_connect(run_scripted):
+    # The client starts a request's clock on the ready connection, connect_s after its first
+    # clock reading. A slow connect (30 ms here; a busy machine or a resolver thread gives
+    # several ms) must shift neither side: the client's times match the server's send times.
+    reply = Reply([W(40, sse(T("a"))), W(60, sse(TF("length"), "[DONE]"))])
+    run = run_scripted(reply, REQUEST, connect_delay_s=0.03)
+    record = run.record
+    assert record.outcome is Outcome.OK
+    assert record.connect_s is not None
+    assert record.connect_s >= 0.03
+    assert record.ttft_s == run.at(40)
+    assert record.end_s == run.at(60)
 
 
 def test_issue19_the_lag_of_events_queued_behind_a_held_loop_covers_the_hold(gevent_ready):

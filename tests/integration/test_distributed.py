@@ -50,38 +50,6 @@ def _results(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def test_e2e_num_requests_exact_with_processes_totals_equal_sim(sim_url, tmp_path):
-    out = tmp_path / "r.json"
-    proc = _locust(
-        [
-            "-f", "locustfiles/completions.py", "--headless", "--only-summary", "-H", sim_url,
-            "--processes", "2", "-u", "256", "-r", "256", "--num-requests", "300", "-t", "90s",
-            "--max-tokens", "64", "--results-json", str(out),
-        ]
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = _results(out)
-    truth = _ground_truth(sim_url, "/v1/completions")
-    assert results["requests"]["total"] == 300
-    assert results["requests"]["succeeded"] == 300
-    assert results["requests"]["failed"] == 0
-    assert results["requests"]["cancelled"] == 0
-    # The simulator also served the one preflight probe (same prompt, max_tokens 2).
-    assert truth["requests_completed"] == 301
-    assert results["tokens"]["prompt"] * 301 == truth["prompt_tokens"] * 300
-    assert 1 <= truth["completion_tokens"] - results["tokens"]["completion"] <= 2
-    assert results["tokens"]["completion_source"] == "server"
-    assert results["run"]["workers"] == 2
-    assert results["latency"]["e2e_s"]["count"] == 300
-    # TTFT with the connection set-up travels from both workers: one per success, never below TTFT
-    with_connect, ttft = results["latency"]["ttft_with_connect_s"], results["latency"]["ttft_s"]
-    assert with_connect["count"] == 300
-    assert with_connect["mean"] >= ttft["mean"]
-    assert with_connect["mean"] - ttft["mean"] == pytest.approx(results["client"]["connect_s"]["mean"], abs=1e-6)
-    assert "Successful requests:" in proc.stdout
-    assert "300/300" in proc.stdout
-
-
 def test_e2e_separate_master_and_workers_with_time_limit_keep_every_final_report(sim_url, tmp_path):
     """-t with separate --master/--worker processes: nothing finished on a worker is lost.
 
@@ -134,29 +102,6 @@ def test_e2e_separate_master_and_workers_with_time_limit_keep_every_final_report
     assert results["tokens"]["completion"] == truth["completion_tokens"]
     assert results["run"]["workers"] == 2
     assert "lost_workers" not in results
-
-
-def test_e2e_time_limit_counts_in_flight_requests_as_cancelled(sim_url, tmp_path):
-    """Without a stop timeout, requests in flight at -t are cancelled: neither success nor failure."""
-    out = tmp_path / "r.json"
-    proc = _locust(
-        [
-            "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", sim_url,
-            "--processes", "2", "-u", "128", "-r", "128", "-t", "4s", "--ignore-eos", "--skip-preflight",
-            "--max-tokens", "150", "--results-json", str(out),
-        ]
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = _results(out)
-    truth = _ground_truth(sim_url, "/v1/chat/completions")
-    started = truth["requests_completed"] + truth["requests_aborted"]
-    assert results["requests"]["failed"] == 0
-    assert results["requests"]["cancelled"] > 0
-    # Every request the simulator saw is either measured or cancelled; a request the
-    # simulator finished just as the client was stopped may be counted as cancelled.
-    assert results["requests"]["succeeded"] + results["requests"]["cancelled"] == started
-    assert results["requests"]["succeeded"] <= truth["requests_completed"]
-    assert results["latency"]["e2e_s"]["count"] == results["requests"]["succeeded"]
 
 
 # Case BC-29: wrong model name -> preflight stops before load, exit non-zero.
@@ -277,5 +222,5 @@ def test_p7_killed_worker_is_flagged_within_the_documented_time_and_run_complete
     assert "worker(s) lost mid-run" in stdout
     # Locust: missing after 4-5 silent 1 s heartbeat ticks; llmload looks every 0.5 s
     assert 2.5 <= _lost_worker_logged_at(stderr) - killed_at <= 6.0
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert "noticed by the master within about 5 s" in readme
+    stopping = (REPO_ROOT / "docs" / "guides" / "stopping.md").read_text()
+    assert "noticed by the master within about 5 s" in stopping

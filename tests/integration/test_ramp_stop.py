@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -156,57 +155,3 @@ def test_p1_web_ui_stop_during_ramp_up_counts_every_request(tmp_path):
         assert counted > 0
     finally:
         stop_sim(sim)
-
-
-# A user in a Locust environment of its own (a subprocess: importing Locust monkey-patches the
-# standard library) whose process has ended its run: before it starts, or while it waits for a slot.
-_USER_SCRIPT = """
-import json, sys
-import gevent, gevent.lock
-from gevent.pool import Group
-from locust.env import Environment
-from llmload.settings.config import RunConfig
-from llmload.edge.runtime import Runtime
-from llmload.testing import ROLE, C, Reply, ScriptedServer, W, sse
-from llmload.edge.users import ChatUser
-
-when = sys.argv[1]
-with ScriptedServer(Reply(writes=[W(0, sse(ROLE, C({"content": "a"})))])) as server:
-    environment = Environment(user_classes=[ChatUser], host=server.base_url)
-    runtime = Runtime(config=RunConfig())
-    runtime.model, runtime.run_id = "m", "r1"
-    environment.llmload = runtime
-    if when == "before-start":
-        runtime.end_run()
-    else:
-        runtime.concurrency = gevent.lock.BoundedSemaphore(1)
-        runtime.concurrency.acquire()  # every slot busy: the user waits for one
-    group = Group()
-    user = ChatUser(environment)
-    user.start(group)
-    gevent.sleep(0.2)
-    if when == "waiting-for-a-slot":
-        runtime.end_run()
-        runtime.concurrency.release()
-    ended = group.join(timeout=5)
-    total = runtime.run_stats().total()
-    print(json.dumps({
-        "ended": bool(ended), "posts": len([r for r in server.requests if r.method == "POST"]),
-        "finished": total.finished, "cancelled": total.cancelled,
-        "slot_free": runtime.concurrency is None or runtime.concurrency.counter == 1,
-    }))
-"""
-
-
-@pytest.mark.parametrize("when", ["before-start", "waiting-for-a-slot"])
-def test_p1_a_user_after_the_run_ended_stops_without_sending(when):
-    """Users Locust starts after the final report (late spawn messages) send nothing and end by themselves."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _USER_SCRIPT, when], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
-        check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    _no_traceback(proc.stderr)
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
-        "ended": True, "posts": 0, "finished": 0, "cancelled": 0, "slot_free": True,
-    }  # fmt: skip

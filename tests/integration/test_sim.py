@@ -18,7 +18,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,18 +83,9 @@ def stop_sim(proc: subprocess.Popen[bytes]) -> int:
 
 
 @pytest.fixture
-def sim() -> Iterator[Any]:
-    """Factory fixture: ``sim(*args) -> base_url``; every started simulator is stopped at teardown."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(*args: str) -> str:
-        url, proc = start_sim(*args)
-        procs.append(proc)
-        return url
-
-    yield start
-    for proc in procs:
-        stop_sim(proc)
+def sim(sim_server: Any) -> Any:
+    """Factory fixture: ``sim(*args) -> base_url`` (served in this process); every simulator is stopped at teardown."""
+    return sim_server
 
 
 def _conn(base_url: str) -> http.client.HTTPConnection:

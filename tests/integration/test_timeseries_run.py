@@ -97,30 +97,3 @@ def test_timeseries_single_process_sums_equal_totals_and_files_agree(sim_url, tm
     with (tmp_path / "run_llm_stats.csv").open(newline="") as f:
         (total,) = list(csv.DictReader(f))
     assert int(total["succeeded"]) == results["requests"]["succeeded"]
-
-
-def test_timeseries_distributed_sums_equal_totals(sim_url, tmp_path: Path) -> None:
-    out, series = tmp_path / "r.json", tmp_path / "ts.jsonl"
-    proc = run_locust(
-        [
-            "-f", "locustfiles/completions.py", "--headless", "--only-summary", "-H", sim_url,
-            "--processes", "2", "-u", "32", "-r", "32", "--num-requests", "400", "-t", "60s",
-            "--max-tokens", "32", "--max-failure-ratio", "1",
-            "--timeseries-interval", str(INTERVAL_S), "--timeseries", str(series), "--results-json", str(out),
-        ],
-        timeout_s=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(out.read_text())
-    assert results["requests"]["total"] == 400
-    assert sum(r["succeeded"] + r["failed"] for r in _totals(results["timeseries"])) == 400
-    _assert_sums_equal_totals(results)
-    assert max(r["workers"] for r in _totals(results["timeseries"])) == 2
-    # the JSONL: every interval of the results; an interval written again later replaces the earlier line
-    latest = {}
-    for line in series.read_text().splitlines():
-        row = json.loads(line)
-        latest[(row["t"], row["endpoint"], row["model"])] = row
-    assert sorted(latest.values(), key=lambda r: (r["t"], r["endpoint"] is not None)) == sorted(
-        results["timeseries"], key=lambda r: (r["t"], r["endpoint"] is not None)
-    )

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -88,8 +89,13 @@ def test_checkpoint_reader_always_sees_a_complete_document(tmp_path: Path):
     reader = threading.Thread(target=read_forever)
     reader.start()
     try:
-        for i in range(150):
+        # at least 150 writes, and on until the reader has raced them a few times (a loaded machine
+        # may give the reader thread few turns); bounded in count and time
+        deadline = time.monotonic() + 60
+        for i in range(20_000):
             assert writer.write(documents[i % 2])
+            if i >= 150 and (len(seen) > 10 or time.monotonic() > deadline):
+                break
     finally:
         done.set()
         reader.join(timeout=30)

@@ -15,7 +15,10 @@ from llmload.settings.config import RunConfig, Timeouts
 from llmload.settings.credentials import public_header
 from llmload.settings.options import GROUPS, OPTIONS, default, describe
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+OPTIONS_PAGE = DOCS / "reference" / "options.md"  # generated from the option table (llmload.settings.options_doc)
 
 
 def _llmload(*args: str) -> str:
@@ -48,7 +51,8 @@ def test_nc12_llmload_options_lists_every_option_grouped_with_help_and_default()
 
 def test_nc12_llmload_help_and_readme_usage_point_to_llmload_options():
     assert "llmload options" in _llmload("--help")
-    usage = README.read_text().split("## Usage", 1)[1][:1500]
+    assert "llmload options" in README.read_text()
+    usage = (DOCS / "getting-started.md").read_text().split("## Usage", 1)[1][:1500]
     assert "llmload options" in usage
 
 
@@ -177,17 +181,31 @@ def test_join_url_never_doubles_the_slash_and_keeps_the_query_last():
     assert join_url("http://h/openai?api-version=1", "/v1/models") == "http://h/openai/v1/models?api-version=1"
 
 
-def _readme_option_rows() -> dict[str, list[tuple[str, str]]]:
-    """Every row of the README's option tables (Options, Prometheus): flag → [(meaning, default)]."""
+_OPTION_ROW = re.compile(r"\| `(--[a-z-]+)[^`]*` \| (.*?) \| (.*?) \|(?: `LOCUST_[A-Z_]+` \|)?$")
+
+
+def _option_rows(*pages: Path) -> dict[str, list[tuple[str, str]]]:
+    """Every option-table row of ``pages``: flag → [(meaning, default)]."""
     rows: dict[str, list[tuple[str, str]]] = {}
-    for line in README.read_text(encoding="utf-8").splitlines():
-        found = re.match(r"\| `(--[a-z-]+)[^`]*` \| (.*) \| (.*) \|$", line)
-        if found:
-            rows.setdefault(found.group(1), []).append((found.group(2), found.group(3)))
+    for page in pages:
+        for line in page.read_text(encoding="utf-8").splitlines():
+            found = _OPTION_ROW.match(line)
+            if found:
+                rows.setdefault(found.group(1), []).append((found.group(2), found.group(3)))
     return rows
 
 
-def test_readme_options_tables_list_every_option_and_nothing_else():
+def _readme_option_rows() -> dict[str, list[tuple[str, str]]]:
+    """Every row of the option tables in README.md and docs/ (the reference, notes, Prometheus): flag → rows."""
+    return _option_rows(README, *sorted(DOCS.rglob("*.md")))
+
+
+def test_options_reference_lists_every_option_and_nothing_else():
+    assert set(_option_rows(OPTIONS_PAGE)) == {spec.flag for spec in OPTIONS}
+    assert all(len(rows) == 1 for rows in _option_rows(OPTIONS_PAGE).values())
+
+
+def test_readme_and_docs_option_tables_name_only_real_options():
     assert set(_readme_option_rows()) == {spec.flag for spec in OPTIONS}
 
 
@@ -208,7 +226,7 @@ def test_llmload_options_never_shows_a_default_as_unset_or_as_a_float_repr():
 
 def test_readme_and_help_say_the_same_about_turns():
     spec = next(s for s in OPTIONS if s.flag == "--turns")
-    ((meaning, _),) = _readme_option_rows()["--turns"]
+    ((meaning, _),) = _option_rows(OPTIONS_PAGE)["--turns"]
     for words in ("each turn sends the conversation so far", "after T turns, or a failed turn, it starts a new one"):
         assert words in spec.help
         assert words in meaning
@@ -224,5 +242,5 @@ def test_max_concurrency_zero_is_refused_with_an_example_value():
 
 def test_readme_says_llmload_sweep_writes_sweep_json_by_default():
     assert "combined results (default sweep.json)" in _llmload("sweep", "--help").replace("\n", " ")
-    sweeps = README.read_text(encoding="utf-8").split("- **Sweeps**", 1)[1][:2500]
+    sweeps = (DOCS / "guides" / "sweep.md").read_text(encoding="utf-8")[:2500]
     assert "default `sweep.json`" in sweeps

@@ -1,11 +1,11 @@
-"""The README's results schema matches the code.
+"""The documented results schema (docs/reference/results.md, docs/guides/sweep.md) matches the code.
 
 Results are built in every mode (closed and open loop, a sweep file, blocked,
 failed) through ``results.build_results``, the function the master
-writes with. Every key found must be in the README's schema block, and every
+writes with. Every key found must be in the docs' schema block, and every
 key the block calls unconditional must be present.
 
-Block notation (README "Results file"): one group of keys per line, ``a.{b, c}``
+Block notation (docs "Results file"): one group of keys per line, ``a.{b, c}``
 for ``a.b`` and ``a.c``, ``x[]`` for a list of objects, ``*`` for any key;
 after two spaces a note; a note starting with "if" makes the keys
 conditional; a note containing "same keys as" makes the keys an alias of the
@@ -42,11 +42,14 @@ from llmload.sweep import parse_sweep, step_section, sweep_document
 from llmload.testing import failed_record
 from tests.unit.test_servermetrics import fixture, run_of, vllm_text
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+SCHEMA_PAGES = {"results": DOCS / "reference" / "results.md", "sweep": DOCS / "guides" / "sweep.md"}
+"""The page each schema block lives in (the README links there)."""
 T0 = 1_700_000_000.0
 
 
-# ── the README's blocks ─────────────────────────────────────────────────────
+# ── the docs' blocks ───────────────────────────────────────────────────────
 @dataclass(frozen=True)
 class DocKey:
     path: str  # expanded: "latency.ttft_s.p50", "errors[].category", "tokens.prompt_sources.*"
@@ -56,9 +59,11 @@ class DocKey:
 
 
 def _block(name: str) -> str:
-    text = README.read_text(encoding="utf-8")
     marker = f"<!-- schema: {name} -->"
-    assert text.count(marker) == 1, f"README needs exactly one {marker}"
+    holders = [p for p in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))] if marker in p.read_text(encoding="utf-8")]
+    assert holders == [SCHEMA_PAGES[name]], f"{marker} must be in {SCHEMA_PAGES[name]} only, found in {holders}"
+    text = SCHEMA_PAGES[name].read_text(encoding="utf-8")
+    assert text.count(marker) == 1, f"{SCHEMA_PAGES[name]} needs exactly one {marker}"
     after = text[text.index(marker) + len(marker) :]
     body = after[after.index("```text") + len("```text") :]
     return textwrap.dedent(body[: body.index("```")]).strip("\n")
@@ -88,7 +93,7 @@ def _expand(pattern: str) -> list[str]:
 
 
 def schema(name: str) -> list[DocKey]:
-    """The keys of one README schema block."""
+    """The keys of one documented schema block."""
     entries: list[str] = []
     for line in _block(name).splitlines():
         if line[:1].isspace() and entries:
@@ -305,14 +310,14 @@ def _found(document: dict[str, Any]) -> dict[str, bool]:
 def test_p6_every_results_key_is_in_the_readme_schema(mode):
     results_schema = Schema(schema("results"))
     undocumented = [path for path, empty in _found(MODES[mode]()).items() if not results_schema.documents(path, empty)]
-    assert undocumented == [], f"{mode}: keys missing from README 'Results file': {undocumented}"
+    assert undocumented == [], f"{mode}: keys missing from docs/reference/results.md: {undocumented}"
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_p6_every_unconditional_schema_key_is_in_the_results(mode):
     found = _found(MODES[mode]())
     missing = [path for path in Schema(schema("results")).required() if not _present(path, found)]
-    assert missing == [], f"{mode}: README lists these keys as always present: {missing}"
+    assert missing == [], f"{mode}: docs/reference/results.md lists these keys as always present: {missing}"
 
 
 def test_p6_every_sweep_file_key_is_in_the_readme_schema():

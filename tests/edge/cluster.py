@@ -1,0 +1,313 @@
+"""A Locust master and its workers in one process, talking over queues instead of ZeroMQ sockets.
+
+The edge tests drive llmload's master/worker protocol (``llmload.edge.cluster``,
+``live``, ``checkpoints``, ``launch``, ``hooks``) with Locust's own runners: the
+real ``MasterRunner.handle_message`` / ``WorkerRunner.handle_message`` dispatch,
+``start``/``stop``/``quit``, the users' greenlets. Only the transport is replaced:
+``Link`` is one ordered connection per worker, and every message makes the msgpack
+round trip Locust's RPC makes (a payload that is not msgpack-safe fails here as it
+would on the wire). The runner subclasses build what Locust's constructors build,
+minus the socket and the heartbeat greenlets (a test loses a worker by calling
+``EdgeCluster.lose``, which is what Locust's heartbeat check does after 4 s of silence).
+
+Each node has its own ``Environment`` and ``Events``, so listeners never cross nodes.
+"""
+
+from __future__ import annotations
+
+from locust import argument_parser
+from locust.env import Environment
+from locust.event import Events
+from locust.exception import RPCError
+from locust.rpc import Message
+from locust.runners import (
+    STATE_INIT,
+    STATE_MISSING,
+    DistributedRunner,
+    MasterRunner,
+    WorkerNodes,
+    WorkerRunner,
+)
+
+import contextlib
+import gc
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gevent
+import gevent.event
+import gevent.queue
+
+from llmload.edge import hooks
+from llmload.edge.runtime import Runtime
+
+__all__ = ["EdgeCluster", "EdgeMaster", "EdgeWorker", "Link", "parse_options"]
+
+log = logging.getLogger(__name__)
+
+
+def parse_options(args: Sequence[str]) -> Any:
+    """Locust's parsed options with llmload's added, as ``locust ARGS`` would parse them (no environment vars)."""
+    parser = argument_parser.get_empty_argument_parser()
+    argument_parser.setup_parser_arguments(parser)
+    hooks.add_arguments(parser)
+    return parser.parse_args(["-f", "locustfile.py", *args])
+
+
+class Link:
+    """The master's side and each worker's side of their connections: ordered queues, msgpack on the way."""
+
+    def __init__(self) -> None:
+        self.to_master: gevent.queue.Queue[tuple[str, bytes]] = gevent.queue.Queue()
+        self.to_worker: dict[str, gevent.queue.Queue[bytes]] = {}
+        self.cut: set[str] = set()  # workers whose connection is gone (lost)
+        self.sent: list[Message] = []  # every message, in order, as the receiver decoded it
+
+    def send_to_master(self, msg: Message) -> None:
+        if msg.node_id in self.cut:
+            raise RPCError("connection to the master is gone")
+        self.to_master.put((msg.node_id, msg.serialize()))
+
+    def send_to_worker(self, msg: Message) -> None:
+        if msg.node_id in self.cut:
+            return  # a message to a lost worker goes nowhere, as on a dead socket
+        self.to_worker[msg.node_id].put(msg.serialize())
+
+    def recv_on_master(self) -> tuple[str, Message]:
+        node_id, raw = self.to_master.get()
+        msg = Message.unserialize(raw)
+        self.sent.append(msg)
+        return node_id, msg
+
+    def recv_on_worker(self, client_id: str) -> Message:
+        msg = Message.unserialize(self.to_worker[client_id].get())
+        self.sent.append(msg)
+        return msg
+
+
+class _Server:
+    """What ``MasterRunner`` uses of ``locust.rpc.rpc.Server``."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+
+    def send_to_client(self, msg: Message) -> None:
+        self._link.send_to_worker(msg)
+
+    def recv_from_client(self) -> tuple[str, Message]:
+        return self._link.recv_on_master()
+
+    def close(self, linger: int | None = None) -> None:
+        del linger
+
+
+class _Client:
+    """What ``WorkerRunner`` uses of ``locust.rpc.rpc.Client``."""
+
+    def __init__(self, link: Link, client_id: str) -> None:
+        self._link, self._id = link, client_id
+        link.to_worker[client_id] = gevent.queue.Queue()
+
+    def send(self, msg: Message) -> None:
+        self._link.send_to_master(msg)
+
+    def recv(self) -> Message:
+        return self._link.recv_on_worker(self._id)
+
+    def close(self, linger: int | None = None) -> None:
+        del linger
+
+
+class EdgeMaster(MasterRunner):
+    """``MasterRunner`` over a ``Link``: Locust's constructor without the socket and the heartbeat check."""
+
+    def __init__(self, environment: Environment, link: Link) -> None:
+        DistributedRunner.__init__(self, environment)
+        self.worker_cpu_warning_emitted = False
+        self.master_bind_host, self.master_bind_port = "127.0.0.1", 0
+        self.spawn_rate = 0.0
+        self.spawning_completed = False
+        self.worker_indexes = {}
+        self.worker_index_max = 0
+        self.clients = WorkerNodes()
+        self.server = _Server(link)  # type: ignore[assignment]
+        self._users_dispatcher = None
+        self.greenlet.spawn(self.client_listener)
+
+        def on_worker_report(client_id: str, data: dict[str, Any]) -> None:  # as Locust's
+            if client_id in self.clients:
+                self.clients[client_id].user_classes_count = data["user_classes_count"]
+
+        environment.events.worker_report.add_listener(on_worker_report)
+        environment.events.quitting.add_listener(lambda environment, **_kw: self.quit())
+
+
+class EdgeWorker(WorkerRunner):
+    """``WorkerRunner`` over a ``Link``: Locust's constructor without the socket, heartbeats and timed reports.
+
+    A test sends a report with ``send_report()`` (Locust's ``stats_reporter`` does it every 3 s).
+    """
+
+    def __init__(self, environment: Environment, link: Link, client_id: str) -> None:
+        DistributedRunner.__init__(self, environment)
+        self.retry = 0
+        self.connected = False
+        self.last_heartbeat_timestamp = None
+        self.connection_event = gevent.event.Event()
+        self.worker_state = STATE_INIT
+        self.client_id = client_id
+        self.master_host, self.master_port = "127.0.0.1", 0
+        self.web_base_path = ""
+        self.logs = []
+        self.worker_cpu_warning_emitted = False
+        self._users_dispatcher = None
+        self.client = _Client(link, client_id)  # type: ignore[assignment]
+        self.greenlet.spawn(self.worker)
+
+        def on_report_to_master(client_id: str, data: dict[str, Any]) -> None:  # as Locust's
+            data["user_classes_count"] = self.user_classes_count
+            data["user_count"] = self.user_count
+
+        environment.events.report_to_master.add_listener(on_report_to_master)
+        environment.events.quitting.add_listener(
+            lambda environment, **_kw: self.client.send(Message("quit", None, self.client_id))
+        )
+
+    def send_report(self) -> None:
+        """One regular report (Locust's and llmload's parts), as the 3 s reporter sends it."""
+        self._send_stats()
+
+
+@dataclass
+class EdgeCluster:
+    """A master and ``workers`` workers over one ``Link``; llmload's hooks installed on each node."""
+
+    master_env: Environment
+    worker_envs: list[Environment]
+    link: Link
+    _greenlets: list[gevent.Greenlet] = field(default_factory=list)
+
+    @property
+    def master(self) -> EdgeMaster:
+        runner = self.master_env.runner
+        assert isinstance(runner, EdgeMaster)
+        return runner
+
+    @property
+    def workers(self) -> list[EdgeWorker]:
+        runners = [env.runner for env in self.worker_envs]
+        assert all(isinstance(r, EdgeWorker) for r in runners)
+        return runners  # type: ignore[return-value]
+
+    @property
+    def runtime(self) -> Runtime:
+        """The master's llmload state."""
+        return self.master_env.llmload  # type: ignore[attr-defined,no-any-return]
+
+    def worker_runtime(self, index: int) -> Runtime:
+        return self.worker_envs[index].llmload  # type: ignore[attr-defined,no-any-return]
+
+    def messages(self, msg_type: str) -> list[Message]:
+        """Every message of ``msg_type`` delivered so far, in order."""
+        return [m for m in self.link.sent if m.type == msg_type]
+
+    def start(self, users: int, spawn_rate: float | None = None, *, timeout_s: float = 30) -> None:
+        """Press START: the master plans and sends the spawn messages; wait until every worker runs its users."""
+        self.master.start(users, spawn_rate or users)
+        wait_until(lambda: self.master.user_count == users and self.master.spawning_completed, timeout_s, "spawned")
+
+    def report(self) -> None:
+        """Each live worker sends one regular report; wait until the master has read them."""
+        for worker in self.workers:
+            if worker.client_id not in self.link.cut:
+                worker.send_report()
+        self.settle()
+
+    def settle(self, timeout_s: float = 10) -> None:
+        """Wait until every queued message was read by its receiver."""
+        wait_until(
+            lambda: self.link.to_master.empty() and all(q.empty() for q in self.link.to_worker.values()),
+            timeout_s,
+            "the messages delivered",
+        )
+        gevent.sleep(0.01)  # the receivers' handlers run
+
+    def lose(self, index: int) -> str:
+        """Worker ``index`` vanishes (killed): its greenlets end, its connection is cut, the master marks it missing."""
+        worker = self.workers[index]
+        self.link.cut.add(worker.client_id)
+        worker.greenlet.kill(block=True)
+        worker.user_greenlets.kill(block=True)
+        node = self.master.clients[worker.client_id]
+        node.state = STATE_MISSING  # what Locust's heartbeat check does after 4 missed heartbeats
+        node.user_classes_count = {}
+        return worker.client_id
+
+    def close(self) -> None:
+        for env in [*self.worker_envs, self.master_env]:
+            runner = env.runner
+            if runner is not None:
+                runner.user_greenlets.kill(block=True)
+                runner.greenlet.kill(block=True)
+        for greenlet in self._greenlets:
+            greenlet.kill(block=True)
+
+
+def wait_until(ready: Any, timeout_s: float, what: str) -> None:
+    """Yield to the event loop until ``ready()``; fail the test after ``timeout_s``."""
+    with gevent.Timeout(timeout_s, AssertionError(f"not {what} within {timeout_s:g} s")):
+        while not ready():
+            gevent.sleep(0.01)
+
+
+def _node(user_classes: list[type], host: str, args: Sequence[str]) -> Environment:
+    env = Environment(user_classes=user_classes, events=Events(), parsed_options=parse_options(args), host=host)
+    env.stop_timeout = float(env.parsed_options.stop_timeout or 0)  # type: ignore[union-attr]
+    hooks.install(env.events)
+    return env
+
+
+def _fire_init(env: Environment) -> None:
+    # Outside the main greenlet, llmload's init leaves SIGINT alone (it installs its interrupter only there).
+    gevent.spawn(env.events.init.fire, environment=env, runner=env.runner, web_ui=None).get(timeout=60)
+
+
+@contextlib.contextmanager
+def edge_cluster(
+    user_class: type, host: str, master_args: Sequence[str], *, workers: int = 2, worker_args: Sequence[str] = ()
+) -> Iterator[EdgeCluster]:
+    """A master with ``master_args`` (``--master`` implied) and ``workers`` connected workers, closed at exit.
+
+    The nodes run a subclass of ``user_class`` of its own (Locust sets ``host`` on the user class at each
+    start), and every greenlet started meanwhile (llmload's reporters, watchers) is killed at exit.
+    """
+    before = _greenlets()
+    user_class = type(user_class.__name__, (user_class,), {"__module__": user_class.__module__})
+    link = Link()
+    port = [] if "--prometheus-port" in master_args else ["--prometheus-port", "0"]  # no exporter unless asked
+    master_env = _node([user_class], host, ["--master", *port, *master_args])
+    master_env._create_runner(EdgeMaster, link)  # type: ignore[arg-type]
+    _fire_init(master_env)
+    worker_envs = []
+    for index in range(workers):
+        env = _node([user_class], "", ["--worker", *worker_args])
+        env._create_runner(EdgeWorker, link, f"worker-{index}")  # type: ignore[arg-type]
+        _fire_init(env)
+        worker_envs.append(env)
+    cluster = EdgeCluster(master_env, worker_envs, link)
+    try:
+        for worker in cluster.workers:
+            gevent.spawn(worker.connect_to_master).get(timeout=30)
+        wait_until(lambda: len(cluster.master.clients.ready) == workers, 30, f"{workers} workers connected")
+        yield cluster
+    finally:
+        cluster.close()
+        gevent.killall([g for g in _greenlets() - before if not g.dead], block=True, timeout=10)
+
+
+def _greenlets() -> set[gevent.Greenlet]:
+    """This thread's greenlets (another thread's, such as the simulator's, are left alone)."""
+    hub = gevent.get_hub()
+    return {o for o in gc.get_objects() if isinstance(o, gevent.Greenlet) and o.parent is hub}
