@@ -311,3 +311,44 @@ def _greenlets() -> set[gevent.Greenlet]:
     """This thread's greenlets (another thread's, such as the simulator's, are left alone)."""
     hub = gevent.get_hub()
     return {o for o in gc.get_objects() if isinstance(o, gevent.Greenlet) and o.parent is hub}
+
+
+@dataclass
+class LocalRun:
+    """What a single-process run left: its results (None if none were built) and its exit status."""
+
+    results: dict[str, Any] | None
+    exit_status: int
+
+
+def run_local(user_class: type, host: str, args: Sequence[str], *, users: int, timeout_s: float = 60) -> LocalRun:
+    """A single-process run (``locust ARGS`` with Locust's ``LocalRunner``) of ``users`` users, to its end.
+
+    ``args`` are the command line (``--headless`` for the results line and the quit at the limit);
+    the run ends by itself (``--num-requests``, a blocked start) or after ``timeout_s`` (the test fails).
+    Console output goes to this process's stdout and stderr (``capsys``).
+    """
+    before = _greenlets()
+    user_class = type(user_class.__name__, (user_class,), {"__module__": user_class.__module__})
+    port = [] if "--prometheus-port" in args else ["--prometheus-port", "0"]
+    env = _node([user_class], host, [*port, *args])
+    runner = env.create_local_runner()
+    try:
+        try:
+            _fire_init(env)
+        except SystemExit as exc:  # refused before load: llmload's init ends the process
+            runtime = getattr(env, "llmload", None)
+            return LocalRun(None if runtime is None else runtime.results, int(exc.code or 0))
+        gevent.spawn(runner.start, users, users).get(timeout=timeout_s)
+        runtime: Runtime = env.llmload  # type: ignore[attr-defined]
+        wait_until(lambda: runtime.results is not None, timeout_s, "the run finished")
+        wait_until(lambda: runner.state == "stopped", timeout_s, "the runner stopped")
+        # Locust's shutdown, as its main does it: quitting (listeners in reverse), the exit code, quit
+        gevent.spawn(env.events.quitting.fire, environment=env, reverse=True).get(timeout=timeout_s)
+        code = env.process_exit_code if env.process_exit_code is not None else 0
+        gevent.spawn(env.events.quit.fire, exit_code=code).get(timeout=timeout_s)
+        return LocalRun(runtime.results, code)
+    finally:
+        runner.user_greenlets.kill(block=True)
+        runner.greenlet.kill(block=True)
+        gevent.killall([g for g in _greenlets() - before if not g.dead], block=True, timeout=10)
