@@ -34,10 +34,8 @@ _PATHS = {
 
 
 @pytest.fixture
-def sim_url():
-    url, proc = start_sim("--decode-step-ms", "5", "--output-len-mean", "20")
-    yield url
-    stop_sim(proc)
+def sim_url(sim_server) -> str:
+    return sim_server("--decode-step-ms", "5", "--output-len-mean", "20")
 
 
 def _truth(url: str, endpoint: str) -> dict[str, float]:
