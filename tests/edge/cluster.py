@@ -234,6 +234,17 @@ class EdgeCluster:
         )
         gevent.sleep(0.01)  # the receivers' handlers run
 
+    def shutdown(self, timeout_s: float = 30) -> int:
+        """The master process's end, as Locust's main does it: ``quitting`` (listeners reversed), then ``quit``.
+
+        Returns the exit status the process would have (llmload's, else 0); the summary is printed here.
+        """
+        env = self.master_env
+        gevent.spawn(env.events.quitting.fire, environment=env, reverse=True).get(timeout=timeout_s)
+        code = env.process_exit_code if env.process_exit_code is not None else 0
+        gevent.spawn(env.events.quit.fire, exit_code=code).get(timeout=timeout_s)
+        return code
+
     def lose(self, index: int) -> str:
         """Worker ``index`` vanishes (killed): its greenlets end, its connection is cut, the master marks it missing."""
         worker = self.workers[index]
