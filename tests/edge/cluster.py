@@ -30,6 +30,7 @@ from locust.runners import (
 )
 
 import contextlib
+import functools
 import gc
 import logging
 from collections.abc import Iterator, Sequence
@@ -319,9 +320,24 @@ def edge_cluster(
 
 
 def _greenlets() -> set[gevent.Greenlet]:
-    """This thread's greenlets (another thread's, such as the simulator's, are left alone)."""
+    """This thread's greenlets running llmload's or Locust's code (reporters, watchers, users).
+
+    Another thread's (the simulator's) and the test's own servers (threads, which are greenlets
+    here) are left alone.
+    """
     hub = gevent.get_hub()
-    return {o for o in gc.get_objects() if isinstance(o, gevent.Greenlet) and o.parent is hub}
+    return {
+        o
+        for o in gc.get_objects()
+        if isinstance(o, gevent.Greenlet) and o.parent is hub and _module_of(o).startswith(("llmload", "locust"))
+    }
+
+
+def _module_of(greenlet: gevent.Greenlet) -> str:
+    run = getattr(greenlet, "_run", None)
+    while isinstance(run, functools.partial):
+        run = run.func
+    return str(getattr(run, "__module__", "") or "")
 
 
 @dataclass
