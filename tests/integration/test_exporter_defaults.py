@@ -28,8 +28,8 @@ _RUN = ["-f", "locustfiles/chat.py", "--headless", "--only-summary", "-u", "2", 
 
 
 @pytest.fixture(scope="module")
-def sim_url(sim_server) -> str:
-    return sim_server("--decode-step-ms", "5")
+def sim_url(module_sim_server) -> str:
+    return module_sim_server("--decode-step-ms", "5")
 
 
 def _listening_ips(pid: int, port: int) -> set[str]:
