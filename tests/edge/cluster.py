@@ -32,7 +32,9 @@ from locust.runners import (
 import contextlib
 import functools
 import gc
+import io
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -379,3 +381,48 @@ def run_local(user_class: type, host: str, args: Sequence[str], *, users: int, t
         runner.user_greenlets.kill(block=True)
         runner.greenlet.kill(block=True)
         gevent.killall([g for g in _greenlets() - before if not g.dead], block=True, timeout=10)
+
+
+@dataclass
+class CompletedRun:
+    """A single-process run as ``subprocess.run`` would report ``locust ARGS``: exit status and both streams."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    results: dict[str, Any] | None
+
+
+def run_locust_here(
+    user_class: type, args: Sequence[str], *, users: int, env: dict[str, str] | None = None, timeout_s: float = 60
+) -> CompletedRun:
+    """``locust ARGS`` (with ``-H URL``; ``-u N`` overrides ``users``) run to its end here, its output captured.
+
+    ``env`` is set in ``os.environ`` for the run (restored after). llmload's log lines go to the
+    captured stderr as Locust's would (``LEVEL/logger: message``); stdout is not a terminal, so a
+    headless run ends with its results line, as in a pipe.
+    """
+    given = list(args)
+    host = given[given.index("-H") + 1] if "-H" in given else ""
+    users = int(given[len(given) - 1 - given[::-1].index("-u") + 1]) if "-u" in given else users
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(err)
+    handler.setFormatter(logging.Formatter("%(levelname)s/%(name)s: %(message)s"))
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)  # as Locust's own logging set-up (--loglevel INFO)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            run = run_local(user_class, host, args, users=users, timeout_s=timeout_s)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return CompletedRun(run.exit_status, out.getvalue(), err.getvalue(), run.results)
