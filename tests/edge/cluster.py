@@ -28,6 +28,8 @@ from locust.runners import (
     WorkerNodes,
     WorkerRunner,
 )
+from locust.stats import print_error_report, print_percentile_stats, print_stats
+from locust.util.timespan import parse_timespan
 
 import contextlib
 import functools
@@ -354,7 +356,7 @@ def run_local(user_class: type, host: str, args: Sequence[str], *, users: int, t
     """A single-process run (``locust ARGS`` with Locust's ``LocalRunner``) of ``users`` users, to its end.
 
     ``args`` are the command line (``--headless`` for the results line and the quit at the limit);
-    the run ends by itself (``--num-requests``, a blocked start) or after ``timeout_s`` (the test fails).
+    the run ends by itself (``--num-requests``, ``-t``, a blocked start) or after ``timeout_s`` (the test fails).
     Console output goes to this process's stdout and stderr (``capsys``).
     """
     before = _greenlets()
@@ -369,12 +371,18 @@ def run_local(user_class: type, host: str, args: Sequence[str], *, users: int, t
             runtime = getattr(env, "llmload", None)
             return LocalRun(None if runtime is None else runtime.results, int(exc.code or 0))
         gevent.spawn(runner.start, users, users).get(timeout=timeout_s)
+        run_time = getattr(env.parsed_options, "run_time", None)
+        if run_time:  # -t: Locust's main quits a headless run when the time is up
+            gevent.spawn_later(parse_timespan(str(run_time)), runner.quit)
         runtime: Runtime = env.llmload  # type: ignore[attr-defined]
         wait_until(lambda: runtime.results is not None, timeout_s, "the run finished")
         wait_until(lambda: runner.state == "stopped", timeout_s, "the runner stopped")
         # Locust's shutdown, as its main does it: quitting (listeners in reverse), the exit code, quit
         gevent.spawn(env.events.quitting.fire, environment=env, reverse=True).get(timeout=timeout_s)
         code = env.process_exit_code if env.process_exit_code is not None else 0
+        print_stats(runner.stats, current=False)  # Locust's tables, as its main prints them at the end
+        print_percentile_stats(runner.stats)
+        print_error_report(runner.stats)
         gevent.spawn(env.events.quit.fire, exit_code=code).get(timeout=timeout_s)
         return LocalRun(runtime.results, code)
     finally:
