@@ -31,13 +31,13 @@ lock:
 demo: install
 	$(VENV)/bin/llmload demo
 
-# Two passes. First the timing-accuracy tests (marker `timing`: test_cases_stream's +-5 ms TTFT,
-# test_clock's kernel stamps, the SSE decoder's cost ratio) without tracing, which would shift what
+# Two passes, the second in two pytest processes. First the timing-accuracy tests (marker `timing`:
+# test_cases_stream's +-5 ms TTFT, test_clock's kernel stamps, the SSE decoder's cost ratio) without tracing, which would shift what
 # they measure. Then everything else under coverage.py, the edge tests (tests/edge: Locust imported, so a
 # pytest process of their own; a plain `pytest` skips them) last, with the gate in pyproject.toml
 # ([tool.coverage.report] fail_under); the `locust` processes and simulators the tests start are
 # measured too (coverage's subprocess patch), each writing a .coverage.* file that `combine` merges.
-# Both passes always run and the coverage figure is always printed; the exit status is the first
+# Every pass always runs and the coverage figure is always printed; the exit status is the first
 # failing pass's (pytest's own code), else the coverage gate's.
 test: install
 	@rm -f .coverage .coverage.*

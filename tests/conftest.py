@@ -231,13 +231,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return not any(path == _EDGE or _EDGE in path.parents for path in asked)
 
 
-@pytest.fixture
-def sim_server() -> Iterator[Callable[..., str]]:
-    """Factory: ``sim_server(*args) -> base URL`` of ``llmload sim ARGS`` served in this process (a thread).
-
-    Every simulator started is stopped at teardown. Tests of the simulator's process itself (exit
-    status, stderr, signals) use ``tests.integration.test_sim.start_sim``.
-    """
+def _sim_servers() -> Iterator[Callable[..., str]]:
     from tests.simserver import SimThread
 
     started: list[SimThread] = []
@@ -249,3 +243,19 @@ def sim_server() -> Iterator[Callable[..., str]]:
     yield start
     for sim in started:
         sim.stop()
+
+
+@pytest.fixture
+def sim_server() -> Iterator[Callable[..., str]]:
+    """Factory: ``sim_server(*args) -> base URL`` of ``llmload sim ARGS`` served in this process (a thread).
+
+    Every simulator started is stopped at teardown. Tests of the simulator's process itself (exit
+    status, stderr, signals) use ``tests.integration.test_sim.start_sim``.
+    """
+    yield from _sim_servers()
+
+
+@pytest.fixture(scope="module")
+def module_sim_server() -> Iterator[Callable[..., str]]:
+    """``sim_server`` for module-scoped fixtures: the simulators are stopped after the module's tests."""
+    yield from _sim_servers()

@@ -28,10 +28,15 @@ from locust.runners import (
     WorkerNodes,
     WorkerRunner,
 )
+from locust.stats import print_error_report, print_percentile_stats, print_stats
+from locust.util.timespan import parse_timespan
 
 import contextlib
+import functools
 import gc
+import io
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -234,6 +239,17 @@ class EdgeCluster:
         )
         gevent.sleep(0.01)  # the receivers' handlers run
 
+    def shutdown(self, timeout_s: float = 30) -> int:
+        """The master process's end, as Locust's main does it: ``quitting`` (listeners reversed), then ``quit``.
+
+        Returns the exit status the process would have (llmload's, else 0); the summary is printed here.
+        """
+        env = self.master_env
+        gevent.spawn(env.events.quitting.fire, environment=env, reverse=True).get(timeout=timeout_s)
+        code = env.process_exit_code if env.process_exit_code is not None else 0
+        gevent.spawn(env.events.quit.fire, exit_code=code).get(timeout=timeout_s)
+        return code
+
     def lose(self, index: int) -> str:
         """Worker ``index`` vanishes (killed): its greenlets end, its connection is cut, the master marks it missing."""
         worker = self.workers[index]
@@ -308,6 +324,113 @@ def edge_cluster(
 
 
 def _greenlets() -> set[gevent.Greenlet]:
-    """This thread's greenlets (another thread's, such as the simulator's, are left alone)."""
+    """This thread's greenlets running llmload's or Locust's code (reporters, watchers, users).
+
+    Another thread's (the simulator's) and the test's own servers (threads, which are greenlets
+    here) are left alone.
+    """
     hub = gevent.get_hub()
-    return {o for o in gc.get_objects() if isinstance(o, gevent.Greenlet) and o.parent is hub}
+    return {
+        o
+        for o in gc.get_objects()
+        if isinstance(o, gevent.Greenlet) and o.parent is hub and _module_of(o).startswith(("llmload", "locust"))
+    }
+
+
+def _module_of(greenlet: gevent.Greenlet) -> str:
+    run = getattr(greenlet, "_run", None)
+    while isinstance(run, functools.partial):
+        run = run.func
+    return str(getattr(run, "__module__", "") or "")
+
+
+@dataclass
+class LocalRun:
+    """What a single-process run left: its results (None if none were built) and its exit status."""
+
+    results: dict[str, Any] | None
+    exit_status: int
+
+
+def run_local(user_class: type, host: str, args: Sequence[str], *, users: int, timeout_s: float = 60) -> LocalRun:
+    """A single-process run (``locust ARGS`` with Locust's ``LocalRunner``) of ``users`` users, to its end.
+
+    ``args`` are the command line (``--headless`` for the results line and the quit at the limit);
+    the run ends by itself (``--num-requests``, ``-t``, a blocked start) or after ``timeout_s`` (the test fails).
+    Console output goes to this process's stdout and stderr (``capsys``).
+    """
+    before = _greenlets()
+    user_class = type(user_class.__name__, (user_class,), {"__module__": user_class.__module__})
+    port = [] if "--prometheus-port" in args else ["--prometheus-port", "0"]
+    env = _node([user_class], host, [*port, *args])
+    runner = env.create_local_runner()
+    try:
+        try:
+            _fire_init(env)
+        except SystemExit as exc:  # refused before load: llmload's init ends the process
+            runtime = getattr(env, "llmload", None)
+            return LocalRun(None if runtime is None else runtime.results, int(exc.code or 0))
+        gevent.spawn(runner.start, users, users).get(timeout=timeout_s)
+        run_time = getattr(env.parsed_options, "run_time", None)
+        if run_time:  # -t: Locust's main quits a headless run when the time is up
+            gevent.spawn_later(parse_timespan(str(run_time)), runner.quit)
+        runtime: Runtime = env.llmload  # type: ignore[attr-defined]
+        wait_until(lambda: runtime.results is not None, timeout_s, "the run finished")
+        wait_until(lambda: runner.state == "stopped", timeout_s, "the runner stopped")
+        # Locust's shutdown, as its main does it: quitting (listeners in reverse), the exit code, quit
+        gevent.spawn(env.events.quitting.fire, environment=env, reverse=True).get(timeout=timeout_s)
+        code = env.process_exit_code if env.process_exit_code is not None else 0
+        print_stats(runner.stats, current=False)  # Locust's tables, as its main prints them at the end
+        print_percentile_stats(runner.stats)
+        print_error_report(runner.stats)
+        gevent.spawn(env.events.quit.fire, exit_code=code).get(timeout=timeout_s)
+        return LocalRun(runtime.results, code)
+    finally:
+        runner.user_greenlets.kill(block=True)
+        runner.greenlet.kill(block=True)
+        gevent.killall([g for g in _greenlets() - before if not g.dead], block=True, timeout=10)
+
+
+@dataclass
+class CompletedRun:
+    """A single-process run as ``subprocess.run`` would report ``locust ARGS``: exit status and both streams."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    results: dict[str, Any] | None
+
+
+def run_locust_here(
+    user_class: type, args: Sequence[str], *, users: int, env: dict[str, str] | None = None, timeout_s: float = 60
+) -> CompletedRun:
+    """``locust ARGS`` (with ``-H URL``; ``-u N`` overrides ``users``) run to its end here, its output captured.
+
+    ``env`` is set in ``os.environ`` for the run (restored after). llmload's log lines go to the
+    captured stderr as Locust's would (``LEVEL/logger: message``); stdout is not a terminal, so a
+    headless run ends with its results line, as in a pipe.
+    """
+    given = list(args)
+    host = given[given.index("-H") + 1] if "-H" in given else ""
+    users = int(given[len(given) - 1 - given[::-1].index("-u") + 1]) if "-u" in given else users
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(err)
+    handler.setFormatter(logging.Formatter("%(levelname)s/%(name)s: %(message)s"))
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)  # as Locust's own logging set-up (--loglevel INFO)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            run = run_local(user_class, host, args, users=users, timeout_s=timeout_s)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return CompletedRun(run.exit_status, out.getvalue(), err.getvalue(), run.results)

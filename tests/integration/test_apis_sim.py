@@ -1,7 +1,8 @@
 """The Responses, Messages and embeddings users against `llmload sim`: totals equal the simulator's counters.
 
-Real `locust` processes on loopback (`--processes 2`), bounded by `--num-requests`, `-t` and a
-subprocess timeout. The preflight sends one probe per user class (max_tokens 2), which the
+Real `locust` processes on loopback, bounded by `--num-requests`, `-t` and a subprocess timeout:
+the sweep and the web UI's stop. The totals over two workers, multi-turn and open loop run in
+process: ``tests/edge/test_api_runs.py``. The preflight sends one probe per user class (max_tokens 2), which the
 simulator counts too.
 """
 
@@ -34,10 +35,8 @@ _PATHS = {
 
 
 @pytest.fixture
-def sim_url():
-    url, proc = start_sim("--decode-step-ms", "5", "--output-len-mean", "20")
-    yield url
-    stop_sim(proc)
+def sim_url(sim_server) -> str:
+    return sim_server("--decode-step-ms", "5", "--output-len-mean", "20")
 
 
 def _truth(url: str, endpoint: str) -> dict[str, float]:
@@ -84,50 +83,6 @@ def _check_against_sim(section: dict[str, Any], truth: dict[str, float], endpoin
         assert section["latency"]["ttft_s"]["count"] == done
         assert section["latency"]["ttft_s"]["p50"] > 0.005  # at least one decode step (5 ms)
     assert section["latency"]["e2e_s"]["count"] == done
-
-
-@pytest.mark.parametrize("endpoint", ["responses", "messages", "embeddings"])
-def test_api_user_totals_equal_sim_with_two_processes(sim_url, tmp_path, endpoint):
-    extra = ("--batch-size", "3") if endpoint == "embeddings" else ()
-    results = _run(endpoint, sim_url, tmp_path / "r.json", 60, *extra)
-    assert results["requests"]["total"] == 60
-    assert results["run"]["workers"] == 2
-    _check_against_sim(results, _truth(sim_url, endpoint), endpoint)
-    if endpoint == "embeddings":
-        duration_s = results["duration_s"]
-        assert results["throughput"]["inputs_per_s"] == pytest.approx(180 / duration_s)
-        assert "Embedded inputs/s:" in results["_stdout"]
-    assert [row["endpoint"] for row in results["timeseries"] if row["endpoint"]] != []
-
-
-@pytest.mark.parametrize("history", ["client", "server"])
-def test_multi_turn_responses_totals_equal_sim_with_either_history(sim_url, tmp_path, history):
-    results = _run("responses", sim_url, tmp_path / "r.json", 36, "--turns", "3", "--responses-history", history)
-    truth = _truth(sim_url, "responses")
-    # every previous_response_id sent was one the simulator stores
-    assert metric_sum(metrics(sim_url), "llmload_sim_requests_rejected_total") == 0
-    done = results["requests"]["succeeded"]
-    assert results["requests"]["failed"] == 0
-    assert done == 36
-    assert truth["requests_completed"] == done + 1  # the preflight probe
-    tokens = results["tokens"]
-    assert tokens["prompt_source"] == "server"
-    probe_prompt_tokens = truth["prompt_tokens"] - tokens["prompt"]
-    assert 0 < probe_prompt_tokens < tokens["avg_prompt_per_request"]  # later turns carry the conversation
-    assert 1 <= truth["completion_tokens"] - tokens["completion"] <= 2  # the probe's tokens
-
-
-@pytest.mark.parametrize("endpoint", ["responses", "messages", "embeddings"])
-def test_open_loop_request_rate_drives_the_new_users(sim_url, tmp_path, endpoint):
-    results = _run(endpoint, sim_url, tmp_path / "r.json", 30, "--request-rate", "20", "--arrival", "constant")
-    assert results["requests"]["succeeded"] == 30
-    assert results["requests"]["failed"] == 0
-    load = results["load"]
-    assert load["target_rate_per_s"] == 20
-    assert 10 <= load["achieved_rate_per_s"] <= 24  # 30 arrivals at 20/s over two workers (10/s each)
-    assert results["latency"]["dispatch_delay_s"]["count"] == 30  # every request had an intended send time
-    assert results["latency"]["e2e_from_schedule_s"]["count"] == 30
-    _check_against_sim(results, _truth(sim_url, endpoint), endpoint)
 
 
 @pytest.mark.parametrize("endpoint", ["responses", "embeddings"])

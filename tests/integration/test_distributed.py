@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.integration.procs import free_port, locust_argv, run_locust
-from tests.integration.test_sim import REPO_ROOT, metric_sum, metrics, start_sim, stop_sim
+from tests.integration.test_sim import REPO_ROOT, metric_sum, metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -27,10 +27,8 @@ LOCUST_TIMEOUT_S = 120
 
 
 @pytest.fixture
-def sim_url():
-    url, proc = start_sim("--decode-step-ms", "5", "--output-len-mean", "40")
-    yield url
-    stop_sim(proc)
+def sim_url(sim_server) -> str:
+    return sim_server("--decode-step-ms", "5", "--output-len-mean", "40")
 
 
 def _locust(args: list[str], *, timeout_s: float = LOCUST_TIMEOUT_S, env: dict[str, str] | None = None):

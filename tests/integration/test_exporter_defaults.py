@@ -14,13 +14,12 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
 
 import psutil
 import pytest
 
 from tests.integration.procs import free_port, locust_argv, run_locust
-from tests.integration.test_sim import REPO_ROOT, start_sim, stop_sim
+from tests.integration.test_sim import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -29,12 +28,8 @@ _RUN = ["-f", "locustfiles/chat.py", "--headless", "--only-summary", "-u", "2", 
 
 
 @pytest.fixture(scope="module")
-def sim_url() -> Iterator[str]:
-    url, proc = start_sim("--decode-step-ms", "5")
-    try:
-        yield url
-    finally:
-        stop_sim(proc)
+def sim_url(module_sim_server) -> str:
+    return module_sim_server("--decode-step-ms", "5")
 
 
 def _listening_ips(pid: int, port: int) -> set[str]:

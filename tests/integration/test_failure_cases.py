@@ -66,86 +66,8 @@ def _route(post_reply: Reply):
     return reply
 
 
-# ── BC-29: wrong model / every request fails ────────────────────────────
-# Case BC-29: errors mid-run -> failure rate shown, exit non-zero.
-def test_bc29_every_request_404_mid_run_is_reported_and_exits_nonzero(tmp_path):
-    body = json.dumps(
-        {"error": {"message": "model 'm' is not served", "type": "NotFoundError", "param": None, "code": 404}}
-    )
-    out = tmp_path / "r.json"
-    with ScriptedServer(_route(json_reply(404, body))) as srv:
-        proc = _locust(
-            [
-                "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", srv.base_url,
-                "-u", "4", "-r", "4", "--num-requests", "20", "-t", "60s", "--skip-preflight",
-                "--results-json", str(out),
-            ]
-        )  # fmt: skip
-    assert proc.returncode == 1, proc.stderr[-2000:]
-    results = json.loads(out.read_text())
-    assert results["requests"]["failed"] == 20
-    assert results["requests"]["succeeded"] == 0
-    assert results["requests"]["failure_ratio"] == 1.0
-    assert [e["category"] for e in results["errors"]] == ["HTTP 404 NotFoundError"]
-    assert "FAILED: all 20 requests failed; exit status 1" in proc.stdout
-
-
-# Case BC-29: preflight probe against a server whose generation endpoint refuses the model.
-def test_bc29_preflight_probe_failure_stops_before_load(tmp_path):
-    body = json.dumps(
-        {"error": {"message": "model 'm' is not served", "type": "NotFoundError", "param": None, "code": 404}}
-    )
-    with ScriptedServer(_route(json_reply(404, body))) as srv:
-        proc = _locust(
-            ["-f", "locustfiles/completions.py", "--headless", "-H", srv.base_url, "-u", "4", "-t", "30s"],
-            timeout_s=60,
-        )
-        posts = [r for r in srv.requests if r.method == "POST"]
-    assert proc.returncode == 2
-    assert "probe request for CompletionUser (POST /v1/completions) failed: HTTP 404 NotFoundError" in proc.stderr
-    assert "Drop /v1" not in proc.stderr
-    assert len(posts) == 1  # the probe only; no load
-
-
-# The OpenAI base_url habit: -H http://host/v1 makes llmload post /v1/v1/chat/completions.
-@pytest.mark.parametrize("suffix", ["/v1", "/v1/"], ids=["v1", "v1-slash"])
-def test_base_url_kind_host_ending_in_v1_names_the_path_requested_and_the_fix(suffix):
-    def reply(request: ReceivedRequest) -> Reply:
-        if request.method == "GET" and request.path == "/v1/models":
-            return json_reply(200, MODELS)
-        return Reply(writes=[W(1, b"Not Found")], status=404, headers={"Content-Type": "text/plain"})
-
-    with ScriptedServer(reply) as srv:
-        proc = _locust(
-            # with --model, a model list that 404s is only a note; the probe is what fails
-            ["-f", "locustfiles/chat.py", "--headless", "-H", srv.base_url + suffix, "-u", "1", "-t", "30s",
-             "--model", "m"],
-            timeout_s=60,
-        )  # fmt: skip
-        posts = [r.path for r in srv.requests if r.method == "POST"]
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert posts == ["/v1/v1/chat/completions"]  # the probe only
-    assert "probe request for ChatUser (POST /v1/v1/chat/completions) failed: HTTP 404" in proc.stderr
-    assert "Drop /v1 from -H (llmload adds /v1/chat/completions); or fix the server" in proc.stderr
-
-
-@pytest.mark.parametrize(
-    ("locustfile", "path", "api"),
-    [("chat", "/v1/responses", "the OpenAI Responses API"), ("completions", "/v1/embeddings/", "the embeddings API")],
-)
-def test_nc28_kind_host_naming_another_api_is_refused_before_load(locustfile, path, api):
-    with ScriptedServer(_route(json_reply(200, "{}"))) as srv:
-        root = srv.base_url
-        host = root + path
-        proc = _locust(
-            ["-f", f"locustfiles/{locustfile}.py", "--headless", "-H", host, "-u", "1", "-t", "30s"], timeout_s=60
-        )
-        requests = srv.requests
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert f"-H {host} ends in {path.rstrip('/')}, which is {api}" in proc.stderr
-    own = "/v1/chat/completions" if locustfile == "chat" else "/v1/completions"
-    assert f"Pass the server's root, -H {root} (llmload adds {own})" in proc.stderr
-    assert requests == []  # refused before anything was sent
+# BC-29 (a run whose every request fails, a failed preflight probe) and NC-28 (hosts refused before load)
+# run in process: tests/edge/test_refusals.py.
 
 
 # Issue 14, P5: a web-UI run blocked by preflight exits 2, as the README says, and says why.

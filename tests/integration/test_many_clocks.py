@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.integration.procs import free_port, run_locust
-from tests.integration.test_sim import REPO_ROOT, start_sim, stop_sim
+from tests.integration.test_sim import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -44,10 +44,8 @@ time.time = _shifted_time  # this process's wall clock only; monotonic clocks ar
 
 
 @pytest.fixture
-def sim_url():
-    url, proc = start_sim("--decode-step-ms", "5", "--output-len-mean", "30")
-    yield url
-    stop_sim(proc)
+def sim_url(sim_server) -> str:
+    return sim_server("--decode-step-ms", "5", "--output-len-mean", "30")
 
 
 def _shifted_env(tmp_path: Path, shift_s: float) -> dict[str, str]:

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.integration.procs import free_port, run_locust
-from tests.integration.test_sim import metric_sum, metrics, start_sim, stop_sim
+from tests.integration.test_sim import metric_sum, metrics
 from tests.unit.test_prometheus import dashboard_exprs
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -146,15 +146,13 @@ def prometheus(tmp_path: Path, sim_url: str) -> Iterator[Prometheus]:
 
 
 @pytest.fixture
-def sim_url() -> Iterator[str]:
+def sim_url(sim_server) -> str:
     # Server-paced load (20 ms per decode step) with short geometric replies: throughput is steady,
     # users do not move in lockstep and the machine is not saturated. The results' average is
     # below the steady rate by about one E2E of throughput at each end (nothing completes in the
     # first E2E; requests cancelled at the stop are not counted): ~2% here, measured with
     # --requests-log; short replies keep that bias well inside the 5% tolerance.
-    url, proc = start_sim("--decode-step-ms", "20", "--output-len-mean", "5")
-    yield url
-    stop_sim(proc)
+    return sim_server("--decode-step-ms", "20", "--output-len-mean", "5")
 
 
 def test_prometheus_promql_agrees_with_results_json(prometheus: Prometheus, sim_url: str, tmp_path: Path):

@@ -6,7 +6,6 @@ import datetime
 import json
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture
-def sim_url() -> Iterator[str]:
-    url, proc = start_sim("--seed", "3", "--output-len-mean", "24")
-    try:
-        yield url
-    finally:
-        stop_sim(proc)
+def sim_url(sim_server) -> str:
+    return sim_server("--seed", "3", "--output-len-mean", "24")
 
 
 def run(sim_url: str, tmp_path: Path, *extra: str) -> tuple[dict, str]:

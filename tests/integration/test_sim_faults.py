@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,18 +53,9 @@ def chat_request(*, stream: bool = True, max_tokens: int = 8) -> LLMRequest:
 
 
 @pytest.fixture
-def sim() -> Iterator[Callable[..., str]]:
-    """Factory: ``sim(*flags) -> base_url``; every simulator started is stopped at teardown."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(*args: str) -> str:
-        url, proc = start_sim(*FAST_SIM, *args)
-        procs.append(proc)
-        return url
-
-    yield start
-    for proc in procs:
-        stop_sim(proc)
+def sim(sim_server: Callable[..., str]) -> Callable[..., str]:
+    """Factory: ``sim(*flags) -> base_url`` (fast decode steps), served in this process; stopped at teardown."""
+    return lambda *args: sim_server(*FAST_SIM, *args)
 
 
 def run_requests(url: str, requests: list[LLMRequest], timeouts: Timeouts = TIMEOUTS) -> list[RequestRecord]:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.test_sim import completion, metric_sum, metrics, post_json, start_sim, stop_sim, stream
+from tests.integration.test_sim import completion, metric_sum, metrics, post_json, stream
 
 pytestmark = [pytest.mark.integration]
 
@@ -15,10 +14,8 @@ PROMPT = " ".join(f"w{i}" for i in range(2000))  # 2,000 tokens under the sim's 
 
 
 @pytest.fixture
-def cache_sim() -> Iterator[str]:
-    url, proc = start_sim("--prefix-cache-blocks", "1000", "--prefill-ms-per-token", "0.1", "--decode-step-ms", "2")
-    yield url
-    stop_sim(proc)
+def cache_sim(sim_server) -> str:
+    return sim_server("--prefix-cache-blocks", "1000", "--prefill-ms-per-token", "0.1", "--decode-step-ms", "2")
 
 
 def test_issue21_sim_shared_prefix_skips_prefill_and_is_reported_as_cached(cache_sim):
@@ -39,11 +36,8 @@ def test_issue21_sim_shared_prefix_skips_prefill_and_is_reported_as_cached(cache
     assert metric_sum(samples, "llmload_sim_prompt_cached_tokens_total") == 0 + 2000 + 1984
 
 
-def test_issue21_sim_without_a_prefix_cache_reports_no_cached_tokens():
-    url, proc = start_sim()
-    try:
-        reply = post_json(url, "/v1/completions", completion(max_tokens=1))
-        assert "prompt_tokens_details" not in reply["usage"]
-        assert metric_sum(metrics(url), "vllm:prefix_cache_queries_total") == 0
-    finally:
-        stop_sim(proc)
+def test_issue21_sim_without_a_prefix_cache_reports_no_cached_tokens(sim_server):
+    url = sim_server()
+    reply = post_json(url, "/v1/completions", completion(max_tokens=1))
+    assert "prompt_tokens_details" not in reply["usage"]
+    assert metric_sum(metrics(url), "vllm:prefix_cache_queries_total") == 0

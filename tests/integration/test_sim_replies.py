@@ -1,6 +1,6 @@
 """Section-H reply shapes end to end (issue 18): ``llmload sim`` with a reply-shape flag, one short llmload run each.
 
-Each test starts the simulator (``tests.integration.test_sim.start_sim``, as
+Each test starts the simulator (the ``sim_server`` fixture, in this process, as
 ``test_sim_faults.py`` does) with the shape on every request, runs ``locust``
 headless for a few requests (one user, bounded by ``--num-requests`` and
 ``-t``), and checks the results file against the case's "Expected" and the
@@ -21,15 +21,15 @@ import http.client
 import json
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from llmload.testing import CF, ROLE, C, Framing, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
 from tests.integration.procs import run_locust
-from tests.integration.test_sim import chat, request, start_sim, stop_sim
+from tests.integration.test_sim import chat, request
 
 pytestmark = pytest.mark.integration
 
@@ -40,28 +40,10 @@ SHAPES_BRANCH = "client side on branch r18-shapes"
 ENDS_BRANCH = "client side on branch r18-ends"
 
 
-class Sim:
-    """One simulator process and its URL."""
-
-    def __init__(self, *flags: str) -> None:
-        self.url, self._proc = start_sim("--decode-ms-per-seq", "0", "--prefill-base-ms", "0", *flags)
-
-    def stop(self) -> None:
-        stop_sim(self._proc)
-
-
 @pytest.fixture
-def sim() -> Iterator[Any]:
-    """Factory: ``sim(*flags) -> Sim``; every simulator started is stopped at teardown."""
-    started: list[Sim] = []
-
-    def start(*flags: str) -> Sim:
-        started.append(Sim(*flags))
-        return started[-1]
-
-    yield start
-    for s in started:
-        s.stop()
+def sim(sim_server: Any) -> Any:
+    """Factory: ``sim(*flags) -> Sim`` (its ``url``), served in this process; every simulator is stopped at teardown."""
+    return lambda *flags: SimpleNamespace(url=sim_server("--decode-ms-per-seq", "0", "--prefill-base-ms", "0", *flags))
 
 
 def run(url: str, tmp_path: Path, *extra: str, requests: int = REQUESTS, limit: str = "30s") -> tuple[dict, str]:

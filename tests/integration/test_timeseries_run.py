@@ -16,7 +16,6 @@ import pytest
 
 from llmload.exporters.timeseries import outcome_columns
 from tests.integration.procs import run_locust
-from tests.integration.test_sim import start_sim, stop_sim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -24,12 +23,10 @@ INTERVAL_S = 0.5
 
 
 @pytest.fixture
-def sim_url():
-    url, proc = start_sim(
+def sim_url(sim_server) -> str:
+    return sim_server(
         "--decode-step-ms", "4", "--output-len-mean", "30", "--fail-rate", "0.1", "--overload-rate", "0.1"
     )
-    yield url
-    stop_sim(proc)
 
 
 def _totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

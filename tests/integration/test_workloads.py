@@ -13,7 +13,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +35,8 @@ COMPLETIONS_FILE = "locustfiles/completions.py"
 
 
 @pytest.fixture
-def sim_url() -> Iterator[str]:
-    url, proc = start_sim("--decode-step-ms", "2")
-    yield url
-    stop_sim(proc)
+def sim_url(sim_server) -> str:
+    return sim_server("--decode-step-ms", "2")
 
 
 class ChatScript:

@@ -5,7 +5,8 @@
 A function "starts a process" if its body calls a process starter (``subprocess.run``/``Popen``/
 ``check_output``/``call``, ``os.fork``, ``multiprocessing.Process``...) or a function of the test
 tree that does (a bare name resolved in its own module or through ``from tests.x import name``,
-to a fixed point), or if it takes a pytest fixture that does (fixtures resolved by name). Lines
+to a fixed point), or if it takes a pytest fixture that does (as pytest finds
+them: the test's module, then the nearest ``conftest.py``). Lines
 are source lines of functions (decorators included; a nested def counts once, inside its
 parent) over all functions of the test tree; module-level code counts in neither side.
 
@@ -34,6 +35,7 @@ class Func:
     span: range
     calls: set[tuple[Path, str]] = field(default_factory=set)
     params: set[str] = field(default_factory=set)
+    fixtures: set[tuple[Path, str]] = field(default_factory=set)  # the fixtures its parameters name, resolved
     direct: bool = False
     fixture: bool = False
 
@@ -84,13 +86,39 @@ def _scan(fn: ast.AST, resolve) -> tuple[set[tuple[Path, str]], bool]:
     return calls, direct
 
 
+def _resolve_fixtures(root: Path, funcs: list[Func], aliases: dict[Path, dict[str, tuple[Path, str]]]) -> None:
+    """A parameter names the fixture of its own module (or one it imports), else of the nearest conftest.py."""
+    fixtures = {f.key for f in funcs if f.fixture}
+    for f in funcs:
+        path = f.key[0]
+        for name in f.params:
+            own = aliases.get(path, {}).get(name, (path, name))
+            if own in fixtures:
+                f.fixtures.add(own)
+                continue
+            for folder in path.parents:
+                conftest = (folder / "conftest.py", name)
+                if conftest in fixtures:
+                    f.fixtures.add(conftest)
+                    break
+                if folder == root.parent:
+                    break
+
+
 def collect(root: Path) -> list[Func]:
     funcs: list[Func] = []
+    aliases: dict[Path, dict[str, tuple[Path, str]]] = {}
     for path in sorted(root.rglob("*.py")):
         if "tools" in path.relative_to(root).parts:
             continue
         tree = ast.parse(path.read_text(), filename=str(path))
         imported = _imports(root, tree)
+        aliases[path] = dict(imported)
+        for node in tree.body:  # ``sim = sim_fixture``: a fixture of another module under a local name
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in imported:
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        aliases[path][target.id] = imported[node.value.id]
         local = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
 
         def resolve(name: str, path: Path = path, imported=imported, local=local) -> tuple[Path, str] | None:
@@ -106,23 +134,28 @@ def collect(root: Path) -> list[Func]:
             calls, direct = _scan(node, resolve)
             params = {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
             funcs.append(
-                Func((path, node.name), range(first, node.end_lineno + 1), calls, params, direct, _is_fixture(node))
+                Func(
+                    (path, node.name),
+                    range(first, node.end_lineno + 1),
+                    calls,
+                    params,
+                    direct=direct,
+                    fixture=_is_fixture(node),
+                )
             )
+    _resolve_fixtures(root, funcs, aliases)
     return funcs
 
 
 def starting(funcs: list[Func]) -> set[tuple[Path, str]]:
     """Keys of the test tree's functions that start a process, directly or through others."""
     keys = {f.key for f in funcs if f.direct}
-    fixtures = {f.key[1] for f in funcs if f.fixture and f.key in keys}
     changed = True
     while changed:
         changed = False
         for f in funcs:
-            if f.key not in keys and (f.calls & keys or f.params & fixtures):
+            if f.key not in keys and (f.calls & keys or f.fixtures & keys):
                 keys.add(f.key)
-                if f.fixture:
-                    fixtures.add(f.key[1])
                 changed = True
     return keys
 

@@ -1,6 +1,5 @@
 """The option table: one declaration per option feeds the parser, the config, and ``llmload options``."""
 
-import json
 import re
 import subprocess
 import sys
@@ -70,35 +69,6 @@ def test_options_declare_each_flag_once_in_a_known_group():
     assert {spec.group for spec in OPTIONS} == set(GROUPS)
     order = [GROUPS.index(spec.group) for spec in OPTIONS]
     assert order == sorted(order)  # table order is the web UI form's order
-
-
-def test_web_ui_form_follows_the_table_order_with_dropdowns_and_llmload_messages():
-    code = (
-        "import json\n"
-        "from locust import argument_parser as ap\n"
-        "from llmload.edge import hooks\n"
-        "hooks.install()\n"
-        "ui = ap.ui_extra_args_dict(['locust', '-f', 'locustfiles/chat.py', '--arrival', 'GAMMA'])\n"
-        "print(json.dumps({'order': list(ui), 'arrival': ui['arrival'], 'usage': ui['stream_usage']['choices']}))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=README.parent, check=False
-    )
-    assert out.returncode == 0, out.stderr
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen["order"] == [spec.dest for spec in OPTIONS if not spec.launch_only]  # launch-only: not in the form
-    assert seen["order"][:3] == ["model", "prompt", "dataset"]
-    assert seen["order"].index("max_tokens") < seen["order"].index("num_requests") < seen["order"].index("seed")
-    # a value outside the dropdown passes Locust's parser; RunConfig names the fix
-    assert seen["arrival"]["default_value"] == "GAMMA"
-    assert seen["arrival"]["choices"] == ["", "poisson", "constant", "gamma"]
-    assert seen["usage"] == ["auto", "on", "off"]
-    values = {spec.dest: spec.locust_default for spec in OPTIONS}
-    with pytest.raises(ConfigError, match="--arrival must be one of poisson, constant, gamma, got 'foo'"):
-        RunConfig.from_options(SimpleNamespace(**{**values, "request_rate": "5", "arrival": "foo"}))
-    assert RunConfig.from_options(SimpleNamespace(**{**values, "request_rate": "5", "arrival": "GAMMA"})).arrival == (
-        "gamma"
-    )
 
 
 def test_header_option_reads_repeats_and_lines_and_hides_values_in_its_error():

@@ -1,7 +1,8 @@
 """Real servers and gateways: request shaping, auth headers, model lists.
 
 Each scripted server on loopback copies what a real deployment answers; every
-run is bounded by ``--num-requests``, ``-t`` and a subprocess timeout.
+run is a single-process run in this process (``tests/edge/cluster.run_locust_here``),
+bounded by ``--num-requests`` and a timeout.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ from collections.abc import Callable
 
 import pytest
 
+from llmload.edge.users import ChatUser
 from llmload.testing import CF, ROLE, C, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
-from tests.integration.procs import run_locust
-
-pytestmark = [pytest.mark.integration]
+from tests.edge.cluster import run_locust_here
 
 MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
 STREAM = sse(ROLE, C({"content": "Hi"}), C({"content": " there"}), CF("stop"), "[DONE]")
@@ -32,12 +32,11 @@ def _stream() -> Reply:
 
 def _run(url: str, tmp_path, *extra: str, env: dict[str, str] | None = None, n: int = 6):
     out = tmp_path / "r.json"
-    proc = run_locust(
-        [
-            "-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", url,
-            "-u", "2", "-r", "2", "--num-requests", str(n), "-t", "60s", "--results-json", str(out), *extra,
-        ],
-        timeout_s=90,
+    proc = run_locust_here(
+        ChatUser,
+        ["--headless", "--only-summary", "-H", url, "-u", "2", "--num-requests", str(n), "--results-json", str(out),
+         *extra],
+        users=2,
         env={"OPENAI_API_KEY": "", **(env or {})},
     )  # fmt: skip
     results = json.loads(out.read_text()) if out.exists() and out.read_text().strip() else None

@@ -1,7 +1,7 @@
 """Throttled replies (429/503) end to end: their own outcome, and no request storm (NC-09).
 
-Real `locust` subprocesses against a scripted loopback server, each bounded by
--t and a subprocess timeout.
+Single-process runs in this process (``tests/edge/cluster.run_locust_here``) against a
+scripted loopback server, each bounded by -t and a timeout.
 """
 
 from __future__ import annotations
@@ -12,11 +12,9 @@ import time
 
 import pytest
 
+from llmload.edge.users import ChatUser
 from llmload.testing import CF, C, Framing, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
-from tests.integration.procs import run_locust
-from tests.integration.test_workloads import CHAT_FILE
-
-pytestmark = [pytest.mark.integration]
+from tests.edge.cluster import run_locust_here
 
 _MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
 _RATE_LIMITED = json.dumps({"error": {"code": "rate_limit_exceeded", "message": "Rate limit reached.", "type": "429"}})
@@ -62,10 +60,11 @@ class ThrottleWindow:
 def _run(server: ScriptedServer, tmp_path, *extra: str) -> tuple[dict, str]:
     """Results and console output (summary on stdout, Locust's tables on stderr) of one run."""
     out = tmp_path / "r.json"
-    proc = run_locust(
-        ["-f", CHAT_FILE, "--headless", "--only-summary", "-H", server.base_url, "--model", "m",
-         "--skip-preflight", "--results-json", str(out), "--max-failure-ratio", "1", *extra],
-        timeout_s=60,
+    proc = run_locust_here(
+        ChatUser,
+        ["--headless", "--only-summary", "-H", server.base_url, "--model", "m", "--skip-preflight",
+         "--results-json", str(out), "--max-failure-ratio", "1", *extra],
+        users=1,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text()), proc.stdout + proc.stderr

@@ -1,0 +1,98 @@
+"""Failures a single-process run reports (BC-29) and hosts refused before load (NC-28), in process.
+
+Locust's ``LocalRunner`` with llmload's hooks (``tests/edge/cluster.run_local``) against a scripted
+server; what a ``locust`` process would print is read with ``capsys``. These used to start a
+``locust`` process each, only to read its results and its one-line message.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmload.edge.users import ChatUser, CompletionUser
+from llmload.testing import ReceivedRequest, Reply, ScriptedServer, W, json_reply
+from tests.edge.cluster import run_local
+
+MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
+NOT_SERVED = json.dumps(
+    {"error": {"message": "model 'm' is not served", "type": "NotFoundError", "param": None, "code": 404}}
+)
+
+
+def _route(post_reply: Reply):
+    def reply(request: ReceivedRequest) -> Reply:
+        if request.method == "GET" and request.path == "/v1/models":
+            return json_reply(200, MODELS)
+        return post_reply
+
+    return reply
+
+
+# Case BC-29: errors mid-run -> failure rate shown, exit non-zero.
+def test_bc29_every_request_404_mid_run_is_reported_and_exits_nonzero(capsys) -> None:
+    with ScriptedServer(_route(json_reply(404, NOT_SERVED))) as srv:
+        args = ["--headless", "--only-summary", "-H", srv.base_url, "--num-requests", "20", "--skip-preflight"]
+        run = run_local(ChatUser, srv.base_url, args, users=4)
+    assert run.exit_status == 1
+    results = run.results
+    assert results is not None
+    assert results["requests"]["failed"] == 20
+    assert results["requests"]["succeeded"] == 0
+    assert results["requests"]["failure_ratio"] == 1.0
+    assert [e["category"] for e in results["errors"]] == ["HTTP 404 NotFoundError"]
+    assert "FAILED: all 20 requests failed; exit status 1" in capsys.readouterr().out
+
+
+# Case BC-29: preflight probe against a server whose generation endpoint refuses the model.
+def test_bc29_preflight_probe_failure_stops_before_load(capsys) -> None:
+    with ScriptedServer(_route(json_reply(404, NOT_SERVED))) as srv:
+        run = run_local(CompletionUser, srv.base_url, ["--headless", "-H", srv.base_url], users=4)
+        posts = [r for r in srv.requests if r.method == "POST"]
+    assert run.exit_status == 2
+    err = capsys.readouterr().err
+    assert "probe request for CompletionUser (POST /v1/completions) failed: HTTP 404 NotFoundError" in err
+    assert "Drop /v1" not in err
+    assert len(posts) == 1  # the probe only; no load
+
+
+# The OpenAI base_url habit: -H http://host/v1 makes llmload post /v1/v1/chat/completions.
+@pytest.mark.parametrize("suffix", ["/v1", "/v1/"], ids=["v1", "v1-slash"])
+def test_base_url_kind_host_ending_in_v1_names_the_path_requested_and_the_fix(suffix, capsys) -> None:
+    def reply(request: ReceivedRequest) -> Reply:
+        if request.method == "GET" and request.path == "/v1/models":
+            return json_reply(200, MODELS)
+        return Reply(writes=[W(1, b"Not Found")], status=404, headers={"Content-Type": "text/plain"})
+
+    with ScriptedServer(reply) as srv:
+        # with --model, a model list that 404s is only a note; the probe is what fails
+        host = srv.base_url + suffix
+        run = run_local(ChatUser, host, ["--headless", "-H", host, "--model", "m"], users=1)
+        posts = [r.path for r in srv.requests if r.method == "POST"]
+    assert run.exit_status == 2
+    assert posts == ["/v1/v1/chat/completions"]  # the probe only
+    err = capsys.readouterr().err
+    assert "probe request for ChatUser (POST /v1/v1/chat/completions) failed: HTTP 404" in err
+    assert "Drop /v1 from -H (llmload adds /v1/chat/completions); or fix the server" in err
+
+
+@pytest.mark.parametrize(
+    ("user", "path", "api"),
+    [
+        (ChatUser, "/v1/responses", "the OpenAI Responses API"),
+        (CompletionUser, "/v1/embeddings/", "the embeddings API"),
+    ],
+)
+def test_nc28_kind_host_naming_another_api_is_refused_before_load(user, path, api, capsys) -> None:
+    with ScriptedServer(_route(json_reply(200, "{}"))) as srv:
+        root = srv.base_url
+        host = root + path
+        run = run_local(user, host, ["--headless", "-H", host], users=1)
+        requests = srv.requests
+    assert run.exit_status == 2
+    err = capsys.readouterr().err
+    assert f"-H {host} ends in {path.rstrip('/')}, which is {api}" in err
+    own = "/v1/chat/completions" if user is ChatUser else "/v1/completions"
+    assert f"Pass the server's root, -H {root} (llmload adds {own})" in err
+    assert requests == []  # refused before anything was sent
