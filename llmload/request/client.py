@@ -383,7 +383,7 @@ class StreamingClient:
                 if (
                     stamped
                     and acc.events - events <= (2 if reader.usage_ended else 1)
-                    and (data.endswith(b"\n\n") or data.endswith(b"\r\n\r\n"))
+                    and (data[-2:] == b"\n\n" or data[-4:] == b"\r\n\r\n")  # a slice: cheaper than endswith
                 ):
                     lags[-1] = response.read_age_s
                 if acc.done:
