@@ -506,6 +506,29 @@ def test_issue19_a_one_event_read_with_bytes_of_the_next_event_keeps_the_lag_of_
     assert record.read_lags_s == pytest.approx([0.030, 0.001, 0.0])
 
 
+@pytest.mark.parametrize("end", [b"\n\n", b"\r\n\r\n"])
+def test_a_one_event_read_that_ends_at_its_blank_line_is_timed_by_its_own_stamp(end):
+    # LF or CRLF line ends: a read of one whole event and nothing past it keeps its age as
+    # its lag (the stamp is that event's own segment), however late the socket was last empty.
+    def event(text: str) -> bytes:
+        return sse(T(text)).rstrip(b"\n") + end
+
+    class OneEventReads(FakeResponse):
+        def __init__(self) -> None:
+            super().__init__([event("a"), event(" b"), sse(TF("length"), "[DONE]")], 200, "text/event-stream")
+            self.read_stamped = True
+
+        def read_some(self) -> bytes:
+            data = super().read_some()
+            if data:
+                self.read_age_s, self.read_lag_s = ((0.002, 0.030), (0.001, 0.020), (0.0, 0.0))[self.reads_done - 1]
+            return data
+
+    record = StreamingClient(FakeTransport(OneEventReads()), clock=StepClock()).run(COMPLETION)
+    assert record.outcome is Outcome.OK
+    assert record.read_lags_s == pytest.approx([0.002, 0.001, 0.0])
+
+
 def test_client_arrival_times_never_go_back():
     # The second read's bytes are stamped earlier than the first's once mapped to our
     # clock (a coalesced segment read in two parts, the clocks sampled ~0.1 us apart):
