@@ -50,7 +50,12 @@ def _run_with_the_loop_held(reply: Reply, request: LLMRequest, hold_s: float) ->
     with ScriptedServer(reply) as server:
         client, transport = _client(server, clock)
         runner = gevent.spawn(client.run, request)
-        gevent.sleep(0.02)  # the request is out; the client waits for the reply
+        # hold once the server has the request (the client then waits for the reply): a fixed
+        # sleep is not enough on a busy machine, where the connect alone can take 20 ms
+        deadline = time.monotonic() + 5
+        while not server.requests and time.monotonic() < deadline:
+            gevent.sleep(0.001)
+        assert server.requests, "the request did not reach the server within 5 s"
         _block_loop(hold_s)
         held_until = time.perf_counter()
         record = runner.get(timeout=5)
@@ -183,7 +188,7 @@ def test_issue19_a_read_that_ends_inside_a_later_event_keeps_a_lag_that_covers_i
     second = sse(T(" b"))
     cut = second.index(b'"text"')
     reply = Reply([W(60, sse(T("a"))), W(95, second[:cut]), W(300, second[cut:] + sse(TF("length"), "[DONE]"))])
-    run = _run_with_the_loop_held(reply, REQUEST, 0.09)
+    run = _run_with_the_loop_held(reply, REQUEST, 0.11)
     record = run.record
     assert record.outcome is Outcome.OK
     assert run.writes_s[1] < run.held_until_s < run.writes_s[2]  # both first writes queued behind the hold
