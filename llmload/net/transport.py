@@ -37,8 +37,9 @@ client keeps up; events that piled up are timed late. ``read_lag_s`` covers
 the oldest bytes of a read: the time since the socket was last known empty
 (``GeventResponse._lag_ns``, narrowed by the loop's polls, ``LoopTurns``), a
 bound of how far any time given to them is off; the client keeps
-``read_age_s`` instead for a read that ends one event only, whose stamp is
-that event's own. Elsewhere
+``read_age_s`` instead for a read that completes one event and carries no
+bytes past it, whose stamp is that event's own (bytes of a later event may
+be a later segment's, which then owns the stamp). Elsewhere
 (TLS, other platforms, bytes that came with the headers on TLS)
 ``read_stamped`` is False and both are measured from when the bytes reached
 user space (monotonic clock).
@@ -292,8 +293,8 @@ class GeventResponse:
         bytes of a read may have queued one after another since the socket
         was last known empty (``_earliest_ns``): the lag counts
         from then, which bounds how far any of their events' times can be
-        off. When a read ends one event only, its stamp is that event's
-        arrival: the client, whose decoder counts the events, then keeps
+        off. When a read completes one event and holds nothing past it, its
+        stamp is that event's arrival: the client, whose decoder counts the events, then keeps
         ``read_age_s`` instead (``StreamingClient``), so no byte is scanned here.
         """
         return now_ns - self._earliest_ns if self._earliest_ns else 0

@@ -378,8 +378,14 @@ class StreamingClient:
                 size += len(data)
                 events = acc.events
                 feed(data, t)
-                if stamped and acc.events - events <= (2 if reader.usage_ended else 1):
-                    lags[-1] = response.read_age_s  # one timed event: its own segment's stamp, not a pile-up
+                # one timed event and no bytes past it (a later segment's would own the stamp; the read
+                # then ends inside an event): the stamp is that event's own arrival, not a pile-up's
+                if (
+                    stamped
+                    and acc.events - events <= (2 if reader.usage_ended else 1)
+                    and (data[-2:] == b"\n\n" or data[-4:] == b"\r\n\r\n")  # a slice: cheaper than endswith
+                ):
+                    lags[-1] = response.read_age_s
                 if acc.done:
                     break
                 if reader.usage_ended:

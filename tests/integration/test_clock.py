@@ -50,7 +50,12 @@ def _run_with_the_loop_held(reply: Reply, request: LLMRequest, hold_s: float) ->
     with ScriptedServer(reply) as server:
         client, transport = _client(server, clock)
         runner = gevent.spawn(client.run, request)
-        gevent.sleep(0.02)  # the request is out; the client waits for the reply
+        # hold once the server has the request (the client then waits for the reply): a fixed
+        # sleep is not enough on a busy machine, where the connect alone can take 20 ms
+        deadline = time.monotonic() + 5
+        while not server.requests and time.monotonic() < deadline:
+            gevent.sleep(0.001)
+        assert server.requests, "the request did not reach the server within 5 s"
         _block_loop(hold_s)
         held_until = time.perf_counter()
         record = runner.get(timeout=5)
@@ -171,6 +176,28 @@ def test_issue19_scripted_runs_time_the_server_from_the_clients_send_after_conne
     assert record.connect_s >= 0.03
     assert record.ttft_s == run.at(40)
     assert record.end_s == run.at(60)
+
+
+def test_issue19_a_read_that_ends_inside_a_later_event_keeps_a_lag_that_covers_its_first_event(gevent_ready):
+    # The first token arrives at 60 ms and the start of the next event at 95 ms, both while
+    # the loop is held; the loop is let go at ~110 ms. One read returns the whole first event
+    # and the later event's first bytes, stamped at 95 ms (the newest segment): the first
+    # token is timed ~35 ms late, while the read's age is only ~15 ms. A read that completes
+    # one event is not that event's own stamp when it carries bytes past it: its lag must
+    # cover the first event's wait, not just the age of the newest bytes.
+    second = sse(T(" b"))
+    cut = second.index(b'"text"')
+    reply = Reply([W(60, sse(T("a"))), W(95, second[:cut]), W(300, second[cut:] + sse(TF("length"), "[DONE]"))])
+    run = _run_with_the_loop_held(reply, REQUEST, 0.11)
+    record = run.record
+    assert record.outcome is Outcome.OK
+    assert run.writes_s[1] < run.held_until_s < run.writes_s[2]  # both first writes queued behind the hold
+    ttft_s = record.ttft_s
+    assert ttft_s is not None
+    error_s = ttft_s - run.writes_s[0]
+    assert error_s > -0.001  # late at worst (the newest segment's stamp), never early
+    assert record.token_times_s[0] == ttft_s
+    assert record.read_lags_s[0] >= error_s  # the first body read timed the first token: its lag bounds the error
 
 
 def test_issue19_the_lag_of_events_queued_behind_a_held_loop_covers_the_hold(gevent_ready):

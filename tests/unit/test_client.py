@@ -481,6 +481,54 @@ def test_issue19_client_times_a_read_by_its_newest_bytes_and_keeps_the_lag_of_it
     assert record.read_lags_s == pytest.approx([0.030, 0.0])
 
 
+def test_issue19_a_one_event_read_with_bytes_of_the_next_event_keeps_the_lag_of_its_oldest():
+    # One read completes the first event and carries the start of the next: those later
+    # bytes may be a later segment's, whose stamp the read then has (read_age_s). The
+    # first event's time may be late by up to the lag, so the lag is kept, not the age.
+    second = sse(T(" b"))
+
+    class CutEvent(FakeResponse):
+        def __init__(self) -> None:
+            reads = [sse(T("a")) + second[:20], second[20:], sse(TF("length"), "[DONE]")]
+            super().__init__(reads, 200, "text/event-stream")
+            self.read_stamped = True
+
+        def read_some(self) -> bytes:
+            data = super().read_some()
+            if data:
+                self.read_age_s, self.read_lag_s = ((0.002, 0.030), (0.001, 0.004), (0.0, 0.0))[self.reads_done - 1]
+            return data
+
+    record = StreamingClient(FakeTransport(CutEvent()), clock=StepClock()).run(COMPLETION)
+    assert record.outcome is Outcome.OK
+    assert record.token_times_s == pytest.approx([0.018, 0.029])
+    # the first read's lag bounds its event's error; the second ends one event, its own stamp
+    assert record.read_lags_s == pytest.approx([0.030, 0.001, 0.0])
+
+
+@pytest.mark.parametrize("end", [b"\n\n", b"\r\n\r\n"])
+def test_a_one_event_read_that_ends_at_its_blank_line_is_timed_by_its_own_stamp(end):
+    # LF or CRLF line ends: a read of one whole event and nothing past it keeps its age as
+    # its lag (the stamp is that event's own segment), however late the socket was last empty.
+    def event(text: str) -> bytes:
+        return sse(T(text)).rstrip(b"\n") + end
+
+    class OneEventReads(FakeResponse):
+        def __init__(self) -> None:
+            super().__init__([event("a"), event(" b"), sse(TF("length"), "[DONE]")], 200, "text/event-stream")
+            self.read_stamped = True
+
+        def read_some(self) -> bytes:
+            data = super().read_some()
+            if data:
+                self.read_age_s, self.read_lag_s = ((0.002, 0.030), (0.001, 0.020), (0.0, 0.0))[self.reads_done - 1]
+            return data
+
+    record = StreamingClient(FakeTransport(OneEventReads()), clock=StepClock()).run(COMPLETION)
+    assert record.outcome is Outcome.OK
+    assert record.read_lags_s == pytest.approx([0.002, 0.001, 0.0])
+
+
 def test_client_arrival_times_never_go_back():
     # The second read's bytes are stamped earlier than the first's once mapped to our
     # clock (a coalesced segment read in two parts, the clocks sampled ~0.1 us apart):
