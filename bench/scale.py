@@ -39,6 +39,7 @@ Run: ``make bench-scale`` (N = 100, 500, 1000, 2000) or
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import os
 import resource
@@ -49,6 +50,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,24 @@ STATS_S = 3.0
 LIVE_S = 0.5
 USERS_PER_WORKER = 100
 SCRAPE_EVERY_S = 5.0
+
+
+def _runqueue_wait_s(pid: int) -> float:
+    """Seconds the main thread of ``pid`` has been runnable but waiting for a CPU (Linux schedstat; 0 elsewhere)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _live_delay_s(schedule: str, now_unix: float, worker_index: int) -> float:
+    """Seconds until a worker's next live report: llmload's own schedule (``workers``), or every worker at once."""
+    if schedule == "aligned":  # every worker on the wall clock's half seconds
+        return LIVE_S - now_unix % LIVE_S
+    sys.path.insert(0, str(REPO))
+    from llmload.exporters.window import live_send_delay_s
+
+    return live_send_delay_s(now_unix, worker_index, LIVE_S)
 
 
 def _free_port() -> int:
@@ -209,7 +229,8 @@ def fake_workers(args: argparse.Namespace) -> None:
     reported = [False] * len(ids)
     run_id: str | None = None
     run_started_unix: float | None = None
-    hb_sent: list[float | None] = [None] * len(ids)
+    # every heartbeat in flight, oldest first: the master answers each one, in order (one ordered connection)
+    hb_sent: list[deque[tuple[float, int]]] = [deque() for _ in ids]
     delays_ms: list[float] = []
     started = [False] * len(ids)
     by_sock = {s: n for n, s in enumerate(socks)}
@@ -220,13 +241,15 @@ def fake_workers(args: argparse.Namespace) -> None:
     next_hb = time.monotonic() + 0.5
     hb_ptr = 0
     sent_reports = [0] * len(ids)
-    hb_mark = [0] * len(ids)
     acked = [0] * len(ids)
     acked_from: int | None = None
     acked_to: int | None = None
+    cpu_from = cpu_to = 0.0  # this process's CPU time over the window
     due: dict[str, float | None] = {"stats": None, "live": None}
     ptr = {"stats": 0, "live": 0}
     cache: dict[tuple[str, int], bytes] = {}
+    index = list(range(len(ids)))  # worker indexes, as the master's ack assigns them
+    live_due: list[tuple[float, int]] = []  # (wall-clock time of the next live report, worker)
 
     def body(kind: str, now_unix: float) -> bytes:
         shift_s = now_unix - rec["recorded_at_unix"]
@@ -257,13 +280,14 @@ def fake_workers(args: argparse.Namespace) -> None:
                 msg_type, data, _ = _unpack(raw)
                 if not reported[n] and msg_type != "heartbeat":  # what starts a worker: ack, spawn, llmload's own
                     spawn_bytes[n] += len(raw)
-                if msg_type == "heartbeat":
-                    sent = hb_sent[n]
-                    if sent is not None and measure_from is not None and time.monotonic() >= measure_from:
+                if msg_type == "heartbeat" and hb_sent[n]:
+                    sent, mark = hb_sent[n].popleft()
+                    if measure_from is not None and time.monotonic() >= measure_from:
                         delays_ms.append((time.monotonic() - sent) * 1000)
-                    hb_sent[n] = None
                     # one ordered connection, handled in order: every report sent before this heartbeat was handled
-                    acked[n] = hb_mark[n]
+                    acked[n] = mark
+                elif msg_type == "ack":
+                    index[n] = data["index"]
                 elif msg_type == "spawn":
                     if args.tool == "llmload" and run_id is None:
                         plan = data["parsed_options"].get("llmload_plan") or {}
@@ -282,15 +306,16 @@ def fake_workers(args: argparse.Namespace) -> None:
             deadline = measure_to + 1.5  # the heartbeats of the window's last reports
         if measure_from is not None and acked_from is None and now >= measure_from:
             acked_from = sum(acked)
+            cpu_from = time.process_time()
         if measure_to is not None and acked_to is None and now >= measure_to:
             acked_to = sum(acked)
+            cpu_to = time.process_time()
         # heartbeats: each worker at its own offset within the second, as real workers' timers are
         hb = msgpack.dumps({"state": "running" if all(started) else "ready", "current_cpu_usage": 1.0,
                             "current_memory_usage": 50_000_000})  # fmt: skip
         while now >= next_hb:
             n = hb_ptr
-            hb_sent[n] = time.monotonic()
-            hb_mark[n] = sent_reports[n]
+            hb_sent[n].append((time.monotonic(), sent_reports[n]))
             send(n, "heartbeat", hb)
             hb_ptr = (n + 1) % len(ids)
             next_hb += HEARTBEAT_S / len(ids)
@@ -299,6 +324,24 @@ def fake_workers(args: argparse.Namespace) -> None:
         in_window = measure_from <= now < (measure_to or 0)
         # each worker sends at its own offset within the interval, as real workers' clocks do
         for kind, every_s in (("stats", STATS_S), ("live", LIVE_S)):
+            if kind == "live" and args.exporter and args.live_schedule != "spread":
+                now_unix = time.time()
+                if not live_due:  # each worker's first send at its offset, as the worker's own schedule puts it
+                    live_due.extend((now_unix + _live_delay_s(args.live_schedule, now_unix, i), n)
+                                    for n, i in enumerate(index))  # fmt: skip
+                    heapq.heapify(live_due)
+                data_bytes = b""
+                while live_due and live_due[0][0] <= now_unix:
+                    due_unix, n = heapq.heappop(live_due)
+                    data_bytes = data_bytes or body(kind, now_unix)
+                    send(n, "llmload_live", data_bytes)
+                    reported[n] = True
+                    sent_reports[n] += 1
+                    if in_window:
+                        counts[kind] += 1
+                        counts[f"bytes_{kind}"] += len(data_bytes)
+                    heapq.heappush(live_due, (due_unix + LIVE_S, n))
+                continue
             if kind == "live" and not args.exporter:
                 continue
             if due[kind] is None:
@@ -318,6 +361,11 @@ def fake_workers(args: argparse.Namespace) -> None:
                 due[kind] = (due[kind] or 0.0) + every_s / len(ids)
     if args.tool == "llmload":
         counts["llmload_bytes"] = len(msgpack.dumps(stats_data.get("llmload")))
+    end = time.monotonic()
+    for pending in hb_sent:  # never answered: at least this late (a lower bound)
+        delays_ms.extend(
+            (end - sent) * 1000 for sent, _ in pending if measure_from is not None and sent >= measure_from
+        )
     delays_ms.sort()
     print(json.dumps({
         "reports_sent": counts["stats"] + counts["live"],
@@ -327,9 +375,11 @@ def fake_workers(args: argparse.Namespace) -> None:
         "bytes_per_report": (counts["bytes_stats"] + counts["bytes_live"]) / max(1, counts["stats"] + counts["live"]),
         "llmload_bytes_per_stats_report": counts["llmload_bytes"],
         "spawn_bytes_per_worker": statistics.fmean(spawn_bytes) if spawn_bytes else 0,
+        "heartbeat_p50_ms": delays_ms[len(delays_ms) // 2] if delays_ms else None,
         "heartbeat_p99_ms": delays_ms[int(len(delays_ms) * 0.99)] if delays_ms else None,
         "heartbeat_max_ms": delays_ms[-1] if delays_ms else None,
         "started": sum(started),
+        "cpu_pct": round(100 * (cpu_to - cpu_from) / args.measure_s, 1),
         "baseline_from_unix": time.time() - (time.monotonic() - baseline_from),
         "baseline_to_unix": time.time() - (time.monotonic() - baseline_to),
         "measure_from_unix": time.time() - (time.monotonic() - (measure_from or 0)),
@@ -345,6 +395,8 @@ def run_one(
 ) -> dict[str, Any]:
     port = _free_port()
     locustfile = REPO / ("locustfiles/chat.py" if tool == "llmload" else "bench/plain_locustfile.py")
+    if tool == "llmload" and args.master_locustfile:  # e.g. one that also times the master's handlers
+        locustfile = Path(args.master_locustfile)
     extra: list[str] = []
     prom_port = _free_port()
     if tool == "llmload":
@@ -355,7 +407,7 @@ def run_one(
          "-u", str(workers * USERS_PER_WORKER), "-r", str(workers * USERS_PER_WORKER), "-t", "10m", "-H", url,
          "--loglevel", "WARNING", *extra],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "PLAIN_OUT": os.devnull},
+        env={**os.environ, "PLAIN_OUT": os.devnull, **dict(kv.split("=", 1) for kv in args.master_env)},
     )  # fmt: skip
     time.sleep(1.5)
     import locust
@@ -364,14 +416,16 @@ def run_one(
         [sys.executable, __file__, "--fake-workers", "--tool", tool, "--workers", str(workers),
          "--master-port", str(port), "--recording", str(recording), "--locust-version", locust.__version__,
          "--measure-s", str(args.measure_s), "--warmup-s", str(args.warmup_s),
-         "--total-s", str(args.measure_s + args.warmup_s + 120), "--series-interval-s", "10"]
+         "--total-s", str(args.measure_s + args.warmup_s + 120), "--series-interval-s", "10",
+         "--live-schedule", args.live_schedule]
         + (["--exporter"] if exporter else []),
         stdout=subprocess.PIPE, text=True, cwd=REPO,
     )  # fmt: skip
     proc = psutil.Process(master.pid)
     if args.profile:  # py-spy (pip install py-spy) samples the master while the fake workers run
         subprocess.Popen(["py-spy", "record", "-p", str(master.pid), "-d", str(int(args.measure_s + args.warmup_s + 8)),
-                          "-f", "speedscope", "-o", f"{args.profile}-{tool}-{workers}-{int(exporter)}.json"],
+                          "--idle", "-f", args.profile_format,
+                          "-o", f"{args.profile}-{tool}-{workers}-{int(exporter)}.{args.profile_format}"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     scrapes: list[float] = []
     stop = threading.Event()
@@ -391,9 +445,11 @@ def run_one(
         scrape_thread = threading.Thread(target=scraper, daemon=True)
         scrape_thread.start()
     samples: list[tuple[float, float]] = []
+    waits: list[tuple[float, float, float]] = []  # (unix, master's event-loop thread, the fake workers) queued s
     while fake.poll() is None:
         cpu = proc.cpu_times()
         samples.append((time.time(), cpu.user + cpu.system))
+        waits.append((time.time(), _runqueue_wait_s(master.pid), _runqueue_wait_s(fake.pid)))
         time.sleep(0.25)
     out, _ = fake.communicate()
     stop.set()
@@ -403,6 +459,9 @@ def run_one(
 
     def cpu_at(t: float) -> float:
         return min(samples, key=lambda s: abs(s[0] - t))[1]
+
+    def waits_at(t: float) -> tuple[float, float, float]:
+        return min(waits, key=lambda s: abs(s[0] - t))
 
     window_s = summary["measure_to_unix"] - summary["measure_from_unix"]
     cpu_s = cpu_at(summary["measure_to_unix"]) - cpu_at(summary["measure_from_unix"])
@@ -415,10 +474,20 @@ def run_one(
         "exporter": exporter,
         "master_cpu_pct": round(100 * cpu_s / window_s, 1),
         "cpu_us_per_report": round(per_report_s * 1e6, 1),
-        "heartbeat_p99_ms": None if summary["heartbeat_p99_ms"] is None else round(summary["heartbeat_p99_ms"], 1),
+        **{
+            f"heartbeat_{q}_ms": None
+            if summary[f"heartbeat_{q}_ms"] is None
+            else round(summary[f"heartbeat_{q}_ms"], 1)
+            for q in ("p50", "p99", "max")
+        },
         "bytes_per_report": round(summary["bytes_per_report"]),
         "spawn_bytes_per_worker": round(summary["spawn_bytes_per_worker"]),
     }
+    wait_from, wait_to = waits_at(summary["measure_from_unix"]), waits_at(summary["measure_to_unix"])
+    # time runnable but waiting for a CPU (the machine's other load), per wall second
+    row["master_runqueue_pct"] = round(100 * (wait_to[1] - wait_from[1]) / window_s, 1)
+    row["fake_workers_runqueue_pct"] = round(100 * (wait_to[2] - wait_from[2]) / window_s, 1)
+    row["fake_workers_cpu_pct"] = summary["cpu_pct"]
     note = f"  (heartbeats-only baseline {100 * base_rate:.1f}%, started {summary['started']}/{workers}, "
     note += f"{summary['reports_sent']} reports sent, {summary['reports']} handled in the window"
     if scrapes:
@@ -459,6 +528,21 @@ def main() -> None:
     parser.add_argument("--out", default="bench-scale.json")
     parser.add_argument("--microbench-only", action="store_true", help="record, then only the microbench")
     parser.add_argument("--profile", help="py-spy record the master into PROFILE-tool-workers-exporter.json")
+    parser.add_argument(
+        "--master-env", action="append", default=[], metavar="KEY=VALUE", help="extra environment of the masters"
+    )
+    parser.add_argument(
+        "--exporter-runs", choices=("both", "on", "off"), default="both", help="llmload runs with the exporter on/off"
+    )
+    parser.add_argument("--profile-format", choices=("speedscope", "raw"), default="raw", help="py-spy's output format")
+    parser.add_argument(
+        "--live-schedule",
+        choices=("workers", "aligned", "spread"),
+        default="workers",
+        help="when fake workers send live reports: as llmload's workers do (default), all on the wall clock's "
+        "half seconds, or spread evenly over the interval",
+    )
+    parser.add_argument("--master-locustfile", help="llmload masters run this locustfile (default locustfiles/chat.py)")
     parser.add_argument("--tools", default="locust,llmload", help="which masters to run (default %(default)s)")
     parser.add_argument("--fake-workers", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tool", help=argparse.SUPPRESS)
@@ -498,8 +582,9 @@ def main() -> None:
             if "locust" in tools:
                 rows.append(run_one("locust", n, False, url=url, recording=path, args=args))
             if "llmload" in tools:
-                rows.append(run_one("llmload", n, False, url=url, recording=path, args=args))
-                rows.append(run_one("llmload", n, True, url=url, recording=path, args=args))
+                for exporter in (False, True):
+                    if args.exporter_runs in ("both", "on" if exporter else "off"):
+                        rows.append(run_one("llmload", n, exporter, url=url, recording=path, args=args))
         Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
         print(f"wrote {args.out}")
     finally:
