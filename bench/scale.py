@@ -11,7 +11,9 @@
    ``bench/plain_locustfile.py``) and one process holding N fake workers
    (zmq DEALER sockets speaking Locust's protocol: ``client_ready``, spawn
    replies, 1 s heartbeats, 3 s ``stats``, and with the exporter 0.5 s
-   ``llmload_live``). Each recorded report is re-stamped before it is sent:
+   ``llmload_live``, each worker at the offset in the half second that
+   llmload's workers use, ``live_send_offset_s``; ``--live-schedule aligned``
+   sends them all at once, as workers did before). Each recorded report is re-stamped before it is sent:
    the run id becomes the master's (read from the spawn message), wall-clock
    stamps move by the time since the recording, series interval indexes so that
    the report's newest interval is the master's current one. Plain Locust's workers send the same ``stats``
@@ -21,16 +23,30 @@
    CPU (user + system, psutil) per wall second; per report the master handled
    in the window (a heartbeat's reply shows that every report its worker sent
    before it was handled: one ordered connection), above a 3 s
-   heartbeats-only baseline taken before the reports start; the p99
-   of the delay between a heartbeat sent and the master's reply (workers'
-   heartbeats and reports are spread over their intervals), the bytes per
+   heartbeats-only baseline taken before the reports start; the p50, p99
+   and max of the delay between a heartbeat sent and the master's reply
+   (each reply matched to the oldest heartbeat in flight, so delays above
+   the 1 s heartbeat interval count in full; one never answered counts as
+   at least its time to the end); the time the master's event-loop thread
+   and the fake workers were runnable but waiting for a CPU
+   (``master_runqueue_pct``, Linux schedstat: the machine's other load);
+   CPU + run-queue wait near 100% means the master was saturated and its
+   heartbeat replies queue behind reports whatever llmload does), the bytes per
    report (whole message and llmload's part) and the spawn bytes per worker
    (every message but heartbeats the master sent a worker before its first report).
 4. Microbench: decode + merge of one recorded report in this process.
+5. Checks (``--check`` exits 1 on a failure; ``make bench-scale`` passes it):
+   the workers' live schedule puts at most twice an even spread's reports
+   into any 10 ms; with the exporter on, the heartbeat p99 is within
+   ``--heartbeat-ratio-limit`` (2x) of exporter off at the same N, unless the
+   master was saturated (then the figure is printed, not judged).
 
 Writes ``bench-scale.json``: rows of ``tool``, ``workers``, ``exporter``,
 ``master_cpu_pct``, ``cpu_us_per_report``, ``heartbeat_p99_ms``,
-``bytes_per_report``, ``spawn_bytes_per_worker``.
+``bytes_per_report``, ``spawn_bytes_per_worker``; also ``heartbeat_p50_ms``,
+``heartbeat_max_ms``, ``master_runqueue_pct``, ``fake_workers_cpu_pct``,
+``fake_workers_runqueue_pct`` and, on exporter-on rows,
+``heartbeat_p99_vs_exporter_off`` and ``master_saturated``.
 
 Run: ``make bench-scale`` (N = 100, 500, 1000, 2000) or
 ``python bench/scale.py --workers 100,1000 --measure-s 10``.
@@ -131,15 +147,20 @@ def _relay(front_port: int, master_port: int, kept: list[tuple[float, bytes]], s
     front.close(linger=0)
 
 
-def record(url: str, seconds: float) -> dict[str, Any]:
-    """Run a real master and worker through the relay; return the recorded reports and the run's stamps."""
+def record(url: str, seconds: float, *, exporter: bool) -> dict[str, tuple[float, bytes]]:
+    """Run a real master and worker through the relay; return the busiest recorded reports, with their times.
+
+    Without the exporter: ``stats`` (Locust's report with llmload's part). With it: ``live`` and
+    ``stats_with_live`` (Locust's report as such a worker sends it, whatever it holds).
+    """
     master_port, front_port, prom_port = _free_port(), _free_port(), _free_port()
     kept: list[tuple[float, bytes]] = []
     stop = threading.Event()
     relay = threading.Thread(target=_relay, args=(front_port, master_port, kept, stop), daemon=True)
     relay.start()
     locustfile = str(REPO / "locustfiles" / "chat.py")
-    common = ["-f", locustfile, "--max-tokens", "64", "--prometheus-port", str(prom_port), "--loglevel", "WARNING"]
+    common = ["-f", locustfile, "--max-tokens", "64", "--prometheus-port", str(prom_port if exporter else 0),
+              "--loglevel", "WARNING"]  # fmt: skip
     master = subprocess.Popen(
         [sys.executable, "-m", "locust", *common, "--master", "--headless", "--expect-workers", "1",
          "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port),
@@ -152,7 +173,6 @@ def record(url: str, seconds: float) -> dict[str, Any]:
          "--master-port", str(front_port)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    started = time.time()
     try:
         master.wait(timeout=seconds + 60)
     finally:
@@ -162,15 +182,20 @@ def record(url: str, seconds: float) -> dict[str, Any]:
                 proc.wait()
         stop.set()
         relay.join(timeout=5)
-    regular = [(t, raw) for t, raw in kept if _unpack(raw)[0] == "stats" and "llmload" in _unpack(raw)[1]]
+    stats = [(t, raw) for t, raw in kept if _unpack(raw)[0] == "stats"]
+    regular = [(t, raw) for t, raw in stats if "llmload" in _unpack(raw)[1]]
     live = [(t, raw) for t, raw in kept if _unpack(raw)[0] == "llmload_live"]
 
     def busiest(items: list[tuple[float, bytes]]) -> tuple[float, bytes]:
         return max(items, key=lambda item: len(item[1]))
 
-    if not regular or not live:
-        raise SystemExit(f"recording kept {len(regular)} stats and {len(live)} live reports; is the sim reachable?")
-    return {"started_unix": started, "stats": busiest(regular), "live": busiest(live)}
+    if exporter:
+        if not stats or not live:
+            raise SystemExit(f"recording kept {len(stats)} stats and {len(live)} live reports; is the sim reachable?")
+        return {"live": busiest(live), "stats_with_live": busiest(stats)}
+    if not regular:
+        raise SystemExit(f"recording kept {len(regular)} stats reports with llmload's part; is the sim reachable?")
+    return {"stats": busiest(regular)}
 
 
 # ── 2. fake workers (run as a subprocess of this script) ─────────────────
@@ -208,11 +233,15 @@ def _recorded_run_id(data: dict[str, Any]) -> str | None:
 def fake_workers(args: argparse.Namespace) -> None:
     """N DEALER sockets speaking Locust's worker protocol; prints a JSON summary at the end."""
     rec = json.loads(Path(args.recording).read_text())
-    _, stats_data, _ = _unpack(bytes.fromhex(rec["stats"]))
+    stats_kind = "stats_with_live" if args.exporter else "stats"  # what such a worker sends every 3 s
+    _, stats_data, _ = _unpack(bytes.fromhex(rec[stats_kind]))
     _, live_data, _ = _unpack(bytes.fromhex(rec["live"]))
     if args.tool == "locust":
         stats_data = {k: v for k, v in stats_data.items() if k != "llmload"}
-    recorded_run_id = _recorded_run_id(stats_data) if args.tool == "llmload" else None
+    recorded = {  # per kind: the recorded data, its time and run id (re-stamped on each send)
+        "stats": (stats_data, rec[f"{stats_kind}_recorded_at_unix"], rec[f"{stats_kind}_run_id"]),
+        "live": (live_data, rec["live_recorded_at_unix"], rec["live_run_id"]),
+    }
     ctx = zmq.Context.instance()
     ctx.set(zmq.MAX_SOCKETS, args.workers + 100)
     socks: list[zmq.Socket[bytes]] = []
@@ -252,15 +281,16 @@ def fake_workers(args: argparse.Namespace) -> None:
     live_due: list[tuple[float, int]] = []  # (wall-clock time of the next live report, worker)
 
     def body(kind: str, now_unix: float) -> bytes:
-        shift_s = now_unix - rec["recorded_at_unix"]
+        data, recorded_at_unix, recorded_run_id = recorded[kind]
+        shift_s = now_unix - recorded_at_unix
         # the report's newest interval becomes the master's current one
         now_i = int(max(0.0, now_unix - (run_started_unix or now_unix)) // args.series_interval_s)
-        shift_i = max(now_i - _newest_interval(stats_data if kind == "stats" else live_data), 0)
+        shift_i = max(now_i - _newest_interval(data), 0)
         key = (kind, int(now_unix * 4))
         raw = cache.get(key)
         if raw is None:
-            data = stats_data if kind == "stats" else live_data
-            raw = cache[key] = msgpack.dumps(_walk(data, recorded_run_id, run_id or "", shift_s, shift_i))
+            run = recorded_run_id if args.tool == "llmload" else None
+            raw = cache[key] = msgpack.dumps(_walk(data, run, run_id or "", shift_s, shift_i))
             if len(cache) > 8:
                 cache.pop(next(iter(cache)))
         return raw
@@ -519,6 +549,49 @@ def microbench(recording: dict[str, Any]) -> None:
               f"({len(msgpack.dumps(payload))} bytes)")  # fmt: skip
 
 
+def live_burst(workers: int, bin_s: float = 0.01) -> tuple[int, int]:
+    """The most live reports llmload's workers' schedule sends within one ``bin_s``, and an even spread's."""
+    sys.path.insert(0, str(REPO))
+    from llmload.exporters.window import live_send_offset_s
+
+    bins = [0] * round(LIVE_S / bin_s)
+    for index in range(workers):
+        bins[min(len(bins) - 1, int(live_send_offset_s(index, LIVE_S) / bin_s))] += 1
+    return max(bins), -(-workers // len(bins))
+
+
+def check_heartbeats(rows: list[dict[str, Any]], counts: list[int], ratio_limit: float) -> list[str]:
+    """Print the regression figures; return what failed.
+
+    - ``live burst``: the most live reports the workers' own schedule puts into 10 ms, against an even
+      spread (every worker at once: a burst of N reports holds the master's loop for N merges).
+    - heartbeat p99 with the exporter on over exporter off, at the same N, when the master was not
+      saturated (CPU + run-queue wait under 90% of the window: else it measures the machine's load).
+    """
+    failures = []
+    for n in counts:
+        burst, even = live_burst(n)
+        ok = burst <= 2 * even + 1
+        print(f"check: live burst at {n} workers: {burst} reports in the busiest 10 ms (even spread {even})"
+              f"{'' if ok else '  FAIL'}")  # fmt: skip
+        if not ok:
+            failures.append(f"live burst {burst} at {n} workers")
+        by = {r["exporter"]: r for r in rows if r["tool"] == "llmload" and r["workers"] == n}
+        on, off = by.get(True), by.get(False)
+        if on is None or off is None or not on["heartbeat_p99_ms"] or not off["heartbeat_p99_ms"]:
+            continue
+        ratio = on["heartbeat_p99_ms"] / max(off["heartbeat_p99_ms"], 10.0)  # under 10 ms: the machine's jitter
+        on["heartbeat_p99_vs_exporter_off"] = round(ratio, 2)
+        saturated = on["master_cpu_pct"] + on["master_runqueue_pct"] >= 90.0
+        on["master_saturated"] = saturated
+        verdict = "saturated: not judged" if saturated else ("ok" if ratio <= ratio_limit else "FAIL")
+        print(f"check: heartbeat p99 at {n} workers, exporter on / off: {on['heartbeat_p99_ms']} / "
+              f"{off['heartbeat_p99_ms']} ms = {ratio:.1f}x (limit {ratio_limit:g}x) {verdict}")  # fmt: skip
+        if verdict == "FAIL":
+            failures.append(f"heartbeat p99 {ratio:.1f}x exporter off at {n} workers")
+    return failures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="100,500,1000,2000", help="comma-separated N (default %(default)s)")
@@ -543,6 +616,10 @@ def main() -> None:
         "half seconds, or spread evenly over the interval",
     )
     parser.add_argument("--master-locustfile", help="llmload masters run this locustfile (default locustfiles/chat.py)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a regression check fails")
+    parser.add_argument(
+        "--heartbeat-ratio-limit", type=float, default=2.0, help="check: exporter-on heartbeat p99 / off (%(default)s)"
+    )
     parser.add_argument("--tools", default="locust,llmload", help="which masters to run (default %(default)s)")
     parser.add_argument("--fake-workers", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tool", help=argparse.SUPPRESS)
@@ -564,13 +641,12 @@ def main() -> None:
     counts = [int(n) for n in args.workers.split(",")]
     url, sim = start_sim("--max-num-seqs", "1000")
     try:
-        print("recording a real worker's reports (100 users, 8 s)...", flush=True)
-        rec = record(url, 8.0)
-        recording = {
-            "recorded_at_unix": rec["stats"][0],
-            "stats": rec["stats"][1].hex(),
-            "live": rec["live"][1].hex(),
-        }
+        print("recording a real worker's reports (100 users, 8 s, exporter off, then on)...", flush=True)
+        recording: dict[str, Any] = {}
+        for kind, (at_unix, raw) in {**record(url, 8.0, exporter=False), **record(url, 8.0, exporter=True)}.items():
+            recording[kind] = raw.hex()
+            recording[f"{kind}_recorded_at_unix"] = at_unix
+            recording[f"{kind}_run_id"] = _recorded_run_id(_unpack(raw)[1])
         path = Path(args.out).with_suffix(".recording.json")
         path.write_text(json.dumps(recording))
         microbench(recording)
@@ -585,8 +661,11 @@ def main() -> None:
                 for exporter in (False, True):
                     if args.exporter_runs in ("both", "on" if exporter else "off"):
                         rows.append(run_one("llmload", n, exporter, url=url, recording=path, args=args))
+        failures = check_heartbeats(rows, counts, args.heartbeat_ratio_limit)
         Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
         print(f"wrote {args.out}")
+        if failures and args.check:
+            raise SystemExit("bench-scale check failed: " + "; ".join(failures))
     finally:
         sim.kill()
         sim.wait()
