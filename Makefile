@@ -73,7 +73,7 @@ bench: install
 # One master, N fake workers replaying a real worker's recorded reports, beside plain Locust (bench/scale.py);
 # writes bench-scale.json. A short form: $(PY) bench/scale.py --quick
 bench-scale: install
-	$(PY) bench/scale.py
+	$(PY) bench/scale.py --check
 
 lint: install
 	$(VENV)/bin/ruff check llmload locustfiles tests bench

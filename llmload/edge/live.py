@@ -52,7 +52,7 @@ from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.sections import client_saturated
 from llmload.exporters.timeseries import Row, Timeline, progress_line
 from llmload.exporters.timeseries_files import TimeseriesLog
-from llmload.exporters.window import RunView, SlidingWindow, saturation_read_lag
+from llmload.exporters.window import RunView, SlidingWindow, live_send_delay_s, saturation_read_lag
 from llmload.run.wire import WorkerReport, report_to_wire
 from llmload.servermetrics import SERVER_COLUMNS
 from llmload.settings.credentials import public_url
@@ -171,12 +171,14 @@ def on_test_start(environment: Environment, *, take_report: Callable[[Runtime], 
 def _send_live_reports(runner: WorkerRunner, runtime: Runtime, take_report: Callable[[Runtime], WorkerReport]) -> None:
     """Worker: ship the delta every 0.5 s (see the module docstring).
 
-    Sends are aligned to the wall clock (every whole and half second), so every
-    worker's counters reach the master at the same offset in each second and a
-    scrape sees a constant lag, which ``rate()`` cancels out.
+    Sends keep a fixed offset in each half second of the wall clock, its own
+    per worker index (``live_send_offset_s``): a scrape sees a constant lag,
+    which ``rate()`` cancels out, and the master gets its workers' reports spread
+    over the half second, not all at once.
     """
+    worker_index = int(runner.worker_index)
     while True:
-        gevent.sleep(_LIVE_REPORT_INTERVAL_S - time.time() % _LIVE_REPORT_INTERVAL_S)
+        gevent.sleep(live_send_delay_s(time.time(), worker_index, _LIVE_REPORT_INTERVAL_S))
         report = take_report(runtime)
         try:
             # Non-blocking send: nothing runs between taking the delta and handing it to zmq.

@@ -38,7 +38,16 @@ from dataclasses import dataclass
 from llmload.aggregate.histogram import LatencyHistogram
 from llmload.aggregate.stats import LLMStats, StatsKey
 
-__all__ = ["DEFAULT_WINDOW_S", "SLOT_S", "RunView", "SlidingWindow", "WindowView", "saturation_read_lag"]
+__all__ = [
+    "DEFAULT_WINDOW_S",
+    "SLOT_S",
+    "RunView",
+    "SlidingWindow",
+    "WindowView",
+    "live_send_delay_s",
+    "live_send_offset_s",
+    "saturation_read_lag",
+]
 
 DEFAULT_WINDOW_S = 10.0
 """Length of the live window in seconds (documented in the README)."""
@@ -62,6 +71,30 @@ class WindowView:
     stats: LLMStats
     output_tokens_per_s: Mapping[StatsKey, float]
     requests_per_s: Mapping[StatsKey, float]
+
+
+_GOLDEN_FRACTION = (math.sqrt(5.0) - 1.0) / 2.0  # the golden ratio's fraction: the most even spread of 0, 1, 2, ...
+
+
+def live_send_offset_s(worker_index: int, interval_s: float) -> float:
+    """Where in each ``interval_s`` of the wall clock the worker of index ``worker_index`` sends its live delta.
+
+    Workers spread over the interval (the golden-ratio sequence: the first N
+    indexes lie nearly evenly whatever N), so a master's workers never all send at
+    once: a burst of N reports holds the master's loop for N merges, and every
+    heartbeat behind them waits. Each worker keeps its offset, so its counters
+    reach the master with a constant lag, which ``rate()`` cancels out.
+
+    Returns:
+        Seconds in ``[0, interval_s)``.
+    """
+    return (worker_index * _GOLDEN_FRACTION) % 1.0 * interval_s
+
+
+def live_send_delay_s(now_unix: float, worker_index: int, interval_s: float) -> float:
+    """Seconds from ``now_unix`` to the worker's next live send (``live_send_offset_s``), in ``(0, interval_s]``."""
+    offset_s = live_send_offset_s(worker_index, interval_s)
+    return interval_s - (now_unix - offset_s) % interval_s
 
 
 SLOT_S = 0.5
