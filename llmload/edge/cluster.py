@@ -255,6 +255,9 @@ def _start_master_or_local(environment: Environment) -> None:
         start_server_metrics(environment, runtime)
     # Everything alive now (modules, Locust, the plan) lives as long as the process: out of the cyclic
     # collector's sight, a full collection no longer walks it (100-190 ms holding the loop on a master).
+    # What an earlier run (web UI) froze is thawed and collected first, so its cycles do not leak.
+    gc.unfreeze()
+    gc.collect()
     gc.freeze()
     # the time series counts from here: preflight and the server's first read (up to its timeout) came before
     runtime.run_started_s = time.perf_counter()
