@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from llmload.edge.api_users import EmbeddingsUser, MessagesUser, ResponsesUser
+from tests.checks import check_against_sim
 from tests.edge.cluster import edge_cluster, wait_until
 from tests.simserver import InProcessSim, serve
 
@@ -42,28 +43,6 @@ def _run(sim: InProcessSim, endpoint: str, n: int, *extra: str) -> tuple[dict[st
     return results, status
 
 
-def _check_against_sim(section: dict[str, Any], truth: dict[str, float], endpoint: str) -> None:
-    """One endpoint's figures against the simulator's: every success counted once, plus the probe."""
-    done = section["requests"]["succeeded"]
-    assert section["requests"]["failed"] == 0
-    assert truth["requests_completed"] == done + 1  # the preflight probe
-    assert truth["requests_aborted"] == 0
-    assert section["tokens"]["prompt_source"] == "server"
-    assert section["tokens"]["prompt"] * (done + 1) == truth["prompt_tokens"] * done  # a fixed prompt
-    if endpoint == "embeddings":
-        assert section["tokens"]["completion"] is None  # nothing generated: not applicable, never 0
-        assert section["throughput"]["output_tokens_per_s"] is None
-        assert truth["completion_tokens"] == 0
-        assert section["latency"]["ttft_s"]["count"] == 0
-        assert section["throughput"]["inputs_per_s"] > 0
-    else:
-        assert section["tokens"]["completion_source"] == "server"
-        assert 1 <= truth["completion_tokens"] - section["tokens"]["completion"] <= 2  # the probe's tokens
-        assert section["latency"]["ttft_s"]["count"] == done
-        assert section["latency"]["ttft_s"]["p50"] > 0.005  # at least one decode step (5 ms)
-    assert section["latency"]["e2e_s"]["count"] == done
-
-
 @pytest.mark.parametrize("endpoint", ["responses", "messages", "embeddings"])
 def test_api_user_totals_equal_sim_over_two_workers(api_sim, endpoint, capsys) -> None:
     extra = ("--batch-size", "3") if endpoint == "embeddings" else ()
@@ -71,7 +50,7 @@ def test_api_user_totals_equal_sim_over_two_workers(api_sim, endpoint, capsys) -
     assert status == 0
     assert results["requests"]["total"] == 60
     assert results["run"]["workers"] == 2
-    _check_against_sim(results, _truth(api_sim, endpoint), endpoint)
+    check_against_sim(results, _truth(api_sim, endpoint), endpoint)
     if endpoint == "embeddings":
         assert results["throughput"]["inputs_per_s"] == pytest.approx(180 / results["duration_s"])
         assert "Embedded inputs/s:" in capsys.readouterr().out
@@ -113,4 +92,4 @@ def test_open_loop_request_rate_drives_the_new_users(api_sim, endpoint) -> None:
     assert 10 <= load["achieved_rate_per_s"] <= 24  # 30 arrivals at 20/s over two workers (10/s each)
     assert results["latency"]["dispatch_delay_s"]["count"] == 30  # every request had an intended send time
     assert results["latency"]["e2e_from_schedule_s"]["count"] == 30
-    _check_against_sim(results, _truth(api_sim, endpoint), endpoint)
+    check_against_sim(results, _truth(api_sim, endpoint), endpoint)

@@ -13,26 +13,17 @@ import pytest
 
 from llmload.edge.users import ChatUser, CompletionUser
 from llmload.testing import ReceivedRequest, Reply, ScriptedServer, W, json_reply
+from tests.checks import MODELS, models_route
 from tests.edge.cluster import run_local
 
-MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
 NOT_SERVED = json.dumps(
     {"error": {"message": "model 'm' is not served", "type": "NotFoundError", "param": None, "code": 404}}
 )
 
 
-def _route(post_reply: Reply):
-    def reply(request: ReceivedRequest) -> Reply:
-        if request.method == "GET" and request.path == "/v1/models":
-            return json_reply(200, MODELS)
-        return post_reply
-
-    return reply
-
-
 # Case BC-29: errors mid-run -> failure rate shown, exit non-zero.
 def test_bc29_every_request_404_mid_run_is_reported_and_exits_nonzero(capsys) -> None:
-    with ScriptedServer(_route(json_reply(404, NOT_SERVED))) as srv:
+    with ScriptedServer(models_route(json_reply(404, NOT_SERVED))) as srv:
         args = ["--headless", "--only-summary", "-H", srv.base_url, "--num-requests", "20", "--skip-preflight"]
         run = run_local(ChatUser, srv.base_url, args, users=4)
     assert run.exit_status == 1
@@ -47,7 +38,7 @@ def test_bc29_every_request_404_mid_run_is_reported_and_exits_nonzero(capsys) ->
 
 # Case BC-29: preflight probe against a server whose generation endpoint refuses the model.
 def test_bc29_preflight_probe_failure_stops_before_load(capsys) -> None:
-    with ScriptedServer(_route(json_reply(404, NOT_SERVED))) as srv:
+    with ScriptedServer(models_route(json_reply(404, NOT_SERVED))) as srv:
         run = run_local(CompletionUser, srv.base_url, ["--headless", "-H", srv.base_url], users=4)
         posts = [r for r in srv.requests if r.method == "POST"]
     assert run.exit_status == 2
@@ -85,7 +76,7 @@ def test_base_url_kind_host_ending_in_v1_names_the_path_requested_and_the_fix(su
     ],
 )
 def test_nc28_kind_host_naming_another_api_is_refused_before_load(user, path, api, capsys) -> None:
-    with ScriptedServer(_route(json_reply(200, "{}"))) as srv:
+    with ScriptedServer(models_route(json_reply(200, "{}"))) as srv:
         root = srv.base_url
         host = root + path
         run = run_local(user, host, ["--headless", "-H", host], users=1)

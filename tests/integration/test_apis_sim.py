@@ -21,6 +21,7 @@ import pytest
 from llmload.request.api_bodies import build_messages_request, build_responses_request
 from llmload.request.record import Outcome
 from llmload.settings.config import Timeouts
+from tests.checks import check_against_sim
 from tests.integration.procs import free_port, locust_argv, run_locust, web_ui_stop
 from tests.integration.test_sim import REPO_ROOT, metric_sum, metrics, start_sim, stop_sim
 
@@ -63,28 +64,6 @@ def _run(locustfile: str, url: str, out: Path, n: int, *extra: str) -> dict[str,
     return results
 
 
-def _check_against_sim(section: dict[str, Any], truth: dict[str, float], endpoint: str) -> None:
-    """One endpoint's figures against the simulator's: every success counted once, plus the probe."""
-    done = section["requests"]["succeeded"]
-    assert section["requests"]["failed"] == 0
-    assert truth["requests_completed"] == done + 1  # the preflight probe
-    assert truth["requests_aborted"] == 0
-    assert section["tokens"]["prompt_source"] == "server"
-    assert section["tokens"]["prompt"] * (done + 1) == truth["prompt_tokens"] * done  # a fixed prompt
-    if endpoint == "embeddings":
-        assert section["tokens"]["completion"] is None  # nothing generated: not applicable, never 0
-        assert section["throughput"]["output_tokens_per_s"] is None
-        assert truth["completion_tokens"] == 0
-        assert section["latency"]["ttft_s"]["count"] == 0
-        assert section["throughput"]["inputs_per_s"] > 0
-    else:
-        assert section["tokens"]["completion_source"] == "server"
-        assert 1 <= truth["completion_tokens"] - section["tokens"]["completion"] <= 2  # the probe's tokens
-        assert section["latency"]["ttft_s"]["count"] == done
-        assert section["latency"]["ttft_s"]["p50"] > 0.005  # at least one decode step (5 ms)
-    assert section["latency"]["e2e_s"]["count"] == done
-
-
 @pytest.mark.parametrize("endpoint", ["responses", "embeddings"])
 def test_sweep_runs_the_new_users_step_by_step(sim_url, tmp_path, endpoint):
     out = tmp_path / "sweep.json"
@@ -122,7 +101,7 @@ def test_mixed_locustfile_per_endpoint_figures_sum_to_totals(sim_url, tmp_path):
     assert results["tokens"]["avg_completion_per_request"] == results["tokens"]["completion"] / succeeded
     assert results["requests"]["total"] == 150
     for endpoint, entry in entries.items():
-        _check_against_sim(entry, _truth(sim_url, endpoint), endpoint)
+        check_against_sim(entry, _truth(sim_url, endpoint), endpoint)
     assert sorted(results["run"]["user_classes"]) == ["Chat", "Embeddings", "Responses"]  # weights 3:1:1 of 16 users
     rows = {row["endpoint"] for row in results["timeseries"]}
     assert {"chat", "responses", "embeddings", None} <= rows

@@ -45,25 +45,15 @@ from llmload.testing import (
     json_reply,
     sse,
 )
+from tests.checks import MODELS, models_route
 from tests.integration.procs import free_port, locust_argv, run_locust
 from tests.integration.test_sim import REPO_ROOT, metrics, start_sim, stop_sim
 
 pytestmark = [pytest.mark.integration]
 
-MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
-
 
 def _locust(args: list[str], *, timeout_s: float = 120, env: dict[str, str] | None = None, preexec=None):
     return run_locust(args, timeout_s=timeout_s, env=env, preexec=preexec)
-
-
-def _route(post_reply: Reply):
-    def reply(request: ReceivedRequest) -> Reply:
-        if request.method == "GET" and request.path == "/v1/models":
-            return json_reply(200, MODELS)
-        return post_reply
-
-    return reply
 
 
 # BC-29 (a run whose every request fails, a failed preflight probe) and NC-28 (hosts refused before load)
@@ -315,7 +305,7 @@ def _served(srv: ScriptedServer) -> set[str | None]:
 def test_api_key_is_sent_to_the_target_and_never_printed_or_written(tmp_path):
     key = "sk-llmload-test-" + uuid.uuid4().hex
     reply = Reply(writes=[W(5, sse(ROLE, C({"content": "hi"}), CF("stop"), U(3, 1), "[DONE]"))])
-    with ScriptedServer(_route(reply)) as srv:
+    with ScriptedServer(models_route(reply)) as srv:
         code, outputs = _run_collecting_every_output(tmp_path, srv.base_url, {"OPENAI_API_KEY": key})
         auth = _served(srv)
     assert code == 0, outputs[1][-2000:]
@@ -348,7 +338,7 @@ def test_nc08_api_key_in_any_header_form_is_sent_and_never_printed_or_written(tm
         env["LOCUST_HEADER"] = f"{sent_as}: {value}\nx-trace: visible"
         extra = ()
     reply = Reply(writes=[W(5, sse(ROLE, C({"content": "hi"}), CF("stop"), U(3, 1), "[DONE]"))])
-    with ScriptedServer(_route(reply)) as srv:
+    with ScriptedServer(models_route(reply)) as srv:
         code, outputs = _run_collecting_every_output(tmp_path, srv.base_url, env, extra)
         sent = {r.headers.get(sent_as) for r in srv.requests if r.method == "POST"}
     assert code == 0, outputs[1][-2000:]
@@ -390,7 +380,7 @@ def test_nc08_api_key_in_the_query_string_is_sent_and_shown_only_as_stars_by_llm
 def test_p2_password_in_the_host_url_is_sent_as_basic_auth_and_never_printed_or_written(tmp_path):
     user, password = "u-" + uuid.uuid4().hex[:8], "pw-" + uuid.uuid4().hex
     reply = Reply(writes=[W(5, sse(ROLE, C({"content": "hi"}), CF("stop"), U(3, 1), "[DONE]"))])
-    with ScriptedServer(_route(reply)) as srv:
+    with ScriptedServer(models_route(reply)) as srv:
         host = srv.base_url.replace("http://", f"http://{user}:{password}@")
         code, outputs = _run_collecting_every_output(tmp_path, host, {"OPENAI_API_KEY": ""})
         auth = _served(srv)
