@@ -21,53 +21,29 @@ Run: ``python bench/stamp_merge.py`` (Linux only).
 
 from __future__ import annotations
 
-import socket
 import time
 from collections import Counter
 from collections.abc import Callable
 
-from llmload.net.sockets import CMSG_BYTES, stamp_ns
+from llmload.testing.stamped_link import StampedLink
 
-_SO_TIMESTAMPNS = 35
 _SEGMENT_BYTES = 100
 _SETTLE_S = 0.002  # after the last write, before reading
 _RUNS = 6
 
 
-class _Link:
-    def __init__(self) -> None:
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        self.client = socket.create_connection(listener.getsockname())
-        self.client.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-        self.server, _ = listener.accept()
-        listener.close()
-        self.server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.written_ns: list[int] = []
+class _Link(StampedLink):
+    """``StampedLink`` whose reads are told as which write (A, B, C) their stamp is."""
 
-    def warm(self) -> None:
-        """Twenty write/read round trips: the connection leaves its quick-ACK start."""
-        for _ in range(20):
-            self.server.sendall(b"w" * _SEGMENT_BYTES)
-            time.sleep(0.002)
-            self.client.recv(16384)
-
-    def write(self, letter: str, gap_s: float) -> None:
-        self.written_ns.append(time.time_ns())
-        self.server.sendall(letter.encode() * _SEGMENT_BYTES)
+    def write_letter(self, letter: str, gap_s: float) -> None:
+        self.write(letter.encode() * _SEGMENT_BYTES)
         time.sleep(gap_s)
 
-    def read(self, size: int) -> str:
-        data, ancillary, _flags, _address = self.client.recvmsg(size, CMSG_BYTES)
-        stamp = stamp_ns(ancillary)
-        before = [i for i, at in enumerate(self.written_ns) if at <= stamp]
+    def read_told(self, size: int) -> str:
+        read = self.read(size)
+        before = [i for i, at in enumerate(self.written_ns) if at <= read.stamp_ns]
         which = "ABC"[before[-1]] if before else "older than every write"
-        return f"{len(data)} B stamped {which}"
-
-    def close(self) -> None:
-        self.client.close()
-        self.server.close()
+        return f"{len(read.data)} B stamped {which}"
 
 
 def _queued(*, warm: bool, gap_s: float, sizes: tuple[int, ...], writes: int = 2) -> Callable[[], str]:
@@ -75,11 +51,11 @@ def _queued(*, warm: bool, gap_s: float, sizes: tuple[int, ...], writes: int = 2
         link = _Link()
         try:
             if warm:
-                link.warm()
+                link.warm(segment_bytes=_SEGMENT_BYTES)
             for index in range(writes):
-                link.write("ABC"[index], gap_s)
+                link.write_letter("ABC"[index], gap_s)
             time.sleep(_SETTLE_S)
-            return "; ".join(link.read(size) for size in sizes)
+            return "; ".join(link.read_told(size) for size in sizes)
         finally:
             link.close()
 
@@ -89,10 +65,10 @@ def _queued(*, warm: bool, gap_s: float, sizes: tuple[int, ...], writes: int = 2
 def _partial_then_more() -> str:
     link = _Link()
     try:
-        link.write("A", _SETTLE_S)
-        first = link.read(40)
-        link.write("B", _SETTLE_S)
-        return f"{first}; {link.read(16384)}"
+        link.write_letter("A", _SETTLE_S)
+        first = link.read_told(40)
+        link.write_letter("B", _SETTLE_S)
+        return f"{first}; {link.read_told(16384)}"
     finally:
         link.close()
 

@@ -16,66 +16,27 @@ of clock readings, not a tolerance.
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
-from llmload.net.sockets import CMSG_BYTES, stamp_ns
+from llmload.testing.stamped_link import StampedLink, StampedRead
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_TIMESTAMPNS receive stamps are Linux only"),
 ]
 
-_SO_TIMESTAMPNS = 35
 _GAP_S = 0.008  # between writes: each is its own segment, well apart in time
 _SETTLE_S = 0.002  # after a write, before reading: the segment is in the receive queue
 
 
-@dataclass
-class Read:
-    data: bytes
-    stamp_ns: int
-    started_ns: int  # CLOCK_REALTIME when the read began
-
-
-class Link:
-    """A loopback TCP connection: ``write`` on the server end (logging when), ``read`` stamped on the client end."""
-
-    def __init__(self) -> None:
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        self.client = socket.create_connection(listener.getsockname())
-        self.client.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-        self.server, _ = listener.accept()
-        listener.close()
-        self.server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.written_ns: list[int] = []  # CLOCK_REALTIME just before each write
-
-    def write(self, data: bytes) -> None:
-        self.written_ns.append(time.time_ns())
-        self.server.sendall(data)
-
-    def read(self, size: int = 16384) -> Read:
-        started_ns = time.time_ns()
-        data, ancillary, _flags, _address = self.client.recvmsg(size, CMSG_BYTES)
-        return Read(data, stamp_ns(ancillary), started_ns)
-
-    def close(self) -> None:
-        self.client.close()
-        self.server.close()
-
-
 @pytest.fixture
-def link() -> Iterator[Link]:
-    pair = Link()
-    yield pair
-    pair.close()
+def link() -> Iterator[StampedLink]:
+    with StampedLink() as pair:
+        yield pair
 
 
 def test_segments_queued_behind_an_unread_one_come_back_in_one_read_stamped_with_the_newest(link):
@@ -128,7 +89,7 @@ def test_issue19_no_read_is_stamped_before_the_write_of_its_last_byte(link):
         ("write", 2), ("read", 100), ("read", 16384),  # two queued, read piece by piece
     ]  # fmt: skip
     ends: list[int] = []  # stream offset after each write
-    reads: list[Read] = []
+    reads: list[StampedRead] = []
     offset = 0
     for action, amount in script:
         if action == "write":
