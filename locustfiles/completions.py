@@ -1,4 +1,4 @@
-"""Completion clients: `locust -f locustfiles/completions.py -H http://HOST:PORT` (see README)."""
+"""Completion clients: `locust -f locustfiles/completions.py -H http://HOST:PORT` (docs/guides/apis.md)."""
 
 from llmload.edge import hooks
 from llmload.edge.users import CompletionUser

@@ -1,4 +1,4 @@
-"""Responses API clients: `locust -f locustfiles/responses.py -H http://HOST:PORT` (see README)."""
+"""Responses API clients: `locust -f locustfiles/responses.py -H http://HOST:PORT` (docs/guides/apis.md)."""
 
 from llmload.edge import hooks
 from llmload.edge.api_users import ResponsesUser

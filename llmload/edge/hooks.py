@@ -245,7 +245,7 @@ def _bound_the_wait_for_workers(environment: Environment, runtime: Runtime, inte
     neither passed nor said why. llmload takes the limit over (Locust's own is
     set to 0, waiting forever) and ends the wait at the same moment: the blocked
     results say how many workers were expected and how many connected, and that
-    no request was sent; exit status 2, as for every run stopped before load.
+    no load was sent; exit status 2, as for every run stopped before load.
     """
     options = environment.parsed_options
     max_wait_s = float(getattr(options, "expect_workers_max_wait", 0) or 0)
@@ -275,7 +275,7 @@ def _give_up_waiting(environment: Environment, runtime: Runtime, interrupter: In
         "workers (they need the master's --master-bind-host/--master-bind-port), raise --expect-workers-max-wait, "
         "or lower --expect-workers"
     )
-    _end_before_load(environment, reason, runtime, interrupted=True)  # its line ends "; no request was sent"
+    _end_before_load(environment, reason, runtime, interrupted=True)  # its line ends "; no load was sent"
     runner.quit()  # tells the workers that did connect to quit
     interrupter.exit(2)
 
@@ -300,7 +300,7 @@ def _fatal(environment: Environment, message: str, runtime: Runtime, *, interrup
 
 def _end_before_load(environment: Environment, message: str, runtime: Runtime, *, interrupted: bool) -> None:
     """``_fatal`` without the exit: the line, the blocked results, exit status 2, the forked workers stopped."""
-    line = f"llmload: {message}; no request was sent" if interrupted else f"llmload: error: {message}"
+    line = f"llmload: {message}; no load was sent" if interrupted else f"llmload: error: {message}"
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
     _write_blocked_results(environment, runtime, message)

@@ -93,6 +93,7 @@ def prepare(
     runtime.config = config
     _check_endpoint_path(environment, config, host)
     _check_batch_size(environment, config)
+    _check_users(environment, options)
     for flag, path in (
         ("--results-json", config.results_json),
         ("--html-report", config.html_report),
@@ -235,6 +236,22 @@ def _probe_step(probes: list[tuple[str, LLMRequest]]) -> str:
     """``POST /v1/chat/completions (ChatUser)``: what the probe requests are, for the waiting line."""
     shown = ", ".join(f"POST {request.path} ({name})" for name, request in probes)
     return f"the probe request{'s' if len(probes) > 1 else ''} {shown}" if probes else "the probe requests"
+
+
+def _check_users(environment: Environment, options: argparse.Namespace | None) -> None:
+    """``-u 0`` (or a form's 0 users) starts no user: refused, not a run that idles to ``-t`` and fails.
+
+    Raises:
+        ConfigError: 0 users without a load shape (``LoadTestShape`` sets the users itself).
+    """
+    users = getattr(options, "num_users", None)
+    if users is None or environment.shape_class is not None:
+        return
+    if int(users) < 1:
+        raise ConfigError(
+            f"-u {users} starts no user, so no request would be sent; pass -u N with N >= 1 "
+            "(each user keeps one request in flight), e.g. -u 32"
+        )
 
 
 def _check_batch_size(environment: Environment, config: RunConfig) -> None:

@@ -281,7 +281,7 @@ def judge(results: dict[str, Any]) -> Verdict:
             "the process was stopped before its end",
         )
     if results.get("blocked"):
-        return Verdict(2, f"BLOCKED before load: {results['blocked']}; no request was sent; exit status 2")
+        return Verdict(2, f"BLOCKED before load: {results['blocked']}; no load was sent; exit status 2")
     aborted = results.get("aborted")
     if aborted:
         values = ", ".join(f"{v:.4g}" for v in aborted["values"][-5:])

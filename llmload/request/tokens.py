@@ -121,6 +121,7 @@ def load_tokenizer(name_or_path: str, *, allow_download: bool = False) -> HFToke
             to pass instead.
     """
     fix = "pass --tokenizer PATH or rely on server-reported usage"
+    hub_fix = f"add --allow-download to fetch it from the Hugging Face hub, {fix}"
     if name_or_path.endswith(".json") and os.path.isfile(name_or_path):
         try:
             from tokenizers import Tokenizer
@@ -133,7 +134,7 @@ def load_tokenizer(name_or_path: str, *, allow_download: bool = False) -> HFToke
         source = _cached_snapshot(name_or_path) or ""
         if not source:
             raise TokenizerError(
-                f'cannot load tokenizer "{name_or_path}": not a local path and hub access is disabled; {fix}'
+                f'cannot load tokenizer "{name_or_path}": not a local path and hub access is disabled; {hub_fix}'
             )
     try:
         from transformers import AutoTokenizer
@@ -144,7 +145,7 @@ def load_tokenizer(name_or_path: str, *, allow_download: bool = False) -> HFToke
             raise TokenizerError(f'cannot load tokenizer from local path "{name_or_path}": {exc}; {fix}') from exc
         if not allow_download:
             raise TokenizerError(
-                f'cannot load tokenizer "{name_or_path}": not a local path and hub access is disabled; {fix}'
+                f'cannot load tokenizer "{name_or_path}": not a local path and hub access is disabled; {hub_fix}'
             ) from exc
         raise TokenizerError(f'cannot load tokenizer "{name_or_path}": {exc}; {fix}') from exc
     if tokenizer is None:

@@ -75,7 +75,7 @@ def _blocked(results_path: Path, stdout: str) -> dict:
     assert results["exit_status"] == 2
     assert results["passed"] is False
     assert results["verdict"].startswith("BLOCKED before load: ")
-    assert results["verdict"].endswith("; no request was sent; exit status 2")
+    assert results["verdict"].endswith("; no load was sent; exit status 2")
     return results
 
 
@@ -106,7 +106,7 @@ def test_signal_during_a_preflight_that_hangs_prints_one_line_writes_blocked_res
     assert "Traceback" not in stderr, stderr[-3000:]
     assert "KeyboardInterrupt" not in stderr, stderr[-3000:]
     said = [line for line in stderr.splitlines() if "during preflight" in line]
-    assert said == [f"llmload: interrupted ({name}) during preflight, before any load; no request was sent"]
+    assert said == [f"llmload: interrupted ({name}) during preflight, before any load; no load was sent"]
     results = _blocked(out, stdout)
     assert results["blocked"] == f"interrupted ({name}) during preflight, before any load"
     assert results["run"]["num_requests"] == 4
@@ -125,6 +125,8 @@ def test_signal_during_a_preflight_that_hangs_prints_one_line_writes_blocked_res
             ["--batch-size", "8"],
             "--batch-size 8 applies to EmbeddingsUser only, and this run has no embeddings user (ChatUser)",
         ),
+        # -u 0 idled to -t and then failed "no request finished": refused before load instead
+        ("no users", ["-u", "0"], "-u 0 starts no user, so no request would be sent; pass -u N with N >= 1"),
     ],
 )
 def test_headless_run_blocked_at_init_writes_blocked_results_with_the_reason(tmp_path, case, extra, reason):
@@ -213,7 +215,7 @@ def test_signal_while_a_master_waits_for_its_workers_writes_blocked_results_and_
     assert "Traceback" not in stderr, stderr[-3000:]
     connected = "no worker had connected" if workers == 0 else "only 1 had connected"
     reason = f"stopped ({name}) while waiting for 2 workers: {connected}"
-    assert f"llmload: {reason}; no request was sent" in stderr.splitlines()
+    assert f"llmload: {reason}; no load was sent" in stderr.splitlines()
     results = _blocked(out, stdout)
     assert results["blocked"] == reason
     assert posts == []
@@ -223,7 +225,7 @@ def test_expect_workers_max_wait_running_out_writes_blocked_results_with_expecte
     """Issue 24: a headless master whose --expect-workers-max-wait ran out with 1 of 2 workers connected
     ended as Locust does ("Gave up waiting for workers to connect", exit status 1) with no results at all
     (8 s: time enough for the one worker to connect on a busy machine).
-    Now: one line and the blocked results saying 1 of 2 workers connected and that no request was sent,
+    Now: one line and the blocked results saying 1 of 2 workers connected and that no load was sent,
     exit status 2; the worker that did connect is told to quit."""
     out = tmp_path / "r.json"
     port = str(free_port())
@@ -255,7 +257,7 @@ def test_expect_workers_max_wait_running_out_writes_blocked_results_with_expecte
     reason = "gave up waiting for workers after --expect-workers-max-wait 8 s: 1 of 2 expected workers connected"
     lines = [line for line in stderr.splitlines() if line.startswith(f"llmload: {reason}")]
     assert len(lines) == 1, stderr[-3000:]
-    assert lines[0].endswith("or lower --expect-workers; no request was sent")
+    assert lines[0].endswith("or lower --expect-workers; no load was sent")
     results = _blocked(out, stdout)
     assert results["blocked"].startswith(reason)
     assert results["verdict"].startswith(f"BLOCKED before load: {reason}")

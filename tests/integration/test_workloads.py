@@ -261,6 +261,7 @@ def test_bc17_tokenizer_name_not_local_stops_before_load_without_hub_request(tmp
     assert proc.returncode == 2
     assert (
         'cannot load tokenizer "my-model": not a local path and hub access is disabled; '
+        "add --allow-download to fetch it from the Hugging Face hub, "
         "pass --tokenizer PATH or rely on server-reported usage"
     ) in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -343,7 +343,7 @@ def test_p5_blocked_run_exits_2_and_says_it_was_blocked_before_load():
     verdict = _verdict_of(blocked='model "other" not served; available: m')
     assert verdict.exit_status == 2
     assert verdict.text == (
-        'BLOCKED before load: model "other" not served; available: m; no request was sent; exit status 2'
+        'BLOCKED before load: model "other" not served; available: m; no load was sent; exit status 2'
     )
 
 

@@ -64,6 +64,7 @@ def test_load_tokenizer_unknown_name_offline_names_the_fix():
         load_tokenizer("my-model")
     assert str(info.value) == (
         'cannot load tokenizer "my-model": not a local path and hub access is disabled; '
+        "add --allow-download to fetch it from the Hugging Face hub, "
         "pass --tokenizer PATH or rely on server-reported usage"
     )
 
