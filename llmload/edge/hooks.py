@@ -204,6 +204,10 @@ def _install_interrupter(environment: Environment, runtime: Runtime) -> Interrup
     interrupter.install()
     runtime.interrupt_main = interrupter.forward
     environment.events.test_start.add_listener(lambda **_kw: interrupter.load_started())
+    options = environment.parsed_options
+    if not (options is not None and getattr(options, "headless", False)):
+        # the web UI (or a worker) outlives the run's stop: a Ctrl-C that came during it ends the process now
+        environment.events.test_stop.add_listener(lambda **_kw: interrupter.stopped())
     return interrupter
 
 

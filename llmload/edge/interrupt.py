@@ -13,7 +13,10 @@ cancelled, collects final reports and writes the results).
 
 A second Ctrl-C while the run is already stopping is logged and ignored, so
 it cannot cut the collection of final reports short (the stop is bounded by
-``--stop-timeout`` + 30 s; SIGKILL still ends the process at once).
+``--stop-timeout`` + 30 s; SIGKILL still ends the process at once). A process
+that outlives its run's stop (the web UI, a worker) keeps a Ctrl-C that came
+during the stop and quits once the stop is complete (``stopped``): the user
+asked the process to end, and the stop was only in the way.
 
 Before load, Locust handles neither signal: its SIGTERM handler is installed
 only once a headless master has all its workers, so SIGTERM during preflight
@@ -72,6 +75,7 @@ class Interrupter:
         self._watcher: Any = None
         self._sigterm: Any = None
         self.forwarded = False
+        self.pending: str | None = None
         self.signal_name: str | None = None
         self.before_load: Callable[[str], bool] | None = None
 
@@ -105,14 +109,32 @@ class Interrupter:
 
     def on_signal(self, name: str = "Ctrl-C") -> None:
         """SIGINT (or a guarded SIGTERM) arrived: stop the run once; ignore repeats while it stops."""
-        if self.forwarded or self._stopping():
+        if self.forwarded:
             log.info("llmload: %s: already stopping (collecting final reports); SIGKILL ends at once", name)
+            return
+        if self._stopping():
+            if self.pending is None:
+                self.pending = name
+                log.info(
+                    "llmload: %s: the run is stopping (collecting final reports); the process ends once it has "
+                    "stopped (SIGKILL ends at once)",
+                    name,
+                )
             return
         self.signal_name = name
         if self.before_load is not None and self.before_load(name):
             self.forwarded = True  # handled: repeats change nothing
             return
         log.info("llmload: %s: stopping the run", name)
+        self.forward()
+
+    def stopped(self) -> None:
+        """The stop under way is complete (a process that outlives it): a Ctrl-C kept during it is delivered now."""
+        name, self.pending = self.pending, None
+        if name is None or self.forwarded:
+            return
+        self.signal_name = name
+        log.info("llmload: %s (during the stop): ending the process", name)
         self.forward()
 
     def forward(self) -> None:

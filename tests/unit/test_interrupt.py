@@ -28,6 +28,28 @@ def test_p1_interrupter_ignores_ctrl_c_while_a_stop_is_under_way():
     assert deliver.delivered == []
 
 
+def test_a_ctrl_c_during_a_stop_is_kept_and_delivered_once_the_stop_is_complete():
+    """Found by the new-user check: a Ctrl-C in the web UI while the run stopped was dropped; the process ran on."""
+    deliver = Recorder()
+    stopping = [True]
+    interrupter = Interrupter("main", stopping=lambda: stopping[0], deliver=deliver)
+    interrupter.on_signal()
+    interrupter.on_signal()  # a repeat during the same stop is the same request
+    assert deliver.delivered == []
+    stopping[0] = False
+    interrupter.stopped()
+    assert deliver.delivered == [("main", KeyboardInterrupt)]
+    interrupter.stopped()  # nothing kept any more
+    assert deliver.delivered == [("main", KeyboardInterrupt)]
+
+
+def test_a_stop_without_a_ctrl_c_during_it_delivers_nothing():
+    deliver = Recorder()
+    interrupter = Interrupter("main", stopping=lambda: False, deliver=deliver)
+    interrupter.stopped()
+    assert deliver.delivered == []
+
+
 def test_interrupter_sigterm_before_load_is_named_and_forwarded_like_ctrl_c():
     """Issue 24: SIGTERM during preflight killed the process (Locust's handler comes after init)."""
     deliver = Recorder()
