@@ -331,8 +331,8 @@ class ReplyAccumulator:
 
     Attributes:
         token_times_s: arrival of every token-bearing delta.
-        pieces: generated text fragments, in order (joined only if a tokenizer needs
-            them); always empty when created with ``keep_text=False``.
+        pieces: generated text fragments, in order, each non-empty (joined only if
+            a tokenizer needs them); always empty when created with ``keep_text=False``.
         first_content_s: arrival of the first non-empty content/text; None if none.
         finish_reason, prompt_tokens, completion_tokens: last values seen; None if never sent.
         reasoning_tokens, cached_tokens: last usage details seen; None if never sent.

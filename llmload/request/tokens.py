@@ -357,7 +357,7 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
 
 
 def _above_text(pieces: Sequence[str], tokens: int) -> bool:
-    """True when ``tokens`` streamed tokens cannot fit in the streamed text ``pieces``.
+    """True when ``tokens`` streamed tokens cannot fit in the streamed text ``pieces`` (each non-empty).
 
     Every generated token carries at least one byte of text, except special
     tokens; one of those (the end-of-sequence token some servers count) is
@@ -369,7 +369,7 @@ def _above_text(pieces: Sequence[str], tokens: int) -> bool:
     """
     if tokens <= 1:
         return False
-    if len(pieces) + 1 >= tokens and all(pieces):  # one character at least per piece: no need to count them
+    if len(pieces) + 1 >= tokens:  # each piece holds a character at least: no need to count them
         return False
     chars = len("".join(pieces))
     if chars + 1 >= tokens:

@@ -167,6 +167,7 @@ def test_reply_reader_fails_only_as_a_stream_error(objs):
         outcome = failure.outcome
     assert outcome in (None, Outcome.SERVER_ERROR, Outcome.STREAM_ERROR)
     assert outcome is not None or reader.acc.done
+    assert all(reader.acc.pieces)  # every kept piece holds text (the usage-above-text check counts on it)
 
 
 @st.composite
