@@ -253,8 +253,7 @@ class ReplyReader:
                 return
         end = data.rfind(_EVENT_END) + 2
         if end > start:  # whole events: data[start:end] begins and ends at event boundaries
-            whole = data if start == 0 and end == len(data) else data[start:end]  # the usual read: no copy
-            block = whole.decode("utf-8", "replace")
+            block = data[start:end].decode("utf-8", "replace")
             run = template.split_run(block)
             if run is None:
                 self._events(decoder.feed_text(block), t)
