@@ -96,9 +96,8 @@ class DeltaTemplate:
         self.event_tail = suffix + "\n\n"
         self.separator = suffix + "\n\ndata: " + prefix
         self._head_chars, self._tail_chars = len(self.event_head), len(self.event_tail)
-        self._one_event_chars = (
-            self._head_chars + self._tail_chars + _ONE_EVENT_TEXT_CHARS
-        )  # longest block of one event
+        # the longest block that may be one event (split_run's shortcut)
+        self._one_event_chars = self._head_chars + self._tail_chars + _ONE_EVENT_TEXT_CHARS
 
     @classmethod
     def learn(cls, payload: str, obj: Any, delta: ChunkDelta, scan: Scan) -> DeltaTemplate | None:
