@@ -276,7 +276,13 @@ class LatencyHistogram:
         low_s = min(values)
         if total_s < _INF and low_s >= 0.0:  # every value finite and >= 0 (a NaN makes the sum NaN)
             # Whole-batch path, in C: bucket indices counted at once, then merged into the bins.
-            timed = values if low_s >= ZERO_THRESHOLD_S else [v for v in values if v >= ZERO_THRESHOLD_S]
+            timed = values
+            if low_s < ZERO_THRESHOLD_S:
+                # Exact zeros (the ITL gaps between events of one read) drop out in C; any other value
+                # below the threshold (sub-ns) is left for the comprehension.
+                timed = list(filter(None, values))
+                if timed and min(timed) < ZERO_THRESHOLD_S:
+                    timed = [v for v in timed if v >= ZERO_THRESHOLD_S]
             bins = self._bins
             get = bins.get
             for index, n in Counter(map(math.ceil, map(mul, map(math.log, timed), repeat(_INV_LOG_GAMMA)))).items():

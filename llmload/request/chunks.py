@@ -107,19 +107,30 @@ def parse_chunk(obj: Any) -> ChunkDelta:
 
 
 _PLAIN_DELTA_KEYS = frozenset({"content", "role"})
+_PLAIN_USAGE_KEYS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
 
 
 def _plain_chunk(obj: Any) -> ChunkDelta | None:
-    """``parse_any_chunk(obj)`` for the shape nearly every chunk has, else None (pure, never raises).
+    """``parse_any_chunk(obj)`` for the shapes nearly every chunk has, else None (pure, never raises).
 
-    The shape: no ``usage``, one choice without ``logprobs``, whose text is a
+    The shapes: no ``usage``, one choice without ``logprobs``, whose text is a
     string or null: a completions ``text``, or a chat ``delta`` holding only
-    ``content`` and ``role``. What servers send on every token of the slow
-    path (first, finish and unlearned chunks) costs a third of the general read.
+    ``content`` and ``role``; and the final usage chunk, ``"choices": []``
+    with a ``usage`` of integer prompt and completion counts and no details.
+    What servers send on every token of the slow path (first, finish and
+    unlearned chunks) costs a third of the general read.
     """
-    if type(obj) is not dict or obj.get("usage") is not None:
+    if type(obj) is not dict:
         return None
+    usage = obj.get("usage")
     choices = obj.get("choices")
+    if usage is not None:
+        if type(usage) is not dict or choices != [] or not usage.keys() <= _PLAIN_USAGE_KEYS:
+            return None
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if type(prompt) is not int or type(completion) is not int or prompt < 0 or completion < 0:
+            return None
+        return ChunkDelta("", False, False, None, prompt, completion)
     if type(choices) is not list or len(choices) != 1:
         return None
     choice = choices[0]
@@ -347,8 +358,8 @@ class ReplyAccumulator:
 
     Attributes:
         token_times_s: arrival of every token-bearing delta.
-        pieces: generated text fragments, in order (joined only if a tokenizer needs
-            them); always empty when created with ``keep_text=False``.
+        pieces: generated text fragments, in order, each non-empty (joined only if
+            a tokenizer needs them); always empty when created with ``keep_text=False``.
         first_content_s: arrival of the first non-empty content/text; None if none.
         finish_reason, prompt_tokens, completion_tokens: last values seen; None if never sent.
         reasoning_tokens, cached_tokens: last usage details seen; None if never sent.

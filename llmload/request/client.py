@@ -74,7 +74,7 @@ from llmload.request.failures import (
     classify_status,
     parse_retry_after,
 )
-from llmload.request.finish import abnormal_finish_category
+from llmload.request.finish import abnormal_finish_category, is_normal_finish
 from llmload.request.payloads import LLMRequest
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource, UsageNote
 from llmload.request.seen import StreamSeen
@@ -304,12 +304,12 @@ class StreamingClient:
             if seen is not None and failure.outcome is not Outcome.SERVER_ERROR:  # the server's own words suffice
                 message = f"{message.rstrip('. ')}; {seen.describe()}"
             return _fail(record, failure.outcome, failure.category, message, end_s, status=failure.status)
-        if record.error is None:
-            _check_finish(record)
+        if record.error is None and not is_normal_finish(record.finish_reason):
+            _fail_finish(record)
         if record.error is None and request.endpoint != "embeddings":  # embeddings generate nothing
             _check_empty(record)
-        if record.error is None and request.endpoint != "embeddings":
-            _check_degenerate(record, self._pieces, request, self._same_text)
+            if record.error is None:
+                _check_degenerate(record, self._pieces, request, self._same_text)
         self._pieces = []
         return record
 
@@ -610,7 +610,7 @@ def _fail(
     return record
 
 
-def _check_finish(record: RequestRecord) -> None:
+def _fail_finish(record: RequestRecord) -> None:
     """Fail a reply whose finish_reason is not a normal end (``llmload.request.finish``), even with [DONE]."""
     category = abnormal_finish_category(record.finish_reason)
     if category is None:
@@ -632,7 +632,6 @@ def _check_degenerate(
 ) -> None:
     """Fail a degenerate reply (``llmload.request.degenerate``): one token repeated, or the same text."""
     repeated = repeated_piece(pieces)
-    end_s = record.end_s if record.end_s is not None else 0.0
     if repeated is not None:
         piece, count, units = repeated
         _fail(
@@ -641,7 +640,7 @@ def _check_degenerate(
             DEGENERATE_REPEATED,
             f"degenerate output: {piece!r} makes {count} of the reply's {units} pieces; "
             f"text: {sample_of(''.join(pieces))!r}",
-            end_s,
+            record.end_s if record.end_s is not None else 0.0,
         )
         return
     events = len(pieces) if record.streamed else record.completion_tokens.value or 0  # a whole reply: its tokens
@@ -656,7 +655,7 @@ def _check_degenerate(
             DEGENERATE_SAME_TEXT,
             f"degenerate output: the same text as {same - 1} of this process's {SAME_TEXT_WINDOW} latest "
             f"replies, to different prompts; text: {sample_of(text)!r}",
-            end_s,
+            record.end_s if record.end_s is not None else 0.0,
         )
 
 

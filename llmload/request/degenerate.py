@@ -75,17 +75,31 @@ def repeated_piece(pieces: Sequence[str]) -> tuple[str, int, int] | None:
     n = len(units)
     if n < MIN_REPEAT_UNITS:
         return None
-    probes = [units[i] for i in (1, n // 4, n // 2, (3 * n) // 4, n - 1)]
-    for j, piece in enumerate(probes):
-        if piece in probes[j + 1 :]:  # a piece with a 90 % share is at two probes or more
+    probes = (units[1], units[n // 4], units[n // 2], units[(3 * n) // 4], units[n - 1])
+    if len(set(probes)) == len(probes):
+        return None  # a healthy reply: five different pieces (one set, no scan)
+    for piece in probes:
+        if probes.count(piece) > 1:  # a piece with a 90 % share is at two probes or more; the first such
             count = units.count(piece)
             return (piece, count, n) if count >= REPEAT_SHARE * n else None
-    return None
+    return None  # unreachable: the set above found two probes alike
 
 
 def sample_of(text: str) -> str:
     """The first ``SAMPLE_CHARS`` characters of ``text`` (with "…" when cut), as a bounded sample."""
     return text if len(text) <= SAMPLE_CHARS else text[:SAMPLE_CHARS] + "…"
+
+
+class _Window:
+    """The latest replies of one (endpoint, model): (text hash, prompt hash) pairs, oldest first."""
+
+    __slots__ = ("last_prompt", "prompt_run", "recent", "texts")
+
+    def __init__(self) -> None:
+        self.recent: deque[tuple[int, int]] = deque()
+        self.texts: dict[int, int] = {}  # text hash -> replies of the window with that text
+        self.last_prompt = 0  # the prompt hash of the latest reply
+        self.prompt_run = 0  # how many of the latest replies, in a row, answered that prompt
 
 
 class SameTextWatch:
@@ -99,7 +113,7 @@ class SameTextWatch:
 
     def __init__(self) -> None:
         """A watch that has seen nothing."""
-        self._recent: dict[tuple[str, str], tuple[deque[tuple[int, int]], dict[int, int]]] = {}
+        self._recent: dict[tuple[str, str], _Window] = {}
 
     def repeats(self, key: tuple[str, str], text: str, prompt: str) -> int | None:
         """Note a successful reply; return how many of the window share its text if the same-text rule holds, else None.
@@ -109,11 +123,11 @@ class SameTextWatch:
         ``MIN_SAME_TEXT_PIECES`` token events should not be passed (the caller
         knows the count).
         """
-        slot = self._recent.get(key)
-        if slot is None:
-            slot = self._recent[key] = (deque(), {})
-        recent, counts = slot
-        text_hash = hash(text)
+        window = self._recent.get(key)
+        if window is None:
+            window = self._recent[key] = _Window()
+        recent, counts = window.recent, window.texts
+        text_hash, prompt_hash = hash(text), hash(prompt)
         if len(recent) == SAME_TEXT_WINDOW:
             old, _ = recent.popleft()
             left = counts[old] - 1
@@ -121,9 +135,15 @@ class SameTextWatch:
                 counts[old] = left
             else:
                 del counts[old]
-        recent.append((text_hash, hash(prompt)))
+        recent.append((text_hash, prompt_hash))
+        if prompt_hash == window.last_prompt:
+            window.prompt_run += 1
+        else:
+            window.last_prompt, window.prompt_run = prompt_hash, 1
         same = counts[text_hash] = counts.get(text_hash, 0) + 1
         if same < MIN_SAME_TEXT_REPLIES or same < SAME_TEXT_SHARE * len(recent):
             return None
+        if window.prompt_run >= len(recent):
+            return None  # every reply of the window answered one prompt (the common case of a fixed prompt)
         first_prompt = next(p for t, p in recent if t == text_hash)
         return same if any(t == text_hash and p != first_prompt for t, p in recent) else None

@@ -41,6 +41,8 @@ _LABEL = re.compile(r"[a-z0-9_.:-]{1,32}")
 
 def finish_label(reason: str) -> str:
     """The bounded label ``reason`` is counted under: lower-cased if short and label-safe, else ``OTHER_REASON``."""
+    if reason in NORMAL_FINISH_REASONS:
+        return reason  # already lower-case and label-safe (the usual reply: one set look-up)
     label = reason.strip().lower()
     return label if _LABEL.fullmatch(label) else OTHER_REASON
 
@@ -51,7 +53,7 @@ def is_normal_finish(reason: str | None) -> bool:
     None and an empty string (some gateways write ``""`` for "not finished")
     name no reason, so they are no verdict: the reply is judged by its content.
     """
-    if reason is None:
+    if reason is None or reason in NORMAL_FINISH_REASONS:
         return True
     label = reason.strip().lower()
     return not label or label in NORMAL_FINISH_REASONS

@@ -77,7 +77,17 @@ class DeltaTemplate:
     learned delta with text ``X``.
     """
 
-    __slots__ = ("event_head", "event_tail", "has_content", "prefix", "separator", "suffix")
+    __slots__ = (
+        "_head_chars",
+        "_one_event_chars",
+        "_tail_chars",
+        "event_head",
+        "event_tail",
+        "has_content",
+        "prefix",
+        "separator",
+        "suffix",
+    )
 
     def __init__(self, prefix: str, suffix: str, *, has_content: bool) -> None:
         """Surroundings ``prefix``/``suffix``; ``has_content``: the text is content (not reasoning)."""
@@ -85,6 +95,9 @@ class DeltaTemplate:
         self.event_head = "data: " + prefix
         self.event_tail = suffix + "\n\n"
         self.separator = suffix + "\n\ndata: " + prefix
+        self._head_chars, self._tail_chars = len(self.event_head), len(self.event_tail)
+        # the longest block that may be one event (split_run's shortcut)
+        self._one_event_chars = self._head_chars + self._tail_chars + _ONE_EVENT_TEXT_CHARS
 
     @classmethod
     def learn(cls, payload: str, obj: Any, delta: ChunkDelta, scan: Scan) -> DeltaTemplate | None:
@@ -141,17 +154,18 @@ class DeltaTemplate:
         # One event (the usual read): the suffix opens with a quote and plain text has none, so this
         # is the result of the split below, without it. Longer blocks (several events) skip the check.
         tail = self.event_tail
-        if len(block) - len(head) - len(tail) <= _ONE_EVENT_TEXT_CHARS and block.endswith(tail):
-            text = block[len(head) : len(block) - len(tail)]
+        size = len(block)
+        if size <= self._one_event_chars and block.endswith(tail):
+            text = block[self._head_chars : size - self._tail_chars]
             if text and '"' not in text and "\\" not in text and text.isprintable():
                 return [text], ""
         separator = self.separator
-        texts = block[len(head) :].split(separator)
+        texts = block[self._head_chars :].split(separator)
         last = texts[-1]
-        end = last.find(self.event_tail)
+        end = last.find(tail)
         if end > 0:
             texts[-1] = last[:end]
-            rest = last[end + len(self.event_tail) :]
+            rest = last[end + self._tail_chars :]
             joined = "".join(texts)  # one pass over every text instead of four per text
             if all(texts) and '"' not in joined and "\\" not in joined and joined.isprintable():
                 return texts, rest

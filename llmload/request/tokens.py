@@ -367,17 +367,21 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
 
 
 def _above_text(pieces: Sequence[str], tokens: int) -> bool:
-    """True when ``tokens`` streamed tokens cannot fit in the streamed text ``pieces``.
+    """True when ``tokens`` streamed tokens cannot fit in the streamed text ``pieces`` (each non-empty).
 
     Every generated token carries at least one byte of text, except special
     tokens; one of those (the end-of-sequence token some servers count) is
     allowed. So more tokens than the text's UTF-8 bytes plus one were not all
-    streamed. Once per reply: characters are summed first (a character is at
-    least one byte), and the text is encoded only when they are too few.
+    streamed. Once per reply, cheapest first: no more tokens than non-empty
+    pieces (the usual reply, one token per event) fit at once; then the
+    characters are counted (a character is at least one byte; one join in C)
+    and the text is encoded only when they are too few.
     """
     if tokens <= 1:
         return False
-    chars = sum(map(len, pieces))
+    if len(pieces) + 1 >= tokens:  # each piece holds a character at least: no need to count them
+        return False
+    chars = len("".join(pieces))
     if chars + 1 >= tokens:
         return False
     return sum(len(p.encode("utf-8", "surrogatepass")) for p in pieces) + 1 < tokens

@@ -167,6 +167,7 @@ def test_reply_reader_fails_only_as_a_stream_error(objs):
         outcome = failure.outcome
     assert outcome in (None, Outcome.SERVER_ERROR, Outcome.STREAM_ERROR)
     assert outcome is not None or reader.acc.done
+    assert all(reader.acc.pieces)  # every kept piece holds text (the usage-above-text check counts on it)
 
 
 @st.composite
@@ -196,7 +197,46 @@ def plain_chunks(draw: st.DrawFn) -> Any:
     return obj
 
 
-@given(plain_chunks() | chunks())
+@st.composite
+def usage_chunks(draw: st.DrawFn) -> Any:
+    """The final usage chunk parse_chunk takes a shortcut for (no choices, integer counts), or it with one change."""
+    count = st.integers(min_value=0, max_value=10**6)
+    usage: dict[str, Any] = {"prompt_tokens": draw(count), "completion_tokens": draw(count)}
+    if draw(st.booleans()):
+        usage["total_tokens"] = draw(count | JSON)
+    change = draw(st.sampled_from(["none", "value", "drop", "extra"]))
+    key = draw(st.sampled_from(["prompt_tokens", "completion_tokens"]))
+    if change == "value":
+        usage[key] = draw(st.integers(min_value=-2, max_value=-1) | st.none() | st.booleans() | st.just(3.0) | JSON)
+    elif change == "drop":
+        del usage[key]
+    elif change == "extra":
+        extra = [
+            "input_tokens",
+            "output_tokens",
+            "reasoning_tokens",
+            "prompt_cache_hit_tokens",
+            "cache_read_input_tokens",
+        ]
+        details = [
+            "prompt_tokens_details",
+            "completion_tokens_details",
+            "input_tokens_details",
+            "output_tokens_details",
+        ]
+        name = draw(st.sampled_from(extra + details))
+        detail = st.fixed_dictionaries({}, optional={"cached_tokens": count, "reasoning_tokens": count})
+        usage[name] = draw(st.none() | count | detail | JSON)
+    obj: dict[str, Any] = {"id": "c1", "usage": usage if draw(st.integers(0, 9)) else draw(JSON)}
+    choices = draw(st.sampled_from(["empty", "empty", "absent", "one"]))
+    if choices == "empty":
+        obj["choices"] = []
+    elif choices == "one":
+        obj["choices"] = [{"index": 0, "text": draw(st.text(max_size=3)), "finish_reason": None}]
+    return obj
+
+
+@given(plain_chunks() | usage_chunks() | chunks())
 def test_parse_chunk_equals_the_general_read_on_every_shape(obj):
     """The shortcut for plain chunks gives exactly what the general read gives, or the same error."""
     try:

@@ -79,3 +79,16 @@ def test_degenerate_same_text_is_per_endpoint_and_model():
         watch.repeats(("chat", "m"), "same", f"p{i}")
     assert watch.repeats(("chat", "other"), "same", "p9") is None
     assert watch.repeats(("chat", "m"), "same", "p9") == 5
+
+
+def test_degenerate_same_text_sees_a_second_prompt_only_while_it_is_in_the_window():
+    """One reply to another prompt makes the run of one prompt's replies degenerate, until it leaves the window."""
+    watch = SameTextWatch()
+    assert watch.repeats(KEY, "same", "the other prompt") is None
+    results = [watch.repeats(KEY, "same", "the prompt") for _ in range(SAME_TEXT_WINDOW * 2)]
+    assert results[: MIN_SAME_TEXT_REPLIES - 2] == [None] * (MIN_SAME_TEXT_REPLIES - 2)
+    # the other prompt's reply is the window's oldest until SAME_TEXT_WINDOW replies came after it
+    assert results[MIN_SAME_TEXT_REPLIES - 2 : SAME_TEXT_WINDOW - 1] == list(
+        range(MIN_SAME_TEXT_REPLIES, SAME_TEXT_WINDOW + 1)
+    )
+    assert results[SAME_TEXT_WINDOW - 1 :] == [None] * (SAME_TEXT_WINDOW + 1)

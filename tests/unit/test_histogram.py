@@ -154,6 +154,26 @@ def test_histogram_add_many_equals_repeated_add() -> None:
     assert abs(batch.sum_ns - one_by_one.sum_ns) <= len(values)  # per-add vs per-batch ns rounding
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        [0.0, 0.001, 0.0, 0.0, 0.002],  # ITL gaps of events that came in one read
+        [0.0, -0.0, 0.003, 5e-10, 0.0],  # a sub-ns gap and a negative zero: the zero bucket too
+        [0.0, 0.0, 0.0],
+        [5e-10, 0.004],
+    ],
+)
+def test_histogram_add_many_equals_repeated_add_around_zero(values: list[float]) -> None:
+    one_by_one = LatencyHistogram.empty()
+    for value in values:
+        one_by_one.add(value)
+    batch = _filled(values)
+    assert batch.buckets() == one_by_one.buckets()
+    assert (batch.count, batch.min, batch.max) == (one_by_one.count, one_by_one.min, one_by_one.max)
+    assert abs(batch.sum_ns - one_by_one.sum_ns) <= 1  # per-add vs per-batch ns rounding
+    assert [batch.quantile(q) for q in (0.0, 0.5, 1.0)] == [one_by_one.quantile(q) for q in (0.0, 0.5, 1.0)]
+
+
 def test_histogram_quantile_rejects_q_outside_unit_interval() -> None:
     hist = _filled([0.1])
     with pytest.raises(ValueError, match=r"within \[0, 1\], got 99"):
