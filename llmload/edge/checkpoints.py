@@ -90,6 +90,7 @@ def run_outcome(
         checkpoint_at_s=checkpoint_at_s,
         drift=drift,
         worker_clocks=dict(runtime.worker_clocks) if isinstance(runner, MasterRunner) else {},
+        stopped_by=runtime.stopped_by,
     )
 
 

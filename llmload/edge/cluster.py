@@ -245,6 +245,7 @@ def _start_master_or_local(environment: Environment) -> None:
     runtime.cpu_saturated_s = 0.0
     runtime.send_figures_by_process = {}
     runtime.reset_at_unix = None  # Locust clears its statistics at a new run too
+    runtime.stopped_by = None
     try:
         prepare(environment, runtime)
     except LLMLoadError as exc:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from locust import events as locust_events
 from locust.env import Environment
 from locust.event import Events
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
 import contextlib
 import dataclasses
@@ -200,7 +200,11 @@ def _install_interrupter(environment: Environment, runtime: Runtime) -> Interrup
     """
     if threading.current_thread() is not threading.main_thread() or gevent.getcurrent().parent is not None:
         return None
-    interrupter = Interrupter(gevent.getcurrent(), stopping=lambda: runtime.stopping)
+    interrupter = Interrupter(
+        gevent.getcurrent(),
+        stopping=lambda: runtime.stopping,
+        noted=lambda name: _note_stop(environment, runtime, name),
+    )
     interrupter.install()
     runtime.interrupt_main = interrupter.forward
     environment.events.test_start.add_listener(lambda **_kw: interrupter.load_started())
@@ -209,6 +213,13 @@ def _install_interrupter(environment: Environment, runtime: Runtime) -> Interrup
         # the web UI (or a worker) outlives the run's stop: a Ctrl-C that came during it ends the process now
         environment.events.test_stop.add_listener(lambda **_kw: interrupter.stopped())
     return interrupter
+
+
+def _note_stop(environment: Environment, runtime: Runtime, signal_name: str) -> None:
+    """A signal stops a run that sends load: its results say so (``run.stopped_by``); between runs, nothing."""
+    runner = environment.runner
+    if runner is not None and runner.state in (STATE_SPAWNING, STATE_RUNNING):
+        runtime.stopped_by = signal_name
 
 
 def interrupted_in_preflight(signal_name: str) -> str:

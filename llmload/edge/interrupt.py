@@ -53,6 +53,7 @@ class Interrupter:
             then changes nothing.
         deliver: raises an exception in a greenlet asynchronously (default
             ``gevent.hub.kill``; tests pass a recorder).
+        noted: called with the signal's name when a signal stops a running run (the results say so).
 
     Attributes:
         signal_name: the signal that stopped the run as a user names it
@@ -67,11 +68,13 @@ class Interrupter:
         *,
         stopping: Callable[[], bool] = lambda: False,
         deliver: Callable[[Any, BaseException | type[BaseException]], None] = gevent.hub.kill,
+        noted: Callable[[str], None] | None = None,
     ) -> None:
         """Create an interrupter for ``main``; nothing is installed until ``install``."""
         self._main = main
         self._stopping = stopping
         self._deliver = deliver
+        self._noted = noted
         self._watcher: Any = None
         self._sigterm: Any = None
         self.forwarded = False
@@ -126,6 +129,7 @@ class Interrupter:
             self.forwarded = True  # handled: repeats change nothing
             return
         log.info("llmload: %s: stopping the run", name)
+        self._note(name)
         self.forward()
 
     def stopped(self) -> None:
@@ -136,6 +140,10 @@ class Interrupter:
         self.signal_name = name
         log.info("llmload: %s (during the stop): ending the process", name)
         self.forward()
+
+    def _note(self, name: str) -> None:
+        if self._noted is not None:
+            self._noted(name)
 
     def forward(self) -> None:
         """Deliver one ``KeyboardInterrupt`` to the main greenlet (asynchronously); later calls do nothing."""

@@ -271,6 +271,7 @@ class Runtime:
         interrupt_main: hands a Ctrl-C to Locust's main greenlet (``llmload.edge.interrupt``);
             None outside a Locust process.
         stopping: a stop is under way (a further Ctrl-C is ignored).
+        stopped_by: the signal that stopped the current run before its end (``"Ctrl-C"``), None = none.
         ended_run_id: the run this process has ended (``end_run``); Locust may still
             start users for it (late spawn messages), and they send nothing.
         share_from_master: worker: its own share of the run, as the master sent it
@@ -302,6 +303,7 @@ class Runtime:
     # stopping: SIGINT goes to interrupt_main; stopping is True while a stop is under way
     interrupt_main: Callable[[], None] | None = None
     stopping: bool = False
+    stopped_by: str | None = None  # the signal that stopped the current run early ("Ctrl-C"), None = not one
     faults_reported: set[str] = field(default_factory=set)  # causes of skipped requests already logged
     ended_run_id: str = ""
     share_from_master: ShareMessage | None = None

@@ -132,6 +132,8 @@ class RunOutcome:
             (``llmload.settings.thresholds.Breach.as_dict``), or None.
         checkpoint_at_s: a checkpoint taken this many seconds into a run still going (a partial
             document, no verdict); None for the run's end.
+        stopped_by: the signal that stopped the run before its end (``"Ctrl-C"``), or None when it
+            ended by itself (``-t``, ``--num-requests``, a trace's end, the web UI's STOP).
     """
 
     stats: LLMStats
@@ -154,6 +156,7 @@ class RunOutcome:
     server_warnings: tuple[str, ...] = ()
     aborted: Mapping[str, Any] | None = None
     checkpoint_at_s: float | None = None
+    stopped_by: str | None = None
 
 
 def build_results(outcome: RunOutcome) -> dict[str, Any]:
@@ -188,6 +191,7 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
         "started_at_unix": outcome.started_at_unix,
         "workers_clock_offset_s": {w: c.offset_s for w, c in sorted(outcome.worker_clocks.items())},
         "workers_clock_offset_error_s": {w: c.error_s for w, c in sorted(outcome.worker_clocks.items())},
+        "stopped_by": outcome.stopped_by,
         "options": public_options(config),
     }
     total = stats.total()
@@ -312,10 +316,12 @@ def judge(results: dict[str, Any]) -> Verdict:
             f"FAILED: {failed}/{finished} requests failed (failure ratio {shown} > --max-failure-ratio "
             f"{shown_limit}); exit status 1",
         )
+    stopped_by = (results.get("run") or {}).get("stopped_by")
+    early = f"; stopped early by {stopped_by}" if stopped_by else ""
     return Verdict(
         0,
         f"PASSED: {succeeded}/{finished} requests succeeded (failure ratio {shown} <= --max-failure-ratio "
-        f"{shown_limit}); exit status 0",
+        f"{shown_limit}){early}; exit status 0",
     )
 
 

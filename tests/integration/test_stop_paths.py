@@ -152,7 +152,10 @@ def test_p1_sigint_mid_run_counts_every_request_the_simulator_received(tmp_path)
                 stdout, stderr = streams[name]
                 _no_traceback(stderr)
                 assert procs[name].returncode == 0, stderr[-3000:]
-                requests = json.loads(outs[name].read_text())["requests"]
+                results = json.loads(outs[name].read_text())
+                requests = results["requests"]
+                assert results["run"]["stopped_by"] == "Ctrl-C"  # not read as a run that ended by itself
+                assert "stopped early by Ctrl-C" in results["verdict"]
                 counts = Counts(
                     requests["succeeded"],
                     requests["failed"],

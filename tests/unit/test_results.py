@@ -134,6 +134,21 @@ def test_report_latency_section_in_seconds() -> None:
     assert latency["itl_kind"] == "token"
 
 
+def test_a_run_stopped_by_ctrl_c_says_so_in_its_results_and_verdict():
+    """Found by the new-user check: a -t 60s run stopped by Ctrl-C after 5 s read PASSED like a finished one."""
+    stats = stats_of(ok_record((0.1, 0.12, 0.14), end_s=0.15))
+    stopped = build_results(RunOutcome(stats, stopped_by="Ctrl-C"))
+    assert stopped["run"]["stopped_by"] == "Ctrl-C"
+    assert stopped["passed"] is True
+    assert stopped["verdict"] == (
+        "PASSED: 1/1 requests succeeded (failure ratio 0.0% <= --max-failure-ratio 1.0%); "
+        "stopped early by Ctrl-C; exit status 0"
+    )
+    ended = build_results(RunOutcome(stats))
+    assert ended["run"]["stopped_by"] is None
+    assert "stopped early" not in ended["verdict"]
+
+
 def test_report_run_and_schema() -> None:
     results = _results(_scenario())
     assert results["schema_version"] == SCHEMA_VERSION == 1
@@ -148,6 +163,7 @@ def test_report_run_and_schema() -> None:
         "started_at_unix": T0 - 1.0,
         "workers_clock_offset_s": {},
         "workers_clock_offset_error_s": {},
+        "stopped_by": None,
         "options": public_options(CONFIG),
     }
     assert results["run"]["options"]["max_tokens"] == 3
