@@ -466,7 +466,11 @@ def _on_test_stopped(environment: Environment, **_kw: Any) -> None:
 
 
 def _on_quit(environment: Environment, **_kw: Any) -> None:
+    """Headless: the summary, once, as the process ends (the web UI printed each run's at its stop)."""
     runtime: Runtime | None = getattr(environment, "llmload", None)
+    options = environment.parsed_options
+    if not (options is not None and getattr(options, "headless", False)):
+        return
     if runtime is not None and runtime.results is not None:
         _print_summary(runtime.results)
 

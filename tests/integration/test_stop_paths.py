@@ -214,12 +214,14 @@ def test_p1_web_ui_stop_counts_every_request(tmp_path):
         web_ui_stop(port, out)
         received = _settled(url)["/v1/chat/completions"]
         proc.send_signal(signal.SIGTERM)
-        _, stderr = _finish(proc)
+        stdout, stderr = _finish(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
         stop_sim(sim)
     _no_traceback(stderr)
+    # the run's summary once, at its STOP; not again when the process quits (found by the new-user check)
+    assert stdout.count(" llmload result ") == 1, stdout[-3000:]
     requests = json.loads(out.read_text())["requests"]
     assert requests["succeeded"] + requests["failed"] + requests["cancelled"] == received
     assert requests["succeeded"] >= 10
