@@ -94,6 +94,7 @@ def prepare(
     _check_endpoint_path(environment, config, host)
     _check_batch_size(environment, config)
     _check_users(environment, options)
+    _check_processes_port(environment, options)
     for flag, path in (
         ("--results-json", config.results_json),
         ("--html-report", config.html_report),
@@ -251,6 +252,24 @@ def _check_users(environment: Environment, options: argparse.Namespace | None) -
         raise ConfigError(
             f"-u {users} starts no user, so no request would be sent; pass -u N with N >= 1 "
             "(each user keeps one request in flight), e.g. -u 32"
+        )
+
+
+def _check_processes_port(environment: Environment, options: argparse.Namespace | None) -> None:
+    """A ``--processes`` master bound to another port than its workers dial: refused, not a run that never starts.
+
+    Locust's forked workers connect to ``--master-port`` (default 5557), not to ``--master-bind-port``.
+
+    Raises:
+        ConfigError: the two ports differ on a master that forks its own workers.
+    """
+    if not isinstance(environment.runner, MasterRunner) or not getattr(options, "processes", None):
+        return
+    bind, dial = getattr(options, "master_bind_port", None), getattr(options, "master_port", None)
+    if bind is not None and dial is not None and int(bind) != int(dial):
+        raise ConfigError(
+            f"--processes with --master-bind-port {bind}: the forked workers connect to --master-port {dial}, "
+            f"so none would join; pass --master-port {bind} too"
         )
 
 

@@ -127,13 +127,19 @@ def test_signal_during_a_preflight_that_hangs_prints_one_line_writes_blocked_res
         ),
         # -u 0 idled to -t and then failed "no request finished": refused before load instead
         ("no users", ["-u", "0"], "-u 0 starts no user, so no request would be sent; pass -u N with N >= 1"),
+        # Locust's forked workers dial --master-port: a master bound elsewhere waited for ever, START said success
+        (
+            "processes on another port",
+            ["--processes", "2", "--master-bind-host", "127.0.0.1", "--master-bind-port", "PORT"],
+            "the forked workers connect to --master-port 5557, so none would join; pass --master-port",
+        ),
     ],
 )
 def test_headless_run_blocked_at_init_writes_blocked_results_with_the_reason(tmp_path, case, extra, reason):
     out = tmp_path / "nested" / "r.json"
     with ScriptedServer(lambda _request: json_reply(200, _MODELS)) as server:
         host = f"http://127.0.0.1:{free_port()}" if "DEAD" in extra else server.base_url
-        args = [a for a in extra if a not in ("-H", "DEAD")]
+        args = [str(free_port()) if a == "PORT" else a for a in extra if a not in ("-H", "DEAD")]
         proc = run_locust(
             ["-f", "locustfiles/chat.py", "--headless", "-H", host, "-u", "2", "-r", "2", "--num-requests", "4",
              "--results-json", str(out), *args],
