@@ -38,7 +38,7 @@ def sessions_section(total: EndpointStats, config: RunConfig) -> dict[str, Any] 
     ended = total.sessions_completed + total.sessions_failed
     think = config.think_time
     return {
-        "turns_per_session": config.turns,
+        "turns_per_session": None if config.sessions else config.turns,  # a sessions file: each its own steps
         "think_time": think.describe() if think is not None else None,
         "session_header": config.session_header,
         "completed": total.sessions_completed,

@@ -81,6 +81,7 @@ def test_issue21_sessions_send_their_header_hold_think_times_and_report_turns(tm
     assert sessions["completed"] == 4
     assert sessions["failed"] == 0
     assert sessions["turns_completed_mean"] == 3
+    assert sessions["turns_per_session"] == 3
     assert sessions["session_header"] == "X-Session-ID"
     assert sessions["think_time"] == f"{THINK_S:g}"
     assert sessions["duration_s"]["count"] == 4
@@ -163,4 +164,5 @@ def test_issue21_agentic_session_file_sends_tool_turns_after_their_delays(tmp_pa
     assert support[1][1][1]["content"].startswith("I am sorry to hear that")
     sessions = json.loads(out.read_text())["sessions"]
     assert (sessions["completed"], sessions["failed"]) == (2, 0)
+    assert sessions["turns_per_session"] is None  # each session has its own steps (it read 1, --turns' default)
     assert [t["requests"] for t in sessions["turns"]] == [2, 2, 2, 1]
