@@ -24,6 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import gevent
@@ -196,6 +197,17 @@ def routed_fetch(urls: tuple[str, ...], proxies: Mapping[str, str], *, ignore: b
             ) from exc
 
     return fetch
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """One endpoint's answer to a scrape: its page (None when it failed: ``error``), when asked and when it came."""
+
+    url: str
+    text: str | None
+    began_s: float
+    ended_s: float
+    error: str | None
 
 
 class _Yield:
@@ -406,22 +418,28 @@ class ServerScraper:
             self._sink(index, columns)
 
     def _scrape_all(self, timeout_s: float, *, sample_gauges: bool = False) -> list[Reading]:
-        """Read every endpoint concurrently, all done within about ``timeout_s``; failures are counted."""
+        """Read every endpoint concurrently, all answered within about ``timeout_s``; failures are counted.
+
+        The bound is on the answers (the network and the server); each page is parsed after it,
+        unbounded, yielding to the event loop as it goes (a slow parse is this process's time, not
+        a late endpoint).
+        """
         began_s = self._elapsed_s()
         jobs = [gevent.spawn(self._read, e.url, timeout_s) for e in self._endpoints]
         gevent.joinall(jobs, timeout=self._round_bound_s(timeout_s))
         readings: list[Reading] = []
         for endpoint, job in zip(self._endpoints, jobs, strict=True):
-            result = job.value if job.successful() else None
+            answer = job.value if job.successful() else None
             if not job.ready():
                 job.kill(block=False)
-                result = None
-            if isinstance(result, Reading) and result.snapshot is not None:
+                answer = None
+            result = self._parsed(answer) if isinstance(answer, _Answer) else None
+            if result is not None and result.snapshot is not None:
                 endpoint.run.add(result.snapshot, sample_gauges=sample_gauges)
                 readings.append(result)
                 continue
             endpoint.failed_scrapes += 1
-            if isinstance(result, Reading):
+            if result is not None:
                 endpoint.error = result.error
                 readings.append(result)
             else:
@@ -430,23 +448,30 @@ class ServerScraper:
                 readings.append(Reading(endpoint.url, None, began_s + waited_s / 2, waited_s, endpoint.error))
         return readings
 
-    def _read(self, url: str, timeout_s: float) -> Reading:
+    def _read(self, url: str, timeout_s: float) -> _Answer:
+        """One endpoint's answer (bounded by ``timeout_s``), not yet parsed; timed at the answer."""
         headers = self._headers if url == self._auto_url else {}
         began_s = self._elapsed_s()
-        snapshot: ServerSnapshot | None = None
-        error = None
-        fetched_s: float | None = None
         try:
             text = self._fetch(url, headers, timeout_s)
-            fetched_s = self._elapsed_s()
-            snapshot = parse_snapshot(text, self._model, pause=_Yield(PARSE_SLICE_S))
         except gevent.Timeout:
-            error = f"no answer within {timeout_s:g} s"
+            return _Answer(url, None, began_s, self._elapsed_s(), f"no answer within {timeout_s:g} s")
         except urllib.error.HTTPError as exc:
-            error = f"HTTP {exc.code}"
+            return _Answer(url, None, began_s, self._elapsed_s(), f"HTTP {exc.code}")
         except OSError as exc:
-            error = fetch_failure(url, exc)
-        except (ServerMetricsError, UnicodeError) as exc:
-            error = str(exc) or type(exc).__name__
-        ended_s = self._elapsed_s() if fetched_s is None else fetched_s  # when the answer came, not the parse's end
-        return Reading(url, snapshot, (began_s + ended_s) / 2, ended_s - began_s, error)
+            return _Answer(url, None, began_s, self._elapsed_s(), fetch_failure(url, exc))
+        except UnicodeError as exc:
+            return _Answer(url, None, began_s, self._elapsed_s(), str(exc) or type(exc).__name__)
+        return _Answer(url, text, began_s, self._elapsed_s(), None)
+
+    def _parsed(self, answer: _Answer) -> Reading:
+        """The answer's page in the common vocabulary (``parse_snapshot``, paced), or its error."""
+        snapshot: ServerSnapshot | None = None
+        error = answer.error
+        if answer.text is not None:
+            try:
+                snapshot = parse_snapshot(answer.text, self._model, pause=_Yield(PARSE_SLICE_S))
+            except (ServerMetricsError, UnicodeError) as exc:
+                error = str(exc) or type(exc).__name__
+        began_s, ended_s = answer.began_s, answer.ended_s
+        return Reading(answer.url, snapshot, (began_s + ended_s) / 2, ended_s - began_s, error)

@@ -27,6 +27,9 @@ SIM = ("--decode-step-ms", "4", "--output-len-mean", "16", "--stall-rate", "1", 
 FAULTS_AFTER_S = 12
 
 
+# Timing: the last stretch's p99 is judged only over 100+ requests, which a traced client and simulator
+# (coverage) did not always reach in the run's 22 s (93 of 100 once on 2 cores); run without tracing.
+@pytest.mark.timing
 def test_drift_of_a_server_that_slows_down_mid_run_is_flagged(tmp_path):
     out = tmp_path / "r.json"
     url, sim = start_sim(*SIM, "--faults-after", str(FAULTS_AFTER_S))
