@@ -168,7 +168,8 @@ def test_llm_tab_shows_the_summary_figures_verdict_and_downloads(tmp_path: Path)
         assert "extended_tabs" in page
         assert "llmload/results.json" in page
         assert ui.swarm(max_tokens="6", max_failure_ratio="1")["success"] is True
-        ui.wait(lambda s: s["state"] == "stopped" and results.exists(), "the run to end")
+        # the final document, not the partial checkpoint written at the run's start
+        ui.wait(lambda s: s["state"] == "stopped" and final_results_written(results), "the run to end")
         stats = ui.wait(lambda s: any(r["item"] == "Verdict" for r in _tab(s, "llmload-run")), "the verdict row", 10)
         document = json.loads(results.read_text())
         (row,) = _tab(stats, "llmload")
