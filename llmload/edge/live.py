@@ -255,6 +255,7 @@ _TIMELINE_TICK_S = 0.5
 _LOCAL_GRACE_S = 0.1  # a single process counts each request as it finishes
 _REPORT_GRACE_EXTRA_S = 1.0  # beyond the workers' report interval
 _SCRAPE_WAIT_EXTRA_S = 0.25  # beyond a server read's bound
+_SCRAPE_PARSE_HOLD_S = 5.0  # an answered read whose page is still being parsed: its row waits at most this longer
 
 
 def start_timeline(
@@ -278,9 +279,17 @@ def start_timeline(
     else:
         grace_s = _LOCAL_GRACE_S
     scraper = runtime.server_scraper
-    # a row waits for its server read (bounded by the read's timeout), never the other way round
+    # a row waits for its server read (bounded by the read's timeout, then by the parse of its page),
+    # never the other way round
     extra_wait_s = 0.0 if scraper is None else scraper.periodic_timeout_s * 1.5 + _SCRAPE_WAIT_EXTRA_S
-    runtime.timeline = Timeline(config.timeseries_interval_s, grace_s, SERVER_COLUMNS, extra_wait_s)
+    runtime.timeline = Timeline(
+        config.timeseries_interval_s,
+        grace_s,
+        SERVER_COLUMNS,
+        extra_wait_s,
+        extra_pending=None if scraper is None else scraper.reading,
+        extra_hold_s=_SCRAPE_PARSE_HOLD_S,
+    )
     if scraper is not None:
         scraper.follow(runtime.timeline.add_extra, runtime.run_started_s)
     runtime.progress_finished = 0

@@ -51,7 +51,7 @@ total rows gives the run's totals exactly.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from llmload.aggregate.histogram import LatencyHistogram
@@ -281,30 +281,43 @@ class Timeline:
 
     Values read elsewhere for an interval (the server's metrics, read at its
     end) come through ``add_extra``; with ``extra_wait_s`` > 0 an interval
-    whose extra values have not come yet waits up to that much longer. Extra
+    whose extra values have not come yet waits up to that much longer. An
+    interval whose extra values are being read when that wait ends
+    (``extra_pending(index)`` is true: the server answered, its page is being
+    parsed) waits until they come, at most ``extra_hold_s`` longer still. Extra
     values that come after their interval was written make it late too
     (``late_extra_intervals``).
     """
 
     __slots__ = (
         "_extra",
+        "_extra_pending",
         "_gauges",
         "_late",
         "_late_extra",
         "_next",
         "extra_columns",
+        "extra_hold_s",
         "extra_wait_s",
         "grace_s",
         "interval_s",
     )
 
     def __init__(
-        self, interval_s: float, grace_s: float = 0.0, extra_columns: Sequence[str] = (), extra_wait_s: float = 0.0
+        self,
+        interval_s: float,
+        grace_s: float = 0.0,
+        extra_columns: Sequence[str] = (),
+        extra_wait_s: float = 0.0,
+        *,
+        extra_pending: Callable[[int], bool] | None = None,
+        extra_hold_s: float = 0.0,
     ) -> None:
         """Create a timeline with nothing written.
 
         Raises:
-            ValueError: ``interval_s`` is not a positive finite number, or ``grace_s`` or ``extra_wait_s`` is negative.
+            ValueError: ``interval_s`` is not a positive finite number, or ``grace_s``,
+                ``extra_wait_s`` or ``extra_hold_s`` is negative or infinite.
         """
         if not 0.0 < interval_s < math.inf:
             raise ValueError(f"--timeseries-interval must be a positive number of seconds, got {interval_s!r}")
@@ -312,9 +325,13 @@ class Timeline:
             raise ValueError(f"grace must be a finite number of seconds >= 0, got {grace_s!r}")
         if not 0.0 <= extra_wait_s < math.inf:
             raise ValueError(f"extra_wait_s must be a finite number of seconds >= 0, got {extra_wait_s!r}")
+        if not 0.0 <= extra_hold_s < math.inf:
+            raise ValueError(f"extra_hold_s must be a finite number of seconds >= 0, got {extra_hold_s!r}")
         self.interval_s = interval_s
         self.grace_s = grace_s
         self.extra_wait_s = extra_wait_s
+        self.extra_hold_s = extra_hold_s
+        self._extra_pending = extra_pending
         self.extra_columns = tuple(extra_columns)
         columns(self.extra_columns)
         self._next = 0
@@ -376,6 +393,13 @@ class Timeline:
             waited = int((now_s - self.grace_s - self.extra_wait_s) // self.interval_s)
             first_missing = next((i for i in range(max(self._next, waited), due) if i not in self._extra), due)
             due = max(waited, first_missing)
+            if self._extra_pending is not None and due > self._next:
+                held = int((now_s - self.grace_s - self.extra_wait_s - self.extra_hold_s) // self.interval_s)
+                first_pending = next(
+                    (i for i in range(max(self._next, held), due) if i not in self._extra and self._extra_pending(i)),
+                    due,
+                )
+                due = max(held, first_pending)
         if due <= self._next:
             return []
         gauges = self._all_gauges()

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import gevent
 import gevent.event
+import gevent.lock
 
 from llmload.errors import ConfigError, ServerMetricsError
 from llmload.servermetrics import (
@@ -280,6 +281,9 @@ class ServerScraper:
         self._clock = clock
         self._greenlet: gevent.Greenlet[[], None] | None = None
         self._round_under_way = gevent.event.Event()
+        self._round_index: int | None = None
+        # one round at a time: a RESET's read never interleaves a periodic one
+        self._reads = gevent.lock.BoundedSemaphore()
         self._round_ended = gevent.event.Event()
         self._sink: IntervalSink | None = None
         self.intervals = ServerIntervals()
@@ -291,6 +295,10 @@ class ServerScraper:
     def active(self) -> bool:
         """Whether any endpoint is still scraped."""
         return bool(self._endpoints)
+
+    def reading(self, index: int) -> bool:
+        """Whether interval ``index``'s periodic round is under way (its columns are still to come)."""
+        return self._round_index == index and self._round_under_way.is_set()
 
     def warnings(self) -> list[str]:
         """One line per URL given to ``--server-metrics`` (not ``auto``) that never answered Prometheus text."""
@@ -336,20 +344,23 @@ class ServerScraper:
     def restart(self) -> None:
         """RESET: the server's figures count from now, like the client's.
 
-        Every endpoint is read once more (bounded by ``periodic_timeout_s``);
-        that read is the new baseline of the run's deltas, gauges and histograms
-        and of the next interval's columns. The interval columns read so far are
-        dropped (the client's time series restarts at a RESET too).
+        Every endpoint is read once more (bounded by ``timeout_s``, like the read
+        before the load); that read is the new baseline of the run's deltas,
+        gauges and histograms and of the next interval's columns. The interval
+        columns read so far are dropped (the client's time series restarts at a
+        RESET too). A periodic round under way ends first: a page answered
+        before the RESET never becomes the new baseline.
         """
-        for endpoint in self._endpoints:
-            endpoint.run = ServerRun()
-            endpoint.failed_scrapes = 0
-            endpoint.error = None
-        readings = self._scrape_all(self.periodic_timeout_s)
-        for endpoint, reading in zip(self._endpoints, readings, strict=True):
-            endpoint.start_ok = reading.snapshot is not None
-        self.intervals = ServerIntervals()
-        self.intervals.baseline(readings)
+        with self._reads:
+            for endpoint in self._endpoints:
+                endpoint.run = ServerRun()
+                endpoint.failed_scrapes = 0
+                endpoint.error = None
+            readings = self._scrape_all(self._timeout_s)
+            for endpoint, reading in zip(self._endpoints, readings, strict=True):
+                endpoint.start_ok = reading.snapshot is not None
+            self.intervals = ServerIntervals()
+            self.intervals.baseline(readings)
 
     def finish(self, final_index: int | None = None) -> dict[str, object] | None:
         """Stop the periodic scrapes, read every endpoint once more, and return the ``server`` section.
@@ -368,10 +379,11 @@ class ServerScraper:
         if not self._endpoints:
             return None
         index = self._current_index() if final_index is None else final_index
-        readings = self._scrape_all(self._timeout_s)
-        for endpoint, reading in zip(self._endpoints, readings, strict=True):
-            endpoint.end_ok = reading.snapshot is not None
-        self._emit(index, readings)
+        with self._reads:  # after a RESET's read under way
+            readings = self._scrape_all(self._timeout_s)
+            for endpoint, reading in zip(self._endpoints, readings, strict=True):
+                endpoint.end_ok = reading.snapshot is not None
+            self._emit(index, readings)
         section = summarise(self._endpoints)
         if section is not None:
             notes = section.get("notes")
@@ -398,13 +410,16 @@ class ServerScraper:
         index = self._current_index()
         while True:
             gevent.sleep(max(0.0, (index + 1) * self._interval_s - self._elapsed_s()))
-            self._round_ended.clear()
-            self._round_under_way.set()
-            try:
-                self._emit(index, self._scrape_all(self.periodic_timeout_s, sample_gauges=True))
-            finally:
-                self._round_under_way.clear()
-                self._round_ended.set()
+            with self._reads:
+                self._round_ended.clear()
+                self._round_index = index
+                self._round_under_way.set()
+                try:
+                    self._emit(index, self._scrape_all(self.periodic_timeout_s, sample_gauges=True))
+                finally:
+                    self._round_under_way.clear()
+                    self._round_index = None
+                    self._round_ended.set()
             index = max(index + 1, self._current_index())
 
     @staticmethod

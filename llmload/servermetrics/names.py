@@ -231,6 +231,12 @@ def mapped_families() -> frozenset[str]:
     return frozenset(family_of(name) for table in NAMES.values() for names in table.values() for name in names)
 
 
+@functools.cache
+def mapped_histograms() -> frozenset[str]:
+    """Every histogram family (canonical spelling) some mapping of ``NAMES`` reads (others' buckets go unread)."""
+    return frozenset(name for table in NAMES.values() for common in HISTOGRAMS for name in table.get(common, ()))
+
+
 _LLM_STEMS = (
     "token", "ttft", "tpot", "time_to_first", "kv_cache", "prefill", "decode", "prompt", "generat",
     "inference", "preempt", "queue", "request",

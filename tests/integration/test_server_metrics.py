@@ -213,10 +213,6 @@ def _log_time(line: str) -> float:
     return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
-# Timing: under coverage tracing this RESET run disagreed with Locust's table in about half the runs
-# (llmload and Locust both near 0 after the stop while the server counted 6; cause not found yet);
-# without tracing it passed every time. Run in the untraced pass until the cause is found.
-@pytest.mark.timing
 def test_reset_restarts_the_server_metrics_with_the_clients(tmp_path):
     """Issue 24: RESET cleared llmload's client figures but not the server's: the server block (and the
     client - server cross-check) still counted every request since the run's start."""

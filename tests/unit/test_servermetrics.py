@@ -17,6 +17,7 @@ from llmload.servermetrics import (
     summarise,
 )
 from llmload.servermetrics.names import llm_looking
+from llmload.servermetrics.snapshot import _lines
 
 FIXTURES = Path(__file__).parent / "server_metrics"
 
@@ -455,3 +456,24 @@ def test_cross_check_ttft_over_different_requests_is_not_comparable_and_has_no_n
     text = "\n".join(_server_lines({"server": {**server, "cross_check": below}, "tokens": {}}))
     assert "-10.00" in text
     assert "network + HTTP" not in text  # a negative difference is not network time
+
+
+def test_parse_skips_the_buckets_of_histograms_no_mapping_reads_and_keeps_their_count_and_sum():
+    """Most of a vLLM page is buckets of histograms nothing reads (prefill time, prompt length...): they are
+    not parsed (the parse runs on the event loop), and the snapshot is the one the whole page gives."""
+    unread = "".join(
+        f'vllm:request_prefill_time_seconds_bucket{{le="{le}",model_name="m"}} {n}\n'
+        for le, n in (("0.1", 3), ("1.0", 9), ("+Inf", 10))
+    )
+    head = "# TYPE vllm:request_prefill_time_seconds histogram\n"
+    tail = (
+        'vllm:request_prefill_time_seconds_sum{model_name="m"} 4.5\n'
+        'vllm:request_prefill_time_seconds_count{model_name="m"} 10\n'
+    )
+    with_buckets = parse_snapshot(fixture("vllm_v1.txt") + head + unread + tail, model="m")
+    without = parse_snapshot(fixture("vllm_v1.txt") + head + tail, model="m")
+    assert with_buckets == without
+    page = fixture("vllm_v1.txt") + head + unread + tail
+    assert not any("prefill_time_seconds_bucket" in line for line in _lines(page, None))  # never parsed
+    assert with_buckets.raw["vllm:request_prefill_time_seconds_count"] == 10
+    assert with_buckets.histograms["ttft_s"].upper_bounds == (0.01, 0.02, 0.04, float("inf"))  # read ones stay

@@ -294,3 +294,41 @@ def test_parsing_a_big_page_lets_due_timers_and_other_greenlets_run_in_between()
     parse_s = time.perf_counter() - began
     assert parse_s > 0.01, "the page parsed too fast to tell; make it bigger"  # the premise, not a speed target
     assert order == ["timer", "parsed"]
+
+
+def test_scraper_says_which_interval_is_being_read_until_its_columns_are_handed_over():
+    """The CI failure of 2026-12-01: the time series wrote a row without its server columns while the
+    page was still being parsed (the parse is paced and unbounded), so the file and the results differed."""
+    fetch = FakeFetch({AUTO: [vllm(0, 0), vllm(1, 10), vllm(2, 20)]})
+    origin = time.perf_counter()
+    scraper = ServerScraper(AUTO, (), model="m", fetch=fetch, interval_s=0.5, origin_s=origin)
+    seen: list[tuple[int, bool]] = []
+    scraper.follow(lambda index, _cols: seen.append((index, scraper.reading(index))))
+    scraper.start()
+    assert not scraper.reading(0)
+    fetch.delay_s = 0.2  # the round at 0.5 s answers at 0.7 s
+    gevent.sleep(0.6 - (time.perf_counter() - origin))
+    assert scraper.reading(0)
+    assert not scraper.reading(1)
+    gevent.sleep(0.8 - (time.perf_counter() - origin))
+    assert not scraper.reading(0)  # handed over
+    scraper.finish(final_index=1)
+    assert seen[0] == (0, True)  # the sink is called while the round is still under way
+
+
+def test_scraper_restart_waits_for_the_periodic_round_under_way():
+    """A RESET during a periodic round: the round's page (answered before the RESET) must not become the new
+    baseline, or the server counts requests the client's reset dropped (the RESET run's server count was
+    above the client's under coverage, where parsing a page takes long)."""
+    fetch = FakeFetch({AUTO: [vllm(0, 0), vllm(1, 10), vllm(2, 20), vllm(3, 30)]})
+    origin = time.perf_counter()
+    scraper = ServerScraper(AUTO, (), model="m", fetch=fetch, interval_s=1.0, origin_s=origin)
+    scraper.start()
+    fetch.delay_s = 0.2  # the round at 1.0 s answers at 1.2 s (within its 0.25 s bound)
+    gevent.sleep(1.1 - (time.perf_counter() - origin))
+    assert scraper.reading(0)
+    scraper.restart()  # RESET at 1.1 s: reads after the round, at 1.4 s
+    fetch.delay_s = 0.0
+    section = scraper.finish(final_index=1)
+    assert section is not None
+    assert section["generation_tokens"] == 10  # 30 - 20: from the RESET's own read

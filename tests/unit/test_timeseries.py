@@ -166,6 +166,34 @@ def test_timeline_row_waits_for_its_server_columns_at_most_extra_wait() -> None:
     assert [(r["t"], r["server_running_requests"]) for r in final] == [(1.0, 3), (2.0, None)]
 
 
+def test_timeline_row_whose_server_page_is_being_parsed_waits_for_it_within_the_hold() -> None:
+    pending = {1, 2}  # the rounds of intervals 1 and 2 are answered; their pages are being parsed
+    timeline = Timeline(
+        1.0,
+        grace_s=0.1,
+        extra_columns=SERVER_COLUMNS,
+        extra_wait_s=0.5,
+        extra_pending=pending.__contains__,
+        extra_hold_s=2.0,
+    )
+    series = IntervalSeries.empty()
+    timeline.add_extra(0, {"server_running_requests": 1})
+    assert [r["t"] for r in timeline.due_rows(series, 2.6)] == [0.0]  # 1 is past its wait, but still being read
+    assert timeline.due_rows(series, 4.5) == []
+    timeline.add_extra(1, {"server_running_requests": 5})
+    pending.discard(1)
+    (row,) = timeline.due_rows(series, 4.5)  # 1 came in; 2 is held
+    assert (row["t"], row["server_running_requests"]) == (1.0, 5)
+    rows = timeline.due_rows(series, 5.61)  # the hold is bounded: 2 goes without its read
+    assert [(r["t"], r["server_running_requests"]) for r in rows] == [(2.0, None), (3.0, None), (4.0, None)]
+    assert timeline.late_extra_intervals == 0
+
+
+def test_timeline_refuses_a_negative_hold() -> None:
+    with pytest.raises(ValueError, match="extra_hold_s"):
+        Timeline(1.0, extra_hold_s=-1.0)
+
+
 def test_timeline_server_columns_follow_the_gauges_in_every_row() -> None:
     timeline = Timeline(1.0, extra_columns=SERVER_COLUMNS)
     series = IntervalSeries.empty()
