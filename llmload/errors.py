@@ -53,7 +53,16 @@ class LLMLoadError(Exception):
 
 
 class ConfigError(LLMLoadError):
-    """An option value is invalid; raised before any load is sent."""
+    """An option value is invalid; raised before any load is sent.
+
+    Attributes:
+        options: the flags whose values are refused (``--max-tokens``, ``-u``), when the check knows
+            them; a run blocked by it records their values as given (``run.refused_options``).
+    """
+
+    def __init__(self, message: str, *, options: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.options = options
 
 
 class InvalidOptionsError(ConfigError):
@@ -71,7 +80,7 @@ class InvalidOptionsError(ConfigError):
             text = f"{len(problems)} invalid options: " + " ".join(
                 f"({n}) {message}" for n, (_flag, message) in enumerate(problems, 1)
             )
-        super().__init__(text)
+        super().__init__(text, options=tuple(flag for flag, _message in problems))
 
 
 class DatasetError(LLMLoadError):

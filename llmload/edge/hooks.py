@@ -17,6 +17,7 @@ from locust.event import Events
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import logging
@@ -25,12 +26,13 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import gevent
 
 from llmload.aggregate.series import interval_index
-from llmload.edge import checkpoints, cluster, live, locust_internals, web
+from llmload.edge import checkpoints, cluster, live, locust_internals, refusals, web
 from llmload.edge.interrupt import Interrupter
 from llmload.edge.launch import note_request_limit, preload_tokenizer, prepare, stop_process_services
 from llmload.edge.runtime import Runtime
@@ -135,6 +137,7 @@ def add_arguments(parser: Any) -> None:
             action.is_secret = spec.is_secret
             action.is_required = False
             action.is_multiple = False
+    locust_internals.check_after_parse(parser, refusals.check_master_port)
 
 
 # ── init ────────────────────────────────────────────────────────────────
@@ -144,13 +147,18 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
     runner = environment.runner
     options = environment.parsed_options
     is_worker = isinstance(runner, WorkerRunner)
+    launch = refusals.launch_refusal(options)
+    if launch is not None and not is_worker:  # e.g. a master port already taken (found before any fork)
+        _fatal(environment, launch.message, _options_as_given(options, ()), refused=launch.given)
+        return
     try:
         config = RunConfig.from_options(options)
     except ConfigError as exc:
         if is_worker:  # the master's options arrive with the first spawn message
             config = RunConfig()
         else:
-            _fatal(environment, str(exc), _options_unread(options))
+            given = refusals.given_values(options, exc.options)
+            _fatal(environment, str(exc), _options_as_given(options, exc.options), refused=given)
             return
     runtime = Runtime(config=config)
     environment.llmload = runtime  # type: ignore[attr-defined]
@@ -175,7 +183,8 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
         try:
             prepare(environment, runtime)
         except LLMLoadError as exc:
-            _fatal(environment, str(exc), runtime)
+            refused = refusals.given_values(options, exc.options if isinstance(exc, ConfigError) else ())
+            _fatal(environment, str(exc), runtime, refused=refused)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM while preflight waits (e.g. a server that never answers)
             runtime.stopping = True
             name = (interrupter.signal_name if interrupter is not None else None) or "Ctrl-C"
@@ -295,44 +304,82 @@ def _give_up_waiting(environment: Environment, runtime: Runtime, interrupter: In
     interrupter.exit(2)
 
 
-def _options_unread(options: Any) -> Runtime:
-    """A runtime for a run whose options were refused: defaults, but the ``--results-json`` path as given."""
+_READ_ATTEMPTS = 4
+
+
+def _options_as_given(options: Any, refused: tuple[str, ...]) -> Runtime:
+    """A runtime for a run whose options were refused: every option as given, the refused ones at their defaults.
+
+    ``refused`` are the flags the first reading refused; a cross-option rule
+    that still refuses the rest sets its own options to their defaults too
+    (a few rounds). When even that fails: the defaults, with the
+    ``--results-json`` path as given.
+    """
+    specs = {spec.flag: spec for spec in OPTIONS}
+    readable, flags = copy.copy(options), set(refused)
+    for _ in range(_READ_ATTEMPTS):
+        for spec in (specs[flag] for flag in flags & specs.keys()):
+            setattr(readable, spec.dest, None if spec.if_unset is None else str(spec.default))
+        try:
+            return Runtime(config=RunConfig.from_options(readable))
+        except ConfigError as exc:
+            if not set(exc.options) - flags:
+                break
+            flags |= set(exc.options)
     raw = getattr(options, "results_json", None)
     path = raw.strip() if isinstance(raw, str) and raw.strip() else None
     return Runtime(config=dataclasses.replace(RunConfig(), results_json=path))
 
 
-def _fatal(environment: Environment, message: str, runtime: Runtime, *, interrupted: bool = False) -> None:
+def _fatal(
+    environment: Environment,
+    message: str,
+    runtime: Runtime,
+    *,
+    interrupted: bool = False,
+    refused: Mapping[str, str] | None = None,
+) -> None:
     """Stop the process before any load: one line on stderr, the blocked results, exit status 2.
 
-    The results (``blocked``: ``message``, verdict ``BLOCKED``) go to
-    ``--results-json`` when given and, headless on a non-terminal, as the
-    ``LLMLOAD_RESULTS`` line, as for any run that ended.
+    The results (``blocked``: ``message``, verdict ``BLOCKED``, ``run.refused_options``: ``refused``,
+    the refused values as given) go to ``--results-json`` when given and, headless on a
+    non-terminal, as the ``LLMLOAD_RESULTS`` line, as for any run that ended.
     """
-    _end_before_load(environment, message, runtime, interrupted=interrupted)
+    _end_before_load(environment, message, runtime, interrupted=interrupted, refused=refused)
     sys.exit(2)
 
 
-def _end_before_load(environment: Environment, message: str, runtime: Runtime, *, interrupted: bool) -> None:
+def _end_before_load(
+    environment: Environment,
+    message: str,
+    runtime: Runtime,
+    *,
+    interrupted: bool,
+    refused: Mapping[str, str] | None = None,
+) -> None:
     """``_fatal`` without the exit: the line, the blocked results, exit status 2, the forked workers stopped."""
     line = f"llmload: {message}; no load was sent" if interrupted else f"llmload: error: {message}"
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
-    _write_blocked_results(environment, runtime, message)
+    _write_blocked_results(environment, runtime, message, refused or {})
     environment.process_exit_code = 2
     if getattr(environment.parsed_options, "processes", None):
         _stop_forked_workers()
 
 
-def _write_blocked_results(environment: Environment, runtime: Runtime, reason: str) -> None:
-    """Build the results of a run blocked at ``init`` and write them where the run would have (never raises)."""
+def _write_blocked_results(environment: Environment, runtime: Runtime, reason: str, refused: Mapping[str, str]) -> None:
+    """Build the results of a run blocked at ``init`` and write them where the run would have (never raises).
+
+    ``refused``: the refused options' values as given (``run.refused_options``).
+    """
     options = environment.parsed_options
     config = runtime.config
     runtime.run_id = uuid.uuid4().hex[:12]
     runtime.started_at_unix = time.time()
     runtime.blocked = reason
     runtime.model = runtime.model or config.model
-    results = build_results(checkpoints.run_outcome(environment, runtime, timeseries=()))
+    outcome = checkpoints.run_outcome(environment, runtime, timeseries=())
+    results = build_results(dataclasses.replace(outcome, refused_options=dict(refused)))
     runtime.results = results
     if config.results_json:
         try:

@@ -251,7 +251,8 @@ def _check_users(environment: Environment, options: argparse.Namespace | None) -
     if int(users) < 1:
         raise ConfigError(
             f"-u {users} starts no user, so no request would be sent; pass -u N with N >= 1 "
-            "(each user keeps one request in flight), e.g. -u 32"
+            "(each user keeps one request in flight), e.g. -u 32",
+            options=("-u",),
         )
 
 
@@ -269,7 +270,8 @@ def _check_processes_port(environment: Environment, options: argparse.Namespace 
     if bind is not None and dial is not None and int(bind) != int(dial):
         raise ConfigError(
             f"--processes with --master-bind-port {bind}: the forked workers connect to --master-port {dial}, "
-            f"so none would join; pass --master-port {bind} too"
+            f"so none would join; pass --master-port {bind} too",
+            options=("--master-bind-port", "--master-port"),
         )
 
 
@@ -288,7 +290,8 @@ def _check_batch_size(environment: Environment, config: RunConfig) -> None:
     raise ConfigError(
         f"--batch-size {config.batch_size} applies to EmbeddingsUser only, and this run has no embeddings user "
         f"({names}): it would be ignored. Remove --batch-size, or run embeddings users "
-        "(locust -f $(llmload locustfile embeddings), or a locustfile with an EmbeddingsUser)"
+        "(locust -f $(llmload locustfile embeddings), or a locustfile with an EmbeddingsUser)",
+        options=("--batch-size",),
     )
 
 

@@ -51,6 +51,17 @@ it at its test start (absent: the default), so the master's values win over a
 worker's own command line exactly as before. Locust's own options are left as
 they are. A master that sends the options flat (older llmload) still works:
 without the entry the worker keeps what Locust applied.
+
+**A check between the parse and the fork.** Locust's ``main`` parses the
+command line and then, with no event in between, forks the ``--processes``
+workers and binds the master's port; ``init`` fires only after both. A master
+port another run holds therefore ends in a raw ``RPCError`` traceback (Locust
+2.47 compares the bind error's text with a fixed string that no longer
+matches it), with the forked workers dialling the other run's master.
+``check_after_parse`` wraps ``parse_args`` of the one parser llmload is handed
+(``init_command_line_parser``), so ``llmload.edge.refusals.check_master_port``
+sees the options first. ``tests/integration/test_master_port.py`` fails when
+Locust's ``main`` no longer parses with that parser before it forks.
 """
 
 from __future__ import annotations
@@ -68,6 +79,7 @@ __all__ = [
     "SENT_OPTIONS_KEY",
     "STAMPED_ENTRY_KEYS",
     "cache_default_args",
+    "check_after_parse",
     "compact_spawn_messages",
     "compact_spawn_options",
     "expand_sent_options",
@@ -175,3 +187,22 @@ def compact_spawn_messages(runner: Any, defaults: dict[str, Any]) -> None:
 
     send_compact.__llmload_compact__ = True  # type: ignore[attr-defined]
     server.send_to_client = send_compact
+
+
+def check_after_parse(parser: Any, check: Callable[[Any, Any], None]) -> None:
+    """Make ``parser.parse_args`` call ``check(parser, options)`` on the options it parsed (idempotent).
+
+    ``check`` may change the options (Locust's ``main`` acts on them next: fork, bind, runner).
+    """
+    parse: Any = getattr(parser, "parse_args", None)
+    if parse is None or getattr(parse, "__llmload_checked__", False):
+        return
+
+    @functools.wraps(parse)
+    def parse_and_check(*args: Any, **kwargs: Any) -> Any:
+        options = parse(*args, **kwargs)
+        check(parser, options)
+        return options
+
+    parse_and_check.__llmload_checked__ = True  # type: ignore[attr-defined]
+    parser.parse_args = parse_and_check

@@ -134,6 +134,8 @@ class RunOutcome:
             document, no verdict); None for the run's end.
         stopped_by: the signal that stopped the run before its end (``"Ctrl-C"``), or None when it
             ended by itself (``-t``, ``--num-requests``, a trace's end, the web UI's STOP).
+        refused_options: a run blocked for its options' values: each refused option's flag and its
+            value as given (``"--max-tokens": "abc"``; secrets ``***``); empty otherwise.
     """
 
     stats: LLMStats
@@ -157,6 +159,7 @@ class RunOutcome:
     aborted: Mapping[str, Any] | None = None
     checkpoint_at_s: float | None = None
     stopped_by: str | None = None
+    refused_options: Mapping[str, str] = field(default_factory=dict)
 
 
 def build_results(outcome: RunOutcome) -> dict[str, Any]:
@@ -192,6 +195,7 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
         "workers_clock_offset_s": {w: c.offset_s for w, c in sorted(outcome.worker_clocks.items())},
         "workers_clock_offset_error_s": {w: c.error_s for w, c in sorted(outcome.worker_clocks.items())},
         "stopped_by": outcome.stopped_by,
+        "refused_options": dict(outcome.refused_options),
         "options": public_options(config),
     }
     total = stats.total()

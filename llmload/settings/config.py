@@ -77,11 +77,16 @@ class OpenLoop:
         """
         rate, arrival, burstiness = values["request_rate"], values["arrival"], values["burstiness"]
         if rate is None and (arrival or burstiness):
-            raise ConfigError("--arrival and --burstiness apply to open-loop runs; add --request-rate R (or inf)")
+            raise ConfigError(
+                "--arrival and --burstiness apply to open-loop runs; add --request-rate R (or inf)",
+                options=tuple(f for f, v in (("--arrival", arrival), ("--burstiness", burstiness)) if v),
+            )
         kind = arrival or ARRIVALS[0]
         if burstiness is not None and kind != "gamma":
             raise ConfigError(
-                f"--burstiness applies to --arrival gamma, not {kind}; pass --arrival gamma --burstiness {burstiness:g}"
+                f"--burstiness applies to --arrival gamma, not {kind}; "
+                f"pass --arrival gamma --burstiness {burstiness:g}",
+                options=("--burstiness", "--arrival"),
             )
         return cls(rate, kind, _POISSON_SHAPE if burstiness is None else burstiness, values["max_concurrency"])
 
@@ -276,16 +281,27 @@ def _check_trace(values: Mapping[str, Any]) -> None:
     if values["sessions"] is not None:
         for dest, flag in (("trace", "--trace"), ("dataset", "--dataset"), ("input_tokens", "--input-tokens")):
             if values.get(dest) is not None:
-                raise ConfigError(f"--sessions and {flag} cannot be used together: the sessions file sets the prompts")
+                raise ConfigError(
+                    f"--sessions and {flag} cannot be used together: the sessions file sets the prompts",
+                    options=("--sessions", flag),
+                )
         if values["turns"] > 1:
-            raise ConfigError("--sessions and --turns cannot be used together: each session has its own steps")
+            raise ConfigError(
+                "--sessions and --turns cannot be used together: each session has its own steps",
+                options=("--sessions", "--turns"),
+            )
     if values["trace"] is None:
         return
     for dest, flag, why in _TRACE_CONFLICTS:
         if values.get(dest) is not None:
-            raise ConfigError(f"--trace and {flag} cannot be used together: {why}; drop {flag}")
+            raise ConfigError(
+                f"--trace and {flag} cannot be used together: {why}; drop {flag}", options=("--trace", flag)
+            )
     if values["turns"] > 1:
-        raise ConfigError("--trace and --turns cannot be used together: the trace sets the turns; drop --turns")
+        raise ConfigError(
+            "--trace and --turns cannot be used together: the trace sets the turns; drop --turns",
+            options=("--trace", "--turns"),
+        )
 
 
 def _lengths(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -297,14 +313,21 @@ def _lengths(values: Mapping[str, Any]) -> dict[str, Any]:
     if values["dataset"] is not None and values["input_tokens"] is not None:
         raise ConfigError(
             "--dataset and --input-tokens both choose the prompts; pass one of them "
-            "(--output-tokens sets reply lengths for either)"
+            "(--output-tokens sets reply lengths for either)",
+            options=("--dataset", "--input-tokens"),
         )
     output = values["output_tokens"]
     from_dataset = output == "dataset"
     if from_dataset and values["dataset"] is None:
-        raise ConfigError("--output-tokens dataset needs --dataset PATH; or pass a number, e.g. --output-tokens 256")
+        raise ConfigError(
+            "--output-tokens dataset needs --dataset PATH; or pass a number, e.g. --output-tokens 256",
+            options=("--output-tokens",),
+        )
     if from_dataset and values["output_tokens_stddev"] is not None:
-        raise ConfigError("--output-tokens-stddev needs a number for --output-tokens, not 'dataset'")
+        raise ConfigError(
+            "--output-tokens-stddev needs a number for --output-tokens, not 'dataset'",
+            options=("--output-tokens-stddev", "--output-tokens"),
+        )
     return {
         "input_tokens": _spread("--input-tokens", values["input_tokens"], values["input_tokens_stddev"]),
         "output_tokens": None if from_dataset else _spread("--output-tokens", output, values["output_tokens_stddev"]),
@@ -317,7 +340,9 @@ def _spread(flag: str, length: LengthSpec | None, stddev: float | None) -> Lengt
     if stddev is None:
         return length
     if length is None:
-        raise ConfigError(f"{flag}-stddev needs {flag} N; pass e.g. {flag} 512 {flag}-stddev 64")
+        raise ConfigError(
+            f"{flag}-stddev needs {flag} N; pass e.g. {flag} 512 {flag}-stddev 64", options=(f"{flag}-stddev",)
+        )
     if length.low is not None:
         raise ConfigError(
             f"{flag}-stddev applies to {flag} N, not to a range {f'{length.low}:{length.high}'!r}; pass one of them"
