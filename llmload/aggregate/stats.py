@@ -52,6 +52,7 @@ __all__ = [
     "MAX_ERROR_CATEGORIES",
     "MAX_ERROR_SAMPLES",
     "MAX_LABELS",
+    "NO_OUTPUT_ENDPOINTS",
     "OVERFLOW_CATEGORY",
     "REQUEST_LAG_LIMIT_S",
     "STATS_SCHEMA",
@@ -82,6 +83,9 @@ _EXACT_SOURCES = (TokenSource.SERVER, TokenSource.LOGPROBS, TokenSource.TOKENIZE
 """Token count sources that count every token (a chunk count is only a lower bound)."""
 MAX_LABELS = 32
 """Most distinct labels of a ``labels()`` field (finish reasons); the rest are counted as ``OVERFLOW_CATEGORY``."""
+
+NO_OUTPUT_ENDPOINTS = frozenset({"embeddings"})
+"""APIs whose replies generate nothing: no stream, no TTFT, no output tokens (their E2E is one call's)."""
 
 StatsKey = tuple[str, str]
 """``(endpoint, model)``."""
@@ -832,6 +836,26 @@ class LLMStats:
         merged = EndpointStats()
         for endpoint_stats in self._by_key.values():
             merged.merge_in(endpoint_stats)
+        return merged
+
+    def latency_keys(self) -> list[StatsKey]:
+        """The keys the run-level latency covers, sorted: the generation keys, or every key when there are none.
+
+        An embeddings call's E2E is one round trip with nothing generated; pooled
+        with chat replies' E2E it would make the run's E2E quantiles describe
+        neither. A run that mixes them (``locustfiles/mixed.py``) therefore
+        reports run-level latency over its generation requests, and the
+        embeddings' latency per key; a run of embeddings alone, over them.
+        """
+        keys = self.keys()
+        generating = [key for key in keys if key[0] not in NO_OUTPUT_ENDPOINTS]
+        return generating or keys
+
+    def latency_total(self) -> EndpointStats:
+        """The keys of ``latency_keys`` merged into one new ``EndpointStats`` (read its latency histograms)."""
+        merged = EndpointStats()
+        for key in self.latency_keys():
+            merged.merge_in(self._by_key[key])
         return merged
 
     def __eq__(self, other: object) -> bool:

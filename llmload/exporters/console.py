@@ -111,6 +111,7 @@ def format_summary(results: Mapping[str, Any]) -> str:
             _line("Output token count source:", _sources_text(tok["completion_source"], tok["completion_sources"]))
         )
     lines.extend(_usage_detail_lines(tok, thr))
+    lines.extend(_latency_scope_lines(results))
     itl_title = "Inter-token Latency" if lat["itl_kind"] != "chunk" else "Inter-chunk Latency (ITL)"
     for key, title in (
         ("e2e_s", "End-to-end Latency"),
@@ -134,6 +135,20 @@ def format_summary(results: Mapping[str, Any]) -> str:
     lines.extend(_usage_check_notes(tok))
     lines.extend(_short_warnings(req))
     return "\n".join(lines)
+
+
+def _latency_scope_lines(results: Mapping[str, Any]) -> list[str]:
+    """What the latency sections below are over, when the run's endpoints are not all in them (a mixed run).
+
+    A run that mixes embeddings with generation requests times its generation
+    requests in the latency sections; the embeddings' own E2E is in the per-endpoint lines.
+    """
+    timed = results.get("latency_endpoints")
+    measured = sorted({entry["endpoint"] for entry in results.get("by_endpoint") or []})
+    left = [endpoint for endpoint in measured if endpoint not in (timed or ())]
+    if not timed or not left:
+        return []
+    return ["Latency below: generation requests only", f"  ({', '.join(timed)}; {', '.join(left)}: see Per endpoint)"]
 
 
 def _endpoint_lines(entries: list[Mapping[str, Any]], thr: Mapping[str, Any], shown: bool = False) -> list[str]:

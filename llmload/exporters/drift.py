@@ -14,7 +14,9 @@ how it ended. ``drift_section`` compares them:
 - each stretch's statistics are its intervals' ``LLMStats`` merged (the
   histograms bucket by bucket, so a stretch's p99 is that of its requests,
   never an average of interval percentiles), over every (endpoint, model);
-- metrics: ``ttft_p99_s``, ``itl_p99_s``, ``e2e_p99_s`` (successes),
+- metrics: ``ttft_p99_s``, ``itl_p99_s``, ``e2e_p99_s`` (successes; in a run
+  that mixes embeddings with generation requests, of the generation requests:
+  ``LLMStats.latency_keys``),
   ``output_tokens_per_s`` (completion tokens of successes / the stretch's
   seconds; 0 when nothing succeeded, None when its successes generate nothing:
   embeddings alone), ``error_ratio`` (failed / finished) and ``client_rss_bytes`` (the
@@ -195,14 +197,15 @@ def _figures(
     for index in indices:
         merged.merge_in(series.get(index))
     total: EndpointStats = merged.total()
+    timed = merged.latency_total()  # a mixed run's embeddings are not timed with its generation requests
     finished = total.finished
     span = _span(indices, interval_s, end_s)
     seconds = span["to_s"] - span["from_s"]  # a last interval the stop cut short counts its own length
     rss = [v for i in indices if (v := (gauges.get(i) or {}).get(RSS_GAUGE)) is not None]
     return {
-        "ttft_p99_s": (total.ttft_s.quantile(0.99), total.ttft_s.count),
-        "itl_p99_s": (total.itl_s.quantile(0.99), total.itl_s.count),
-        "e2e_p99_s": (total.e2e_s.quantile(0.99), total.e2e_s.count),
+        "ttft_p99_s": (timed.ttft_s.quantile(0.99), timed.ttft_s.count),
+        "itl_p99_s": (timed.itl_s.quantile(0.99), timed.itl_s.count),
+        "e2e_p99_s": (timed.e2e_s.quantile(0.99), timed.e2e_s.count),
         "output_tokens_per_s": _output_rate(total, seconds),
         "error_ratio": (total.failed / finished if finished else None, finished),
         RSS_GAUGE: (float(max(rss)) if rss else None, len(rss)),

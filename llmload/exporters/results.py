@@ -82,7 +82,7 @@ from typing import Any
 from llmload.aggregate.stats import LLMStats
 from llmload.exporters.chart_rows import CDF_METRICS, latency_cdf
 from llmload.exporters.load import SendFigures, load_section
-from llmload.exporters.sections import client_saturated, stats_sections
+from llmload.exporters.sections import client_saturated, latency_section, stats_sections
 from llmload.exporters.sessions import sessions_section
 from llmload.run.clock import OffsetEstimate
 from llmload.servermetrics import cross_check
@@ -168,9 +168,11 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
     Top-level keys: ``schema_version``, ``run``, the statistics sections of
     the run total (``goodput`` (null without ``--slo``), ``requests``,
     ``errors``, ``tokens``, ``duration_s``, ``send_span_s``, ``throughput``,
-    ``latency``, ``client``), ``by_endpoint`` (the same sections plus
+    ``latency``, ``client``; ``latency`` over the keys of ``LLMStats.latency_keys``: a run that mixes
+    embeddings with generation requests times its generation requests there), ``latency_endpoints``
+    (the endpoints ``latency`` and ``latency_cdf`` cover), ``by_endpoint`` (the same sections plus
     ``endpoint`` and ``model`` per key; empty when only one key was
-    measured), ``latency_cdf`` (the run total's TTFT, ITL, TPOT and E2E distributions from their
+    measured), ``latency_cdf`` (the run-level TTFT, ITL, TPOT and E2E distributions from their
     histograms: ``chart_rows.latency_cdf``), ``timeseries`` (the per-interval rows), ``drift`` (the
     first stretch against the last, null when no run started), ``lost_workers``
     (only when some were lost), ``blocked`` (only when no load was sent),
@@ -200,12 +202,16 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
     }
     total = stats.total()
     results.update(stats_sections(total, config.slo))
+    latency_keys = stats.latency_keys()
+    timed = total if latency_keys == stats.keys() else stats.latency_total()
+    results["latency"] = latency_section(timed)
+    results["latency_endpoints"] = sorted({endpoint for endpoint, _model in latency_keys})
     results["by_endpoint"] = (
         [{"endpoint": e, "model": m, **stats_sections(s, config.slo)} for (e, m), s in stats.items()]
         if len(stats.keys()) > 1
         else []
     )
-    results["latency_cdf"] = {key: latency_cdf(getattr(total, key)) for key in CDF_METRICS}
+    results["latency_cdf"] = {key: latency_cdf(getattr(timed, key)) for key in CDF_METRICS}
     results["timeseries"] = [dict(row) for row in outcome.timeseries]
     results["drift"] = None if outcome.drift is None else dict(outcome.drift)
     if outcome.lost_workers:

@@ -27,6 +27,7 @@ __all__ = [
     "READ_LAG_LIMIT_S",
     "REQUEST_LAG_LIMIT_S",
     "client_saturated",
+    "latency_section",
     "read_lag_saturated",
     "stats_sections",
     "summarize",
@@ -99,7 +100,7 @@ def stats_sections(s: EndpointStats, slo: SLO | None) -> dict[str, Any]:
         if s.first_send_unix is None or s.last_send_unix is None
         else s.last_send_unix - s.first_send_unix,
         "throughput": _throughput(s, tokens, duration_s),
-        "latency": _latency(s),
+        "latency": latency_section(s),
         "client": _client(s),
     }
 
@@ -290,7 +291,8 @@ def _throughput(s: EndpointStats, tokens: Mapping[str, Any], duration_s: float |
     }
 
 
-def _latency(s: EndpointStats) -> dict[str, Any]:
+def latency_section(s: EndpointStats) -> dict[str, Any]:
+    """The ``latency`` section of ``s``: each latency histogram's summary, and ``itl_kind``."""
     latency: dict[str, Any] = {name: summarize(getattr(s, name)) for name in LATENCY_HISTOGRAM_NAMES}
     latency["itl_kind"] = _one_or_mixed(s.itl_kind_requests)
     return latency

@@ -164,10 +164,12 @@ def test_report_run_and_schema() -> None:
         "workers_clock_offset_s": {},
         "workers_clock_offset_error_s": {},
         "stopped_by": None,
+        "refused_options": {},
         "options": public_options(CONFIG),
     }
     assert results["run"]["options"]["max_tokens"] == 3
     assert results["by_endpoint"] == []
+    assert results["latency_endpoints"] == ["chat"]
 
 
 def test_report_empty_run_is_all_unknown_not_zero() -> None:

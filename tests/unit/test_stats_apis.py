@@ -190,3 +190,65 @@ def test_prometheus_embeddings_have_no_completion_or_token_time_series_not_zeros
     chat = {"endpoint": "chat", "model": "m"}
     assert registry.get_sample_value("llmload_completion_tokens_total", {**chat, "source": "server"}) is not None
     assert registry.get_sample_value("llmload_time_to_first_token_seconds_count", chat) == 1
+
+
+def _mixed_chat_and_embeddings() -> LLMStats:
+    """3 chat replies of 1.0 s E2E and 9 embeddings calls of 0.05 s: pooled, E2E p50 would be an embeddings call's."""
+    stats = LLMStats.empty()
+    for i in range(3):
+        stats.add(ok_record((0.2, 0.6, 0.98), end_s=1.0, start_unix=T0 + i, endpoint="chat"))
+    for i in range(9):
+        stats.add(_embeddings_record(T0 + i / 3))
+    return stats
+
+
+def test_mixed_run_top_level_latency_is_over_its_generation_requests_and_says_so():
+    """Issue 24: a run mixing embeddings with chat (locustfiles/mixed.py) pooled the embeddings' E2E with the
+    chat replies' in the top-level latency: E2E p50 0.05 s (an embeddings call) and p99 1.0 s, describing no
+    request kind. Now the top-level latency is over the generation requests, ``latency_endpoints`` says which,
+    the embeddings keep theirs per endpoint, and the summary labels the latency sections."""
+    results = build_results(RunOutcome(_mixed_chat_and_embeddings(), run_id="r1", host="http://h", model="m",
+                                       started_at_unix=T0))  # fmt: skip
+    e2e = results["latency"]["e2e_s"]
+    assert e2e["count"] == 3  # the chat replies only
+    assert e2e["p50"] == pytest.approx(1.0, rel=0.05)
+    assert e2e["mean"] == pytest.approx(1.0)
+    assert results["latency_endpoints"] == ["chat"]
+    assert results["latency"]["ttft_s"]["count"] == 3
+    assert [point[0] for point in results["latency_cdf"]["e2e_s"]] == pytest.approx([1.0], rel=0.05)
+    entries = {e["endpoint"]: e for e in results["by_endpoint"]}
+    assert entries["embeddings"]["latency"]["e2e_s"]["count"] == 9
+    assert entries["embeddings"]["latency"]["e2e_s"]["mean"] == pytest.approx(0.05)
+    assert results["requests"]["succeeded"] == 12  # counts and rates stay the run's
+    summary = format_summary(results)
+    assert "Latency below: generation requests only\n  (chat; embeddings: see Per endpoint)" in summary
+    assert "Mean E2E (ms):" in summary
+    assert f"{1000.0:.2f}" in summary.split("Mean E2E (ms):")[1].splitlines()[0]
+
+
+def test_embeddings_only_run_top_level_latency_is_its_embeddings_and_has_no_scope_line():
+    stats = LLMStats.empty()
+    for i in range(3):
+        stats.add(_embeddings_record(T0 + i))
+    results = build_results(RunOutcome(stats, run_id="r1", host="http://h", model="m", started_at_unix=T0))
+    assert results["latency_endpoints"] == ["embeddings"]
+    assert results["latency"]["e2e_s"]["count"] == 3
+    assert "generation requests only" not in format_summary(results)
+
+
+def test_mixed_run_drift_e2e_is_over_its_generation_requests():
+    """Embeddings calls of 2.0 s (large batches) beside chat replies of 1.0 s: the drift's E2E p99 was 2.0 s."""
+    from llmload.aggregate.series import IntervalSeries
+    from llmload.exporters.drift import drift_section
+
+    series = IntervalSeries.empty()
+    for index in range(20):
+        for _ in range(3):
+            series.add(index, ok_record((0.2, 0.6, 0.98), end_s=1.0, start_unix=T0 + index, endpoint="chat"))
+            series.add(index, ok_record((), end_s=2.0, start_unix=T0 + index, endpoint="embeddings",
+                                        completion_tokens=TokenCount.unknown(), inputs=4, streamed=False))  # fmt: skip
+    drift = drift_section(series, 10.0, 200.0)
+    e2e = drift["metrics"]["e2e_p99_s"]
+    assert e2e["first"] == pytest.approx(1.0, rel=0.05)
+    assert e2e["last"] == pytest.approx(1.0, rel=0.05)
+    assert e2e["samples"] == [6, 6]  # the chat replies of each stretch (2 intervals)
