@@ -19,6 +19,7 @@ __all__ = [
     "PROMPT_MISMATCH_WARN_RATIO",
     "RESULTS_LINE_PREFIX",
     "format_summary",
+    "left_out_of_latency",
     "results_line",
     "summary_lines",
     "ttft_split_row",
@@ -143,12 +144,23 @@ def _latency_scope_lines(results: Mapping[str, Any]) -> list[str]:
     A run that mixes embeddings with generation requests times its generation
     requests in the latency sections; the embeddings' own E2E is in the per-endpoint lines.
     """
-    timed = results.get("latency_endpoints")
-    measured = sorted({entry["endpoint"] for entry in results.get("by_endpoint") or []})
-    left = [endpoint for endpoint in measured if endpoint not in (timed or ())]
-    if not timed or not left:
+    left = left_out_of_latency(results)
+    if not left:
         return []
-    return ["Latency below: generation requests only", f"  ({', '.join(timed)}; {', '.join(left)}: see Per endpoint)"]
+    timed = ", ".join(results.get("latency_endpoints") or ())
+    return ["Latency below: generation requests only", f"  ({timed}; {', '.join(left)}: see Per endpoint)"]
+
+
+def left_out_of_latency(results: Mapping[str, Any]) -> list[str]:
+    """The endpoints a results document measured but left out of its top-level latency (``latency_endpoints``).
+
+    [] when the latency is over every endpoint, and for older documents (no ``latency_endpoints``).
+    """
+    timed = results.get("latency_endpoints")
+    if not timed:
+        return []
+    measured = sorted({entry["endpoint"] for entry in results.get("by_endpoint") or []})
+    return [endpoint for endpoint in measured if endpoint not in timed]
 
 
 def _endpoint_lines(entries: list[Mapping[str, Any]], thr: Mapping[str, Any], shown: bool = False) -> list[str]:

@@ -36,7 +36,7 @@ import jinja2
 
 from llmload.errors import ConfigError
 from llmload.exporters.chart_rows import RATE_COLUMNS, interval_of, load_charts, mark_partial, with_turn_columns
-from llmload.exporters.console import summary_lines, ttft_split_row
+from llmload.exporters.console import left_out_of_latency, summary_lines, ttft_split_row
 from llmload.exporters.web_charts import threshold_lines
 from llmload.settings.thresholds import parse_threshold
 
@@ -259,6 +259,11 @@ def _started(document: Mapping[str, Any]) -> str:
 def _warnings(document: Mapping[str, Any]) -> list[str]:
     """The console summary's warnings and notes (lost workers, saturation, open-loop shortfall, tokens)."""
     lines = [line for line in summary_lines(dict(document)) if line.startswith(("WARNING", "NOTE"))]
+    if left := left_out_of_latency(document):
+        lines.append(
+            f"NOTE: latency (table and distributions) is over the generation requests "
+            f"({', '.join(document['latency_endpoints'])}); {', '.join(left)}: see the per-endpoint table"
+        )
     if document.get("lost_workers"):
         lines.append("Lost workers: " + ", ".join(map(str, document["lost_workers"])))
     for note in _get(document, "server.notes") or []:

@@ -252,3 +252,12 @@ def test_mixed_run_drift_e2e_is_over_its_generation_requests():
     assert e2e["first"] == pytest.approx(1.0, rel=0.05)
     assert e2e["last"] == pytest.approx(1.0, rel=0.05)
     assert e2e["samples"] == [6, 6]  # the chat replies of each stretch (2 intervals)
+
+
+def test_mixed_run_html_report_says_its_latency_is_over_the_generation_requests():
+    from llmload.exporters.html import render_report
+
+    results = build_results(RunOutcome(_mixed_chat_and_embeddings(), run_id="r1", host="http://h", model="m",
+                                       started_at_unix=T0))  # fmt: skip
+    page = render_report([results])
+    assert "latency (table and distributions) is over the generation requests (chat); embeddings:" in page
