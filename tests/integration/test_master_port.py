@@ -30,7 +30,8 @@ def _locust(args: list[str], timeout_s: float = 90) -> subprocess.CompletedProce
     return subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s, check=False)
 
 
-def test_second_processes_launch_on_a_taken_master_port_is_refused_before_load_in_one_line(tmp_path):
+@pytest.mark.parametrize("bind_too", [False, True], ids=["--master-port", "--master-bind-port and --master-port"])
+def test_second_processes_launch_on_a_taken_master_port_is_refused_before_load_in_one_line(tmp_path, bind_too):
     """Issue 24: a second ``--processes 2`` launch while another run's master held the port ended in
     Locust's raw ``RPCError: Socket bind failure`` traceback (exit status 1), after its forked workers
     had dialled the other run's master. Now: one line naming the port and the fix, the blocked results
@@ -44,8 +45,8 @@ def test_second_processes_launch_on_a_taken_master_port_is_refused_before_load_i
         with ScriptedServer(lambda _request: json_reply(200, MODELS)) as server:
             proc = _locust(
                 ["-f", "locustfiles/chat.py", "--headless", "--processes", "2", "--master-bind-host", "127.0.0.1",
-                 "--master-port", str(port), "-H", server.base_url, "-u", "2", "-r", "2", "--num-requests", "4",
-                 "--results-json", str(out)]
+                 *(["--master-bind-port", str(port)] if bind_too else []), "--master-port", str(port),
+                 "-H", server.base_url, "-u", "2", "-r", "2", "--num-requests", "4", "--results-json", str(out)]
             )  # fmt: skip
             sent = list(server.requests)
         joined = other.poll(timeout=500)  # a forked worker would have said client_ready by now
@@ -57,14 +58,15 @@ def test_second_processes_launch_on_a_taken_master_port_is_refused_before_load_i
     lines = [line for line in proc.stderr.splitlines() if line.startswith("llmload: error: ")]
     assert len(lines) == 1, proc.stderr[-3000:]
     assert lines[0].startswith(f"llmload: error: --processes 2: the master port 127.0.0.1:{port} is already in use")
-    assert "pass --master-port " in lines[0]
+    assert ("pass --master-bind-port " if bind_too else "pass --master-port ") in lines[0]
     assert lines[0].endswith("or stop the other run")
     assert joined == 0  # no worker of this launch joined the other run
     assert sent == []  # refused before the preflight, too
     results = json.loads(out.read_text())
     assert results["exit_status"] == 2
     assert results["blocked"] == lines[0].removeprefix("llmload: error: ")
-    assert results["run"]["refused_options"] == {"--processes": "2", "--master-port": str(port)}
+    given = {"--processes": "2", "--master-port": str(port)}
+    assert results["run"]["refused_options"] == {**given, **({"--master-bind-port": str(port)} if bind_too else {})}
     assert results["run"]["num_requests"] == 4
     printed = [line for line in proc.stdout.splitlines() if line.startswith(_RESULTS_LINE)]
     assert [json.loads(line[len(_RESULTS_LINE) :]) for line in printed] == [results]
