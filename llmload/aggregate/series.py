@@ -134,6 +134,10 @@ class IntervalSeries:
         for index in sorted(self._by_index):
             yield index, self._by_index[index]
 
+    def endpoints(self) -> set[str]:
+        """The endpoints counted in any interval (without merging them)."""
+        return {endpoint for stats in self._by_index.values() for (endpoint, _model), _key_stats in stats.items()}
+
     def total(self) -> LLMStats:
         """Every interval merged into one new ``LLMStats``."""
         merged = LLMStats.empty()

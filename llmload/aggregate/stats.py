@@ -838,7 +838,7 @@ class LLMStats:
             merged.merge_in(endpoint_stats)
         return merged
 
-    def latency_keys(self) -> list[StatsKey]:
+    def latency_keys(self, *, generation_only: bool = False) -> list[StatsKey]:
         """The keys the run-level latency covers, sorted: the generation keys, or every key when there are none.
 
         An embeddings call's E2E is one round trip with nothing generated; pooled
@@ -846,15 +846,17 @@ class LLMStats:
         neither. A run that mixes them (``locustfiles/mixed.py``) therefore
         reports run-level latency over its generation requests, and the
         embeddings' latency per key; a run of embeddings alone, over them.
+        ``generation_only``: the run is known to generate (an interval of a
+        mixed run in which only embeddings finished): the generation keys, maybe none.
         """
         keys = self.keys()
         generating = [key for key in keys if key[0] not in NO_OUTPUT_ENDPOINTS]
-        return generating or keys
+        return generating if generating or generation_only else keys
 
-    def latency_total(self) -> EndpointStats:
+    def latency_total(self, *, generation_only: bool = False) -> EndpointStats:
         """The keys of ``latency_keys`` merged into one new ``EndpointStats`` (read its latency histograms)."""
         merged = EndpointStats()
-        for key in self.latency_keys():
+        for key in self.latency_keys(generation_only=generation_only):
             merged.merge_in(self._by_key[key])
         return merged
 

@@ -56,7 +56,7 @@ from typing import Any
 
 from llmload.aggregate.histogram import LatencyHistogram
 from llmload.aggregate.series import IntervalSeries, interval_index
-from llmload.aggregate.stats import EndpointStats, LLMStats
+from llmload.aggregate.stats import NO_OUTPUT_ENDPOINTS, EndpointStats, LLMStats
 from llmload.exporters.sections import PERCENTILES
 from llmload.request.record import Outcome
 
@@ -68,6 +68,7 @@ __all__ = [
     "Row",
     "Timeline",
     "columns",
+    "generates",
     "interval_rows",
     "outcome_columns",
     "progress_line",
@@ -145,7 +146,8 @@ def _per_s(n: int, interval_s: float) -> float | None:
     return n / interval_s if interval_s > 0 else None
 
 
-def _stats_row(s: EndpointStats, interval_s: float) -> Row:
+def _stats_row(s: EndpointStats, interval_s: float, timed: EndpointStats | None = None) -> Row:
+    """One row's figures of ``s``; the latency quantiles of ``timed`` when given (``LLMStats.latency_total``)."""
     row: Row = {"succeeded": s.succeeded, "failed": s.failed}
     for outcome in Outcome:
         if outcome is not Outcome.OK:
@@ -159,7 +161,7 @@ def _stats_row(s: EndpointStats, interval_s: float) -> Row:
     row["total_tokens_per_s"] = _per_s(prompt + output, interval_s)
     row.update(_usage_detail_columns(s))
     for prefix, name in QUANTILE_METRICS:
-        hist: LatencyHistogram = getattr(s, name)
+        hist: LatencyHistogram = getattr(s if timed is None else timed, name)
         values = hist.quantiles([q for _, q in PERCENTILES])
         for (label, _), value in zip(PERCENTILES, values, strict=True):
             row[f"{prefix}_{label}_s"] = value
@@ -200,8 +202,14 @@ def interval_rows(
     covered_s: float | None = None,
     gauges: Gauges | None = None,
     extra_columns: Sequence[str] = (),
+    generation_only: bool = False,
 ) -> list[Row]:
     """The rows of interval ``index``: the total row, then one per (endpoint, model) key, sorted.
+
+    The total row's latency quantiles are over ``LLMStats.latency_keys``: in a
+    run that mixes embeddings with generation requests, the generation ones
+    (``generation_only``: the run generates, so an interval where only
+    embeddings finished has no latency, not theirs; ``generates``).
 
     Args:
         index: interval number (0 = the first ``interval_s`` seconds of the run).
@@ -216,7 +224,8 @@ def interval_rows(
     length_s = interval_s if covered_s is None else max(0.0, min(covered_s, interval_s))
     head = {"t": index * interval_s, "interval_s": length_s}
     gauge_values = {name: (gauges or {}).get(name) for name in GAUGE_COLUMNS + tuple(extra_columns)}
-    total = {**head, "endpoint": None, "model": None, **_stats_row(stats.total(), length_s), **gauge_values}
+    timed = stats.latency_total(generation_only=generation_only)
+    total = {**head, "endpoint": None, "model": None, **_stats_row(stats.total(), length_s, timed), **gauge_values}
     rows = [total]
     for (endpoint, model), s in stats.items():
         row = {**head, "endpoint": endpoint, "model": model, **_stats_row(s, length_s)}
@@ -253,6 +262,7 @@ def series_rows(
     if last is None:
         return []
     rows: list[Row] = []
+    generation_only = generates(series)
     for index in range(first_index, last + 1):
         covered_s = None
         if end_s is not None and index == last:
@@ -265,9 +275,15 @@ def series_rows(
                 covered_s=covered_s,
                 gauges=(gauges or {}).get(index),
                 extra_columns=extra_columns,
+                generation_only=generation_only,
             )
         )
     return rows
+
+
+def generates(series: IntervalSeries) -> bool:
+    """Whether the run generates: some interval counted an endpoint other than embeddings (``interval_rows``)."""
+    return any(endpoint not in NO_OUTPUT_ENDPOINTS for endpoint in series.endpoints())
 
 
 class Timeline:
@@ -404,6 +420,7 @@ class Timeline:
             return []
         gauges = self._all_gauges()
         rows = []
+        generation_only = generates(series)
         for index in range(self._next, due):
             rows.extend(
                 interval_rows(
@@ -412,6 +429,7 @@ class Timeline:
                     self.interval_s,
                     gauges=gauges.get(index),
                     extra_columns=self.extra_columns,
+                    generation_only=generation_only,
                 )
             )
         self._next = due

@@ -17,7 +17,7 @@ from typing import Any
 from llmload.aggregate.series import IntervalSeries
 from llmload.errors import InvalidOptionsError
 from llmload.exporters.chart_rows import CHART_TURNS, interval_of, mark_partial, turn_column, with_turn_columns
-from llmload.exporters.timeseries import Row, Timeline, interval_rows
+from llmload.exporters.timeseries import Row, Timeline, generates, interval_rows
 from llmload.request.record import Outcome
 from llmload.settings.options import OPTIONS, OptionSpec
 from llmload.settings.thresholds import Threshold
@@ -98,6 +98,7 @@ class RowCache:
         """The chart rows of intervals ``0 .. timeline.written_intervals - 1``, ``t`` increasing."""
         if timeline is not self._timeline or series is not self._series:
             self._timeline, self._series, self._rows = timeline, series, []
+        generation_only = generates(series)
         for index in range(len(self._rows), timeline.written_intervals):
             total = interval_rows(
                 index,
@@ -105,6 +106,7 @@ class RowCache:
                 timeline.interval_s,
                 gauges=timeline.columns_of(index),
                 extra_columns=timeline.extra_columns,
+                generation_only=generation_only,
             )
             self._rows.append(_chart_row(total[0]))
         return self._rows

@@ -261,3 +261,26 @@ def test_mixed_run_html_report_says_its_latency_is_over_the_generation_requests(
                                        started_at_unix=T0))  # fmt: skip
     page = render_report([results])
     assert "latency (table and distributions) is over the generation requests (chat); embeddings:" in page
+
+
+def test_mixed_run_timeseries_total_row_latency_is_over_its_generation_requests():
+    """The time series' total rows pooled the embeddings' E2E with chat's too (e2e_p50_s of an embeddings
+    call); an interval in which only embeddings finished showed theirs as the run's latency."""
+    from llmload.aggregate.series import IntervalSeries
+    from llmload.exporters.timeseries import series_rows
+
+    series = IntervalSeries.empty()
+    for _ in range(3):
+        series.add(0, ok_record((0.2, 0.6, 0.98), end_s=1.0, endpoint="chat"))
+    for index in (0, 1):
+        for _ in range(9):
+            series.add(index, _embeddings_record(T0))
+    rows = series_rows(series, 10.0, end_s=19.5)
+    totals = [row for row in rows if row["endpoint"] is None]
+    assert [row["e2e_p50_s"] for row in totals] == [pytest.approx(1.0, rel=0.05), None]
+    assert [row["succeeded"] for row in totals] == [12, 9]  # counts stay every request's
+    per_key = {(row["t"], row["endpoint"]): row for row in rows if row["endpoint"] is not None}
+    assert per_key[(10.0, "embeddings")]["e2e_p50_s"] == pytest.approx(0.05, rel=0.05)
+    alone = IntervalSeries.empty()
+    alone.add(0, _embeddings_record(T0))
+    assert series_rows(alone, 10.0, end_s=9.5)[0]["e2e_p50_s"] == pytest.approx(0.05, rel=0.05)
