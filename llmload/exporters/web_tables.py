@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmload.aggregate.stats import EndpointStats, LLMStats
-from llmload.exporters.sections import stats_sections
+from llmload.exporters.sections import latency_section, stats_sections
 from llmload.settings.goodput import SLO
 
 __all__ = [
@@ -108,9 +108,13 @@ def _rate(value: float | None) -> str:
     return _NA if value is None else f"{value:.2f}"
 
 
-def _row(endpoint: str, model: str, s: EndpointStats, slo: SLO | None) -> dict[str, str]:
+def _row(
+    endpoint: str, model: str, s: EndpointStats, slo: SLO | None, timed: EndpointStats | None = None
+) -> dict[str, str]:
+    """One table row of ``s``; its latency columns of ``timed`` when given (``LLMStats.latency_total``)."""
     sections = stats_sections(s, slo)
-    latency, throughput, tokens = sections["latency"], sections["throughput"], sections["tokens"]
+    throughput, tokens = sections["throughput"], sections["tokens"]
+    latency = sections["latency"] if timed is None else latency_section(timed)
     return {
         "endpoint": endpoint,
         "model": model,
@@ -134,10 +138,17 @@ def _row(endpoint: str, model: str, s: EndpointStats, slo: SLO | None) -> dict[s
 
 
 def endpoint_rows(stats: LLMStats, slo: SLO | None = None) -> list[dict[str, str]]:
-    """One row per (endpoint, model), then the total (``"Total"``) when there are several."""
+    """One row per (endpoint, model), then the total (``"Total"``) when there are several.
+
+    The total's latency columns are over ``LLMStats.latency_keys``; when they leave
+    endpoints out (embeddings beside generation requests), its model cell says so.
+    """
     rows = [_row(endpoint, model, s, slo) for (endpoint, model), s in stats.items()]
     if len(rows) != 1:
-        rows.append(_row("Total", "", stats.total(), slo))
+        keys = stats.latency_keys()
+        timed = {endpoint for endpoint, _model in keys}
+        note = "" if keys == stats.keys() else "latency: " + ", ".join(sorted(timed))
+        rows.append(_row("Total", note, stats.total(), slo, stats.latency_total()))
     return rows
 
 

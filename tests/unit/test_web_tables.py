@@ -95,6 +95,23 @@ def test_endpoint_rows_of_a_mixed_run_show_embeddings_inputs_per_s_and_no_output
     assert rows["Total"]["prompt_tokens"] == "50"
 
 
+def test_endpoint_rows_total_latency_of_a_mixed_run_is_over_the_generation_requests_and_says_so() -> None:
+    """Issue 24: the LLM tab's Total row pooled the embeddings call's E2E (0.5 s) with chat's and responses'."""
+    stats = LLMStats.empty()
+    stats.add(_ok("chat", 0.2, 5))
+    stats.add(_ok("responses", 0.4, 7))
+    embeddings = RequestRecord(
+        endpoint="embeddings", model="m", started_at_unix=1_700_000_000.0, end_s=5.0, streamed=False,
+        prompt_tokens=TokenCount(30, TokenSource.SERVER), completion_tokens=TokenCount.unknown(), inputs=3,
+    )  # fmt: skip
+    stats.add(embeddings)
+    rows = {r["endpoint"]: r for r in endpoint_rows(stats)}
+    assert rows["Total"]["model"] == "latency: chat, responses"
+    assert rows["Total"]["e2e_p99_ms"] == max(rows["chat"]["e2e_p99_ms"], rows["responses"]["e2e_p99_ms"], key=float)
+    assert rows["embeddings"]["e2e_p99_ms"] == "5000.0"
+    assert rows["Total"]["succeeded"] == "3"
+
+
 def test_reset_note_says_what_was_reset_and_what_was_kept_in_plain_words():
     """Issue 24: the RESET line said only "statistics reset from the web UI" (also for --reset-stats, which
     is not the web UI). Now it names the cause, what was reset (server metrics only when scraped) and what was kept."""
