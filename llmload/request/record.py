@@ -121,8 +121,11 @@ class TokenCount:
 
     @classmethod
     def unknown(cls) -> TokenCount:
-        """Return the unknown count."""
-        return cls(None, TokenSource.UNKNOWN)
+        """Return the unknown count (one shared value: it is frozen)."""
+        return _UNKNOWN_COUNT
+
+
+_UNKNOWN_COUNT = TokenCount(None, TokenSource.UNKNOWN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,8 +221,8 @@ class RequestRecord:
     token_counts: list[int] | None = None
     first_content_s: float | None = None
     end_s: float | None = None
-    prompt_tokens: TokenCount = field(default_factory=TokenCount.unknown)
-    completion_tokens: TokenCount = field(default_factory=TokenCount.unknown)
+    prompt_tokens: TokenCount = _UNKNOWN_COUNT  # frozen: one shared value, no factory call per record
+    completion_tokens: TokenCount = _UNKNOWN_COUNT
     finish_reason: str | None = None
     requested_prompt_tokens: int | None = None
     dispatch_delay_s: float | None = None

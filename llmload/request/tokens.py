@@ -330,7 +330,19 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
     detail itself is already None.
     """
     events = len(acc.token_times_s) if streamed else 0
-    usage = read_usage(acc.usage_log, events, acc.usage_per_event() if streamed else None)
+    log = acc.usage_log
+    if (
+        streamed
+        and len(log) < 2  # usage once at the end, or none: nothing to read as cumulative or incremental
+        and acc.reasoning_tokens is None
+        and acc.unreadable_detail is None
+        and acc.usage_per_event() is None
+        and acc.logprob_counts() is None
+    ):
+        fast = _plain_output(acc, log[0].tokens if log else None, events, counter)
+        if fast is not None:
+            return fast
+    usage = read_usage(log, events, acc.usage_per_event() if streamed else None)
     logprob_counts = acc.logprob_counts()  # a non-streamed body's logprobs count its tokens too
     count = resolve_completion_tokens(
         server_tokens=usage.total,
@@ -364,6 +376,32 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
     if acc.unreadable_detail is not None:
         notes = (*notes, UsageNote.DETAIL_UNREADABLE)
     return OutputTokens(count, token_counts, hidden, notes)
+
+
+def _plain_output(
+    acc: ReplyAccumulator, total: int | None, events: int, counter: TokenCounter | None
+) -> OutputTokens | None:
+    """``resolve_output_tokens`` of a streamed reply with at most one usage value and nothing else to weigh.
+
+    No reasoning count, no unreadable detail, no per-event usage or logprobs:
+    the count is the one usage value when it covers the token events (less
+    than one extra token per byte of text, else ``ABOVE_TEXT``), else the next
+    source. None when the general rules are needed (usage below the events).
+    The reference is the general path below it, which gives the same result.
+    """
+    if total is None:
+        if counter is not None:
+            return OutputTokens(TokenCount(counter.count("".join(acc.pieces)), TokenSource.TOKENIZER), None, 0, ())
+        return OutputTokens(TokenCount(events, TokenSource.CHUNKS), None, 0, ())
+    if total < events:
+        return None  # BELOW_EVENTS: the general path says so and takes the next source
+    count = TokenCount(total, TokenSource.SERVER)
+    if _above_text(acc.pieces, total):
+        return OutputTokens(count, None, 0, _ABOVE_TEXT)
+    return OutputTokens(count, None, 0, ())
+
+
+_ABOVE_TEXT = (UsageNote.ABOVE_TEXT,)
 
 
 def _above_text(pieces: Sequence[str], tokens: int) -> bool:
