@@ -130,6 +130,9 @@ class ReplyEnd(Enum):
     FINISH_WAIT = f"nothing for {FINISH_WAIT_S:g} s after the finish_reason (neither [DONE] nor an end of body)"
 
 
+# Enum members read as module globals on the per-request path (``llmload.request.record`` says why)
+_SEND, _STREAM, _BODY = Phase.SEND, Phase.STREAM, Phase.BODY
+_END_DONE, _END_USAGE = ReplyEnd.DONE, ReplyEnd.USAGE
 _CHUNK_ENDPOINTS = frozenset({"chat", "completions"})  # replies of OpenAI completion chunks (``ReplyReader``)
 _STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -267,7 +270,7 @@ class StreamingClient:
         self.request_sent = False
         self.reply_end = None
         self._pieces = []
-        phase = Phase.SEND
+        phase = _SEND
         seen: StreamSeen | None = None
         t0 = clock()
         try:
@@ -286,11 +289,11 @@ class StreamingClient:
                 if not 200 <= status < 300:
                     self._read_http_error(response, record, t0, len(request.body))
                 elif ctype == "text/event-stream" or (request.stream and not _is_json(ctype)):
-                    phase = Phase.STREAM
+                    phase = _STREAM
                     seen = StreamSeen(response.header("content-encoding"), ctype)
                     self._read_stream(response, record, request, t0, seen)
                 else:
-                    phase = Phase.BODY
+                    phase = _BODY
                     self._read_json(response, record, request, t0)
             finally:
                 response.close()
@@ -401,9 +404,9 @@ class StreamingClient:
             self._read_unlabelled_json(response, record, request, t0, seen=seen, first=json_head)
             return
         if acc.done:
-            self.reply_end = ReplyEnd.DONE
+            self.reply_end = _END_DONE
             response.drain(DRAIN_S, _DRAIN_BYTES)
-        elif self.reply_end is ReplyEnd.USAGE:
+        elif self.reply_end is _END_USAGE:
             response.drain(DRAIN_S, _DRAIN_BYTES)  # for [DONE] and the end of the body; else the connection goes
         elif self.reply_end is None and acc.finish_reason is not None:
             self.reply_end = ReplyEnd.BODY_END

@@ -62,7 +62,7 @@ class Outcome(Enum):
     @property
     def is_failure(self) -> bool:
         """True for every outcome except ``OK``, ``CANCELLED`` and ``SKIPPED``."""
-        return self not in (Outcome.OK, Outcome.CANCELLED, Outcome.SKIPPED)
+        return self not in _NOT_FAILURES
 
 
 class TokenSource(Enum):
@@ -112,6 +112,9 @@ class ITLKind(Enum):
     CHUNK = "chunk"  # only chunk arrival times known: samples are inter-chunk gaps
 
 
+_TOKEN_ITL, _CHUNK_ITL = ITLKind.TOKEN, ITLKind.CHUNK  # as _OK below
+
+
 @dataclass(frozen=True, slots=True)
 class TokenCount:
     """A token count with its provenance; ``value`` is None when unknown."""
@@ -126,6 +129,12 @@ class TokenCount:
 
 
 _UNKNOWN_COUNT = TokenCount(None, TokenSource.UNKNOWN)
+
+# Enum members read as module globals on the per-request path: reading one off its class goes through
+# EnumType.__getattr__'s hook (Python 3.11), about 1,000 instructions each time.
+_OK = Outcome.OK
+_NOT_FAILURES = (Outcome.OK, Outcome.CANCELLED, Outcome.SKIPPED)
+_SERVER = TokenSource.SERVER
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +260,7 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         """True when the request succeeded."""
-        return self.outcome is Outcome.OK
+        return self.outcome is _OK
 
     @property
     def ttft_s(self) -> float | None:
@@ -324,11 +333,11 @@ class RequestRecord:
     def itl_kind(self) -> ITLKind:
         """``TOKEN`` when per-chunk token counts are known, else ``CHUNK``."""
         if self.token_counts is not None:
-            return ITLKind.TOKEN
+            return _TOKEN_ITL
         n = self.streamed_tokens
-        if n is not None and self.completion_tokens.source is TokenSource.SERVER and n == len(self.token_times_s):
-            return ITLKind.TOKEN  # one token per event, confirmed by the server's total
-        return ITLKind.CHUNK
+        if n is not None and self.completion_tokens.source is _SERVER and n == len(self.token_times_s):
+            return _TOKEN_ITL  # one token per event, confirmed by the server's total
+        return _CHUNK_ITL
 
     def itl_samples_s(self) -> list[float]:
         """Inter-token latency samples in seconds; the TTFT is never one of them.

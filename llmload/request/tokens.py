@@ -37,7 +37,7 @@ import itertools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from llmload.errors import TokenizerError
 from llmload.request.chunks import ReplyAccumulator, UsageValue
@@ -192,7 +192,7 @@ def resolve_completion_tokens(
         The count from the best available source.
     """
     if server_tokens is not None:
-        return TokenCount(server_tokens, TokenSource.SERVER)
+        return TokenCount(server_tokens, _SERVER)
     if logprob_tokens is not None:
         return TokenCount(logprob_tokens, TokenSource.LOGPROBS)
     if counter is not None:
@@ -210,15 +210,18 @@ def resolve_prompt_tokens(*, server_tokens: int | None, prompt_text: str, counte
     is of the raw prompt text only.
     """
     if server_tokens is not None:
-        return TokenCount(server_tokens, TokenSource.SERVER)
+        return TokenCount(server_tokens, _SERVER)
     if counter is not None:
         return TokenCount(counter.count(prompt_text), TokenSource.TOKENIZER)
     return TokenCount.unknown()
 
 
-@dataclass(frozen=True, slots=True)
-class UsageReading:
-    """What a reply's usage values say once checked against its stream.
+class UsageReading(NamedTuple):
+    """What a reply's usage values say once checked against its stream (immutable).
+
+    A named tuple, not a frozen dataclass: it is made once per reply, and a
+    frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field)
+    costs about twice as much.
 
     Attributes:
         total: the completion tokens to use; None when usage was not sent or
@@ -351,12 +354,12 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
         chunk_count=events if streamed else None,
         logprob_tokens=sum(logprob_counts) if logprob_counts else None,
     )
-    token_counts = usage.per_event if count.source is TokenSource.SERVER else None
+    token_counts = usage.per_event if count.source is _SERVER else None
     if token_counts is None and count.source is TokenSource.LOGPROBS and streamed:
         token_counts = logprob_counts
     notes, hidden = usage.notes, 0
     reasoning = acc.reasoning_tokens
-    if count.source is TokenSource.SERVER and count.value is not None and reasoning:
+    if count.source is _SERVER and count.value is not None and reasoning:
         if reasoning > count.value:
             notes = (*notes, UsageNote.REASONING_APART)
         elif not acc.reasoning_streamed and streamed:
@@ -367,7 +370,7 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
                 notes = (*notes, UsageNote.REASONING_UNEXPLAINED)
     if (
         streamed
-        and count.source is TokenSource.SERVER
+        and count.source is _SERVER
         and count.value is not None
         and UsageNote.REASONING_UNEXPLAINED not in notes
         and _above_text(acc.pieces, count.value - hidden)
@@ -391,17 +394,19 @@ def _plain_output(
     """
     if total is None:
         if counter is not None:
-            return OutputTokens(TokenCount(counter.count("".join(acc.pieces)), TokenSource.TOKENIZER), None, 0, ())
-        return OutputTokens(TokenCount(events, TokenSource.CHUNKS), None, 0, ())
+            return OutputTokens(TokenCount(counter.count("".join(acc.pieces)), _TOKENIZER), None, 0, ())
+        return OutputTokens(TokenCount(events, _CHUNKS), None, 0, ())
     if total < events:
         return None  # BELOW_EVENTS: the general path says so and takes the next source
-    count = TokenCount(total, TokenSource.SERVER)
+    count = TokenCount(total, _SERVER)
     if _above_text(acc.pieces, total):
         return OutputTokens(count, None, 0, _ABOVE_TEXT)
     return OutputTokens(count, None, 0, ())
 
 
 _ABOVE_TEXT = (UsageNote.ABOVE_TEXT,)
+# Enum members read as module globals on the per-reply path (``llmload.request.record`` says why)
+_SERVER, _TOKENIZER, _CHUNKS = TokenSource.SERVER, TokenSource.TOKENIZER, TokenSource.CHUNKS
 
 
 def _above_text(pieces: Sequence[str], tokens: int) -> bool:
