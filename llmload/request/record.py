@@ -44,6 +44,11 @@ __all__ = [
 class Outcome(Enum):
     """How one request ended. Only ``OK`` is a success."""
 
+    # A dict key on the per-request path (counts by outcome, source, ITL kind, note). Enum's own __hash__
+    # hashes the member's name in Python, ~1,000 instructions a look-up; members are singletons that
+    # compare by identity, so the identity hash (in C) gives the same dicts and sets.
+    __hash__ = object.__hash__
+
     OK = "ok"
     EMPTY = "empty"  # 2xx and well-formed, but no generated token at all (not a success with TTFT 0)
     HTTP_ERROR = "http_error"  # non-2xx status that is not throttling (a 503 without Retry-After included)
@@ -68,6 +73,8 @@ class Outcome(Enum):
 class TokenSource(Enum):
     """Where a token count came from, best first."""
 
+    __hash__ = object.__hash__  # as Outcome's: a dict key on the per-request path
+
     SERVER = "server"  # the server's `usage` block
     LOGPROBS = "logprobs"  # entries of `logprobs.content` (chat) / `logprobs.tokens` (completions), one per token
     TOKENIZER = "client-tokenized"  # local tokenizer on the joined text, no special tokens
@@ -80,6 +87,8 @@ class UsageNote(Enum):
 
     Counted per note in the results (``tokens.usage_checks``); rules in ``llmload.request.tokens.read_usage``.
     """
+
+    __hash__ = object.__hash__  # as Outcome's: a dict key on the per-request path
 
     INCREMENTAL = "usage_incremental"  # usage sent per chunk held per-chunk counts: summed, not the last value
     NOT_GROWING = "usage_not_growing"  # usage sent per chunk stayed the same while tokens streamed
@@ -107,6 +116,8 @@ _STREAMED_COUNT_UNKNOWN = frozenset({UsageNote.REASONING_UNEXPLAINED, UsageNote.
 
 class ITLKind(Enum):
     """Whether ITL samples are per token or only per chunk."""
+
+    __hash__ = object.__hash__  # as Outcome's: a dict key on the per-request path
 
     TOKEN = "token"  # per-chunk token counts known (server counts, or one token per chunk confirmed)
     CHUNK = "chunk"  # only chunk arrival times known: samples are inter-chunk gaps

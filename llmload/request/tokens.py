@@ -52,6 +52,7 @@ __all__ = [
     "read_usage",
     "resolve_completion_tokens",
     "resolve_output_tokens",
+    "resolve_output_tokens_by_rules",
     "resolve_prompt_tokens",
 ]
 
@@ -345,7 +346,15 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
         fast = _plain_output(acc, log[0].tokens if log else None, events, counter)
         if fast is not None:
             return fast
-    usage = read_usage(log, events, acc.usage_per_event() if streamed else None)
+    return resolve_output_tokens_by_rules(acc, counter=counter, streamed=streamed)
+
+
+def resolve_output_tokens_by_rules(
+    acc: ReplyAccumulator, *, counter: TokenCounter | None, streamed: bool
+) -> OutputTokens:
+    """``resolve_output_tokens`` without its shortcut for the plain reply (the reference it must equal)."""
+    events = len(acc.token_times_s) if streamed else 0
+    usage = read_usage(acc.usage_log, events, acc.usage_per_event() if streamed else None)
     logprob_counts = acc.logprob_counts()  # a non-streamed body's logprobs count its tokens too
     count = resolve_completion_tokens(
         server_tokens=usage.total,
@@ -390,7 +399,7 @@ def _plain_output(
     the count is the one usage value when it covers the token events (less
     than one extra token per byte of text, else ``ABOVE_TEXT``), else the next
     source. None when the general rules are needed (usage below the events).
-    The reference is the general path below it, which gives the same result.
+    ``resolve_output_tokens_by_rules`` gives the same result.
     """
     if total is None:
         if counter is not None:
