@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -193,7 +193,7 @@ def resolve_completion_tokens(
         The count from the best available source.
     """
     if server_tokens is not None:
-        return TokenCount(server_tokens, _SERVER)
+        return _token_count(server_tokens, _SERVER)
     if logprob_tokens is not None:
         return TokenCount(logprob_tokens, TokenSource.LOGPROBS)
     if counter is not None:
@@ -211,7 +211,7 @@ def resolve_prompt_tokens(*, server_tokens: int | None, prompt_text: str, counte
     is of the raw prompt text only.
     """
     if server_tokens is not None:
-        return TokenCount(server_tokens, _SERVER)
+        return _token_count(server_tokens, _SERVER)
     if counter is not None:
         return TokenCount(counter.count(prompt_text), TokenSource.TOKENIZER)
     return TokenCount.unknown()
@@ -403,19 +403,48 @@ def _plain_output(
     """
     if total is None:
         if counter is not None:
-            return OutputTokens(TokenCount(counter.count("".join(acc.pieces)), _TOKENIZER), None, 0, ())
-        return OutputTokens(TokenCount(events, _CHUNKS), None, 0, ())
+            return _output_tokens(_token_count(counter.count("".join(acc.pieces)), _TOKENIZER), _NO_NOTES)
+        return _output_tokens(_token_count(events, _CHUNKS), _NO_NOTES)
     if total < events:
         return None  # BELOW_EVENTS: the general path says so and takes the next source
-    count = TokenCount(total, _SERVER)
-    if _above_text(acc.pieces, total):
-        return OutputTokens(count, None, 0, _ABOVE_TEXT)
-    return OutputTokens(count, None, 0, ())
+    count = _token_count(total, _SERVER)
+    return _output_tokens(count, _ABOVE_TEXT if _above_text(acc.pieces, total) else _NO_NOTES)
 
 
 _ABOVE_TEXT = (UsageNote.ABOVE_TEXT,)
+_NO_NOTES: tuple[UsageNote, ...] = ()
 # Enum members read as module globals on the per-reply path (``llmload.request.record`` says why)
 _SERVER, _TOKENIZER, _CHUNKS = TokenSource.SERVER, TokenSource.TOKENIZER, TokenSource.CHUNKS
+
+
+# The frozen values made on every reply's path, without their dataclass __init__ (one object.__setattr__
+# per field, ~700 instructions each): slots set through their descriptors give the identical frozen
+# object, as ``llmload.request.sse`` makes its events.
+_new = object.__new__
+_set_count_value: Callable[[TokenCount, int | None], None] = vars(TokenCount)["value"].__set__
+_set_count_source: Callable[[TokenCount, TokenSource], None] = vars(TokenCount)["source"].__set__
+_set_output_count: Callable[[OutputTokens, TokenCount], None] = vars(OutputTokens)["count"].__set__
+_set_output_per_event: Callable[[OutputTokens, None], None] = vars(OutputTokens)["token_counts"].__set__
+_set_output_hidden: Callable[[OutputTokens, int], None] = vars(OutputTokens)["hidden_reasoning_tokens"].__set__
+_set_output_notes: Callable[[OutputTokens, tuple[UsageNote, ...]], None] = vars(OutputTokens)["notes"].__set__
+
+
+def _token_count(value: int | None, source: TokenSource) -> TokenCount:
+    """``TokenCount(value, source)``, made faster."""
+    count: TokenCount = _new(TokenCount)
+    _set_count_value(count, value)
+    _set_count_source(count, source)
+    return count
+
+
+def _output_tokens(count: TokenCount, notes: tuple[UsageNote, ...]) -> OutputTokens:
+    """``OutputTokens(count, None, 0, notes)``, made faster (no per-event counts, no hidden reasoning)."""
+    output: OutputTokens = _new(OutputTokens)
+    _set_output_count(output, count)
+    _set_output_per_event(output, None)
+    _set_output_hidden(output, 0)
+    _set_output_notes(output, notes)
+    return output
 
 
 def _above_text(pieces: Sequence[str], tokens: int) -> bool:
