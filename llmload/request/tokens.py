@@ -456,13 +456,13 @@ def _above_text(pieces: Sequence[str], tokens: int) -> bool:
     streamed. Once per reply, cheapest first: no more tokens than non-empty
     pieces (the usual reply, one token per event) fit at once; then the
     characters are counted (a character is at least one byte; one join in C)
-    and the text is encoded only when they are too few.
+    and the joined text is encoded only when they are too few.
     """
     if tokens <= 1:
         return False
     if len(pieces) + 1 >= tokens:  # each piece holds a character at least: no need to count them
         return False
-    chars = len("".join(pieces))
-    if chars + 1 >= tokens:
+    text = "".join(pieces)
+    if len(text) + 1 >= tokens:
         return False
-    return sum(len(p.encode("utf-8", "surrogatepass")) for p in pieces) + 1 < tokens
+    return len(text.encode("utf-8", "surrogatepass")) + 1 < tokens  # the pieces' bytes: one encode, in C
