@@ -59,6 +59,7 @@ from llmload.request.chunks import ReplyAccumulator, parse_chunk, read_server_er
 from llmload.request.degenerate import (
     DEGENERATE_REPEATED,
     DEGENERATE_SAME_TEXT,
+    MIN_REPEAT_UNITS,
     MIN_SAME_TEXT_PIECES,
     SAME_TEXT_WINDOW,
     SameTextWatch,
@@ -634,7 +635,8 @@ def _check_degenerate(
     record: RequestRecord, pieces: list[str], request: LLMRequest, watch: SameTextWatch | None
 ) -> None:
     """Fail a degenerate reply (``llmload.request.degenerate``): one token repeated, or the same text."""
-    repeated = repeated_piece(pieces)
+    text = "".join(pieces) if len(pieces) < MIN_REPEAT_UNITS else None  # a short reply: joined once for both rules
+    repeated = repeated_piece(pieces, text)
     if repeated is not None:
         piece, count, units = repeated
         _fail(
@@ -649,7 +651,8 @@ def _check_degenerate(
     events = len(pieces) if record.streamed else record.completion_tokens.value or 0  # a whole reply: its tokens
     if watch is None or events < MIN_SAME_TEXT_PIECES:
         return
-    text = "".join(pieces)
+    if text is None:
+        text = "".join(pieces)
     same = watch.repeats((record.endpoint, record.model), text, request.prompt_text)
     if same is not None:
         _fail(
