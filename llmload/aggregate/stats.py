@@ -81,6 +81,9 @@ _USAGE_NOTE_FIELDS = {
 OVERFLOW_CATEGORY = "other"
 _EXACT_SOURCES = (TokenSource.SERVER, TokenSource.LOGPROBS, TokenSource.TOKENIZER)
 """Token count sources that count every token (a chunk count is only a lower bound)."""
+# Enum members read as module globals on the per-request path (``llmload.request.record`` says why)
+_OK, _CANCELLED, _SKIPPED = Outcome.OK, Outcome.CANCELLED, Outcome.SKIPPED
+_SERVER, _UNKNOWN_SOURCE = TokenSource.SERVER, TokenSource.UNKNOWN
 MAX_LABELS = 32
 """Most distinct labels of a ``labels()`` field (finish reasons); the rest are counted as ``OVERFLOW_CATEGORY``."""
 
@@ -405,9 +408,9 @@ class EndpointStats:
         outcome = record.outcome
         counts = self.requests_by_outcome
         counts[outcome] = counts.get(outcome, 0) + 1
-        if outcome is Outcome.CANCELLED:
+        if outcome is _CANCELLED:
             return
-        if outcome is Outcome.SKIPPED:
+        if outcome is _SKIPPED:
             error = record.error
             self.add_failure(error.category if error else outcome.value, None, error.message if error else "", 1)
             return
@@ -416,7 +419,7 @@ class EndpointStats:
             self._add_session(record)
         if record.finish_reason and not record.finish_reason.isspace():  # "" names no reason
             self._add_finish_reason(record.finish_reason)
-        elif outcome is Outcome.OK and record.endpoint != "embeddings":  # embeddings have no finish reason
+        elif outcome is _OK and record.endpoint != "embeddings":  # embeddings have no finish reason
             self.no_finish_reason_requests += 1
         lags = record.read_lags_s
         if lags:
@@ -428,7 +431,7 @@ class EndpointStats:
         self.unstamped_reads += record.unstamped_reads
         if record.connect_s is not None:
             self.connect_s.add(record.connect_s)
-        if outcome is Outcome.OK:
+        if outcome is _OK:
             self._add_success(record)
             if met_slo:
                 self.slo_met_requests += 1
@@ -505,7 +508,7 @@ class EndpointStats:
     def _add_success(self, record: RequestRecord) -> None:
         prompt = record.prompt_tokens
         if prompt.value is None:
-            _add_count(self.prompt_source_requests, TokenSource.UNKNOWN, 1)
+            _add_count(self.prompt_source_requests, _UNKNOWN_SOURCE, 1)
         else:
             _add_count(self.prompt_source_requests, prompt.source, 1)
             self.prompt_tokens_sum += prompt.value
@@ -513,7 +516,7 @@ class EndpointStats:
         if record.inputs is not None:  # embeddings: no output tokens (not applicable, not unknown)
             self.no_output_requests += 1
         elif completion.value is None:
-            _add_count(self.completion_source_requests, TokenSource.UNKNOWN, 1)
+            _add_count(self.completion_source_requests, _UNKNOWN_SOURCE, 1)
         else:
             _add_count(self.completion_source_requests, completion.source, 1)
             self.completion_tokens_sum += completion.value
@@ -523,12 +526,12 @@ class EndpointStats:
         if requested is not None:
             self.requested_prompt_tokens_sum += requested
             self.requested_prompt_tokens_count += 1
-            if prompt.value is not None and prompt.source is TokenSource.SERVER:
+            if prompt.value is not None and prompt.source is _SERVER:
                 self.requested_compared_requests += 1
                 self.requested_compared_tokens += requested
                 self.requested_abs_diff_tokens += abs(prompt.value - requested)
         client_count = record.client_completion_tokens
-        if client_count is not None and completion.value is not None and completion.source is TokenSource.SERVER:
+        if client_count is not None and completion.value is not None and completion.source is _SERVER:
             self.tokenizer_compared_requests += 1
             if client_count != completion.value:
                 self.tokenizer_disagreed_requests += 1

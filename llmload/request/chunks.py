@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from llmload.errors import SSEProtocolError
 from llmload.request.shapes import DeltaText, describe, read_delta, read_text
@@ -516,9 +516,8 @@ class ReplyAccumulator:
         return counts
 
 
-@dataclass(frozen=True, slots=True)
-class UsageValue:
-    """One ``usage.completion_tokens`` value as sent.
+class UsageValue(NamedTuple):
+    """One ``usage.completion_tokens`` value as sent (immutable; a named tuple: one is made per usage chunk).
 
     Attributes:
         tokens: the value.

@@ -59,6 +59,7 @@ from llmload.request.chunks import ReplyAccumulator, parse_chunk, read_server_er
 from llmload.request.degenerate import (
     DEGENERATE_REPEATED,
     DEGENERATE_SAME_TEXT,
+    MIN_REPEAT_UNITS,
     MIN_SAME_TEXT_PIECES,
     SAME_TEXT_WINDOW,
     SameTextWatch,
@@ -130,6 +131,9 @@ class ReplyEnd(Enum):
     FINISH_WAIT = f"nothing for {FINISH_WAIT_S:g} s after the finish_reason (neither [DONE] nor an end of body)"
 
 
+# Enum members read as module globals on the per-request path (``llmload.request.record`` says why)
+_SEND, _STREAM, _BODY = Phase.SEND, Phase.STREAM, Phase.BODY
+_END_DONE, _END_USAGE = ReplyEnd.DONE, ReplyEnd.USAGE
 _CHUNK_ENDPOINTS = frozenset({"chat", "completions"})  # replies of OpenAI completion chunks (``ReplyReader``)
 _STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -267,7 +271,7 @@ class StreamingClient:
         self.request_sent = False
         self.reply_end = None
         self._pieces = []
-        phase = Phase.SEND
+        phase = _SEND
         seen: StreamSeen | None = None
         t0 = clock()
         try:
@@ -286,11 +290,11 @@ class StreamingClient:
                 if not 200 <= status < 300:
                     self._read_http_error(response, record, t0, len(request.body))
                 elif ctype == "text/event-stream" or (request.stream and not _is_json(ctype)):
-                    phase = Phase.STREAM
+                    phase = _STREAM
                     seen = StreamSeen(response.header("content-encoding"), ctype)
                     self._read_stream(response, record, request, t0, seen)
                 else:
-                    phase = Phase.BODY
+                    phase = _BODY
                     self._read_json(response, record, request, t0)
             finally:
                 response.close()
@@ -401,9 +405,9 @@ class StreamingClient:
             self._read_unlabelled_json(response, record, request, t0, seen=seen, first=json_head)
             return
         if acc.done:
-            self.reply_end = ReplyEnd.DONE
+            self.reply_end = _END_DONE
             response.drain(DRAIN_S, _DRAIN_BYTES)
-        elif self.reply_end is ReplyEnd.USAGE:
+        elif self.reply_end is _END_USAGE:
             response.drain(DRAIN_S, _DRAIN_BYTES)  # for [DONE] and the end of the body; else the connection goes
         elif self.reply_end is None and acc.finish_reason is not None:
             self.reply_end = ReplyEnd.BODY_END
@@ -631,7 +635,8 @@ def _check_degenerate(
     record: RequestRecord, pieces: list[str], request: LLMRequest, watch: SameTextWatch | None
 ) -> None:
     """Fail a degenerate reply (``llmload.request.degenerate``): one token repeated, or the same text."""
-    repeated = repeated_piece(pieces)
+    text = "".join(pieces) if len(pieces) < MIN_REPEAT_UNITS else None  # a short reply: joined once for both rules
+    repeated = repeated_piece(pieces, text)
     if repeated is not None:
         piece, count, units = repeated
         _fail(
@@ -646,7 +651,8 @@ def _check_degenerate(
     events = len(pieces) if record.streamed else record.completion_tokens.value or 0  # a whole reply: its tokens
     if watch is None or events < MIN_SAME_TEXT_PIECES:
         return
-    text = "".join(pieces)
+    if text is None:
+        text = "".join(pieces)
     same = watch.repeats((record.endpoint, record.model), text, request.prompt_text)
     if same is not None:
         _fail(

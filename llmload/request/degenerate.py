@@ -64,14 +64,15 @@ SAMPLE_CHARS = 200
 """Characters of a degenerate reply's text kept as its sample."""
 
 
-def repeated_piece(pieces: Sequence[str]) -> tuple[str, int, int] | None:
+def repeated_piece(pieces: Sequence[str], text: str | None = None) -> tuple[str, int, int] | None:
     """The piece that makes up ``REPEAT_SHARE`` or more of the reply, its count and the unit count; else None.
 
-    ``pieces``: the texts of the reply's token-bearing events, in order.
+    ``pieces``: the texts of the reply's token-bearing events, in order;
+    ``text``: their join, if the caller has it (a short reply is split into words).
     """
     units: Sequence[str] = pieces
     if len(units) < MIN_REPEAT_UNITS:
-        units = "".join(pieces).split()
+        units = ("".join(pieces) if text is None else text).split()
     n = len(units)
     if n < MIN_REPEAT_UNITS:
         return None

@@ -44,6 +44,11 @@ __all__ = [
 class Outcome(Enum):
     """How one request ended. Only ``OK`` is a success."""
 
+    # A dict key on the per-request path (counts by outcome, source, ITL kind, note). Enum's own __hash__
+    # hashes the member's name in Python, ~1,000 instructions a look-up; members are singletons that
+    # compare by identity, so the identity hash (in C) gives the same dicts and sets.
+    __hash__ = object.__hash__
+
     OK = "ok"
     EMPTY = "empty"  # 2xx and well-formed, but no generated token at all (not a success with TTFT 0)
     HTTP_ERROR = "http_error"  # non-2xx status that is not throttling (a 503 without Retry-After included)
@@ -62,11 +67,13 @@ class Outcome(Enum):
     @property
     def is_failure(self) -> bool:
         """True for every outcome except ``OK``, ``CANCELLED`` and ``SKIPPED``."""
-        return self not in (Outcome.OK, Outcome.CANCELLED, Outcome.SKIPPED)
+        return self not in _NOT_FAILURES
 
 
 class TokenSource(Enum):
     """Where a token count came from, best first."""
+
+    __hash__ = object.__hash__  # as Outcome's: a dict key on the per-request path
 
     SERVER = "server"  # the server's `usage` block
     LOGPROBS = "logprobs"  # entries of `logprobs.content` (chat) / `logprobs.tokens` (completions), one per token
@@ -80,6 +87,8 @@ class UsageNote(Enum):
 
     Counted per note in the results (``tokens.usage_checks``); rules in ``llmload.request.tokens.read_usage``.
     """
+
+    __hash__ = object.__hash__  # as Outcome's: a dict key on the per-request path
 
     INCREMENTAL = "usage_incremental"  # usage sent per chunk held per-chunk counts: summed, not the last value
     NOT_GROWING = "usage_not_growing"  # usage sent per chunk stayed the same while tokens streamed
@@ -108,8 +117,13 @@ _STREAMED_COUNT_UNKNOWN = frozenset({UsageNote.REASONING_UNEXPLAINED, UsageNote.
 class ITLKind(Enum):
     """Whether ITL samples are per token or only per chunk."""
 
+    __hash__ = object.__hash__  # as Outcome's: a dict key on the per-request path
+
     TOKEN = "token"  # per-chunk token counts known (server counts, or one token per chunk confirmed)
     CHUNK = "chunk"  # only chunk arrival times known: samples are inter-chunk gaps
+
+
+_TOKEN_ITL, _CHUNK_ITL = ITLKind.TOKEN, ITLKind.CHUNK  # as _OK below
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +135,17 @@ class TokenCount:
 
     @classmethod
     def unknown(cls) -> TokenCount:
-        """Return the unknown count."""
-        return cls(None, TokenSource.UNKNOWN)
+        """Return the unknown count (one shared value: it is frozen)."""
+        return _UNKNOWN_COUNT
+
+
+_UNKNOWN_COUNT = TokenCount(None, TokenSource.UNKNOWN)
+
+# Enum members read as module globals on the per-request path: reading one off its class goes through
+# EnumType.__getattr__'s hook (Python 3.11), about 1,000 instructions each time.
+_OK = Outcome.OK
+_NOT_FAILURES = (Outcome.OK, Outcome.CANCELLED, Outcome.SKIPPED)
+_SERVER = TokenSource.SERVER
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,8 +241,8 @@ class RequestRecord:
     token_counts: list[int] | None = None
     first_content_s: float | None = None
     end_s: float | None = None
-    prompt_tokens: TokenCount = field(default_factory=TokenCount.unknown)
-    completion_tokens: TokenCount = field(default_factory=TokenCount.unknown)
+    prompt_tokens: TokenCount = _UNKNOWN_COUNT  # frozen: one shared value, no factory call per record
+    completion_tokens: TokenCount = _UNKNOWN_COUNT
     finish_reason: str | None = None
     requested_prompt_tokens: int | None = None
     dispatch_delay_s: float | None = None
@@ -248,7 +271,7 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         """True when the request succeeded."""
-        return self.outcome is Outcome.OK
+        return self.outcome is _OK
 
     @property
     def ttft_s(self) -> float | None:
@@ -321,11 +344,11 @@ class RequestRecord:
     def itl_kind(self) -> ITLKind:
         """``TOKEN`` when per-chunk token counts are known, else ``CHUNK``."""
         if self.token_counts is not None:
-            return ITLKind.TOKEN
+            return _TOKEN_ITL
         n = self.streamed_tokens
-        if n is not None and self.completion_tokens.source is TokenSource.SERVER and n == len(self.token_times_s):
-            return ITLKind.TOKEN  # one token per event, confirmed by the server's total
-        return ITLKind.CHUNK
+        if n is not None and self.completion_tokens.source is _SERVER and n == len(self.token_times_s):
+            return _TOKEN_ITL  # one token per event, confirmed by the server's total
+        return _CHUNK_ITL
 
     def itl_samples_s(self) -> list[float]:
         """Inter-token latency samples in seconds; the TTFT is never one of them.

@@ -41,6 +41,7 @@ __all__ = ["SSEDecoder", "SSEEvent"]
 _DONE_LINE_CHARS = len("data: [DONE]")  # the longest spelling of the end-of-stream sentinel line
 
 _BOM = "\ufeff"
+_Utf8Decoder = codecs.getincrementaldecoder("utf-8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,9 @@ class SSEDecoder:
 
     def __init__(self) -> None:
         """Create a decoder positioned at the start of a stream."""
-        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        # the incremental UTF-8 decoder, made when a read first ends inside a character or an event (a
+        # stream of whole ASCII-ended reads never needs one, and making one costs more than the rest of the set-up)
+        self._utf8: codecs.IncrementalDecoder | None = None
         self._tail: list[str] = []  # pieces of the current line, not yet ended
         self._after_cr = False  # last text ended with CR: a leading LF next time is the same line end
         self._data: list[str] = []  # data lines of the event being built
@@ -103,7 +106,8 @@ class SSEDecoder:
     @property
     def has_partial_event(self) -> bool:
         """True when bytes of an event not yet terminated by a blank line are buffered."""
-        return bool(self._tail or self._data or self._event or self._utf8.getstate()[0])
+        utf8 = self._utf8
+        return bool(self._tail or self._data or self._event or (utf8 is not None and utf8.getstate()[0]))
 
     @property
     def pending_done(self) -> bool:
@@ -160,7 +164,7 @@ class SSEDecoder:
         if self._idle:
             # Nothing pending, so decoding the chunk on its own equals incremental
             # decoding whenever it ends with an ASCII byte.
-            text = chunk.decode("utf-8", "replace") if chunk[-1] < 0x80 else self._utf8.decode(chunk)
+            text = chunk.decode("utf-8", "replace") if chunk[-1] < 0x80 else self._utf8_decoder().decode(chunk)
             if text[:5] == "data:" and "\r" not in text:
                 end = text.rfind("\n\n")
                 if end > 0:
@@ -189,10 +193,17 @@ class SSEDecoder:
                         self._set_idle(chunk)  # a partial character may wait in the UTF-8 decoder
                         return events
         else:
-            text = self._utf8.decode(chunk)
+            text = self._utf8_decoder().decode(chunk)
         events = self._feed_text(text) if text else []
         self._set_idle(chunk)
         return events
+
+    def _utf8_decoder(self) -> codecs.IncrementalDecoder:
+        """The stream's incremental UTF-8 decoder (made on first use: until then it holds nothing)."""
+        utf8 = self._utf8
+        if utf8 is None:
+            utf8 = self._utf8 = _Utf8Decoder("replace")
+        return utf8
 
     def _set_idle(self, chunk: bytes) -> None:
         """Note whether nothing is pending after ``chunk`` (the fast path's precondition)."""
@@ -212,11 +223,13 @@ class SSEDecoder:
             last line maybe not even by a line end), or an empty list.
             ``has_partial_event`` beforehand says whether there is one.
         """
-        text = self._utf8.decode(b"", True)  # a cut-short UTF-8 sequence becomes U+FFFD
+        utf8 = self._utf8
+        text = utf8.decode(b"", True) if utf8 is not None else ""  # a cut-short UTF-8 sequence becomes U+FFFD
         pending = bool(text or self._tail or self._data or self._event)
         # The end of the stream ends the last line and the event: as if a blank line followed.
         events = self._feed_text(text + "\n\n") if pending else []
-        self._utf8.reset()
+        if utf8 is not None:
+            utf8.reset()
         self._tail = []
         self._after_cr = False
         self._data = []

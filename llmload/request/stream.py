@@ -41,6 +41,12 @@ _TEMPLATE_PROBE = "llmload-template-probe"
 _EVENT_END = b"\n\n"
 _ONE_EVENT_TEXT_CHARS = 256  # a block at most this much longer than one event's surroundings may be one event
 
+# what the probe must read back as, by (has_content, has_reasoning) of the learned delta (made once, not per reply)
+_PROBE_DELTAS = tuple(
+    tuple(ChunkDelta(_TEMPLATE_PROBE, True, content, None, None, None, reasoning) for reasoning in (False, True))
+    for content in (False, True)
+)
+
 Scan = Callable[[str, int], tuple[Any, int]]
 """``json`` C scanner: (text, index) → (value, end index); raises StopIteration if no value starts there."""
 
@@ -122,7 +128,7 @@ class DeltaTemplate:
             probe = parse_chunk(scan(template.prefix + _TEMPLATE_PROBE + template.suffix, 0)[0])
         except (ValueError, StopIteration):
             return None
-        if probe != ChunkDelta(_TEMPLATE_PROBE, True, delta.has_content, None, None, None, delta.has_reasoning):
+        if probe != _PROBE_DELTAS[delta.has_content][delta.has_reasoning]:
             return None
         return template
 

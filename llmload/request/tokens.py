@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from llmload.errors import TokenizerError
 from llmload.request.chunks import ReplyAccumulator, UsageValue
@@ -52,6 +52,7 @@ __all__ = [
     "read_usage",
     "resolve_completion_tokens",
     "resolve_output_tokens",
+    "resolve_output_tokens_by_rules",
     "resolve_prompt_tokens",
 ]
 
@@ -192,7 +193,7 @@ def resolve_completion_tokens(
         The count from the best available source.
     """
     if server_tokens is not None:
-        return TokenCount(server_tokens, TokenSource.SERVER)
+        return _token_count(server_tokens, _SERVER)
     if logprob_tokens is not None:
         return TokenCount(logprob_tokens, TokenSource.LOGPROBS)
     if counter is not None:
@@ -210,15 +211,18 @@ def resolve_prompt_tokens(*, server_tokens: int | None, prompt_text: str, counte
     is of the raw prompt text only.
     """
     if server_tokens is not None:
-        return TokenCount(server_tokens, TokenSource.SERVER)
+        return _token_count(server_tokens, _SERVER)
     if counter is not None:
         return TokenCount(counter.count(prompt_text), TokenSource.TOKENIZER)
     return TokenCount.unknown()
 
 
-@dataclass(frozen=True, slots=True)
-class UsageReading:
-    """What a reply's usage values say once checked against its stream.
+class UsageReading(NamedTuple):
+    """What a reply's usage values say once checked against its stream (immutable).
+
+    A named tuple, not a frozen dataclass: it is made once per reply, and a
+    frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field)
+    costs about twice as much.
 
     Attributes:
         total: the completion tokens to use; None when usage was not sent or
@@ -330,6 +334,26 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
     detail itself is already None.
     """
     events = len(acc.token_times_s) if streamed else 0
+    log = acc.usage_log
+    if (
+        streamed
+        and len(log) < 2  # usage once at the end, or none: nothing to read as cumulative or incremental
+        and acc.reasoning_tokens is None
+        and acc.unreadable_detail is None
+        and acc.usage_per_event() is None
+        and acc.logprob_counts() is None
+    ):
+        fast = _plain_output(acc, log[0].tokens if log else None, events, counter)
+        if fast is not None:
+            return fast
+    return resolve_output_tokens_by_rules(acc, counter=counter, streamed=streamed)
+
+
+def resolve_output_tokens_by_rules(
+    acc: ReplyAccumulator, *, counter: TokenCounter | None, streamed: bool
+) -> OutputTokens:
+    """``resolve_output_tokens`` without its shortcut for the plain reply (the reference it must equal)."""
+    events = len(acc.token_times_s) if streamed else 0
     usage = read_usage(acc.usage_log, events, acc.usage_per_event() if streamed else None)
     logprob_counts = acc.logprob_counts()  # a non-streamed body's logprobs count its tokens too
     count = resolve_completion_tokens(
@@ -339,12 +363,12 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
         chunk_count=events if streamed else None,
         logprob_tokens=sum(logprob_counts) if logprob_counts else None,
     )
-    token_counts = usage.per_event if count.source is TokenSource.SERVER else None
+    token_counts = usage.per_event if count.source is _SERVER else None
     if token_counts is None and count.source is TokenSource.LOGPROBS and streamed:
         token_counts = logprob_counts
     notes, hidden = usage.notes, 0
     reasoning = acc.reasoning_tokens
-    if count.source is TokenSource.SERVER and count.value is not None and reasoning:
+    if count.source is _SERVER and count.value is not None and reasoning:
         if reasoning > count.value:
             notes = (*notes, UsageNote.REASONING_APART)
         elif not acc.reasoning_streamed and streamed:
@@ -355,7 +379,7 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
                 notes = (*notes, UsageNote.REASONING_UNEXPLAINED)
     if (
         streamed
-        and count.source is TokenSource.SERVER
+        and count.source is _SERVER
         and count.value is not None
         and UsageNote.REASONING_UNEXPLAINED not in notes
         and _above_text(acc.pieces, count.value - hidden)
@@ -364,6 +388,63 @@ def resolve_output_tokens(acc: ReplyAccumulator, *, counter: TokenCounter | None
     if acc.unreadable_detail is not None:
         notes = (*notes, UsageNote.DETAIL_UNREADABLE)
     return OutputTokens(count, token_counts, hidden, notes)
+
+
+def _plain_output(
+    acc: ReplyAccumulator, total: int | None, events: int, counter: TokenCounter | None
+) -> OutputTokens | None:
+    """``resolve_output_tokens`` of a streamed reply with at most one usage value and nothing else to weigh.
+
+    No reasoning count, no unreadable detail, no per-event usage or logprobs:
+    the count is the one usage value when it covers the token events (less
+    than one extra token per byte of text, else ``ABOVE_TEXT``), else the next
+    source. None when the general rules are needed (usage below the events).
+    ``resolve_output_tokens_by_rules`` gives the same result.
+    """
+    if total is None:
+        if counter is not None:
+            return _output_tokens(_token_count(counter.count("".join(acc.pieces)), _TOKENIZER), _NO_NOTES)
+        return _output_tokens(_token_count(events, _CHUNKS), _NO_NOTES)
+    if total < events:
+        return None  # BELOW_EVENTS: the general path says so and takes the next source
+    count = _token_count(total, _SERVER)
+    return _output_tokens(count, _ABOVE_TEXT if _above_text(acc.pieces, total) else _NO_NOTES)
+
+
+_ABOVE_TEXT = (UsageNote.ABOVE_TEXT,)
+_NO_NOTES: tuple[UsageNote, ...] = ()
+# Enum members read as module globals on the per-reply path (``llmload.request.record`` says why)
+_SERVER, _TOKENIZER, _CHUNKS = TokenSource.SERVER, TokenSource.TOKENIZER, TokenSource.CHUNKS
+
+
+# The frozen values made on every reply's path, without their dataclass __init__ (one object.__setattr__
+# per field, ~700 instructions each): slots set through their descriptors give the identical frozen
+# object, as ``llmload.request.sse`` makes its events.
+_new = object.__new__
+_set_count_value: Callable[[TokenCount, int | None], None] = vars(TokenCount)["value"].__set__
+_set_count_source: Callable[[TokenCount, TokenSource], None] = vars(TokenCount)["source"].__set__
+_set_output_count: Callable[[OutputTokens, TokenCount], None] = vars(OutputTokens)["count"].__set__
+_set_output_per_event: Callable[[OutputTokens, None], None] = vars(OutputTokens)["token_counts"].__set__
+_set_output_hidden: Callable[[OutputTokens, int], None] = vars(OutputTokens)["hidden_reasoning_tokens"].__set__
+_set_output_notes: Callable[[OutputTokens, tuple[UsageNote, ...]], None] = vars(OutputTokens)["notes"].__set__
+
+
+def _token_count(value: int | None, source: TokenSource) -> TokenCount:
+    """``TokenCount(value, source)``, made faster."""
+    count: TokenCount = _new(TokenCount)
+    _set_count_value(count, value)
+    _set_count_source(count, source)
+    return count
+
+
+def _output_tokens(count: TokenCount, notes: tuple[UsageNote, ...]) -> OutputTokens:
+    """``OutputTokens(count, None, 0, notes)``, made faster (no per-event counts, no hidden reasoning)."""
+    output: OutputTokens = _new(OutputTokens)
+    _set_output_count(output, count)
+    _set_output_per_event(output, None)
+    _set_output_hidden(output, 0)
+    _set_output_notes(output, notes)
+    return output
 
 
 def _above_text(pieces: Sequence[str], tokens: int) -> bool:
@@ -375,13 +456,13 @@ def _above_text(pieces: Sequence[str], tokens: int) -> bool:
     streamed. Once per reply, cheapest first: no more tokens than non-empty
     pieces (the usual reply, one token per event) fit at once; then the
     characters are counted (a character is at least one byte; one join in C)
-    and the text is encoded only when they are too few.
+    and the joined text is encoded only when they are too few.
     """
     if tokens <= 1:
         return False
     if len(pieces) + 1 >= tokens:  # each piece holds a character at least: no need to count them
         return False
-    chars = len("".join(pieces))
-    if chars + 1 >= tokens:
+    text = "".join(pieces)
+    if len(text) + 1 >= tokens:
         return False
-    return sum(len(p.encode("utf-8", "surrogatepass")) for p in pieces) + 1 < tokens
+    return len(text.encode("utf-8", "surrogatepass")) + 1 < tokens  # the pieces' bytes: one encode, in C

@@ -16,6 +16,7 @@ from llmload.request.tokens import (
     read_usage,
     resolve_completion_tokens,
     resolve_output_tokens,
+    resolve_output_tokens_by_rules,
     resolve_prompt_tokens,
 )
 
@@ -206,6 +207,33 @@ def test_resolve_output_tokens_below_events_falls_back_to_the_chunk_count():
     out = resolve_output_tokens(acc, counter=None, streamed=True)
     assert out.count == TokenCount(3, TokenSource.CHUNKS)
     assert out.notes == (UsageNote.BELOW_EVENTS,)
+
+
+@pytest.mark.parametrize(
+    "deltas",
+    [
+        (_tok(), _tok(), _tok()),  # no usage: chunk count (or the tokenizer)
+        (_tok("ab"), _tok("cd"), _usage(4)),  # usage once at the end
+        (_tok(), _tok(), _tok(), _usage(3)),  # usage equal to the token events
+        (_tok(), _tok(), _tok(), _usage(2)),  # below the token events: the next source
+        (_tok("a"), _tok("b"), _usage(40)),  # above the streamed text
+        (_tok("ab"), _tok("c"), _usage(0)),  # a zero count
+        (_tok(), _usage(1)),
+        (_usage(7),),  # usage without any token event
+        (_tok(completion=1),),  # per-event usage on the only token event
+        (_tok(completion=1), _tok(completion=2), _usage(2)),  # cumulative per-event usage
+        (_tok(), _tok(), _usage(9, reasoning_tokens=7)),  # hidden reasoning
+        (_tok(), _usage(3, unreadable_detail="usage.completion_tokens_details.reasoning_tokens is a string")),
+        (_tok("ab", logprob_tokens=2), _tok("c", logprob_tokens=1)),
+    ],
+)
+@pytest.mark.parametrize("streamed", [True, False])
+@pytest.mark.parametrize("with_counter", [False, True])
+def test_resolve_output_tokens_shortcut_equals_the_rules(deltas, streamed, with_counter):
+    """The plain-reply shortcut (at most one usage value) gives what the general rules give."""
+    counter = CountingCounter() if with_counter else None
+    fast = resolve_output_tokens(_acc(*deltas), counter=counter, streamed=streamed)
+    assert fast == resolve_output_tokens_by_rules(_acc(*deltas), counter=counter, streamed=streamed)
 
 
 def test_resolve_output_tokens_hidden_reasoning_is_set_apart():
