@@ -46,7 +46,9 @@ import gevent.event
 import gevent.queue
 
 from llmload.edge import hooks
+from llmload.edge.api_users import EmbeddingsUser, MessagesUser, ResponsesUser
 from llmload.edge.runtime import Runtime
+from llmload.edge.users import ChatUser, CompletionUser
 
 __all__ = [
     "EdgeCluster",
@@ -57,6 +59,7 @@ __all__ = [
     "run_cluster",
     "run_local",
     "run_locust_here",
+    "run_locustfile_here",
 ]
 
 log = logging.getLogger(__name__)
@@ -542,6 +545,25 @@ def run_locust_here(
             else:
                 os.environ[key] = value
     return CompletedRun(run.exit_status, out.getvalue(), err.getvalue(), run.results)
+
+
+# The packaged locustfiles' user classes (``locustfiles/NAME.py``: its user class and ``hooks.install()``).
+LOCUSTFILES: dict[str, type] = {
+    "chat": ChatUser,
+    "completions": CompletionUser,
+    "responses": ResponsesUser,
+    "messages": MessagesUser,
+    "embeddings": EmbeddingsUser,
+}
+
+
+def run_locustfile_here(
+    args: Sequence[str], *, timeout_s: float = 60, env: dict[str, str] | None = None
+) -> CompletedRun:
+    """``locust -f locustfiles/NAME.py ARGS`` run here: ``run_locust_here`` with that locustfile's user class."""
+    assert args[0] == "-f", "the command line starts with -f locustfiles/NAME.py"
+    name = os.path.basename(args[1]).removesuffix(".py")
+    return run_locust_here(LOCUSTFILES[name], args[2:], users=1, env=env, timeout_s=timeout_s)
 
 
 def _last_value(args: list[str], flag: str) -> str | None:
