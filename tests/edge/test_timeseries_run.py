@@ -1,4 +1,7 @@
-"""End to end: the per-interval time series of real runs against `llmload sim` (single process and distributed).
+"""End to end: the per-interval time series of a run against `llmload sim`, in this process.
+
+The simulator is served here (``tests/simserver.serve``) and the locust command line runs here
+(``tests/edge/cluster.run_locustfile_here``).
 
 Sums over the intervals' total rows equal the run's totals exactly; the
 ``--timeseries`` JSONL holds the same rows as the results; ``--csv`` writes
@@ -9,24 +12,25 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from llmload.exporters.timeseries import outcome_columns
-from tests.integration.procs import run_locust
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+from tests.edge.cluster import run_locustfile_here as run_locust
+from tests.simserver import serve
 
 INTERVAL_S = 0.5
 
 
 @pytest.fixture
-def sim_url(sim_server) -> str:
-    return sim_server(
+def sim_url() -> Iterator[str]:
+    with serve(
         "--decode-step-ms", "4", "--output-len-mean", "30", "--fail-rate", "0.1", "--overload-rate", "0.1"
-    )
+    ) as sim:
+        yield sim.url
 
 
 def _totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
