@@ -1,18 +1,20 @@
-"""--server-metrics end to end against `llmload sim` (which publishes vLLM names): bounded runs on loopback."""
+"""--server-metrics end to end against `llmload sim` (which publishes vLLM names): bounded runs on loopback.
+
+The runs whose subject is llmload's scrape and its figures run in process
+(``tests/edge/test_server_metrics.py``); these read the log's timestamps, the web UI's RESET and
+Locust's own ``--json-file``.
+"""
 
 from __future__ import annotations
 
 import datetime
 import json
-import socket
 import time
-from pathlib import Path
 
 import pytest
 
 from llmload.testing import Reply, ScriptedServer
 from tests.integration.procs import run_locust
-from tests.integration.test_sim import start_sim, stop_sim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -22,142 +24,8 @@ def sim_url(sim_server) -> str:
     return sim_server("--seed", "3", "--output-len-mean", "24")
 
 
-def run(sim_url: str, tmp_path: Path, *extra: str) -> tuple[dict, str]:
-    out = tmp_path / "run.json"
-    proc = run_locust(
-        [
-            "-f",
-            "locustfiles/chat.py",
-            "--headless",
-            "-H",
-            sim_url,
-            "-u",
-            "16",
-            "-r",
-            "16",
-            "-t",
-            "60s",
-            "--num-requests",
-            "150",
-            "--max-tokens",
-            "48",
-            "--results-json",
-            str(out),
-            *extra,
-        ],
-        timeout_s=120,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text()), proc.stdout
-
-
-@pytest.mark.parametrize("processes", [None, "2"])
-def test_server_metrics_sim_token_deltas_equal_client_totals(sim_url, tmp_path, processes):
-    results, stdout = run(sim_url, tmp_path, *(["--processes", processes] if processes else []))
-    server = results["server"]
-    assert server["kind"] == "llmload-sim"
-    assert server["complete"] is True
-    assert results["requests"]["succeeded"] == 150
-    assert results["requests"]["cancelled"] == 0
-    assert server["prompt_tokens"] == results["tokens"]["prompt"] > 0
-    assert server["generation_tokens"] == results["tokens"]["completion"] > 0
-    assert server["counters"]["requests_succeeded"] == 150  # preflight probes came before the first scrape
-    assert server["names"]["ttft_s"] == "vllm:time_to_first_token_seconds"
-    assert server["latency"]["ttft_s"]["count"] == 150
-    check = server["cross_check"]
-    assert check["tokens"] == "client = server"
-    split = check["ttft_client_minus_server_s"]
-    # client TTFT = server TTFT + network + HTTP + client time: a small positive remainder on loopback
-    assert -0.002 < split["mean"] < 0.05
-    if split["p50"] is None:  # the difference is finer than the range the server's buckets allow its p50
-        resolution = split["p50_resolution_s"]
-        server_p50 = server["latency"]["ttft_s"]["p50"]
-        assert resolution is not None
-        assert abs(results["latency"]["ttft_s"]["p50"] - server_p50) < resolution
-    assert "Tokens: client = server" in stdout
-    assert "TTFT client − server mean / p50 (ms):" in stdout
-
-
-def test_server_metrics_off_writes_null(sim_url, tmp_path):
-    results, stdout = run(sim_url, tmp_path, "--server-metrics", "off")
-    assert results["server"] is None
-    assert "--- Server" not in stdout
-
-
-def test_server_metrics_hanging_and_wrong_endpoints_only_warn(sim_url, tmp_path):
-    with socket.socket() as hanging:  # accepts connections (kernel backlog) and never answers
-        hanging.bind(("127.0.0.1", 0))
-        hanging.listen(16)
-        hang_url = f"http://127.0.0.1:{hanging.getsockname()[1]}/metrics"
-        json_url = f"{sim_url}/v1/models"  # answers, but JSON, not Prometheus text
-        began = time.monotonic()
-        results, stdout = run(sim_url, tmp_path, "--server-metrics", f"auto,{hang_url},{json_url}")
-        elapsed_s = time.monotonic() - began
-    server = results["server"]
-    assert server["generation_tokens"] == results["tokens"]["completion"]  # the target is still read
-    assert server["complete"] is False
-    hang, wrong = server["endpoints"][1], server["endpoints"][2]
-    assert (hang["url"], hang["scrapes"], hang["failed_scrapes"]) == (hang_url, 0, 2)
-    assert "no answer within 2 s" in hang["error"]
-    assert (wrong["scrapes"], wrong["failed_scrapes"]) == (0, 2)
-    assert "the answer is JSON, not the Prometheus text format: is it the /metrics path?" in wrong["error"]
-    assert "WARNING: server metrics incomplete" in stdout
-    assert elapsed_s < 60  # two bounded scrapes of 2 s, never the run's limit
-
-
 def _total_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["endpoint"] is None]
-
-
-@pytest.mark.parametrize("processes", [None, "2"])
-def test_server_metrics_per_interval_columns_add_up_to_the_run(sim_url, tmp_path, processes):
-    """Every interval's total row gets the server's gauges and token rates, read at the interval's end.
-
-    The intervals' server token deltas add up to the run's server deltas exactly (each is the
-    increase between two consecutive reads of the same counter, from the read before the load to
-    the one after it). Per interval they differ from the client's tokens: the server counts tokens as
-    it generates them, up to the moment of the read (a few ms after the interval's end), while
-    the client counts a request's tokens in the interval it finished; only the sums must agree.
-    """
-    series = tmp_path / "ts.jsonl"
-    results, _ = run(
-        sim_url,
-        tmp_path,
-        *("--num-requests", "600", "--timeseries-interval", "2", "--timeseries", str(series)),
-        *("--csv", str(tmp_path / "run")),
-        *(["--processes", processes] if processes else []),
-    )
-    server, rows = results["server"], _total_rows(results["timeseries"])
-    assert results["requests"]["succeeded"] == 600
-    assert server["generation_tokens"] == results["tokens"]["completion"] > 0
-    assert sum(r["server_generation_tokens"] or 0 for r in rows) == server["generation_tokens"]
-    assert sum(r["server_prompt_tokens"] or 0 for r in rows) == server["prompt_tokens"]
-    read = [r for r in rows if r["server_scrape_s"] is not None]
-    assert len(read) >= len(rows) - 1  # a read for each interval (the stop's read closes the last one)
-    assert all(r["server_scrape_s"] < 2.0 for r in read)
-    assert all(r["server_scrape_failures"] == 0 or r["server_generation_tokens"] is None for r in read)
-    # reads that answered while the load ran (a read bounded by 0.5 s can fail on a very busy machine: counted)
-    under_load = [r for r in read[:-1] if r["server_running_requests"] is not None and r["succeeded"] > 0]
-    assert under_load, [(r["server_scrape_s"], r["server_scrape_failures"]) for r in read]
-    assert any(r["server_running_requests"] > 0 for r in under_load)
-    assert all(0.0 <= r["server_kv_cache_usage"] <= 1.0 for r in under_load)
-    rated = [r for r in rows if r["server_generation_tokens_per_s"] is not None]
-    assert rated
-    assert all(r["server_generation_tokens_per_s"] > 0 for r in rated if r["server_generation_tokens"])
-    assert all(r["server_running_requests"] is None for r in results["timeseries"] if r["endpoint"] is not None)
-    # the JSONL carries the same columns (an interval written again later replaces the earlier line)
-    latest = {}
-    for line in series.read_text().splitlines():
-        row = json.loads(line)
-        latest[(row["t"], row["endpoint"], row["model"])] = row
-    assert sorted(_total_rows(list(latest.values())), key=lambda r: r["t"]) == rows
-    history = (tmp_path / "run_llm_stats_history.csv").read_text().splitlines()
-    assert history[0].endswith(",server_scrape_s,server_scrape_failures")
-    durations = sorted(r["server_scrape_s"] for r in read)
-    print(
-        f"\nserver reads per interval: {len(read)}/{len(rows)}, read time median "
-        f"{durations[len(durations) // 2] * 1e3:.1f} ms, max {durations[-1] * 1e3:.1f} ms"
-    )
 
 
 def test_server_metrics_hanging_url_changes_nothing_but_a_warning(sim_url, tmp_path):
@@ -260,30 +128,3 @@ def test_reset_stats_option_resets_llmloads_figures_with_locusts(sim_url, tmp_pa
     # the server is read again at the reset: each of the 8 users' requests may finish during that read
     # (counted by the client only); without the reset the server counted the whole ramp-up on top
     assert requests["succeeded"] - 8 <= served <= requests["succeeded"] + requests["cancelled"], (served, requests)
-
-
-def test_ttft_client_minus_server_over_requests_cancelled_at_the_stop_is_not_comparable(tmp_path):
-    """Issue 24: with many requests cancelled at the stop the summary printed "TTFT client − server
-    −726 ms (network + HTTP + client time)": the server's TTFT histogram holds the cancelled requests, the
-    client's only its successes. Now: not comparable, and why."""
-    url, sim = start_sim("--decode-step-ms", "40", "--output-len-mean", "200")
-    out = tmp_path / "r.json"
-    try:
-        proc = run_locust(
-            ["-f", "locustfiles/chat.py", "--headless", "-H", url, "-u", "16", "-r", "16", "-t", "6s",
-             "--max-tokens", "60", "--skip-preflight", "--results-json", str(out)],
-            timeout_s=90,
-        )  # fmt: skip
-    finally:
-        stop_sim(sim)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(out.read_text())
-    assert results["requests"]["cancelled"] >= 4
-    split = results["server"]["cross_check"]["ttft_client_minus_server_s"]
-    assert split["client_count"] == results["latency"]["ttft_s"]["count"]
-    assert split["server_count"] > split["client_count"]
-    assert (split["mean"], split["p50"]) == (None, None)
-    assert split["not_comparable"].startswith(f"the server timed {split['server_count']:,} first tokens")
-    assert "TTFT client − server:" in proc.stdout
-    assert "not comparable" in proc.stdout
-    assert "network + HTTP" not in proc.stdout
