@@ -547,8 +547,8 @@ def run_locust_here(
     return CompletedRun(run.exit_status, out.getvalue(), err.getvalue(), run.results)
 
 
-# The packaged locustfiles' user classes (``locustfiles/NAME.py``: its user class and ``hooks.install()``).
-LOCUSTFILES: dict[str, type] = {
+# The packaged locustfiles' user classes (``locustfiles/NAME.py``: its user classes and ``hooks.install()``).
+LOCUSTFILES: dict[str, type | tuple[type, ...]] = {
     "chat": ChatUser,
     "completions": CompletionUser,
     "responses": ResponsesUser,
@@ -557,13 +557,20 @@ LOCUSTFILES: dict[str, type] = {
 }
 
 
+def _mixed() -> tuple[type, ...]:
+    from llmload.locustfiles import mixed  # its classes (weights 3:1:1), imported when a test runs it
+
+    return (mixed.Chat, mixed.Responses, mixed.Embeddings)
+
+
 def run_locustfile_here(
     args: Sequence[str], *, timeout_s: float = 60, env: dict[str, str] | None = None
 ) -> CompletedRun:
     """``locust -f locustfiles/NAME.py ARGS`` run here: ``run_locust_here`` with that locustfile's user class."""
     assert args[0] == "-f", "the command line starts with -f locustfiles/NAME.py"
     name = os.path.basename(args[1]).removesuffix(".py")
-    return run_locust_here(LOCUSTFILES[name], args[2:], users=1, env=env, timeout_s=timeout_s)
+    user_classes = _mixed() if name == "mixed" else LOCUSTFILES[name]
+    return run_locust_here(user_classes, args[2:], users=1, env=env, timeout_s=timeout_s)
 
 
 def _last_value(args: list[str], flag: str) -> str | None:
