@@ -425,7 +425,7 @@ def run_cluster(
     users: int,
     timeout_s: float = 60,
 ) -> LocalRun:
-    """``locust ARGS --processes WORKERS`` here: a master and ``workers`` forked workers over a ``Link``, to the end.
+    """``locust ARGS`` (with ``--processes WORKERS``) here: a master and ``workers`` forked workers over a ``Link``.
 
     As Locust's ``--processes``: the master expects ``workers`` workers, each worker has the master's
     command line (``worker`` set, ``-t`` and the outputs cleared, as Locust does in a forked child); a
@@ -518,9 +518,6 @@ def run_locust_here(
     host = _last_value(given, "-H") or ""
     users = int(_last_value(given, "-u") or users)
     processes = _last_value(given, "--processes")
-    if processes is not None:
-        at = given.index("--processes")
-        del given[at : at + 2]
     saved = {k: os.environ.get(k) for k in env or {}}
     os.environ.update(env or {})
     out, err = io.StringIO(), io.StringIO()
