@@ -1,4 +1,4 @@
-"""Open-loop load (cases BC-20 and BC-23) in this process: measured queueing, refused sentinel values.
+"""Open-loop load (cases BC-20 and BC-23) in this process: measured queueing, inf bounded, sentinels refused.
 
 The simulator is served here (``tests/simserver.serve``) and each locust command line runs here
 (``tests/edge/cluster.run_locustfile_here``), bounded by --num-requests and -t. The rate-accuracy
@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 
+import gevent
 import pytest
 
 from tests.edge.cluster import CompletedRun
 from tests.edge.cluster import run_locustfile_here as run_locust
+from tests.integration.test_sim import metrics
 from tests.simserver import serve
 
 
@@ -66,3 +68,32 @@ def test_bc23_zero_and_negative_rates_are_refused_before_load(args, needle):
     )
     assert proc.returncode == 2
     assert needle in proc.stderr
+
+
+# Case BC-23: inf = every request eligible at once, bounded only by --max-concurrency.
+def test_bc23_inf_rate_is_bounded_by_max_concurrency(tmp_path):
+    seen: list[float] = []
+    out = tmp_path / "r.json"
+    with serve("--decode-step-ms", "10", "--decode-ms-per-seq", "0", "--prefill-base-ms", "0",
+               "--max-num-seqs", "512") as sim:  # fmt: skip
+        url = sim.url
+        run = gevent.spawn(
+            run_locust,
+            ["-f", "locustfiles/completions.py", "--headless", "--only-summary", "-H", url,
+             "--skip-preflight", "--processes", "2", "-u", "128", "-r", "128", "--request-rate", "inf",
+             "--max-concurrency", "64", "--num-requests", "256", "-t", "60s", "--ignore-eos",
+             "--max-tokens", "100", "--results-json", str(out)],
+            timeout_s=90,
+        )  # fmt: skip
+        try:
+            for _ in range(300):
+                if run.ready():
+                    break
+                seen.append(metrics(url).get(("llmload_sim_requests_running", ()), 0.0))
+                gevent.sleep(0.1)
+        finally:
+            run.get(timeout=90)
+    results = json.loads(out.read_text())
+    assert results["requests"]["succeeded"] == 256
+    assert max(seen) == 64
+    assert results["load"]["unlimited_rate"] is True

@@ -9,12 +9,11 @@ import json
 import subprocess
 import sys
 
-import gevent
 import pytest
 
 from llmload.workload.arrivals import Arrival, ArrivalSchedule
-from tests.integration.procs import locust_argv, run_locust
-from tests.integration.test_sim import REPO_ROOT, metrics, start_sim, stop_sim
+from tests.integration.procs import run_locust
+from tests.integration.test_sim import REPO_ROOT, start_sim, stop_sim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -95,36 +94,6 @@ def test_bc23_rate_is_split_across_workers_not_multiplied(tmp_path):
     assert results["requests"]["succeeded"] == n
     assert results["run"]["workers"] == 2
     assert abs(results["load"]["achieved_rate_per_s"] - rate) / rate < 0.08  # not 2x the target
-
-
-# Case BC-23: inf = every request eligible at once, bounded only by --max-concurrency.
-def test_bc23_inf_rate_is_bounded_by_max_concurrency(tmp_path):
-    url, sim = start_sim("--decode-step-ms", "10", "--decode-ms-per-seq", "0", "--prefill-base-ms", "0",
-                         "--max-num-seqs", "512")  # fmt: skip
-    seen: list[float] = []
-    out = tmp_path / "r.json"
-    try:
-        proc = subprocess.Popen(
-            locust_argv(["-f", "locustfiles/completions.py", "--headless", "--only-summary", "-H", url,
-                         "--skip-preflight", "--processes", "2", "-u", "128", "-r", "128", "--request-rate", "inf",
-                         "--max-concurrency", "64", "--num-requests", "256", "-t", "60s", "--ignore-eos",
-                         "--max-tokens", "100", "--results-json", str(out)]),
-            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            for _ in range(300):
-                if proc.poll() is not None:
-                    break
-                seen.append(metrics(url).get(("llmload_sim_requests_running", ()), 0.0))
-                gevent.sleep(0.1)
-        finally:
-            proc.wait(timeout=90)
-    finally:
-        stop_sim(sim)
-    results = json.loads(out.read_text())
-    assert results["requests"]["succeeded"] == 256
-    assert max(seen) == 64
-    assert results["load"]["unlimited_rate"] is True
 
 
 def test_sweep_runs_one_step_per_value_and_writes_sections(tmp_path):
