@@ -1,8 +1,9 @@
 """--server-metrics end to end against `llmload sim` (which publishes vLLM names): bounded runs on loopback.
 
 The runs whose subject is llmload's scrape and its figures run in process
-(``tests/edge/test_server_metrics.py``); these read the log's timestamps, the web UI's RESET and
-Locust's own ``--json-file``.
+(``tests/edge/test_server_metrics.py``). These stay process tests: the log's timestamps, the web
+UI's RESET, Locust's own ``--json-file``, and the per-interval server reads (in one traced process
+with the simulator and two workers, two of nine intervals' reads were missing).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -24,8 +26,88 @@ def sim_url(sim_server) -> str:
     return sim_server("--seed", "3", "--output-len-mean", "24")
 
 
+def run(sim_url: str, tmp_path: Path, *extra: str) -> tuple[dict, str]:
+    out = tmp_path / "run.json"
+    proc = run_locust(
+        [
+            "-f",
+            "locustfiles/chat.py",
+            "--headless",
+            "-H",
+            sim_url,
+            "-u",
+            "16",
+            "-r",
+            "16",
+            "-t",
+            "60s",
+            "--num-requests",
+            "150",
+            "--max-tokens",
+            "48",
+            "--results-json",
+            str(out),
+            *extra,
+        ],
+        timeout_s=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text()), proc.stdout
+
+
 def _total_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["endpoint"] is None]
+
+
+@pytest.mark.parametrize("processes", [None, "2"])
+def test_server_metrics_per_interval_columns_add_up_to_the_run(sim_url, tmp_path, processes):
+    """Every interval's total row gets the server's gauges and token rates, read at the interval's end.
+
+    The intervals' server token deltas add up to the run's server deltas exactly (each is the
+    increase between two consecutive reads of the same counter, from the read before the load to
+    the one after it). Per interval they differ from the client's tokens: the server counts tokens as
+    it generates them, up to the moment of the read (a few ms after the interval's end), while
+    the client counts a request's tokens in the interval it finished; only the sums must agree.
+    """
+    series = tmp_path / "ts.jsonl"
+    results, _ = run(
+        sim_url,
+        tmp_path,
+        *("--num-requests", "600", "--timeseries-interval", "2", "--timeseries", str(series)),
+        *("--csv", str(tmp_path / "run")),
+        *(["--processes", processes] if processes else []),
+    )
+    server, rows = results["server"], _total_rows(results["timeseries"])
+    assert results["requests"]["succeeded"] == 600
+    assert server["generation_tokens"] == results["tokens"]["completion"] > 0
+    assert sum(r["server_generation_tokens"] or 0 for r in rows) == server["generation_tokens"]
+    assert sum(r["server_prompt_tokens"] or 0 for r in rows) == server["prompt_tokens"]
+    read = [r for r in rows if r["server_scrape_s"] is not None]
+    assert len(read) >= len(rows) - 1  # a read for each interval (the stop's read closes the last one)
+    assert all(r["server_scrape_s"] < 2.0 for r in read)
+    assert all(r["server_scrape_failures"] == 0 or r["server_generation_tokens"] is None for r in read)
+    # reads that answered while the load ran (a read bounded by 0.5 s can fail on a very busy machine: counted)
+    under_load = [r for r in read[:-1] if r["server_running_requests"] is not None and r["succeeded"] > 0]
+    assert under_load, [(r["server_scrape_s"], r["server_scrape_failures"]) for r in read]
+    assert any(r["server_running_requests"] > 0 for r in under_load)
+    assert all(0.0 <= r["server_kv_cache_usage"] <= 1.0 for r in under_load)
+    rated = [r for r in rows if r["server_generation_tokens_per_s"] is not None]
+    assert rated
+    assert all(r["server_generation_tokens_per_s"] > 0 for r in rated if r["server_generation_tokens"])
+    assert all(r["server_running_requests"] is None for r in results["timeseries"] if r["endpoint"] is not None)
+    # the JSONL carries the same columns (an interval written again later replaces the earlier line)
+    latest = {}
+    for line in series.read_text().splitlines():
+        row = json.loads(line)
+        latest[(row["t"], row["endpoint"], row["model"])] = row
+    assert sorted(_total_rows(list(latest.values())), key=lambda r: r["t"]) == rows
+    history = (tmp_path / "run_llm_stats_history.csv").read_text().splitlines()
+    assert history[0].endswith(",server_scrape_s,server_scrape_failures")
+    durations = sorted(r["server_scrape_s"] for r in read)
+    print(
+        f"\nserver reads per interval: {len(read)}/{len(rows)}, read time median "
+        f"{durations[len(durations) // 2] * 1e3:.1f} ms, max {durations[-1] * 1e3:.1f} ms"
+    )
 
 
 def test_server_metrics_hanging_url_changes_nothing_but_a_warning(sim_url, tmp_path):

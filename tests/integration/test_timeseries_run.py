@@ -1,7 +1,4 @@
-"""End to end: the per-interval time series of a run against `llmload sim`, in this process.
-
-The simulator is served here (``tests/simserver.serve``) and the locust command line runs here
-(``tests/edge/cluster.run_locustfile_here``).
+"""End to end: the per-interval time series of real runs against `llmload sim` (single process and distributed).
 
 Sums over the intervals' total rows equal the run's totals exactly; the
 ``--timeseries`` JSONL holds the same rows as the results; ``--csv`` writes
@@ -12,25 +9,24 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from llmload.exporters.timeseries import outcome_columns
-from tests.edge.cluster import run_locustfile_here as run_locust
-from tests.simserver import serve
+from tests.integration.procs import run_locust
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 INTERVAL_S = 0.5
 
 
 @pytest.fixture
-def sim_url() -> Iterator[str]:
-    with serve(
+def sim_url(sim_server) -> str:
+    return sim_server(
         "--decode-step-ms", "4", "--output-len-mean", "30", "--fail-rate", "0.1", "--overload-rate", "0.1"
-    ) as sim:
-        yield sim.url
+    )
 
 
 def _totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
