@@ -19,6 +19,7 @@ from locust import argument_parser
 from locust.env import Environment
 from locust.event import Events
 from locust.exception import RPCError
+from locust.html import get_html_report, process_html_filename
 from locust.rpc import Message
 from locust.runners import (
     STATE_INIT,
@@ -28,7 +29,13 @@ from locust.runners import (
     WorkerNodes,
     WorkerRunner,
 )
-from locust.stats import print_error_report, print_percentile_stats, print_stats
+from locust.stats import (
+    PERCENTILES_TO_REPORT,
+    StatsCSVFileWriter,
+    print_error_report,
+    print_percentile_stats,
+    print_stats,
+)
 from locust.util.timespan import parse_timespan
 
 import contextlib
@@ -402,6 +409,7 @@ def run_local(
         except SystemExit as exc:  # refused before load: llmload's init ends the process
             runtime = getattr(env, "llmload", None)
             return LocalRun(None if runtime is None else runtime.results, int(exc.code or 0))
+        csv_writer = _start_csv(env)
         gevent.spawn(runner.start, users, _spawn_rate(env.parsed_options, args, users)).get(timeout=timeout_s)
         run_time = getattr(env.parsed_options, "run_time", None)
         if run_time:  # -t: Locust's main quits a headless run when the time is up
@@ -409,7 +417,11 @@ def run_local(
         runtime: Runtime = env.llmload  # type: ignore[attr-defined]
         wait_until(lambda: runtime.results is not None, timeout_s, "the run finished")
         wait_until(lambda: runner.state == "stopped", timeout_s, "the runner stopped")
-        return LocalRun(runtime.results, _shutdown(env, timeout_s))
+        _save_html(env)
+        code = _shutdown(env, timeout_s)
+        if csv_writer is not None:
+            csv_writer.close_files()
+        return LocalRun(runtime.results, code)
     finally:
         runner.user_greenlets.kill(block=True)
         runner.greenlet.kill(block=True)
@@ -455,6 +467,7 @@ def run_cluster(
             gevent.spawn(worker.connect_to_master).get(timeout=30)
         wait_until(lambda: len(cluster.master.clients.ready) == workers, 30, f"{workers} workers connected")
         master = cluster.master
+        csv_writer = _start_csv(master_env)
         gevent.spawn(master.start, users, _spawn_rate(master_env.parsed_options, args, users)).get(timeout=timeout_s)
         run_time = getattr(master_env.parsed_options, "run_time", None)
         if run_time:  # -t: Locust's main quits a headless run when the time is up
@@ -462,7 +475,10 @@ def run_cluster(
         runtime: Runtime = master_env.llmload  # type: ignore[attr-defined]
         wait_until(lambda: runtime.results is not None, timeout_s, "the run finished")
         wait_until(lambda: not master.greenlet, timeout_s, "the master quit")  # its main's join returns
+        _save_html(master_env)
         code = _shutdown(master_env, timeout_s)
+        if csv_writer is not None:
+            csv_writer.close_files()
         for worker, env in zip(cluster.workers, cluster.worker_envs, strict=True):
             wait_until(lambda w=worker: not w.greenlet, timeout_s, f"{worker.client_id} quit")  # the master's quit
             _shutdown(env, timeout_s)
@@ -474,6 +490,32 @@ def run_cluster(
                 log_file.close()
         cluster.close()
         gevent.killall([g for g in _greenlets() - before if not g.dead], block=True, timeout=10)
+
+
+def _start_csv(env: Environment) -> StatsCSVFileWriter | None:
+    """``--csv PREFIX``: Locust's CSV writer, started as its main starts it (a worker writes none)."""
+    options = env.parsed_options
+    prefix = getattr(options, "csv_prefix", None)
+    if not prefix or isinstance(env.runner, WorkerRunner):
+        return None
+    if base := os.path.dirname(prefix):
+        os.makedirs(base, exist_ok=True)
+    writer = StatsCSVFileWriter(env, PERCENTILES_TO_REPORT, prefix, bool(options.stats_history_enabled))
+    gevent.spawn(writer.stats_writer)
+    return writer
+
+
+def _save_html(env: Environment) -> None:
+    """``--html FILE``: Locust's HTML report, written as its main writes it once the runner is done."""
+    options = env.parsed_options
+    if not getattr(options, "html_file", None) or isinstance(env.runner, WorkerRunner):
+        return
+    report = get_html_report(env, show_download_link=False)
+    process_html_filename(options)
+    if html_dir := os.path.dirname(options.html_file):
+        os.makedirs(html_dir, exist_ok=True)
+    with open(options.html_file, "w", encoding="utf-8") as file:
+        file.write(report)
 
 
 def _shutdown(env: Environment, timeout_s: float) -> int:
@@ -526,7 +568,7 @@ def run_locust_here(
     root = logging.getLogger()
     level = root.level
     root.addHandler(handler)
-    root.setLevel(logging.INFO)  # as Locust's own logging set-up (--loglevel INFO)
+    root.setLevel(getattr(logging, (_last_value(given, "--loglevel") or "INFO").upper()))  # Locust's --loglevel
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             if processes is None:
