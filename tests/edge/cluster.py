@@ -449,7 +449,11 @@ def run_cluster(
     classes = _own_classes(user_class)
     link = Link()
     port = [] if "--prometheus-port" in args else ["--prometheus-port", "0"]
-    master_env = _node(classes, host, ["--master", "--expect-workers", str(workers), *port, *args])
+    # No master port of this machine's: the master binds none here (a port given by the test is kept)
+    ports = (
+        [] if {"--master-port", "--master-bind-port"} & set(args) else ["--master-bind-port", "0", "--master-port", "0"]
+    )
+    master_env = _node(classes, host, ["--master", "--expect-workers", str(workers), *ports, *port, *args])
     master_env._create_runner(EdgeMaster, link)  # type: ignore[arg-type]
     cluster = EdgeCluster(master_env, [], link)
     try:
