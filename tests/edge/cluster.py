@@ -19,6 +19,7 @@ from locust import argument_parser
 from locust.env import Environment
 from locust.event import Events
 from locust.exception import RPCError
+from locust.html import get_html_report, process_html_filename
 from locust.rpc import Message
 from locust.runners import (
     STATE_INIT,
@@ -28,7 +29,13 @@ from locust.runners import (
     WorkerNodes,
     WorkerRunner,
 )
-from locust.stats import print_error_report, print_percentile_stats, print_stats
+from locust.stats import (
+    PERCENTILES_TO_REPORT,
+    StatsCSVFileWriter,
+    print_error_report,
+    print_percentile_stats,
+    print_stats,
+)
 from locust.util.timespan import parse_timespan
 
 import contextlib
@@ -46,9 +53,21 @@ import gevent.event
 import gevent.queue
 
 from llmload.edge import hooks
+from llmload.edge.api_users import EmbeddingsUser, MessagesUser, ResponsesUser
 from llmload.edge.runtime import Runtime
+from llmload.edge.users import ChatUser, CompletionUser
 
-__all__ = ["EdgeCluster", "EdgeMaster", "EdgeWorker", "Link", "parse_options"]
+__all__ = [
+    "EdgeCluster",
+    "EdgeMaster",
+    "EdgeWorker",
+    "Link",
+    "parse_options",
+    "run_cluster",
+    "run_local",
+    "run_locust_here",
+    "run_locustfile_here",
+]
 
 log = logging.getLogger(__name__)
 
@@ -278,11 +297,28 @@ def wait_until(ready: Any, timeout_s: float, what: str) -> None:
             gevent.sleep(0.01)
 
 
-def _node(user_classes: list[type], host: str, args: Sequence[str]) -> Environment:
-    env = Environment(user_classes=user_classes, events=Events(), parsed_options=parse_options(args), host=host)
+def _node(user_classes: list[type], host: str, args: Sequence[str], *, forked: bool = False) -> Environment:
+    options = parse_options(args)
+    if forked:  # what Locust's --processes does to a forked child's options (locust/main.py)
+        options.master, options.worker = False, True
+        options.run_time = options.autostart = options.csv_prefix = options.html_file = options.print_stats = None
+        options.stats_history_enabled = False
+    env = Environment(user_classes=user_classes, events=Events(), parsed_options=options, host=host)
     env.stop_timeout = float(env.parsed_options.stop_timeout or 0)  # type: ignore[union-attr]
     hooks.install(env.events)
     return env
+
+
+def _own_classes(user_class: type | Sequence[type]) -> list[type]:
+    """A subclass of each user class, of this run's own (Locust sets ``host`` on the user class at each start)."""
+    classes = [user_class] if isinstance(user_class, type) else list(user_class)
+    return [type(c.__name__, (c,), {"__module__": c.__module__}) for c in classes]
+
+
+def _spawn_rate(options: Any, args: Sequence[str], users: int) -> float:
+    """``-r`` when the command line gives it, else all ``users`` within a second."""
+    given = any(a in ("-r", "--spawn-rate") or a.startswith("--spawn-rate=") for a in args)
+    return float(options.spawn_rate) if given else float(users)
 
 
 def _fire_init(env: Environment) -> None:
@@ -352,17 +388,20 @@ class LocalRun:
     exit_status: int
 
 
-def run_local(user_class: type, host: str, args: Sequence[str], *, users: int, timeout_s: float = 60) -> LocalRun:
+def run_local(
+    user_class: type | Sequence[type], host: str, args: Sequence[str], *, users: int, timeout_s: float = 60
+) -> LocalRun:
     """A single-process run (``locust ARGS`` with Locust's ``LocalRunner``) of ``users`` users, to its end.
 
     ``args`` are the command line (``--headless`` for the results line and the quit at the limit);
     the run ends by itself (``--num-requests``, ``-t``, a blocked start) or after ``timeout_s`` (the test fails).
-    Console output goes to this process's stdout and stderr (``capsys``).
+    ``-r`` is honoured when given (else every user starts within a second). Several user classes share
+    the users by weight, as in a locustfile with several. Console output goes to this process's stdout
+    and stderr (``capsys``).
     """
     before = _greenlets()
-    user_class = type(user_class.__name__, (user_class,), {"__module__": user_class.__module__})
     port = [] if "--prometheus-port" in args else ["--prometheus-port", "0"]
-    env = _node([user_class], host, [*port, *args])
+    env = _node(_own_classes(user_class), host, [*port, *args])
     runner = env.create_local_runner()
     try:
         try:
@@ -370,25 +409,130 @@ def run_local(user_class: type, host: str, args: Sequence[str], *, users: int, t
         except SystemExit as exc:  # refused before load: llmload's init ends the process
             runtime = getattr(env, "llmload", None)
             return LocalRun(None if runtime is None else runtime.results, int(exc.code or 0))
-        gevent.spawn(runner.start, users, users).get(timeout=timeout_s)
+        csv_writer = _start_csv(env)
+        gevent.spawn(runner.start, users, _spawn_rate(env.parsed_options, args, users)).get(timeout=timeout_s)
         run_time = getattr(env.parsed_options, "run_time", None)
         if run_time:  # -t: Locust's main quits a headless run when the time is up
             gevent.spawn_later(parse_timespan(str(run_time)), runner.quit)
         runtime: Runtime = env.llmload  # type: ignore[attr-defined]
         wait_until(lambda: runtime.results is not None, timeout_s, "the run finished")
         wait_until(lambda: runner.state == "stopped", timeout_s, "the runner stopped")
-        # Locust's shutdown, as its main does it: quitting (listeners in reverse), the exit code, quit
-        gevent.spawn(env.events.quitting.fire, environment=env, reverse=True).get(timeout=timeout_s)
-        code = env.process_exit_code if env.process_exit_code is not None else 0
-        print_stats(runner.stats, current=False)  # Locust's tables, as its main prints them at the end
-        print_percentile_stats(runner.stats)
-        print_error_report(runner.stats)
-        gevent.spawn(env.events.quit.fire, exit_code=code).get(timeout=timeout_s)
+        _save_html(env)
+        code = _shutdown(env, timeout_s)
+        if csv_writer is not None:
+            csv_writer.close_files()
         return LocalRun(runtime.results, code)
     finally:
         runner.user_greenlets.kill(block=True)
         runner.greenlet.kill(block=True)
         gevent.killall([g for g in _greenlets() - before if not g.dead], block=True, timeout=10)
+
+
+def run_cluster(
+    user_class: type | Sequence[type],
+    host: str,
+    args: Sequence[str],
+    *,
+    workers: int,
+    users: int,
+    timeout_s: float = 60,
+) -> LocalRun:
+    """``locust ARGS`` (with ``--processes WORKERS``) here: a master and ``workers`` forked workers over a ``Link``.
+
+    As Locust's ``--processes``: the master expects ``workers`` workers, each worker has the master's
+    command line (``worker`` set, ``-t`` and the outputs cleared, as Locust does in a forked child); a
+    headless master starts the ``users`` once all are connected and quits when ``-t`` is up; each
+    process ends with Locust's shutdown (``quitting``, Locust's tables on the master, ``quit``).
+    Returns the master's results and exit status (a start refused at the master's ``init``: its status).
+    """
+    before = _greenlets()
+    classes = _own_classes(user_class)
+    link = Link()
+    port = [] if "--prometheus-port" in args else ["--prometheus-port", "0"]
+    # No master port of this machine's: the master binds none here (a port given by the test is kept)
+    ports = (
+        [] if {"--master-port", "--master-bind-port"} & set(args) else ["--master-bind-port", "0", "--master-port", "0"]
+    )
+    master_env = _node(classes, host, ["--master", "--expect-workers", str(workers), *ports, *port, *args])
+    master_env._create_runner(EdgeMaster, link)  # type: ignore[arg-type]
+    cluster = EdgeCluster(master_env, [], link)
+    try:
+        try:
+            _fire_init(master_env)
+        except SystemExit as exc:  # refused before load: llmload's init ends the master (and its children)
+            runtime = getattr(master_env, "llmload", None)
+            return LocalRun(None if runtime is None else runtime.results, int(exc.code or 0))
+        for index in range(workers):
+            env = _node(classes, host, [*port, *args], forked=True)
+            env._create_runner(EdgeWorker, link, f"worker-{index}")  # type: ignore[arg-type]
+            _fire_init(env)
+            cluster.worker_envs.append(env)
+        for worker in cluster.workers:
+            gevent.spawn(worker.connect_to_master).get(timeout=30)
+        wait_until(lambda: len(cluster.master.clients.ready) == workers, 30, f"{workers} workers connected")
+        master = cluster.master
+        csv_writer = _start_csv(master_env)
+        gevent.spawn(master.start, users, _spawn_rate(master_env.parsed_options, args, users)).get(timeout=timeout_s)
+        run_time = getattr(master_env.parsed_options, "run_time", None)
+        if run_time:  # -t: Locust's main quits a headless run when the time is up
+            gevent.spawn_later(parse_timespan(str(run_time)), master.quit)
+        runtime: Runtime = master_env.llmload  # type: ignore[attr-defined]
+        wait_until(lambda: runtime.results is not None, timeout_s, "the run finished")
+        wait_until(lambda: not master.greenlet, timeout_s, "the master quit")  # its main's join returns
+        _save_html(master_env)
+        code = _shutdown(master_env, timeout_s)
+        if csv_writer is not None:
+            csv_writer.close_files()
+        for worker, env in zip(cluster.workers, cluster.worker_envs, strict=True):
+            wait_until(lambda w=worker: not w.greenlet, timeout_s, f"{worker.client_id} quit")  # the master's quit
+            _shutdown(env, timeout_s)
+        return LocalRun(runtime.results, code)
+    finally:
+        for env in cluster.worker_envs:  # what the workers' process exit closes
+            log_file = getattr(getattr(env, "llmload", None), "requests_log", None)
+            if log_file is not None:
+                log_file.close()
+        cluster.close()
+        gevent.killall([g for g in _greenlets() - before if not g.dead], block=True, timeout=10)
+
+
+def _start_csv(env: Environment) -> StatsCSVFileWriter | None:
+    """``--csv PREFIX``: Locust's CSV writer, started as its main starts it (a worker writes none)."""
+    options = env.parsed_options
+    prefix = getattr(options, "csv_prefix", None)
+    if not prefix or isinstance(env.runner, WorkerRunner):
+        return None
+    if base := os.path.dirname(prefix):
+        os.makedirs(base, exist_ok=True)
+    writer = StatsCSVFileWriter(env, PERCENTILES_TO_REPORT, prefix, bool(options.stats_history_enabled))
+    gevent.spawn(writer.stats_writer)
+    return writer
+
+
+def _save_html(env: Environment) -> None:
+    """``--html FILE``: Locust's HTML report, written as its main writes it once the runner is done."""
+    options = env.parsed_options
+    if not getattr(options, "html_file", None) or isinstance(env.runner, WorkerRunner):
+        return
+    report = get_html_report(env, show_download_link=False)
+    process_html_filename(options)
+    if html_dir := os.path.dirname(options.html_file):
+        os.makedirs(html_dir, exist_ok=True)
+    with open(options.html_file, "w", encoding="utf-8") as file:
+        file.write(report)
+
+
+def _shutdown(env: Environment, timeout_s: float) -> int:
+    """Locust's main at a process's end: ``quitting`` (listeners reversed), the exit code, the tables, ``quit``."""
+    gevent.spawn(env.events.quitting.fire, environment=env, reverse=True).get(timeout=timeout_s)
+    code = env.process_exit_code if env.process_exit_code is not None else 0
+    runner = env.runner
+    if runner is not None and not isinstance(runner, WorkerRunner):
+        print_stats(runner.stats, current=False)
+        print_percentile_stats(runner.stats)
+        print_error_report(runner.stats)
+    gevent.spawn(env.events.quit.fire, exit_code=code).get(timeout=timeout_s)
+    return code
 
 
 @dataclass
@@ -402,17 +546,24 @@ class CompletedRun:
 
 
 def run_locust_here(
-    user_class: type, args: Sequence[str], *, users: int, env: dict[str, str] | None = None, timeout_s: float = 60
+    user_class: type | Sequence[type],
+    args: Sequence[str],
+    *,
+    users: int,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 60,
 ) -> CompletedRun:
     """``locust ARGS`` (with ``-H URL``; ``-u N`` overrides ``users``) run to its end here, its output captured.
 
+    ``--processes N`` runs a master and N workers (``run_cluster``), else one process (``run_local``).
     ``env`` is set in ``os.environ`` for the run (restored after). llmload's log lines go to the
     captured stderr as Locust's would (``LEVEL/logger: message``); stdout is not a terminal, so a
     headless run ends with its results line, as in a pipe.
     """
     given = list(args)
-    host = given[given.index("-H") + 1] if "-H" in given else ""
-    users = int(given[len(given) - 1 - given[::-1].index("-u") + 1]) if "-u" in given else users
+    host = _last_value(given, "-H") or ""
+    users = int(_last_value(given, "-u") or users)
+    processes = _last_value(given, "--processes")
     saved = {k: os.environ.get(k) for k in env or {}}
     os.environ.update(env or {})
     out, err = io.StringIO(), io.StringIO()
@@ -421,10 +572,13 @@ def run_locust_here(
     root = logging.getLogger()
     level = root.level
     root.addHandler(handler)
-    root.setLevel(logging.INFO)  # as Locust's own logging set-up (--loglevel INFO)
+    root.setLevel(getattr(logging, (_last_value(given, "--loglevel") or "INFO").upper()))  # Locust's --loglevel
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            run = run_local(user_class, host, args, users=users, timeout_s=timeout_s)
+            if processes is None:
+                run = run_local(user_class, host, given, users=users, timeout_s=timeout_s)
+            else:
+                run = run_cluster(user_class, host, given, workers=int(processes), users=users, timeout_s=timeout_s)
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
@@ -434,3 +588,36 @@ def run_locust_here(
             else:
                 os.environ[key] = value
     return CompletedRun(run.exit_status, out.getvalue(), err.getvalue(), run.results)
+
+
+# The packaged locustfiles' user classes (``locustfiles/NAME.py``: its user classes and ``hooks.install()``).
+LOCUSTFILES: dict[str, type | tuple[type, ...]] = {
+    "chat": ChatUser,
+    "completions": CompletionUser,
+    "responses": ResponsesUser,
+    "messages": MessagesUser,
+    "embeddings": EmbeddingsUser,
+}
+
+
+def _mixed() -> tuple[type, ...]:
+    from llmload.locustfiles import mixed  # its classes (weights 3:1:1), imported when a test runs it
+
+    return (mixed.Chat, mixed.Responses, mixed.Embeddings)
+
+
+def run_locustfile_here(
+    args: Sequence[str], *, timeout_s: float = 60, env: dict[str, str] | None = None
+) -> CompletedRun:
+    """``locust -f locustfiles/NAME.py ARGS`` run here: ``run_locust_here`` with that locustfile's user class."""
+    assert args[0] == "-f", "the command line starts with -f locustfiles/NAME.py"
+    name = os.path.basename(args[1]).removesuffix(".py")
+    user_classes = _mixed() if name == "mixed" else LOCUSTFILES[name]
+    return run_locust_here(user_classes, args[2:], users=1, env=env, timeout_s=timeout_s)
+
+
+def _last_value(args: list[str], flag: str) -> str | None:
+    """The value after the last ``flag`` in ``args`` (as argparse keeps the last), or None."""
+    if flag not in args:
+        return None
+    return args[len(args) - 1 - args[::-1].index(flag) + 1]

@@ -1,4 +1,4 @@
-"""Run by tests/unit/test_docs_commands.py in a process of its own (importing Locust patches gevent).
+"""Used by tests/edge/test_docs_commands.py (in the edge process: importing Locust patches gevent).
 
 Reads a JSON list of ``locust`` argument lists on stdin; parses each with Locust's parser plus
 llmload's options (as ``locust -f`` would) and builds the ``RunConfig``; prints a JSON list with,

@@ -13,16 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from llmload.request.api_bodies import build_messages_request, build_responses_request
 from llmload.request.record import Outcome
 from llmload.settings.config import Timeouts
-from tests.checks import check_against_sim
-from tests.integration.procs import free_port, locust_argv, run_locust, web_ui_stop
+from tests.integration.procs import free_port, locust_argv, web_ui_stop
 from tests.integration.test_sim import REPO_ROOT, metric_sum, metrics, start_sim, stop_sim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -49,21 +46,6 @@ def _truth(url: str, endpoint: str) -> dict[str, float]:
     }
 
 
-def _run(locustfile: str, url: str, out: Path, n: int, *extra: str) -> dict[str, Any]:
-    proc = run_locust(
-        [
-            "-f", f"locustfiles/{locustfile}.py", "--headless", "--only-summary", "-H", url, "--processes", "2",
-            "-u", "16", "-r", "16", "--num-requests", str(n), "-t", "90s", "--max-tokens", "24",
-            "--results-json", str(out), *extra,
-        ],
-        timeout_s=150,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results: dict[str, Any] = json.loads(out.read_text())
-    results["_stdout"] = proc.stdout
-    return results
-
-
 @pytest.mark.parametrize("endpoint", ["responses", "embeddings"])
 def test_sweep_runs_the_new_users_step_by_step(sim_url, tmp_path, endpoint):
     out = tmp_path / "sweep.json"
@@ -87,28 +69,6 @@ def test_sweep_runs_the_new_users_step_by_step(sim_url, tmp_path, endpoint):
     assert table.count("\n") >= 2
 
 
-def test_mixed_locustfile_per_endpoint_figures_sum_to_totals(sim_url, tmp_path):
-    results = _run("mixed", sim_url, tmp_path / "r.json", 150)
-    entries = {entry["endpoint"]: entry for entry in results["by_endpoint"]}
-    assert set(entries) == {"chat", "responses", "embeddings"}
-    for key in ("total", "succeeded", "failed"):
-        assert sum(e["requests"][key] for e in entries.values()) == results["requests"][key]
-    assert sum(e["tokens"]["prompt"] for e in entries.values()) == results["tokens"]["prompt"]
-    generating = [e for name, e in entries.items() if name != "embeddings"]
-    assert sum(e["tokens"]["completion"] for e in generating) == results["tokens"]["completion"]
-    assert results["tokens"]["completion_source"] == "server"  # embeddings count as neither known nor unknown
-    succeeded = sum(e["requests"]["succeeded"] for e in generating)
-    assert results["tokens"]["avg_completion_per_request"] == results["tokens"]["completion"] / succeeded
-    assert results["requests"]["total"] == 150
-    for endpoint, entry in entries.items():
-        check_against_sim(entry, _truth(sim_url, endpoint), endpoint)
-    assert sorted(results["run"]["user_classes"]) == ["Chat", "Embeddings", "Responses"]  # weights 3:1:1 of 16 users
-    rows = {row["endpoint"] for row in results["timeseries"]}
-    assert {"chat", "responses", "embeddings", None} <= rows
-    assert "--- Per endpoint ---" in results["_stdout"]
-    assert "responses (llmload-sim):" in results["_stdout"]
-
-
 # ── the simulator's own failure events, read by the client ─────────────────
 def _client_run(url: str, request):
     from llmload.net.transport import GeventHTTPTransport
@@ -130,14 +90,11 @@ def _client_run(url: str, request):
         ("--abort-rate", "messages", "finish_reason abort"),
     ],
 )
-def test_sim_fault_flags_end_streams_with_the_apis_own_failure_events(gevent_ready, flag, api, category):
-    url, proc = start_sim(flag, "1", "--decode-step-ms", "2", "--output-len-mean", "20")
-    try:
-        messages = [{"role": "user", "content": "hi"}]
-        build = build_responses_request if api == "responses" else build_messages_request
-        record = _client_run(url, build(model="llmload-sim", messages=messages, max_tokens=16))
-    finally:
-        stop_sim(proc)
+def test_sim_fault_flags_end_streams_with_the_apis_own_failure_events(gevent_ready, sim_server, flag, api, category):
+    url = sim_server(flag, "1", "--decode-step-ms", "2", "--output-len-mean", "20")
+    messages = [{"role": "user", "content": "hi"}]
+    build = build_responses_request if api == "responses" else build_messages_request
+    record = _client_run(url, build(model="llmload-sim", messages=messages, max_tokens=16))
     assert record.outcome is Outcome.SERVER_ERROR
     assert record.error is not None
     assert record.error.category == category

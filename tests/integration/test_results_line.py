@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from llmload.exporters.console import RESULTS_LINE_PREFIX
@@ -11,26 +9,6 @@ from tests.integration.procs import run_locust
 from tests.integration.test_sim import start_sim, stop_sim
 
 pytestmark = pytest.mark.integration
-
-
-def test_headless_run_ends_with_one_marked_line_holding_the_results_file(tmp_path):
-    base_url, sim = start_sim()
-    try:
-        results_path = tmp_path / "results.json"
-        out = run_locust(
-            [
-                *("-f", "locustfiles/chat.py", "--headless", "-H", base_url, "-u", "2", "-r", "2"),
-                *("--num-requests", "6", "--max-tokens", "8", "--results-json", str(results_path)),
-            ],
-            timeout_s=90,
-        )
-    finally:
-        stop_sim(sim)
-    assert out.returncode == 0, out.stderr[-2000:]
-    last = out.stdout.rstrip("\n").splitlines()[-1]
-    assert last.startswith(RESULTS_LINE_PREFIX)
-    assert json.loads(last.removeprefix(RESULTS_LINE_PREFIX)) == json.loads(results_path.read_text())
-    assert sum(line.startswith(RESULTS_LINE_PREFIX) for line in out.stdout.splitlines()) == 1
 
 
 def test_a_terminal_gets_the_summary_without_the_results_line(tmp_path):

@@ -9,11 +9,8 @@ as written by tests/integration/test_readme_commands.py.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 from llmload.sim.config import build_parser
@@ -80,32 +77,6 @@ def _locust_args(command: str) -> list[str] | None:
         parse_sweep(words[words.index("--sweep") + 1])  # raises ConfigError on a bad step list
         return words[words.index("--") + 1 :]
     return None
-
-
-def test_docs_locust_commands_parse_with_llmloads_options_and_valid_values():
-    commands = [(page, c) for page, c in docs_commands() if _locust_args(c) is not None]
-    assert any(_words(c)[:2] == ["llmload", "sweep"] for _, c in commands)
-    argvs = [_locust_args(c) for _, c in commands]
-    out = subprocess.run(
-        [sys.executable, "-m", "tests.integration.docs_command_probe"],
-        input=json.dumps(argvs), capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    verdicts = json.loads(out.stdout.strip().splitlines()[-1])
-    refused = {f"{page}: {command}": why for (page, command), why in zip(commands, verdicts, strict=True) if why}
-    assert refused == {}
-
-
-def test_the_probe_refuses_a_misspelt_option_and_a_bad_value():
-    argvs = [["-f", "locustfiles/chat.py", "--max-tokenz", "5"], ["-f", "locustfiles/chat.py", "--max-tokens", "abc"]]
-    out = subprocess.run(
-        [sys.executable, "-m", "tests.integration.docs_command_probe"],
-        input=json.dumps(argvs), capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
-    )  # fmt: skip
-    misspelt, bad = json.loads(out.stdout.strip().splitlines()[-1])
-    assert "--max-tokenz" in misspelt
-    assert "--max-tokens" in bad
-    assert "abc" in bad
 
 
 def test_docs_sim_commands_parse_with_the_simulators_options():

@@ -1,8 +1,9 @@
-"""Multi-turn sessions end to end: real `locust` runs against a scripted loopback server.
+"""Multi-turn sessions end to end: locust command lines run in this process against a scripted loopback server.
 
 The session header is checked where it matters, at the server; think times by
 the server's arrival times; per-turn and per-session figures in the results.
-Every run is bounded by --num-requests, -t and a subprocess timeout.
+Each run is ``tests/edge/cluster.run_locust_here`` (``--processes 2``: a master and two workers
+here), bounded by --num-requests, -t and a timeout.
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ from typing import Any
 
 import pytest
 
+from llmload.edge.users import ChatUser
 from llmload.exporters.html import render_report
 from llmload.testing import CF, C, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
-from tests.integration.procs import run_locust
-
-pytestmark = [pytest.mark.integration]
+from tests.edge.cluster import run_locust_here
 
 TIMEOUT_S = 90
 THINK_S = 0.3
@@ -51,10 +51,12 @@ class SessionScript:
 
 
 def _run(server: ScriptedServer, out: Path, *args: str) -> Any:
-    return run_locust(
-        ["-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", server.base_url, "-t", "60s",
+    return run_locust_here(
+        ChatUser,
+        ["--headless", "--only-summary", "-H", server.base_url, "-t", "60s",
          "--prometheus-port", "0", "--skip-preflight", "--turns", "3", "--session-header", "X-Session-ID",
          "--results-json", str(out), *args],
+        users=1,
         timeout_s=TIMEOUT_S,
     )  # fmt: skip
 
@@ -134,11 +136,13 @@ def test_issue21_agentic_session_file_sends_tool_turns_after_their_delays(tmp_pa
     out = tmp_path / "r.json"
     example = Path(__file__).resolve().parents[2] / "examples" / "agentic_sessions.jsonl"
     with ScriptedServer(script) as server:
-        proc = run_locust(
-            ["-f", "locustfiles/chat.py", "--headless", "--only-summary", "-H", server.base_url, "-t", "60s",
+        proc = run_locust_here(
+            ChatUser,
+            ["--headless", "--only-summary", "-H", server.base_url, "-t", "60s",
              "--prometheus-port", "0", "--skip-preflight", "--sessions", str(example), "--session-history",
              "dataset", "--session-header", "X-Session-ID", "-u", "1", "--num-requests", "7",
              "--results-json", str(out)],
+            users=1,
             timeout_s=TIMEOUT_S,
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

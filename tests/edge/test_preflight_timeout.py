@@ -1,7 +1,8 @@
 """Issue 24: a hung server stops the run at --preflight-timeout (or -t), with a line per step that waits.
 
 Before, the preflight waited up to --read-timeout (300 s) without a word. Three kinds of hang,
-each bounded by the subprocess timeout: a server that accepts the connection and never answers
+each a locust command line run in this process (``tests/edge/cluster.run_locustfile_here``), bounded
+by a timeout: a server that accepts the connection and never answers
 GET /v1/models; the same with only -t given; a server that answers the model list but keeps the
 probe request open forever, trickling keep-alive comments (so no read timeout ever fires).
 """
@@ -11,13 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from llmload.testing import Reply, ScriptedServer, W, json_reply
-from tests.integration.procs import run_locust
+from tests.edge.cluster import run_locustfile_here as run_locust
 from tests.integration.test_blocked_at_init import SilentServer
-
-pytestmark = pytest.mark.integration
 
 _MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
 _ARGS = ["-f", "locustfiles/chat.py", "--headless", "-u", "2", "-r", "2"]

@@ -1,6 +1,7 @@
 """Faults while a user builds, sends or accounts a request never hang a run or hide a request.
 
-End to end with `locust` subprocesses (NC-10). The hypothesis property (faults injected at
+End to end: locust command lines run in this process (``tests/edge/cluster.run_locust_here``,
+NC-10). The hypothesis property (faults injected at
 every step of a user's request path; a ``--num-requests N`` run always ends with
 total + skipped == N) runs in process: ``tests/edge/test_user_faults.py``.
 """
@@ -11,18 +12,17 @@ import json
 
 import pytest
 
-from tests.integration.procs import run_locust
-from tests.integration.test_workloads import CHAT_FILE, ChatScript, _posts
-
-pytestmark = [pytest.mark.integration]
+from llmload.edge.users import ChatUser
+from llmload.testing import ScriptedServer
+from tests.edge.cluster import run_locust_here
+from tests.edge.cluster import run_locustfile_here as run_locust
+from tests.edge.test_workloads import CHAT_FILE, ChatScript, _posts
 
 _LONE_SURROGATE_LINE = r'{"prompt": "Summarise this: great day \ud83d at the beach"}'
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_nc10_lone_surrogate_line_is_skipped_at_load_and_exactly_n_requests_are_sent(tmp_path, seed):
-    from llmload.testing import ScriptedServer
-
     dataset = tmp_path / "d.jsonl"
     dataset.write_text('{"prompt": "Tell me about the sea"}\n' + _LONE_SURROGATE_LINE + "\n")
     out = tmp_path / "r.json"
@@ -44,30 +44,21 @@ def test_nc10_lone_surrogate_line_is_skipped_at_load_and_exactly_n_requests_are_
     assert sent == ["Tell me about the sea"] * 4
 
 
-_ALWAYS_FAILING_LOCUSTFILE = """
-from llmload.edge.hooks import install
-from llmload.edge.users import ChatUser
-
-
 class BrokenPromptUser(ChatUser):
+    """A locustfile's user whose prompt source always fails."""
+
     def _next_prompt(self, runtime):
         raise RuntimeError("the prompt source is broken")
 
 
-install()
-"""
-
-
 def test_repeated_client_fault_without_a_request_limit_pauses_instead_of_spinning(tmp_path):
-    from llmload.testing import ScriptedServer
-
-    locustfile = tmp_path / "broken.py"
-    locustfile.write_text(_ALWAYS_FAILING_LOCUSTFILE)
     out = tmp_path / "r.json"
     with ScriptedServer(ChatScript()) as server:
-        proc = run_locust(
-            ["-f", str(locustfile), "--headless", "--only-summary", "-H", server.base_url, "-t", "3s",
+        proc = run_locust_here(
+            BrokenPromptUser,
+            ["--headless", "--only-summary", "-H", server.base_url, "-t", "3s",
              "-u", "2", "-r", "2", "--results-json", str(out)],
+            users=2,
             timeout_s=60,
         )  # fmt: skip
     results = json.loads(out.read_text())
