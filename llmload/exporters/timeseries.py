@@ -299,8 +299,8 @@ class Timeline:
     end) come through ``add_extra``; with ``extra_wait_s`` > 0 an interval
     whose extra values have not come yet waits up to that much longer. An
     interval whose extra values are being read when that wait ends
-    (``extra_pending(index)`` is true: the server answered, its page is being
-    parsed) waits until they come, at most ``extra_hold_s`` longer still. Extra
+    (``extra_pending(index)`` is true: its read, or an earlier interval's that
+    ran long, is under way) waits until they come, at most ``extra_hold_s`` longer still. Extra
     values that come after their interval was written make it late too
     (``late_extra_intervals``).
     """

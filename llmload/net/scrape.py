@@ -297,8 +297,13 @@ class ServerScraper:
         return bool(self._endpoints)
 
     def reading(self, index: int) -> bool:
-        """Whether interval ``index``'s periodic round is under way (its columns are still to come)."""
-        return self._round_index == index and self._round_under_way.is_set()
+        """Whether interval ``index``'s columns may still come: its periodic round, or an earlier one, is under way.
+
+        A round that runs long (a big page parsed on a busy process) delays the next
+        interval's round; that interval is read next (or skipped when its time has passed).
+        """
+        under_way = self._round_index
+        return under_way is not None and under_way <= index and self._round_under_way.is_set()
 
     def warnings(self) -> list[str]:
         """One line per URL given to ``--server-metrics`` (not ``auto``) that never answered Prometheus text."""

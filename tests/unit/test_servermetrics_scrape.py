@@ -309,9 +309,10 @@ def test_scraper_says_which_interval_is_being_read_until_its_columns_are_handed_
     fetch.delay_s = 0.2  # the round at 0.5 s answers at 0.7 s
     gevent.sleep(0.6 - (time.perf_counter() - origin))
     assert scraper.reading(0)
-    assert not scraper.reading(1)
+    assert scraper.reading(1)  # interval 1's round comes after this one
     gevent.sleep(0.8 - (time.perf_counter() - origin))
     assert not scraper.reading(0)  # handed over
+    assert not scraper.reading(1)  # its round has not begun: nothing under way
     scraper.finish(final_index=1)
     assert seen[0] == (0, True)  # the sink is called while the round is still under way
 
