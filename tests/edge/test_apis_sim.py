@@ -15,15 +15,9 @@ import pytest
 
 from tests.checks import check_against_sim
 from tests.edge.cluster import run_locustfile_here as run_locust
+from tests.integration.test_apis_sim import _PATHS
 from tests.integration.test_sim import metrics
 from tests.simserver import serve
-
-_PATHS = {
-    "chat": "/v1/chat/completions",
-    "responses": "/v1/responses",
-    "messages": "/v1/messages",
-    "embeddings": "/v1/embeddings",
-}
 
 
 @pytest.fixture

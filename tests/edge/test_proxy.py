@@ -8,36 +8,19 @@ absolute-form targets and CONNECTs) on loopback; every locust command line runs 
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import re
 from pathlib import Path
 
 import pytest
 
 from llmload.edge.users import ChatUser
-from llmload.testing import CF, ROLE, C, Framing, ReceivedRequest, Reply, ScriptedServer, U, W, json_reply, sse
+from llmload.testing import Framing, ReceivedRequest, Reply, ScriptedServer, W, json_reply
 from tests.edge.cluster import CompletedRun, run_locust_here
 from tests.integration.forward_proxy import ForwardProxy
 from tests.integration.procs import free_port
+from tests.integration.test_proxy import MODELS, PASSWORD, PROXY_407, SECRETS, STREAM, TOKEN, USER
 from tests.integration.test_tls import tls_server  # noqa: F401 - the https origin fixture
-
-MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
-STREAM = Reply(
-    writes=[
-        W(5, sse(ROLE)),
-        W(10, sse(C({"content": "Hi"}))),
-        W(15, sse(C({"content": " there"}))),
-        W(20, sse(CF("stop"), U(3, 2), "[DONE]")),
-    ]
-)
-USER, PASSWORD = "alice", "pr0xy-s3cret"
-TOKEN = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-SECRETS = (PASSWORD, TOKEN.split()[1], f"{USER}:")
-# a proxy's 407 as llmload words it ("HTTP 407") or as the CONNECT reply reads ("HTTP/1.1 407")
-PROXY_407 = re.compile(r"HTTP(?:/1\.[01])? 407\b")
-
 
 METRICS = 'vllm:prompt_tokens_total{model_name="m"} 30\nvllm:generation_tokens_total{model_name="m"} 12\n'
 
