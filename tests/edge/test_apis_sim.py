@@ -15,8 +15,7 @@ import pytest
 
 from tests.checks import check_against_sim
 from tests.edge.cluster import run_locustfile_here as run_locust
-from tests.integration.test_apis_sim import _PATHS
-from tests.integration.test_sim import metrics
+from tests.integration.test_apis_sim import _truth
 from tests.simserver import serve
 
 
@@ -24,15 +23,6 @@ from tests.simserver import serve
 def sim_url() -> Iterator[str]:
     with serve("--decode-step-ms", "5", "--output-len-mean", "20") as sim:
         yield sim.url
-
-
-def _truth(url: str, endpoint: str) -> dict[str, float]:
-    samples = metrics(url)
-    label = (("endpoint", _PATHS[endpoint]),)
-    return {
-        name: samples[(f"llmload_sim_{name}_total", label)]
-        for name in ("requests_completed", "requests_aborted", "prompt_tokens", "completion_tokens")
-    }
 
 
 def _run(locustfile: str, url: str, out: Path, n: int, *extra: str) -> dict[str, Any]:
