@@ -408,20 +408,20 @@ def run_local(
             _fire_init(env)
         except SystemExit as exc:  # refused before load: llmload's init ends the process
             runtime = getattr(env, "llmload", None)
-            return LocalRun(None if runtime is None else runtime.results, int(exc.code or 0))
+            return LocalRun(None if runtime is None else runtime.run.results, int(exc.code or 0))
         csv_writer = _start_csv(env)
         gevent.spawn(runner.start, users, _spawn_rate(env.parsed_options, args, users)).get(timeout=timeout_s)
         run_time = getattr(env.parsed_options, "run_time", None)
         if run_time:  # -t: Locust's main quits a headless run when the time is up
             gevent.spawn_later(parse_timespan(str(run_time)), runner.quit)
         runtime: Runtime = env.llmload  # type: ignore[attr-defined]
-        wait_until(lambda: runtime.results is not None, timeout_s, "the run finished")
+        wait_until(lambda: runtime.run.results is not None, timeout_s, "the run finished")
         wait_until(lambda: runner.state == "stopped", timeout_s, "the runner stopped")
         _save_html(env)
         code = _shutdown(env, timeout_s)
         if csv_writer is not None:
             csv_writer.close_files()
-        return LocalRun(runtime.results, code)
+        return LocalRun(runtime.run.results, code)
     finally:
         runner.user_greenlets.kill(block=True)
         runner.greenlet.kill(block=True)
@@ -461,7 +461,7 @@ def run_cluster(
             _fire_init(master_env)
         except SystemExit as exc:  # refused before load: llmload's init ends the master (and its children)
             runtime = getattr(master_env, "llmload", None)
-            return LocalRun(None if runtime is None else runtime.results, int(exc.code or 0))
+            return LocalRun(None if runtime is None else runtime.run.results, int(exc.code or 0))
         for index in range(workers):
             env = _node(classes, host, [*port, *args], forked=True)
             env._create_runner(EdgeWorker, link, f"worker-{index}")  # type: ignore[arg-type]
@@ -477,7 +477,7 @@ def run_cluster(
         if run_time:  # -t: Locust's main quits a headless run when the time is up
             gevent.spawn_later(parse_timespan(str(run_time)), master.quit)
         runtime: Runtime = master_env.llmload  # type: ignore[attr-defined]
-        wait_until(lambda: runtime.results is not None, timeout_s, "the run finished")
+        wait_until(lambda: runtime.run.results is not None, timeout_s, "the run finished")
         wait_until(lambda: not master.greenlet, timeout_s, "the master quit")  # its main's join returns
         _save_html(master_env)
         code = _shutdown(master_env, timeout_s)
@@ -486,7 +486,7 @@ def run_cluster(
         for worker, env in zip(cluster.workers, cluster.worker_envs, strict=True):
             wait_until(lambda w=worker: not w.greenlet, timeout_s, f"{worker.client_id} quit")  # the master's quit
             _shutdown(env, timeout_s)
-        return LocalRun(runtime.results, code)
+        return LocalRun(runtime.run.results, code)
     finally:
         for env in cluster.worker_envs:  # what the workers' process exit closes
             log_file = getattr(getattr(env, "llmload", None), "requests_log", None)

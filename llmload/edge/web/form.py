@@ -162,17 +162,17 @@ def on_reset_stats(environment: Environment, *, cause: str = RESET_IN_WEB_UI, **
     runtime: Runtime | None = getattr(environment, "llmload", None)
     if runtime is None or isinstance(environment.runner, WorkerRunner):
         return
-    runtime.stats = LLMStats.empty()
-    runtime.series = IntervalSeries.empty()  # the time series restarts too: its sums stay the summary's totals
-    if runtime.local_total is not None:
-        runtime.local_total = runtime.local_total.restarted()
-    runtime.reset_at_unix = time.time()
-    runtime.failure_samples.clear()
-    runtime.live_rows = []  # checkpoints hold the rows measured after the reset, like the summary
-    if runtime.watch is not None:  # --abort-on windows restart: rows before the reset no longer count
-        runtime.watch = ThresholdWatch(runtime.watch.thresholds, runtime.watch.interval_s)
-    if runtime.window_delta is not None:
-        runtime.window_delta = LLMStats.empty()
-    if runtime.export is not None:
-        runtime.export.window.reset()
-    log.info("%s", reset_note(cause, server_metrics=runtime.server_scraper is not None))
+    runtime.run.stats = LLMStats.empty()
+    runtime.run.series = IntervalSeries.empty()  # the time series restarts too: its sums stay the summary's totals
+    if runtime.run.local_total is not None:
+        runtime.run.local_total = runtime.run.local_total.restarted()
+    runtime.run.reset_at_unix = time.time()
+    runtime.run.failure_samples.clear()
+    runtime.timeline.rows = []  # checkpoints hold the rows measured after the reset, like the summary
+    if runtime.timeline.watch is not None:  # --abort-on windows restart: rows before the reset no longer count
+        runtime.timeline.watch = ThresholdWatch(runtime.timeline.watch.thresholds, runtime.timeline.watch.interval_s)
+    if runtime.run.window_delta is not None:
+        runtime.run.window_delta = LLMStats.empty()
+    if runtime.process.export is not None:
+        runtime.process.export.window.reset()
+    log.info("%s", reset_note(cause, server_metrics=runtime.process.server_scraper is not None))

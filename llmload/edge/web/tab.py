@@ -111,7 +111,7 @@ def install(environment: Environment) -> None:
 
 def _results(environment: Environment) -> dict[str, Any] | None:
     runtime: Runtime | None = getattr(environment, "llmload", None)
-    return None if runtime is None else runtime.results
+    return None if runtime is None else runtime.run.results
 
 
 def _page_host() -> str:
@@ -125,22 +125,24 @@ def extended_stats(environment: Environment) -> list[dict[str, Any]]:
     runner = environment.runner
     if runtime is None or runner is None:
         return []
-    in_flight = runtime.in_flight
-    if isinstance(runner, MasterRunner) and runtime.export is not None:
-        in_flight = sum(runtime.export.worker_in_flight.values())
+    in_flight = runtime.run.in_flight
+    if isinstance(runner, MasterRunner) and runtime.process.export is not None:
+        in_flight = sum(runtime.process.export.worker_in_flight.values())
     facts = RunFacts(
         state=str(runner.state),
-        run_id=runtime.run_id,
+        run_id=runtime.run.run_id,
         in_flight_requests=in_flight,
         reset_at=None
-        if runtime.reset_at_unix is None
-        else time.strftime("%H:%M:%S", time.localtime(runtime.reset_at_unix)),
-        results=runtime.results,
-        metrics_url=None if runtime.export is None else reachable_url(runtime.export.url, _page_host()),
-        ending=bool(runtime.run_id) and runtime.results is None and runner.state in (STATE_STOPPING, STATE_STOPPED),
+        if runtime.run.reset_at_unix is None
+        else time.strftime("%H:%M:%S", time.localtime(runtime.run.reset_at_unix)),
+        results=runtime.run.results,
+        metrics_url=None if runtime.process.export is None else reachable_url(runtime.process.export.url, _page_host()),
+        ending=bool(runtime.run.run_id)
+        and runtime.run.results is None
+        and runner.state in (STATE_STOPPING, STATE_STOPPED),
     )
-    stats = runtime.run_stats()
-    slo = runtime.config.slo
+    stats = runtime.run.totals()
+    slo = runtime.process.config.slo
     return [
         {"key": LLM_TAB, "data": endpoint_rows(stats, slo)},
         {"key": RUN_TAB, "data": run_rows(stats, facts)},
