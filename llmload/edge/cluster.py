@@ -46,8 +46,7 @@ import gevent
 import gevent.event
 import gevent.lock
 
-from llmload.aggregate.series import FoldedTotal, IntervalSeries
-from llmload.aggregate.stats import LLMStats
+from llmload.aggregate.series import FoldedTotal
 from llmload.edge import locust_internals
 from llmload.edge.launch import (
     choose_route,
@@ -60,7 +59,7 @@ from llmload.edge.launch import (
     start_workload,
 )
 from llmload.edge.live import feed
-from llmload.edge.runtime import RequestBudget, Runtime
+from llmload.edge.runtime import MasterState, RequestBudget, RunState, Runtime
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.load import SendFigures
 from llmload.request import preflight
@@ -147,17 +146,25 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     if plan.run_id and plan.run_id == runtime.process.ended_run_id:
         return  # a spawn message after this run ended here: its users stop without sending
     start = align_to_master(plan.started_at_unix, plan.planned_after_s, now_s=arrived_s, now_unix=arrived_unix)
-    runtime.run.run_started_s, runtime.run.started_at_unix = start.started_s, start.started_at_unix
-    runtime.run.clock_offset_s = start.clock_offset_s
     try:
         runtime.process.config = RunConfig.from_options(options)
     except ConfigError as exc:  # the master checks options first; a worker never raises out of test_start
         plan_error = plan_error or str(exc)
         log.error("llmload: %s; this worker sends no load", exc)
-    runtime.run.stopping = False
-    runtime.run.run_id = plan.run_id
+    share = _own_share(runtime, plan, str(runner.worker_index))
+    run_id = plan.run_id
+    runtime.run = RunState(  # a new run: every other field of the run starts at its default
+        run_id=run_id,
+        run_started_s=start.started_s,
+        started_at_unix=start.started_at_unix,
+        clock_offset_s=start.clock_offset_s,
+        blocked=plan.blocked or plan_error,
+        local_total=None,  # a worker's totals are its master's: it reports deltas
+        budget=RequestBudget(
+            share.quota_requests, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id})
+        ),
+    )
     runtime.process.model = plan.model
-    runtime.run.blocked = plan.blocked or plan_error
     runtime.process.url_authorization = plan.url_authorization or runtime.process.url_authorization
     try:
         load_local_parts(runtime)
@@ -165,16 +172,8 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     except LLMLoadError as exc:
         runtime.run.blocked = runtime.run.blocked or str(exc)
         log.error("llmload: %s; this worker sends no load", exc)
-    share = _own_share(runtime, plan, str(runner.worker_index))
     start_workload(runtime, share, plan.workers)
     start_open_loop(runtime, share)
-    runtime.run.stats = LLMStats.empty()
-    runtime.run.series = IntervalSeries.empty()
-    runtime.run.local_total = None
-    run_id = runtime.run.run_id
-    runtime.run.budget = RequestBudget(
-        share.quota_requests, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id})
-    )
     users_here = plan.users_per_worker
     try:
         raised = preflight.check_open_files(users_here)
@@ -226,26 +225,17 @@ def _start_master_or_local(environment: Environment) -> None:
     runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     runner = environment.runner
     options = environment.parsed_options
-    runtime.run.run_id = uuid.uuid4().hex[:12]
-    runtime.run.stats = LLMStats.empty()
-    runtime.run.series = IntervalSeries.empty()
-    runtime.run.local_total = (
-        FoldedTotal(open_intervals=_open_intervals(runtime)) if isinstance(runner, MasterRunner) else FoldedTotal()
+    # a new run: every field of the run and of what the master learns of its workers starts at its default
+    # (Locust clears its statistics at a new run too)
+    runtime.run = RunState(
+        run_id=uuid.uuid4().hex[:12],
+        run_started_s=time.perf_counter(),
+        started_at_unix=time.time(),
+        local_total=(
+            FoldedTotal(open_intervals=_open_intervals(runtime)) if isinstance(runner, MasterRunner) else FoldedTotal()
+        ),
     )
-    runtime.master.worker_in_flight = {}
-    runtime.master.worker_clocks = {}
-    runtime.master.worker_rss_bytes = {}
-    runtime.run.run_started_s, runtime.run.started_at_unix = time.perf_counter(), time.time()
-    runtime.run.results = None
-    runtime.run.blocked = None
-    runtime.master.lost_workers = []
-    runtime.master.flushed = False
-    runtime.run.stopping = False
-    runtime.master.finals_from = set()
-    runtime.run.cpu_saturated_s = 0.0
-    runtime.master.send_figures_by_process = {}
-    runtime.run.reset_at_unix = None  # Locust clears its statistics at a new run too
-    runtime.run.stopped_by = None
+    runtime.master = MasterState()
     try:
         prepare(environment, runtime)
     except LLMLoadError as exc:
@@ -270,7 +260,6 @@ def _start_master_or_local(environment: Environment) -> None:
             key=lambda c: runner.get_worker_index(c.id),
         )
         runtime.master.planned_workers = {c.id for c in workers}
-        runtime.master.done_workers = set()
         users = int(getattr(options, "num_users", 0) or 0)
         short = users_short_of_workers(users, len(workers), runtime.process.config.shared_totals)
         if short is not None and runtime.run.blocked is None:

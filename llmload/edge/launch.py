@@ -27,8 +27,7 @@ import gevent
 import gevent.event
 import gevent.lock
 
-from llmload.edge.replay import SessionOrder
-from llmload.edge.runtime import CpuMonitor, Runtime, SendWindow, WarmupGate
+from llmload.edge.runtime import CpuMonitor, Runtime, WarmupGate
 from llmload.errors import ConfigError, LLMLoadError
 from llmload.exporters.requests_log import RequestsLog, worker_path
 from llmload.net.scrape import ServerScraper, metrics_urls, routed_fetch
@@ -505,7 +504,7 @@ def split(config: RunConfig, workers: int, trace: Trace | None = None) -> tuple[
 
 
 def start_open_loop(runtime: Runtime, share: WorkerShare) -> None:
-    """Set this process's arrival schedule (its share of --request-rate) and in-flight cap."""
+    """Set this process's arrival schedule (its share of --request-rate) and in-flight cap in the new run."""
     config = runtime.process.config
     rate, concurrency, rank = share.rate_per_s, share.concurrency, share.rank
     runtime.run.schedule = (
@@ -515,14 +514,11 @@ def start_open_loop(runtime: Runtime, share: WorkerShare) -> None:
             rate=rate, arrival=Arrival(config.arrival), burstiness=config.burstiness, seed=config.seed * 1009 + rank
         )
     )
-    runtime.run.schedule_start_s = 0.0  # set by the first request that takes an arrival
-    runtime.run.sends = SendWindow()
-    runtime.run.stopped_at_s = None
     runtime.run.concurrency = None if concurrency is None else gevent.lock.BoundedSemaphore(concurrency)
 
 
 def start_workload(runtime: Runtime, share: WorkerShare, workers: int) -> None:
-    """Start this process's prompt stream (rank of the workers) and its warm-up share."""
+    """Start this process's prompt stream (rank of the workers) and its warm-up share in the new run."""
     stride = workers or 1
     rank = share.rank
     runtime.run.prompts = (
@@ -534,7 +530,6 @@ def start_workload(runtime: Runtime, share: WorkerShare, workers: int) -> None:
     runtime.run.trace = (
         TraceCursor(trace, rank, stride, runtime.process.config.trace_speed) if trace and rank < stride else None
     )
-    runtime.run.trace_order = SessionOrder()
     # every worker replays from one instant of the run's timeline; after a warm-up, from its end
     runtime.run.trace_start_s = runtime.run.run_started_s + TRACE_LEAD_S if share.warmup_requests <= 0 else 0.0
     warmup = share.warmup_requests

@@ -45,7 +45,7 @@ import gevent.lock
 
 from llmload.aggregate.series import interval_index
 from llmload.aggregate.stats import LLMStats
-from llmload.edge.runtime import ExportState, Runtime
+from llmload.edge.runtime import ExportState, Runtime, TimelineState
 from llmload.errors import ConfigError
 from llmload.exporters.drift import RSS_GAUGE, drift_section
 from llmload.exporters.prometheus_server import PrometheusExporter
@@ -284,7 +284,7 @@ def start_timeline(
     # a row waits for its server read (bounded by the read's timeout, then by the parse of its page),
     # never the other way round
     extra_wait_s = 0.0 if scraper is None else scraper.periodic_timeout_s * 1.5 + _SCRAPE_WAIT_EXTRA_S
-    runtime.timeline.table = Timeline(
+    table = Timeline(
         config.timeseries_interval_s,
         grace_s,
         SERVER_COLUMNS,
@@ -293,19 +293,18 @@ def start_timeline(
         extra_hold_s=_SCRAPE_PARSE_HOLD_S,
     )
     if scraper is not None:
-        scraper.follow(runtime.timeline.table.add_extra, runtime.run.run_started_s)
-    runtime.timeline.progress_finished = 0
-    runtime.timeline.rows = []
-    runtime.timeline.aborted = None
-    runtime.timeline.watch = ThresholdWatch(config.abort_on, config.timeseries_interval_s) if config.abort_on else None
+        scraper.follow(table.add_extra, runtime.run.run_started_s)
     if runtime.timeline.log is not None:
         runtime.timeline.log.close()
-    runtime.timeline.log = None
+    timeseries_log = None
     if config.timeseries:
         try:
-            runtime.timeline.log = TimeseriesLog(config.timeseries)
+            timeseries_log = TimeseriesLog(config.timeseries)
         except OSError as exc:
             log.error("llmload: --timeseries %s cannot be written (%s); pass a writable path", config.timeseries, exc)
+    watch = ThresholdWatch(config.abort_on, config.timeseries_interval_s) if config.abort_on else None
+    # a new timeline: every other field (rows, progress, the breach) starts at its default
+    runtime.timeline = TimelineState(table=table, log=timeseries_log, watch=watch)
     runtime.timeline.task = gevent.spawn(_tick_timeline_forever, environment, runtime, stop_run)
 
 

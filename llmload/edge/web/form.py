@@ -34,8 +34,6 @@ from typing import Any
 
 from flask import Response, jsonify, request
 
-from llmload.aggregate.series import IntervalSeries
-from llmload.aggregate.stats import LLMStats
 from llmload.edge.launch import prepare
 from llmload.edge.runtime import Runtime
 from llmload.errors import ConfigError, InvalidOptionsError, LLMLoadError
@@ -44,7 +42,6 @@ from llmload.exporters.web_tables import RESET_IN_WEB_UI, reset_note
 from llmload.run.plan import users_short_of_workers
 from llmload.settings.config import RunConfig
 from llmload.settings.options import OPTIONS, OptionSpec
-from llmload.settings.thresholds import ThresholdWatch
 
 __all__ = ["install", "on_reset_stats", "posted_options"]
 
@@ -162,17 +159,8 @@ def on_reset_stats(environment: Environment, *, cause: str = RESET_IN_WEB_UI, **
     runtime: Runtime | None = getattr(environment, "llmload", None)
     if runtime is None or isinstance(environment.runner, WorkerRunner):
         return
-    runtime.run.stats = LLMStats.empty()
-    runtime.run.series = IntervalSeries.empty()  # the time series restarts too: its sums stay the summary's totals
-    if runtime.run.local_total is not None:
-        runtime.run.local_total = runtime.run.local_total.restarted()
-    runtime.run.reset_at_unix = time.time()
-    runtime.run.failure_samples.clear()
-    runtime.timeline.rows = []  # checkpoints hold the rows measured after the reset, like the summary
-    if runtime.timeline.watch is not None:  # --abort-on windows restart: rows before the reset no longer count
-        runtime.timeline.watch = ThresholdWatch(runtime.timeline.watch.thresholds, runtime.timeline.watch.interval_s)
-    if runtime.run.window_delta is not None:
-        runtime.run.window_delta = LLMStats.empty()
+    runtime.run.restart_counts(time.time())
+    runtime.timeline.restart()
     if runtime.process.export is not None:
         runtime.process.export.window.reset()
     log.info("%s", reset_note(cause, server_metrics=runtime.process.server_scraper is not None))
