@@ -30,7 +30,7 @@ from typing import Any
 import gevent
 import gevent.event
 
-from llmload.edge.runtime import Runtime
+from llmload.edge.runtime import Runtime, runtime_of
 from llmload.exporters.checkpoint import CheckpointWriter
 from llmload.exporters.load import SendFigures
 from llmload.exporters.results import RunOutcome, build_results
@@ -101,7 +101,7 @@ def _in_thread(write: Callable[[], None]) -> None:
 
 def start(environment: Environment, **_kw: Any) -> None:
     """Master or single process with ``--results-json`` and ``--checkpoint-interval`` > 0: start checkpointing."""
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     if runtime is None or isinstance(environment.runner, WorkerRunner) or not runtime.run.run_id:
         return
     stop(runtime)

@@ -59,7 +59,7 @@ from llmload.edge.launch import (
     start_workload,
 )
 from llmload.edge.live import feed
-from llmload.edge.runtime import MasterState, RequestBudget, RunState, Runtime
+from llmload.edge.runtime import MasterState, RequestBudget, RunState, Runtime, runtime_of
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.load import SendFigures
 from llmload.request import preflight
@@ -132,7 +132,9 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     on its monotonic clock and on the master's wall clock, and its estimated
     wall-clock offset (``llmload.run.clock.align_to_master``).
     """
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     arrived_s, arrived_unix = time.perf_counter(), time.time()
     options = environment.parsed_options
     locust_internals.expand_sent_options(options, option_defaults())
@@ -187,7 +189,9 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
 
 def _on_share(environment: Environment, msg: Any, **_kw: Any) -> None:
     """Worker: keep the share the master sent this worker alone (it arrives before the spawn message)."""
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     try:
         runtime.process.share_from_master = share_from_wire(msg.data)
     except WireFormatError as exc:
@@ -222,7 +226,9 @@ def _send_shares(runner: MasterRunner, run_id: str, shares: dict[str, tuple[str,
 
 def _start_master_or_local(environment: Environment) -> None:
     """Master: prepare, plan and publish the plan; single process: prepare and start its whole run."""
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     runner = environment.runner
     options = environment.parsed_options
     # a new run: every field of the run and of what the master learns of its workers starts at its default
@@ -303,7 +309,9 @@ def _watch_workers(environment: Environment, run_id: str) -> None:
     had reported stays in the totals, its unfinished share is lost, and the
     results name it under ``lost_workers``.
     """
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     runner = environment.runner
     assert isinstance(runner, MasterRunner)
     while True:
@@ -345,7 +353,7 @@ def finish_run(environment: Environment) -> None:
 
 def on_report_to_master(environment: Environment, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
     """Worker: put the delta since the last report under Locust's report key ``"llmload"``."""
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     if runtime is None or not runtime.run.run_id or not isinstance(environment.runner, WorkerRunner):
         return
     live = runtime.process.live_task
@@ -381,7 +389,7 @@ def _payload(runtime: Runtime) -> dict[str, Any]:
 def on_worker_report(environment: Environment, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
     """Master: merge the ``"llmload"`` part of a worker's regular report."""
     payload = data.get("llmload")
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     if payload is None or runtime is None:
         return
     merge_report(runtime, client_id, payload)
@@ -426,7 +434,9 @@ def merge_report(runtime: Runtime, client_id: str, payload: object) -> None:
 
 
 def _on_worker_done(environment: Environment, msg: Any, **_kw: Any) -> None:
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     if report_run_id(msg.data) != runtime.run.run_id:
         return
     runtime.master.done_workers.add(msg.node_id)
@@ -435,7 +445,9 @@ def _on_worker_done(environment: Environment, msg: Any, **_kw: Any) -> None:
 
 
 def _on_worker_final(environment: Environment, msg: Any, **_kw: Any) -> None:
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     merge_report(runtime, msg.node_id, msg.data)
     if report_run_id(msg.data) == runtime.run.run_id:
         runtime.master.finals_from.add(msg.node_id)
@@ -445,13 +457,17 @@ def _on_worker_final(environment: Environment, msg: Any, **_kw: Any) -> None:
 
 
 def _on_worker_live(environment: Environment, msg: Any, **_kw: Any) -> None:
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     merge_report(runtime, msg.node_id, msg.data)
 
 
 def _on_flush(environment: Environment, msg: Any, **_kw: Any) -> None:
     """Worker: stop users, then send everything not yet reported."""
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     runner = environment.runner
     if runner is not None:
         runtime.end_run()
@@ -486,7 +502,7 @@ def _finish_worker(runtime: Runtime, runner: WorkerRunner) -> None:
 def on_test_stopping(environment: Environment, **_kw: Any) -> None:
     """Mark the stop; the master flushes every connected worker and waits (bounded) for their final reports."""
     runner = environment.runner
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     if runtime is not None:
         runtime.run.stopping = True
         if not isinstance(runner, MasterRunner):
@@ -542,7 +558,7 @@ def on_quitting(environment: Environment, **_kw: Any) -> None:
     the runner; stopping here first makes the results file, the summary and the
     exit code include everything the workers measured.
     """
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     runner = environment.runner
     if runtime is None or runner is None:
         return

@@ -35,7 +35,7 @@ from llmload.aggregate.series import interval_index
 from llmload.edge import checkpoints, cluster, live, locust_internals, refusals, web
 from llmload.edge.interrupt import Interrupter
 from llmload.edge.launch import note_request_limit, preload_tokenizer, prepare, stop_process_services
-from llmload.edge.runtime import Runtime
+from llmload.edge.runtime import Runtime, attach, runtime_of
 from llmload.errors import ConfigError, LLMLoadError
 from llmload.exporters.console import results_line, summary_lines
 from llmload.exporters.html import ReportError, write_html_report
@@ -92,7 +92,7 @@ def _bind(environment: Environment) -> None:
 
 def _locust_stats_on_master_clock(environment: Environment, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
     """Worker: Locust's statistics in this report put on the master's clock (``locust_internals.on_master_clock``)."""
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     if runtime is not None and isinstance(environment.runner, WorkerRunner):
         locust_internals.on_master_clock(data, runtime.run.clock_offset_s)
 
@@ -161,7 +161,7 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
             _fatal(environment, str(exc), _options_as_given(options, exc.options), refused=given)
             return
     runtime = Runtime(config=config)
-    environment.llmload = runtime  # type: ignore[attr-defined]
+    attach(environment, runtime)
     if runner is None:
         return
     _bind(environment)
@@ -431,7 +431,7 @@ def _restart_server_metrics(environment: Environment, **_kw: Any) -> None:
     table after the event), so llmload counted a few more requests since the
     RESET than Locust's table did (3 of 26 measured at 20 req/s).
     """
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     if runtime is None or isinstance(environment.runner, WorkerRunner) or runtime.process.server_scraper is None:
         return
     gevent.spawn(_read_server_baseline, runtime, runtime.process.server_scraper)
@@ -449,7 +449,7 @@ def _read_server_baseline(runtime: Runtime, scraper: ServerScraper) -> None:
 
 def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     runner = environment.runner
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     if isinstance(runner, WorkerRunner) or runtime is None or not runtime.run.run_id or runtime.run.results is not None:
         return
     if not isinstance(runner, MasterRunner):
@@ -508,7 +508,7 @@ def _on_test_stopped(environment: Environment, **_kw: Any) -> None:
 
     A headless run goes on to exit, so its stop stays under way until then.
     """
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     options = environment.parsed_options
     if runtime is not None and not (options is not None and getattr(options, "headless", False)):
         runtime.run.stopping = False
@@ -516,7 +516,7 @@ def _on_test_stopped(environment: Environment, **_kw: Any) -> None:
 
 def _on_quit(environment: Environment, **_kw: Any) -> None:
     """Headless: the summary, once, as the process ends (the web UI printed each run's at its stop)."""
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     options = environment.parsed_options
     if not (options is not None and getattr(options, "headless", False)):
         return
@@ -530,7 +530,7 @@ def _print_results_line(environment: Environment, **_kw: Any) -> None:
     ``kubectl logs`` then recovers the results when no volume was mounted (README "Results file").
     Not printed to a terminal, where the summary is what a user reads.
     """
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     options = environment.parsed_options
     if runtime is None or runtime.run.results is None or not getattr(options, "headless", False):
         return

@@ -45,7 +45,7 @@ import gevent.lock
 
 from llmload.aggregate.series import interval_index
 from llmload.aggregate.stats import LLMStats
-from llmload.edge.runtime import ExportState, Runtime, TimelineState
+from llmload.edge.runtime import ExportState, Runtime, TimelineState, runtime_of
 from llmload.errors import ConfigError
 from llmload.exporters.drift import RSS_GAUGE, drift_section
 from llmload.exporters.prometheus_server import PrometheusExporter
@@ -89,7 +89,7 @@ def start_exporter(environment: Environment, runtime: Runtime) -> None:
     config = runtime.process.config
     if config.prometheus_port == 0:
         return
-    exporter = PrometheusExporter(functools.partial(_run_view, environment))
+    exporter = PrometheusExporter(functools.partial(_run_view, environment, runtime))
     try:
         port = exporter.start(config.prometheus_port, config.prometheus_host)
     except ConfigError as exc:
@@ -109,9 +109,8 @@ def exporter_url_host(host: str) -> str:
     return socket.gethostname() if host in ("", "0.0.0.0") else host
 
 
-def _run_view(environment: Environment) -> RunView:
+def _run_view(environment: Environment, runtime: Runtime) -> RunView:
     """What one scrape reports (called by the exporter at scrape time; does not yield)."""
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     runner = environment.runner
     export = runtime.process.export
     stats = runtime.run.totals()
@@ -151,7 +150,9 @@ def feed(export: ExportState, client_id: str, delta: LLMStats, in_flight: int) -
 
 def on_test_start(environment: Environment, *, take_report: Callable[[Runtime], WorkerReport], **_kw: Any) -> None:
     """Start the live feed: a worker's 0.5 s reports (``take_report`` builds each), or the local window ticks."""
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     runner = environment.runner
     _stop_live(runtime)
     if isinstance(runner, WorkerRunner):
@@ -212,7 +213,7 @@ def _stop_live(runtime: Runtime) -> None:
 
 def on_test_stop(environment: Environment, **_kw: Any) -> None:
     """Freeze what scrapes report to the statistics the results were just built from."""
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     if runtime is None:
         return
     _stop_live(runtime)
@@ -232,7 +233,7 @@ def on_quit(environment: Environment, **_kw: Any) -> None:
 
     Runs in ``quit``, the last event before Locust's ``sys.exit``.
     """
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     export = runtime.process.export if runtime is not None else None
     if export is None:
         return
@@ -269,7 +270,9 @@ def start_timeline(
     run and the results' ``timeseries`` go on without it. ``stop_run`` ends
     the run when an ``--abort-on`` threshold fires (the normal stop path).
     """
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     runner = environment.runner
     if isinstance(runner, WorkerRunner) or not runtime.run.run_id:
         return

@@ -32,7 +32,7 @@ import gevent
 from gevent import GreenletExit
 
 from llmload.edge.replay import TracedRequest, finish_trace_line, take_trace_line
-from llmload.edge.runtime import Runtime, WarmupGate
+from llmload.edge.runtime import Runtime, WarmupGate, runtime_of
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request.client import StreamingClient
 from llmload.request.failures import grouped_error, skip_pause_s, throttle_pause_s
@@ -456,7 +456,7 @@ def _where(exc: BaseException) -> str:
 
 
 def _runtime(user: User) -> Runtime:
-    runtime: Runtime | None = getattr(user.environment, "llmload", None)
+    runtime = runtime_of(user.environment)
     if runtime is None:
         raise RuntimeError(
             "llmload is not installed on this Locust environment; run a locustfile from "

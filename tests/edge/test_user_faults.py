@@ -17,7 +17,7 @@ import gevent.event
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from llmload.edge.runtime import RequestBudget, Runtime
+from llmload.edge.runtime import RequestBudget, Runtime, attach
 from llmload.edge.users import ChatUser
 from llmload.exporters.console import format_summary
 from llmload.exporters.results import RunOutcome, build_results, judge
@@ -113,7 +113,7 @@ def test_nc10_property_faults_at_every_step_of_the_request_path_never_hang_or_hi
             runtime.run.budget = RequestBudget(n, on_done=done.set)
             runtime.process.requests_log = OnceLog()
             environment = Environment(user_classes=[FaultyUser], host=server.base_url)
-            environment.llmload = runtime
+            attach(environment, runtime)
             FaultyUser.plan = list(plan)
             population = [FaultyUser(environment) for _ in range(users)]
 

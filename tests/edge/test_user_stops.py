@@ -16,7 +16,7 @@ import gevent.lock
 import pytest
 from gevent.pool import Group
 
-from llmload.edge.runtime import Runtime
+from llmload.edge.runtime import Runtime, attach
 from llmload.edge.users import ChatUser
 from llmload.settings.config import RunConfig
 from llmload.testing import ROLE, C, Ending, Reply, ScriptedServer, W, sse
@@ -36,7 +36,7 @@ def _user_stopped(how: str) -> dict[str, Any]:
         runtime.process.model = "m"
         handed_to_main: list[bool] = []
         runtime.process.interrupt_main = lambda: handed_to_main.append(True)
-        environment.llmload = runtime  # type: ignore[attr-defined]
+        attach(environment, runtime)
         user = ChatUser(environment)
         user.on_start()
         if how == "before-post":
@@ -85,7 +85,7 @@ def test_p1_a_user_after_the_run_ended_stops_without_sending(when: str) -> None:
         environment = Environment(user_classes=[ChatUser], host=server.base_url)
         runtime = Runtime(config=RunConfig())
         runtime.process.model, runtime.run.run_id = "m", "r1"
-        environment.llmload = runtime  # type: ignore[attr-defined]
+        attach(environment, runtime)
         if when == "before-start":
             runtime.end_run()
         else:

@@ -37,7 +37,7 @@ from typing import Any
 from flask import Response, has_request_context, request
 
 from llmload.aggregate.series import IntervalSeries
-from llmload.edge.runtime import Runtime
+from llmload.edge.runtime import Runtime, runtime_of
 from llmload.exporters.chart_rows import client_warnings, results_warnings
 from llmload.exporters.web_charts import FAILURE_COLUMNS, RowCache, form_fields, script_tags, series_payload
 from llmload.exporters.web_tables import reachable_url
@@ -50,7 +50,7 @@ _INDEX_ENDPOINT = "locust.index"
 
 def page_config(environment: Environment, base: str) -> dict[str, Any]:
     """What the page script needs: route base, the form fields and the ``/metrics`` URL (None when off)."""
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     export = runtime.process.export if runtime is not None else None
     return {
         "base": base,
@@ -80,7 +80,7 @@ def install(environment: Environment) -> None:
     cache = RowCache()
 
     def timeseries_json() -> Response:
-        runtime: Runtime | None = getattr(environment, "llmload", None)
+        runtime = runtime_of(environment)
         runner = environment.runner
         try:
             since_t = float(request.args.get("since_t", "-inf"))

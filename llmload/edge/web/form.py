@@ -35,7 +35,7 @@ from typing import Any
 from flask import Response, jsonify, request
 
 from llmload.edge.launch import prepare
-from llmload.edge.runtime import Runtime
+from llmload.edge.runtime import runtime_of
 from llmload.errors import ConfigError, InvalidOptionsError, LLMLoadError
 from llmload.exporters.web_charts import field_messages
 from llmload.exporters.web_tables import RESET_IN_WEB_UI, reset_note
@@ -84,7 +84,7 @@ def posted_options(options: argparse.Namespace, form: Any) -> argparse.Namespace
 
 
 def _check_swarm(environment: Environment) -> Response | None:
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     options = environment.parsed_options
     runner = environment.runner
     if runtime is None or options is None or runner is None:
@@ -156,7 +156,7 @@ def on_reset_stats(environment: Environment, *, cause: str = RESET_IN_WEB_UI, **
     after the reset, as Locust's tables do. Workers send deltas, so resetting
     the master's merged statistics is enough. Logs ``reset_note``.
     """
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     if runtime is None or isinstance(environment.runner, WorkerRunner):
         return
     runtime.run.restart_counts(time.time())

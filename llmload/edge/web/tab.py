@@ -25,7 +25,7 @@ from typing import Any
 
 from flask import Response, has_request_context, request
 
-from llmload.edge.runtime import Runtime
+from llmload.edge.runtime import runtime_of
 from llmload.exporters.console import summary_lines
 from llmload.exporters.html import ReportError, render_report
 from llmload.exporters.web_tables import (
@@ -110,7 +110,7 @@ def install(environment: Environment) -> None:
 
 
 def _results(environment: Environment) -> dict[str, Any] | None:
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     return None if runtime is None else runtime.run.results
 
 
@@ -121,7 +121,7 @@ def _page_host() -> str:
 
 def extended_stats(environment: Environment) -> list[dict[str, Any]]:
     """The rows of both tabs, as Locust's ``extended_stats`` (one entry per tab key)."""
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     runner = environment.runner
     if runtime is None or runner is None:
         return []
