@@ -430,7 +430,7 @@ def merge_report(runtime: Runtime, client_id: str, payload: object) -> None:
     if warning is not None:
         log.warning("llmload: %s", warning)
     if runtime.process.export is not None:
-        feed(runtime.process.export, client_id, report.stats, report.in_flight)
+        feed(runtime.process.export, client_id, report.stats)
 
 
 def _on_worker_done(environment: Environment, msg: Any, **_kw: Any) -> None:

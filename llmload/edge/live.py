@@ -119,7 +119,7 @@ def _run_view(environment: Environment, runtime: Runtime) -> RunView:
     if isinstance(runner, MasterRunner):
         workers = runner.worker_count
         if export is not None:
-            in_flight = sum(export.worker_in_flight.values())
+            in_flight = runtime.workers_in_flight()
     if export is not None and export.final_stats is not None:
         stats = export.final_stats
     window = export.window.view() if export is not None else None
@@ -142,10 +142,9 @@ def _run_view(environment: Environment, runtime: Runtime) -> RunView:
     )
 
 
-def feed(export: ExportState, client_id: str, delta: LLMStats, in_flight: int) -> None:
-    """Master: add one worker's merged delta to the live window and note its in-flight requests."""
+def feed(export: ExportState, client_id: str, delta: LLMStats) -> None:
+    """Master: add one worker's merged delta to the live window."""
     export.window.add(delta, client_id)
-    export.worker_in_flight[client_id] = in_flight
 
 
 def on_test_start(environment: Environment, *, take_report: Callable[[Runtime], WorkerReport], **_kw: Any) -> None:
@@ -163,7 +162,6 @@ def on_test_start(environment: Environment, *, take_report: Callable[[Runtime], 
     if export is None:
         return
     export.window.reset()
-    export.worker_in_flight.clear()
     export.final_stats = None
     export.exporter.mark_running()
     if not isinstance(runner, MasterRunner):
@@ -222,7 +220,6 @@ def on_test_stop(environment: Environment, **_kw: Any) -> None:
         return
     _tick_window(runtime, export)
     runtime.run.window_delta = None
-    export.worker_in_flight.clear()
     if export.final_stats is None:
         export.final_stats = LLMStats.empty().merge(runtime.run.totals())
     export.exporter.mark_final()

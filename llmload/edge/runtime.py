@@ -247,7 +247,6 @@ class ExportState:
         exporter: serves ``/metrics``.
         window: live window, fed with every delta merged into the run's statistics.
         grace_s: longest wait after the run for a scrape of the final totals.
-        worker_in_flight: master: in-flight requests per worker, as of its latest report.
         final_stats: copy of the statistics the results were built from (what
             scrapes report after the run, so late reports cannot make the
             counters differ from the results); None while a run is live.
@@ -258,7 +257,6 @@ class ExportState:
     window: SlidingWindow
     grace_s: float
     url: str = ""
-    worker_in_flight: dict[str, int] = field(default_factory=dict)
     final_stats: LLMStats | None = None
 
 
@@ -648,6 +646,16 @@ class Runtime:
         here, so no span depends on this machine's wall clock (``llmload.run.clock``).
         """
         return self.run.started_at_unix + (time.perf_counter() - self.run.run_started_s)
+
+    def workers_in_flight(self) -> int:
+        """Master: its workers' in-flight requests, as of their latest reports (``MasterState.worker_in_flight``).
+
+        0 once the exporter holds the run's final figures (``ExportState.final_stats``): the run is over.
+        """
+        export = self.process.export
+        if export is not None and export.final_stats is not None:
+            return 0
+        return sum(self.master.worker_in_flight.values())
 
     def interval_now(self) -> int:
         """The time-series interval this process's clock is in now (``llmload.aggregate.series``)."""

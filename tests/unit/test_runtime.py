@@ -115,3 +115,38 @@ def test_runtime_worker_keeps_stats_added_outside_hand_off_in_the_interval_of_th
     assert stats == series.total()
     assert stats.total().completion_tokens_sum == 5
     assert runtime.run.stats.is_empty()
+
+
+def test_workers_in_flight_is_kept_once_per_worker_and_is_zero_once_the_figures_are_final() -> None:
+    from llmload.aggregate.stats import LLMStats
+    from llmload.edge.runtime import ExportState
+    from llmload.exporters.window import SlidingWindow
+
+    runtime = Runtime(config=RunConfig())
+    runtime.master.worker_in_flight.update({"w1": 3, "w2": 4})
+    assert runtime.workers_in_flight() == 7  # without the exporter too (the time series' gauge)
+    runtime.process.export = ExportState(exporter=None, window=SlidingWindow(), grace_s=0.0)  # type: ignore[arg-type]
+    assert runtime.workers_in_flight() == 7
+    runtime.process.export.final_stats = LLMStats.empty()  # the run's end: scrapes report its final figures
+    assert runtime.workers_in_flight() == 0
+
+
+def test_a_new_state_shares_no_mutable_value_with_an_earlier_one() -> None:
+    """A run starts with a new RunState/MasterState/TimelineState, not a reset: nothing of the last one may leak."""
+    import dataclasses
+
+    from llmload.edge.runtime import MasterState, TimelineState
+
+    for kind in (RunState, MasterState, TimelineState):
+        old, new = kind(), kind()
+        for f in dataclasses.fields(kind):
+            value = getattr(new, f.name)
+            if value is None or isinstance(value, int | float | str | bool):
+                continue
+            assert value is not getattr(old, f.name), f"{kind.__name__}.{f.name} is shared between runs"
+    old = RunState(run_id="r1", blocked="x", stopping=True, in_flight=2)
+    old.failure_samples["timeout"] = "read timed out"
+    old.budget.close()
+    new = RunState()
+    assert (new.run_id, new.blocked, new.stopping, new.in_flight, new.failure_samples) == ("", None, False, 0, {})
+    assert not new.budget.closed

@@ -127,7 +127,7 @@ def extended_stats(environment: Environment) -> list[dict[str, Any]]:
         return []
     in_flight = runtime.run.in_flight
     if isinstance(runner, MasterRunner) and runtime.process.export is not None:
-        in_flight = sum(runtime.process.export.worker_in_flight.values())
+        in_flight = runtime.workers_in_flight()
     facts = RunFacts(
         state=str(runner.state),
         run_id=runtime.run.run_id,
