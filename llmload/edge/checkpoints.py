@@ -6,7 +6,7 @@ the ``--abort-on`` breach. ``hooks`` builds the final results from it at the
 stop; ``start`` (a ``test_start`` listener) rewrites ``--results-json`` as a
 partial document (``llmload.exporters.checkpoint``) at the run's start and
 then every ``--checkpoint-interval`` seconds, from the rows of the intervals
-completed so far (``Runtime.live_rows``; the interval in progress is left
+completed so far (``TimelineState.rows``; the interval in progress is left
 out) and without the server section (read at the stop). The first write
 replaces a file a previous run left at the same path, so a process killed
 early never leaves another run's verdict there.

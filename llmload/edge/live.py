@@ -10,7 +10,7 @@ The master merges those reports in ``llmload.edge.cluster`` and hands each delta
 ``feed``; a single process ticks its own recent records into the window.
 
 Time series (``llmload.exporters.timeseries``): the master (or the single
-process) holds the run's ``IntervalSeries`` (``Runtime.series``, merged from
+process) holds the run's ``IntervalSeries`` (``RunState.series``, merged from
 the workers' reports) and ticks every half second: it samples the gauges
 (in-flight requests, users, workers) and, once an interval is complete,
 appends its rows to ``--timeseries``, logs one progress line and checks the

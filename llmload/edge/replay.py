@@ -1,6 +1,6 @@
 """Trace replay in a user: take this process's next trace line and sleep until it is due.
 
-The schedule is absolute (``Runtime.trace_start_s`` plus the line's scaled
+The schedule is absolute (``RunState.trace_start_s`` plus the line's scaled
 offset), so a late wake-up never shifts later lines; a line that finds every
 user busy is sent late by the next free user, and the wait is its dispatch
 delay (the schedule lag), as for ``--request-rate``.

@@ -10,7 +10,7 @@
   tab: the results JSON, the console summary and the HTML report of the last run, served by
   routes on ``web_ui.app`` guarded by ``auth_required_if_enabled``.
 
-The figures are the master's merged statistics (``Runtime.stats``), the same
+The figures are the master's merged statistics (``RunState.totals``), the same
 the summary, the results file and ``/metrics`` are built from.
 """
 
