@@ -59,7 +59,8 @@ from llmload.edge.launch import (
     start_workload,
 )
 from llmload.edge.live import feed
-from llmload.edge.runtime import MasterState, RequestBudget, RunState, Runtime, runtime_of
+from llmload.edge.run_parts import RequestBudget
+from llmload.edge.runtime import MasterState, RunState, Runtime, runtime_of
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.load import SendFigures
 from llmload.request import preflight

@@ -27,7 +27,8 @@ import gevent
 import gevent.event
 import gevent.lock
 
-from llmload.edge.runtime import CpuMonitor, Runtime, WarmupGate
+from llmload.edge.run_parts import CpuMonitor, WarmupGate
+from llmload.edge.runtime import Runtime
 from llmload.errors import ConfigError, LLMLoadError
 from llmload.exporters.requests_log import RequestsLog, worker_path
 from llmload.net.scrape import ServerScraper, metrics_urls, routed_fetch

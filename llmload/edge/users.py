@@ -32,7 +32,8 @@ import gevent
 from gevent import GreenletExit
 
 from llmload.edge.replay import TracedRequest, finish_trace_line, take_trace_line
-from llmload.edge.runtime import Runtime, WarmupGate, runtime_of
+from llmload.edge.run_parts import WarmupGate
+from llmload.edge.runtime import Runtime, runtime_of
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request.client import StreamingClient
 from llmload.request.failures import grouped_error, skip_pause_s, throttle_pause_s

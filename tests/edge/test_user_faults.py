@@ -17,7 +17,8 @@ import gevent.event
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from llmload.edge.runtime import RequestBudget, Runtime, attach
+from llmload.edge.run_parts import RequestBudget
+from llmload.edge.runtime import Runtime, attach
 from llmload.edge.users import ChatUser
 from llmload.exporters.console import format_summary
 from llmload.exporters.results import RunOutcome, build_results, judge

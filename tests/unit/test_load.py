@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from llmload.edge.runtime import RequestBudget, Runtime, SendWindow
+from llmload.edge.run_parts import RequestBudget, SendWindow
+from llmload.edge.runtime import Runtime
 from llmload.exporters.load import SendFigures, load_section
 from llmload.settings.config import RunConfig
 from llmload.workload.arrivals import Arrival, ArrivalSchedule

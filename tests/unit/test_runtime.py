@@ -3,7 +3,8 @@
 import time
 
 from llmload.aggregate.series import FoldedTotal, IntervalSeries
-from llmload.edge.runtime import RequestBudget, RunState, Runtime
+from llmload.edge.run_parts import RequestBudget
+from llmload.edge.runtime import RunState, Runtime
 from llmload.request.record import RequestRecord, TokenCount, TokenSource
 from llmload.settings.config import RunConfig
 
