@@ -537,7 +537,7 @@ def microbench(recording: dict[str, Any]) -> None:
         _, data, _ = _unpack(bytes.fromhex(recording[kind]))
         payload = data["llmload"] if kind == "stats" else data
         runtime = Runtime(config=RunConfig())
-        runtime.run_id = _recorded_run_id(data) or ""
+        runtime.run.run_id = _recorded_run_id(data) or ""
         n, rounds = 100, []
         for _ in range(7):  # best of 7: the machine may be shared
             t0 = time.process_time()

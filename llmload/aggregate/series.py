@@ -162,7 +162,7 @@ class FoldedTotal:
     """The run's statistics so far, from the series that counts each request once.
 
     A single process counts each request once, in the interval it finished in
-    (``Runtime.count``), and a master merges each worker's series once
+    (``Runtime.hand_off``), and a master merges each worker's series once
     (``merge_in``); the run totals are that series merged. Intervals more than
     ``open_intervals`` below the newest one are taken as closed: each is merged
     into a running total once, when it closes, so a read costs one copy of

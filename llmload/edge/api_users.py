@@ -60,10 +60,10 @@ class ResponsesUser(LLMUser):
         previous_response_id: str | None = None,
     ) -> LLMRequest:
         """Build a Responses request (see ``LLMUser.build_request``); ``previous_response_id`` continues a reply."""
-        config = runtime.config
+        config = runtime.process.config
         prompt = _prompt_for(runtime, max_tokens, prompt)
         return build_responses_request(
-            model=runtime.model or "",
+            model=runtime.process.model or "",
             messages=[{"role": m.role, "content": m.content} for m in prompt.messages],
             max_tokens=max_tokens or prompt.max_tokens or config.max_tokens,
             temperature=config.temperature,
@@ -94,13 +94,13 @@ class ResponsesUser(LLMUser):
         """Keep the reply (``LLMUser._note_reply``) and, with server-side history, its id for the next turn."""
         super()._note_reply(prompt, record)
         conversation, runtime = self._conversation, _runtime(self)
-        if conversation is None or conversation.starting or runtime.config.responses_history != "server":
+        if conversation is None or conversation.starting or runtime.process.config.responses_history != "server":
             self._previous_id = None
             return
         self._previous_id = record.response_id
         self._stored_messages = len(prompt.messages) + 1  # the turn sent and its reply
-        if record.response_id is None and "responses:no-id" not in runtime.faults_reported:
-            runtime.faults_reported.add("responses:no-id")
+        if record.response_id is None and "responses:no-id" not in runtime.process.faults_reported:
+            runtime.process.faults_reported.add("responses:no-id")
             log.warning(
                 "llmload: --responses-history server: a Responses reply carried no response id; "
                 "the next turn sends the whole conversation instead (logged once)"
@@ -117,18 +117,18 @@ class MessagesUser(LLMUser):
     def connection_headers(cls, runtime: Runtime) -> dict[str, str]:
         """The run's headers without the ``Authorization: Bearer`` made from the key (sent as ``x-api-key``)."""
         return messages_connection_headers(
-            runtime.headers,
-            bearer_from_key=runtime.key_sent_as == "Authorization: Bearer",
-            explicit=runtime.config.headers,
+            runtime.process.headers,
+            bearer_from_key=runtime.process.key_sent_as == "Authorization: Bearer",
+            explicit=runtime.process.config.headers,
         )
 
     @classmethod
     def build_request(cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None) -> LLMRequest:
         """Build a Messages request (see ``LLMUser.build_request``)."""
-        config = runtime.config
+        config = runtime.process.config
         prompt = _prompt_for(runtime, max_tokens, prompt)
         return build_messages_request(
-            model=runtime.model or "",
+            model=runtime.process.model or "",
             messages=[{"role": m.role, "content": m.content} for m in prompt.messages],
             max_tokens=max_tokens or prompt.max_tokens or config.max_tokens,
             temperature=config.temperature,
@@ -150,13 +150,13 @@ class EmbeddingsUser(LLMUser):
     @classmethod
     def build_request(cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None) -> LLMRequest:
         """Build an embeddings request: ``prompt`` and the next ``--batch-size`` − 1 prompts (``max_tokens`` unused)."""
-        config = runtime.config
+        config = runtime.process.config
         first = _prompt_for(runtime, max_tokens, prompt)
         batch = [first] + [first if max_tokens is not None else _draw(runtime) for _ in range(config.batch_size - 1)]
         texts = ["\n".join(m.content for m in p.messages) for p in batch]
         requested = [p.requested_tokens for p in batch]
         return build_embeddings_request(
-            model=runtime.model or "",
+            model=runtime.process.model or "",
             inputs=texts,
             extra={k: v for k, v in (config.extra_body or {}).items() if k != "stream_options"},
             requested_prompt_tokens=None if None in requested else sum(r or 0 for r in requested),
@@ -165,16 +165,16 @@ class EmbeddingsUser(LLMUser):
 
     def _request_for(self, runtime: Runtime, prompt: Prompt) -> LLMRequest:
         """A batch is built fresh each time (its other prompts are drawn with it); one input batches are cached."""
-        if runtime.config.batch_size == 1:
+        if runtime.process.config.batch_size == 1:
             return super()._request_for(runtime, prompt)
         return self.build_request(runtime, prompt=prompt)
 
 
 def _api_key(runtime: Runtime) -> str | None:
     """The run's API key (sent as ``Authorization: Bearer``), for Anthropic's ``x-api-key``; None without one."""
-    if any(name.lower() == "x-api-key" for name in runtime.headers):
+    if any(name.lower() == "x-api-key" for name in runtime.process.headers):
         return None  # --api-key-header x-api-key already sends it
-    if runtime.key_sent_as != "Authorization: Bearer":
+    if runtime.process.key_sent_as != "Authorization: Bearer":
         return None  # no key, or an Authorization passed with --header: not a key to move
-    value = runtime.headers.get("Authorization", "")
+    value = runtime.process.headers.get("Authorization", "")
     return value[len("Bearer ") :] if value.startswith("Bearer ") else None

@@ -6,7 +6,7 @@ the ``--abort-on`` breach. ``hooks`` builds the final results from it at the
 stop; ``start`` (a ``test_start`` listener) rewrites ``--results-json`` as a
 partial document (``llmload.exporters.checkpoint``) at the run's start and
 then every ``--checkpoint-interval`` seconds, from the rows of the intervals
-completed so far (``Runtime.live_rows``; the interval in progress is left
+completed so far (``TimelineState.rows``; the interval in progress is left
 out) and without the server section (read at the stop). The first write
 replaces a file a previous run left at the same path, so a process killed
 early never leaves another run's verdict there.
@@ -30,7 +30,7 @@ from typing import Any
 import gevent
 import gevent.event
 
-from llmload.edge.runtime import Runtime
+from llmload.edge.runtime import Runtime, runtime_of
 from llmload.exporters.checkpoint import CheckpointWriter
 from llmload.exporters.load import SendFigures
 from llmload.exporters.results import RunOutcome, build_results
@@ -66,31 +66,31 @@ def run_outcome(
     """
     runner = environment.runner
     options = environment.parsed_options
-    sends = dict(runtime.send_figures_by_process)
+    sends = dict(runtime.master.send_figures_by_process)
     if not isinstance(runner, MasterRunner):
-        sends["local"] = runtime.send_figures()
+        sends["local"] = runtime.run.send_figures()
     return RunOutcome(
-        stats=runtime.run_stats(),
-        config=runtime.config,
-        run_id=runtime.run_id,
+        stats=runtime.run.totals(),
+        config=runtime.process.config,
+        run_id=runtime.run.run_id,
         host=public_url(environment.host or ""),
         user_classes=tuple(sorted(u.__name__ for u in environment.user_classes)),
-        model=runtime.model or "",
+        model=runtime.process.model or "",
         users=int(getattr(options, "num_users", 0) or 0),
-        workers=len(runtime.planned_workers) if isinstance(runner, MasterRunner) else 0,
-        started_at_unix=runtime.started_at_unix,
-        blocked=runtime.blocked,
-        lost_workers=tuple(runtime.lost_workers),
-        cpu_saturated_s=runtime.cpu_saturated_s,
+        workers=len(runtime.master.planned_workers) if isinstance(runner, MasterRunner) else 0,
+        started_at_unix=runtime.run.started_at_unix,
+        blocked=runtime.run.blocked,
+        lost_workers=tuple(runtime.master.lost_workers),
+        cpu_saturated_s=runtime.run.cpu_saturated_s,
         sends=SendFigures.combine(sends.values()),
         timeseries=tuple(dict(row) for row in timeseries),
         server=server,
         server_warnings=tuple(server_warnings),
-        aborted=runtime.aborted.as_dict() if runtime.aborted is not None else None,
+        aborted=runtime.timeline.aborted.as_dict() if runtime.timeline.aborted is not None else None,
         checkpoint_at_s=checkpoint_at_s,
         drift=drift,
-        worker_clocks=dict(runtime.worker_clocks) if isinstance(runner, MasterRunner) else {},
-        stopped_by=runtime.stopped_by,
+        worker_clocks=dict(runtime.master.worker_clocks) if isinstance(runner, MasterRunner) else {},
+        stopped_by=runtime.run.stopped_by,
     )
 
 
@@ -101,22 +101,24 @@ def _in_thread(write: Callable[[], None]) -> None:
 
 def start(environment: Environment, **_kw: Any) -> None:
     """Master or single process with ``--results-json`` and ``--checkpoint-interval`` > 0: start checkpointing."""
-    runtime: Runtime | None = getattr(environment, "llmload", None)
-    if runtime is None or isinstance(environment.runner, WorkerRunner) or not runtime.run_id:
+    runtime = runtime_of(environment)
+    if runtime is None or isinstance(environment.runner, WorkerRunner) or not runtime.run.run_id:
         return
     stop(runtime)
-    config = runtime.config
-    if not config.results_json or config.checkpoint_interval_s <= 0 or runtime.blocked:
+    config = runtime.process.config
+    if not config.results_json or config.checkpoint_interval_s <= 0 or runtime.run.blocked:
         return
-    runtime.checkpoint_stop = gevent.event.Event()
+    runtime.process.checkpoint_stop = gevent.event.Event()
     writer = CheckpointWriter(config.results_json, run=_in_thread)
-    runtime.checkpoint_task = gevent.spawn(_checkpoint_forever, environment, runtime, writer, runtime.checkpoint_stop)
+    runtime.process.checkpoint_task = gevent.spawn(
+        _checkpoint_forever, environment, runtime, writer, runtime.process.checkpoint_stop
+    )
 
 
 def _checkpoint_forever(
     environment: Environment, runtime: Runtime, writer: CheckpointWriter, stopped: gevent.event.Event
 ) -> None:
-    interval_s = runtime.config.checkpoint_interval_s
+    interval_s = runtime.process.config.checkpoint_interval_s
     while not stopped.is_set():
         checkpoint(environment, runtime, writer)
         stopped.wait(timeout=interval_s)
@@ -124,9 +126,11 @@ def _checkpoint_forever(
 
 def checkpoint(environment: Environment, runtime: Runtime, writer: CheckpointWriter) -> bool:
     """Write one partial results document now; False when it could not be built or written (logged)."""
-    at_s = time.perf_counter() - runtime.run_started_s
+    at_s = time.perf_counter() - runtime.run.run_started_s
     try:
-        results = build_results(run_outcome(environment, runtime, timeseries=runtime.live_rows, checkpoint_at_s=at_s))
+        results = build_results(
+            run_outcome(environment, runtime, timeseries=runtime.timeline.rows, checkpoint_at_s=at_s)
+        )
     except (ValueError, ArithmeticError) as exc:  # a figure that cannot be computed yet: skip this checkpoint
         log.warning("llmload: checkpoint at %.0f s skipped (%s)", at_s, exc)
         return False
@@ -135,15 +139,15 @@ def checkpoint(environment: Environment, runtime: Runtime, writer: CheckpointWri
 
 def stop(runtime: Runtime) -> None:
     """Stop checkpointing; a write in progress finishes first (bounded), so none lands after the final results."""
-    task, runtime.checkpoint_task = runtime.checkpoint_task, None
-    runtime.checkpoint_stop.set()
+    task, runtime.process.checkpoint_task = runtime.process.checkpoint_task, None
+    runtime.process.checkpoint_stop.set()
     if task is None:
         return
     task.join(timeout=_STOP_WAIT_S)
     if not task.dead:
         log.error(
             "llmload: a checkpoint write of %s did not finish within %g s; the final results are written anyway",
-            runtime.config.results_json,
+            runtime.process.config.results_json,
             _STOP_WAIT_S,
         )
         task.kill(block=False)

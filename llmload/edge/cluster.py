@@ -46,8 +46,7 @@ import gevent
 import gevent.event
 import gevent.lock
 
-from llmload.aggregate.series import FoldedTotal, IntervalSeries
-from llmload.aggregate.stats import LLMStats
+from llmload.aggregate.series import FoldedTotal
 from llmload.edge import locust_internals
 from llmload.edge.launch import (
     choose_route,
@@ -60,7 +59,8 @@ from llmload.edge.launch import (
     start_workload,
 )
 from llmload.edge.live import feed
-from llmload.edge.runtime import RequestBudget, Runtime
+from llmload.edge.run_parts import RequestBudget
+from llmload.edge.runtime import MasterState, RunState, Runtime, runtime_of
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.exporters.load import SendFigures
 from llmload.request import preflight
@@ -133,7 +133,9 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     on its monotonic clock and on the master's wall clock, and its estimated
     wall-clock offset (``llmload.run.clock.align_to_master``).
     """
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     arrived_s, arrived_unix = time.perf_counter(), time.time()
     options = environment.parsed_options
     locust_internals.expand_sent_options(options, option_defaults())
@@ -144,61 +146,63 @@ def _start_worker(environment: Environment, runner: WorkerRunner) -> None:
     except WireFormatError as exc:
         plan, plan_error = RunPlan(run_id=str(report_run_id(raw_plan) or "")), str(exc)
         log.error("llmload: %s; this worker sends no load", exc)
-    if plan.run_id and plan.run_id == runtime.ended_run_id:
+    if plan.run_id and plan.run_id == runtime.process.ended_run_id:
         return  # a spawn message after this run ended here: its users stop without sending
     start = align_to_master(plan.started_at_unix, plan.planned_after_s, now_s=arrived_s, now_unix=arrived_unix)
-    runtime.run_started_s, runtime.started_at_unix = start.started_s, start.started_at_unix
-    runtime.clock_offset_s = start.clock_offset_s
     try:
-        runtime.config = RunConfig.from_options(options)
+        runtime.process.config = RunConfig.from_options(options)
     except ConfigError as exc:  # the master checks options first; a worker never raises out of test_start
         plan_error = plan_error or str(exc)
         log.error("llmload: %s; this worker sends no load", exc)
-    runtime.stopping = False
-    runtime.run_id = plan.run_id
-    runtime.model = plan.model
-    runtime.blocked = plan.blocked or plan_error
-    runtime.url_authorization = plan.url_authorization or runtime.url_authorization
+    share = _own_share(runtime, plan, str(runner.worker_index))
+    run_id = plan.run_id
+    runtime.run = RunState(  # a new run: every other field of the run starts at its default
+        run_id=run_id,
+        run_started_s=start.started_s,
+        started_at_unix=start.started_at_unix,
+        clock_offset_s=start.clock_offset_s,
+        blocked=plan.blocked or plan_error,
+        local_total=None,  # a worker's totals are its master's: it reports deltas
+        budget=RequestBudget(
+            share.quota_requests, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id})
+        ),
+    )
+    runtime.process.model = plan.model
+    runtime.process.url_authorization = plan.url_authorization or runtime.process.url_authorization
     try:
         load_local_parts(runtime)
         choose_route(runtime, environment.host or "", master_note=plan.proxy_note)
     except LLMLoadError as exc:
-        runtime.blocked = runtime.blocked or str(exc)
+        runtime.run.blocked = runtime.run.blocked or str(exc)
         log.error("llmload: %s; this worker sends no load", exc)
-    share = _own_share(runtime, plan, str(runner.worker_index))
     start_workload(runtime, share, plan.workers)
     start_open_loop(runtime, share)
-    runtime.stats = LLMStats.empty()
-    runtime.series = IntervalSeries.empty()
-    runtime.local_total = None
-    run_id = runtime.run_id
-    runtime.budget = RequestBudget(
-        share.quota_requests, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id})
-    )
     users_here = plan.users_per_worker
     try:
         raised = preflight.check_open_files(users_here)
         if raised:
             log.info("llmload: %s", raised)
     except ConfigError as exc:
-        runtime.blocked = str(exc)
+        runtime.run.blocked = str(exc)
         log.error("llmload: %s; this worker sends no load", exc)
     start_process_services(runtime, runner.worker_index)
 
 
 def _on_share(environment: Environment, msg: Any, **_kw: Any) -> None:
     """Worker: keep the share the master sent this worker alone (it arrives before the spawn message)."""
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     try:
-        runtime.share_from_master = share_from_wire(msg.data)
+        runtime.process.share_from_master = share_from_wire(msg.data)
     except WireFormatError as exc:
         log.error("llmload: %s; this worker sends no load of a limited run", exc)
-        runtime.share_from_master = None
+        runtime.process.share_from_master = None
 
 
 def _own_share(runtime: Runtime, plan: RunPlan, worker_index: str) -> WorkerShare:
     """This worker's share: the one the master sent it for this run, else the plan's (a master that sent them all)."""
-    received = runtime.share_from_master
+    received = runtime.process.share_from_master
     if received is not None and received.run_id == plan.run_id and not plan.shares:
         return received.share
     return plan.share_for(worker_index)
@@ -211,7 +215,7 @@ every 3 s; plus heartbeat delays and the plan's delivery): the intervals kept op
 
 def _open_intervals(runtime: Runtime) -> int:
     """Intervals the master's totals keep open: later reports for older ones are merged twice (still exact)."""
-    return math.ceil(REPORT_LATENESS_S / runtime.config.timeseries_interval_s) + 1
+    return math.ceil(REPORT_LATENESS_S / runtime.process.config.timeseries_interval_s) + 1
 
 
 def _send_shares(runner: MasterRunner, run_id: str, shares: dict[str, tuple[str, WorkerShare]]) -> None:
@@ -223,33 +227,26 @@ def _send_shares(runner: MasterRunner, run_id: str, shares: dict[str, tuple[str,
 
 def _start_master_or_local(environment: Environment) -> None:
     """Master: prepare, plan and publish the plan; single process: prepare and start its whole run."""
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     runner = environment.runner
     options = environment.parsed_options
-    runtime.run_id = uuid.uuid4().hex[:12]
-    runtime.stats = LLMStats.empty()
-    runtime.series = IntervalSeries.empty()
-    runtime.local_total = (
-        FoldedTotal(open_intervals=_open_intervals(runtime)) if isinstance(runner, MasterRunner) else FoldedTotal()
+    # a new run: every field of the run and of what the master learns of its workers starts at its default
+    # (Locust clears its statistics at a new run too)
+    runtime.run = RunState(
+        run_id=uuid.uuid4().hex[:12],
+        run_started_s=time.perf_counter(),
+        started_at_unix=time.time(),
+        local_total=(
+            FoldedTotal(open_intervals=_open_intervals(runtime)) if isinstance(runner, MasterRunner) else FoldedTotal()
+        ),
     )
-    runtime.worker_in_flight = {}
-    runtime.worker_clocks = {}
-    runtime.worker_rss_bytes = {}
-    runtime.run_started_s, runtime.started_at_unix = time.perf_counter(), time.time()
-    runtime.results = None
-    runtime.blocked = None
-    runtime.lost_workers = []
-    runtime.flushed = False
-    runtime.stopping = False
-    runtime.finals_from = set()
-    runtime.cpu_saturated_s = 0.0
-    runtime.send_figures_by_process = {}
-    runtime.reset_at_unix = None  # Locust clears its statistics at a new run too
-    runtime.stopped_by = None
+    runtime.master = MasterState()
     try:
         prepare(environment, runtime)
     except LLMLoadError as exc:
-        runtime.blocked = str(exc)
+        runtime.run.blocked = str(exc)
         log.error("llmload: %s; not sending load", exc)
         gevent.spawn(finish_run, environment)
     else:
@@ -261,45 +258,46 @@ def _start_master_or_local(environment: Environment) -> None:
     gc.collect()
     gc.freeze()
     # the time series counts from here: preflight and the server's first read (up to its timeout) came before
-    runtime.run_started_s = time.perf_counter()
-    runtime.started_at_unix = time.time()
-    limit = runtime.config.num_requests
+    runtime.run.run_started_s = time.perf_counter()
+    runtime.run.started_at_unix = time.time()
+    limit = runtime.process.config.num_requests
     if isinstance(runner, MasterRunner):
         workers = sorted(
             runner.clients.ready + runner.clients.spawning + runner.clients.running,
             key=lambda c: runner.get_worker_index(c.id),
         )
-        runtime.planned_workers = {c.id for c in workers}
-        runtime.done_workers = set()
+        runtime.master.planned_workers = {c.id for c in workers}
         users = int(getattr(options, "num_users", 0) or 0)
-        short = users_short_of_workers(users, len(workers), runtime.config.shared_totals)
-        if short is not None and runtime.blocked is None:
-            runtime.blocked = short
+        short = users_short_of_workers(users, len(workers), runtime.process.config.shared_totals)
+        if short is not None and runtime.run.blocked is None:
+            runtime.run.blocked = short
             log.error("llmload: %s; not sending load", short)
             gevent.spawn(finish_run, environment)
         plan = RunPlan(
-            run_id=runtime.run_id,
-            model=runtime.model,
-            url_authorization=runtime.url_authorization,
-            proxy_note=runtime.proxy_note,
-            blocked=runtime.blocked,
+            run_id=runtime.run.run_id,
+            model=runtime.process.model,
+            url_authorization=runtime.process.url_authorization,
+            proxy_note=runtime.process.proxy_note,
+            blocked=runtime.run.blocked,
             users_per_worker=users_per_worker(users, len(workers)),
             workers=len(workers),
             limited=limit is not None,
             shares={},  # each worker gets its own share alone (``_send_shares``): the plan stays O(1) per worker
-            started_at_unix=runtime.started_at_unix,
-            planned_after_s=time.perf_counter() - runtime.run_started_s,
+            started_at_unix=runtime.run.started_at_unix,
+            planned_after_s=time.perf_counter() - runtime.run.run_started_s,
         )
         setattr(options, _PLAN, plan_to_wire(plan))
         shares = {
             str(runner.get_worker_index(c.id)): (c.id, share)
-            for c, share in zip(workers, split(runtime.config, len(workers), runtime.trace_of_run), strict=True)
+            for c, share in zip(
+                workers, split(runtime.process.config, len(workers), runtime.process.trace_of_run), strict=True
+            )
         }
-        _send_shares(runner, runtime.run_id, shares)
-        gevent.spawn(_watch_workers, environment, runtime.run_id)
+        _send_shares(runner, runtime.run.run_id, shares)
+        gevent.spawn(_watch_workers, environment, runtime.run.run_id)
     else:
-        (share,) = split(runtime.config, 1, runtime.trace_of_run)
-        runtime.budget = RequestBudget(share.quota_requests, on_done=lambda: gevent.spawn(finish_run, environment))
+        (share,) = split(runtime.process.config, 1, runtime.process.trace_of_run)
+        runtime.run.budget = RequestBudget(share.quota_requests, on_done=lambda: gevent.spawn(finish_run, environment))
         start_workload(runtime, share, 1)
         start_open_loop(runtime, share)
         start_process_services(runtime, None)
@@ -312,26 +310,32 @@ def _watch_workers(environment: Environment, run_id: str) -> None:
     had reported stays in the totals, its unfinished share is lost, and the
     results name it under ``lost_workers``.
     """
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     runner = environment.runner
     assert isinstance(runner, MasterRunner)
     while True:
         gevent.sleep(_WATCH_INTERVAL_S)
-        if runtime.run_id != run_id or runtime.results is not None or runtime.flushed:
+        if runtime.run.run_id != run_id or runtime.run.results is not None or runtime.master.flushed:
             return  # the run is stopping: workers leaving now are not lost
         alive = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
-        for client_id in sorted(runtime.planned_workers - alive - runtime.finals_from):
-            if client_id not in runtime.lost_workers:
-                runtime.lost_workers.append(client_id)
+        for client_id in sorted(runtime.master.planned_workers - alive - runtime.master.finals_from):
+            if client_id not in runtime.master.lost_workers:
+                runtime.master.lost_workers.append(client_id)
                 log.warning("llmload: worker %s lost mid-run; its unreported requests are missing", client_id)
-        for client_id in [c for c in runtime.lost_workers if c in alive]:
+        for client_id in [c for c in runtime.master.lost_workers if c in alive]:
             # Its heartbeats resumed (a worker whose loop was busy for seconds, e.g. loading a
             # tokenizer on a loaded machine): it kept its share and its reports, so it is not lost.
-            runtime.lost_workers.remove(client_id)
+            runtime.master.lost_workers.remove(client_id)
             log.warning("llmload: worker %s is back (its heartbeats resumed); not lost", client_id)
-        remaining = runtime.planned_workers - set(runtime.lost_workers)
-        if runtime.config.num_requests is not None and remaining <= runtime.done_workers and not runtime.flushed:
-            if runtime.lost_workers:
+        remaining = runtime.master.planned_workers - set(runtime.master.lost_workers)
+        if (
+            runtime.process.config.num_requests is not None
+            and remaining <= runtime.master.done_workers
+            and not runtime.master.flushed
+        ):
+            if runtime.master.lost_workers:
                 gevent.spawn(finish_run, environment)
             return
 
@@ -350,10 +354,10 @@ def finish_run(environment: Environment) -> None:
 
 def on_report_to_master(environment: Environment, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
     """Worker: put the delta since the last report under Locust's report key ``"llmload"``."""
-    runtime: Runtime | None = getattr(environment, "llmload", None)
-    if runtime is None or not runtime.run_id or not isinstance(environment.runner, WorkerRunner):
+    runtime = runtime_of(environment)
+    if runtime is None or not runtime.run.run_id or not isinstance(environment.runner, WorkerRunner):
         return
-    live = runtime.live_task
+    live = runtime.process.live_task
     if live is not None and not live.dead:
         # The live reports (every 0.5 s, ``llmload.edge.live``) carry every delta: a delta here as well
         # would be one more report for the master to decode and merge per worker (a seventh more).
@@ -363,17 +367,17 @@ def on_report_to_master(environment: Environment, client_id: str, data: dict[str
 
 def take_report(runtime: Runtime) -> WorkerReport:
     """A worker's delta since its last report, with its CPU saturation so far."""
-    cpu_s = max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0)
+    cpu_s = max(runtime.run.cpu_saturated_s, runtime.process.cpu.saturated_s if runtime.process.cpu else 0.0)
     stats, series = runtime.take_delta()
     return WorkerReport(
-        run_id=runtime.run_id,
+        run_id=runtime.run.run_id,
         stats=stats,
         cpu_saturated_s=cpu_s,
-        in_flight=runtime.in_flight,
-        sends=runtime.send_figures().as_wire(),
+        in_flight=runtime.run.in_flight,
+        sends=runtime.run.send_figures().as_wire(),
         series=series,
-        clock_offset_s=runtime.clock_offset_s,
-        rss_bytes=runtime.rss_bytes(),
+        clock_offset_s=runtime.run.clock_offset_s,
+        rss_bytes=runtime.process.rss_bytes(),
         taken_at_unix=time.time(),
     )
 
@@ -386,7 +390,7 @@ def _payload(runtime: Runtime) -> dict[str, Any]:
 def on_worker_report(environment: Environment, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
     """Master: merge the ``"llmload"`` part of a worker's regular report."""
     payload = data.get("llmload")
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     if payload is None or runtime is None:
         return
     merge_report(runtime, client_id, payload)
@@ -394,31 +398,31 @@ def on_worker_report(environment: Environment, client_id: str, data: dict[str, A
 
 def merge_report(runtime: Runtime, client_id: str, payload: object) -> None:
     """Master: merge one worker report of this run into the totals and the live view (others are dropped)."""
-    if report_run_id(payload) != runtime.run_id:
+    if report_run_id(payload) != runtime.run.run_id:
         return  # a late report from a previous run
     try:
         report = report_from_wire(payload)
     except WireFormatError as exc:
         log.error("llmload: dropped a report from worker %s: %s", client_id, exc)
         return
-    runtime.cpu_saturated_s = max(runtime.cpu_saturated_s, report.cpu_saturated_s)
+    runtime.run.cpu_saturated_s = max(runtime.run.cpu_saturated_s, report.cpu_saturated_s)
     if report.sends:
-        runtime.send_figures_by_process[client_id] = SendFigures.from_wire(report.sends)
-    total = runtime.local_total
+        runtime.master.send_figures_by_process[client_id] = SendFigures.from_wire(report.sends)
+    total = runtime.run.local_total
     if total is None:  # not a master of this run (a stray call): the old way, totals apart
-        runtime.stats.merge_in(report.stats)
-        changed = runtime.series.merge_in(report.series)
+        runtime.run.stats.merge_in(report.stats)
+        changed = runtime.run.series.merge_in(report.series)
     else:  # each request merged once: into the series, which the totals are folded from
-        changed = total.merge_in(runtime.series, report.series)
+        changed = total.merge_in(runtime.run.series, report.series)
         if report.series.is_empty() and not report.stats.is_empty():
             total.add_untimed(report.stats)  # an older worker's report without a series
-    if runtime.timeline is not None:
-        runtime.timeline.note_merged(changed)
-    runtime.worker_in_flight[client_id] = report.in_flight
+    if runtime.timeline.table is not None:
+        runtime.timeline.table.note_merged(changed)
+    runtime.master.worker_in_flight[client_id] = report.in_flight
     if report.rss_bytes is not None:
-        runtime.worker_rss_bytes[client_id] = report.rss_bytes
+        runtime.master.worker_rss_bytes[client_id] = report.rss_bytes
     warning = note_worker_clock(
-        runtime.worker_clocks,
+        runtime.master.worker_clocks,
         client_id,
         upper_s=report.clock_offset_s,
         taken_at_unix=report.taken_at_unix,
@@ -426,37 +430,45 @@ def merge_report(runtime: Runtime, client_id: str, payload: object) -> None:
     )
     if warning is not None:
         log.warning("llmload: %s", warning)
-    if runtime.export is not None:
-        feed(runtime.export, client_id, report.stats, report.in_flight)
+    if runtime.process.export is not None:
+        feed(runtime.process.export, client_id, report.stats)
 
 
 def _on_worker_done(environment: Environment, msg: Any, **_kw: Any) -> None:
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
-    if report_run_id(msg.data) != runtime.run_id:
+    runtime = runtime_of(environment)
+    if runtime is None:
         return
-    runtime.done_workers.add(msg.node_id)
-    if runtime.planned_workers <= runtime.done_workers:
+    if report_run_id(msg.data) != runtime.run.run_id:
+        return
+    runtime.master.done_workers.add(msg.node_id)
+    if runtime.master.planned_workers <= runtime.master.done_workers:
         gevent.spawn(finish_run, environment)
 
 
 def _on_worker_final(environment: Environment, msg: Any, **_kw: Any) -> None:
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     merge_report(runtime, msg.node_id, msg.data)
-    if report_run_id(msg.data) == runtime.run_id:
-        runtime.finals_from.add(msg.node_id)
-    runtime.pending_finals.discard(msg.node_id)
-    if not runtime.pending_finals:
-        runtime.finals_in.set()
+    if report_run_id(msg.data) == runtime.run.run_id:
+        runtime.master.finals_from.add(msg.node_id)
+    runtime.master.pending_finals.discard(msg.node_id)
+    if not runtime.master.pending_finals:
+        runtime.master.finals_in.set()
 
 
 def _on_worker_live(environment: Environment, msg: Any, **_kw: Any) -> None:
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     merge_report(runtime, msg.node_id, msg.data)
 
 
 def _on_flush(environment: Environment, msg: Any, **_kw: Any) -> None:
     """Worker: stop users, then send everything not yet reported."""
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     runner = environment.runner
     if runner is not None:
         runtime.end_run()
@@ -474,13 +486,13 @@ def _finish_worker(runtime: Runtime, runner: WorkerRunner) -> None:
     registration, so this runs before Locust's). Nothing is sent when the run
     was already stopped and flushed.
     """
-    if not runtime.run_id:
+    if not runtime.run.run_id:
         return
     runtime.end_run()
     running = runner.state not in (STATE_INIT, STATE_STOPPED)
     if running:
         runner.stop()
-    if not running and not runtime.has_unreported():
+    if not running and not runtime.run.has_unreported():
         return
     try:
         runner.send_message("llmload_final", _payload(runtime))
@@ -491,34 +503,34 @@ def _finish_worker(runtime: Runtime, runner: WorkerRunner) -> None:
 def on_test_stopping(environment: Environment, **_kw: Any) -> None:
     """Mark the stop; the master flushes every connected worker and waits (bounded) for their final reports."""
     runner = environment.runner
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     if runtime is not None:
-        runtime.stopping = True
+        runtime.run.stopping = True
         if not isinstance(runner, MasterRunner):
             runtime.end_run()
-        if runtime.stopped_at_s is None:
-            runtime.stopped_at_s = time.perf_counter()  # the open-loop schedule's lag is read as of now
-    if not isinstance(runner, MasterRunner) or runtime is None or not runtime.run_id:
+        if runtime.run.stopped_at_s is None:
+            runtime.run.stopped_at_s = time.perf_counter()  # the open-loop schedule's lag is read as of now
+    if not isinstance(runner, MasterRunner) or runtime is None or not runtime.run.run_id:
         return
     deadline_s = time.monotonic() + environment.stop_timeout + _FINAL_WAIT_EXTRA_S
-    if runtime.flushed:
+    if runtime.master.flushed:
         # A second stop while the first one waits (Ctrl-C and "the last worker quit" together):
         # wait for the same final reports, so the results are never built without them.
         _await_finals(runner, runtime, deadline_s)
         return
-    runtime.flushed = True
-    targets = {c.id for c in runner.clients.all if c.state != STATE_MISSING} - runtime.finals_from
-    runtime.pending_finals = set(targets)
-    runtime.finals_in = gevent.event.Event()
+    runtime.master.flushed = True
+    targets = {c.id for c in runner.clients.all if c.state != STATE_MISSING} - runtime.master.finals_from
+    runtime.master.pending_finals = set(targets)
+    runtime.master.finals_in = gevent.event.Event()
     for client_id in targets:
-        runner.send_message("llmload_flush", {"run_id": runtime.run_id}, client_id=client_id)
+        runner.send_message("llmload_flush", {"run_id": runtime.run.run_id}, client_id=client_id)
     _await_finals(runner, runtime, deadline_s)
-    if runtime.pending_finals:
-        runtime.lost_workers = sorted(set(runtime.lost_workers) | runtime.pending_finals)
+    if runtime.master.pending_finals:
+        runtime.master.lost_workers = sorted(set(runtime.master.lost_workers) | runtime.master.pending_finals)
         log.warning(
             "llmload: no final report from %d worker(s) %s; their last unreported requests are missing",
-            len(runtime.pending_finals),
-            ", ".join(runtime.lost_workers),
+            len(runtime.master.pending_finals),
+            ", ".join(runtime.master.lost_workers),
         )
 
 
@@ -529,15 +541,15 @@ def _await_finals(runner: MasterRunner, runtime: Runtime, deadline_s: float) -> 
     ``quit`` message (one ordered connection), so a pending worker that is no
     longer connected is not waited for.
     """
-    while runtime.pending_finals:
+    while runtime.master.pending_finals:
         connected = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
-        runtime.pending_finals &= connected
+        runtime.master.pending_finals &= connected
         remaining_s = deadline_s - time.monotonic()
-        if not runtime.pending_finals or remaining_s <= 0:
+        if not runtime.master.pending_finals or remaining_s <= 0:
             break
-        runtime.finals_in.wait(timeout=min(remaining_s, _FINAL_POLL_S))
-    if not runtime.pending_finals:
-        runtime.finals_in.set()
+        runtime.master.finals_in.wait(timeout=min(remaining_s, _FINAL_POLL_S))
+    if not runtime.master.pending_finals:
+        runtime.master.finals_in.set()
 
 
 def on_quitting(environment: Environment, **_kw: Any) -> None:
@@ -547,15 +559,15 @@ def on_quitting(environment: Environment, **_kw: Any) -> None:
     the runner; stopping here first makes the results file, the summary and the
     exit code include everything the workers measured.
     """
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     runner = environment.runner
     if runtime is None or runner is None:
         return
-    runtime.stopping = True  # the process is going away: a further Ctrl-C changes nothing
+    runtime.run.stopping = True  # the process is going away: a further Ctrl-C changes nothing
     if isinstance(runner, WorkerRunner):
         _finish_worker(runtime, runner)
         return
-    if runtime.run_id and runtime.results is None:
+    if runtime.run.run_id and runtime.run.results is None:
         log.info("llmload: stopping the load and collecting final reports before exit")
         if isinstance(runner, MasterRunner):
             # Locust's "stop" makes workers drop out of the master's list, so its "quit" would

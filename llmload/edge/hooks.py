@@ -35,7 +35,7 @@ from llmload.aggregate.series import interval_index
 from llmload.edge import checkpoints, cluster, live, locust_internals, refusals, web
 from llmload.edge.interrupt import Interrupter
 from llmload.edge.launch import note_request_limit, preload_tokenizer, prepare, stop_process_services
-from llmload.edge.runtime import Runtime
+from llmload.edge.runtime import Runtime, attach, runtime_of
 from llmload.errors import ConfigError, LLMLoadError
 from llmload.exporters.console import results_line, summary_lines
 from llmload.exporters.html import ReportError, write_html_report
@@ -92,9 +92,9 @@ def _bind(environment: Environment) -> None:
 
 def _locust_stats_on_master_clock(environment: Environment, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
     """Worker: Locust's statistics in this report put on the master's clock (``locust_internals.on_master_clock``)."""
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     if runtime is not None and isinstance(environment.runner, WorkerRunner):
-        locust_internals.on_master_clock(data, runtime.clock_offset_s)
+        locust_internals.on_master_clock(data, runtime.run.clock_offset_s)
 
 
 class _Choices(tuple[str, ...]):
@@ -161,7 +161,7 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
             _fatal(environment, str(exc), _options_as_given(options, exc.options), refused=given)
             return
     runtime = Runtime(config=config)
-    environment.llmload = runtime  # type: ignore[attr-defined]
+    attach(environment, runtime)
     if runner is None:
         return
     _bind(environment)
@@ -186,11 +186,11 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
             refused = refusals.given_values(options, exc.options if isinstance(exc, ConfigError) else ())
             _fatal(environment, str(exc), runtime, refused=refused)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM while preflight waits (e.g. a server that never answers)
-            runtime.stopping = True
+            runtime.run.stopping = True
             name = (interrupter.signal_name if interrupter is not None else None) or "Ctrl-C"
             _fatal(environment, interrupted_in_preflight(name), runtime, interrupted=True)
         else:
-            note_request_limit(options, runtime.config)
+            note_request_limit(options, runtime.process.config)
             if interrupter is not None and isinstance(runner, MasterRunner):
                 # Locust's loop that waits for the workers has no orderly stop: llmload ends it.
                 interrupter.before_load = functools.partial(
@@ -211,11 +211,11 @@ def _install_interrupter(environment: Environment, runtime: Runtime) -> Interrup
         return None
     interrupter = Interrupter(
         gevent.getcurrent(),
-        stopping=lambda: runtime.stopping,
+        stopping=lambda: runtime.run.stopping,
         noted=lambda name: _note_stop(environment, runtime, name),
     )
     interrupter.install()
-    runtime.interrupt_main = interrupter.forward
+    runtime.process.interrupt_main = interrupter.forward
     environment.events.test_start.add_listener(lambda **_kw: interrupter.load_started())
     options = environment.parsed_options
     if not (options is not None and getattr(options, "headless", False)):
@@ -228,7 +228,7 @@ def _note_stop(environment: Environment, runtime: Runtime, signal_name: str) -> 
     """A signal stops a run that sends load: its results say so (``run.stopped_by``); between runs, nothing."""
     runner = environment.runner
     if runner is not None and runner.state in (STATE_SPAWNING, STATE_RUNNING):
-        runtime.stopped_by = signal_name
+        runtime.run.stopped_by = signal_name
 
 
 def interrupted_in_preflight(signal_name: str) -> str:
@@ -248,9 +248,9 @@ def _stop_waiting_for_workers(environment: Environment, runtime: Runtime, interr
     connect told to quit, exit status 2. Returns False once the load started.
     """
     runner = environment.runner
-    if not isinstance(runner, MasterRunner) or runtime.run_id:
+    if not isinstance(runner, MasterRunner) or runtime.run.run_id:
         return False
-    runtime.stopping = True
+    runtime.run.stopping = True
     expected = int(getattr(environment.parsed_options, "expect_workers", 1) or 1)
     ready = len(runner.clients.ready)
     connected = "no worker had connected" if ready == 0 else f"only {ready} had connected"
@@ -286,13 +286,13 @@ def _give_up_waiting(environment: Environment, runtime: Runtime, interrupter: In
     """
     runner = environment.runner
     expected = int(getattr(environment.parsed_options, "expect_workers", 1) or 1)
-    if not isinstance(runner, MasterRunner) or runtime.run_id or interrupter.before_load is None:
+    if not isinstance(runner, MasterRunner) or runtime.run.run_id or interrupter.before_load is None:
         return
     ready = len(runner.clients.ready)
     if ready >= expected:
         return
     interrupter.before_load = None  # a Ctrl-C from now on finds the process already ending
-    runtime.stopping = True
+    runtime.run.stopping = True
     reason = (
         f"gave up waiting for workers after --expect-workers-max-wait {max_wait_s:g} s: {ready} of {expected} "
         f"expected worker{'s' if expected != 1 else ''} connected (--expect-workers {expected}); start the missing "
@@ -373,14 +373,14 @@ def _write_blocked_results(environment: Environment, runtime: Runtime, reason: s
     ``refused``: the refused options' values as given (``run.refused_options``).
     """
     options = environment.parsed_options
-    config = runtime.config
-    runtime.run_id = uuid.uuid4().hex[:12]
-    runtime.started_at_unix = time.time()
-    runtime.blocked = reason
-    runtime.model = runtime.model or config.model
+    config = runtime.process.config
+    runtime.run.run_id = uuid.uuid4().hex[:12]
+    runtime.run.started_at_unix = time.time()
+    runtime.run.blocked = reason
+    runtime.process.model = runtime.process.model or config.model
     outcome = checkpoints.run_outcome(environment, runtime, timeseries=())
     results = build_results(dataclasses.replace(outcome, refused_options=dict(refused)))
-    runtime.results = results
+    runtime.run.results = results
     if config.results_json:
         try:
             write_results_json(config.results_json, results)
@@ -431,17 +431,17 @@ def _restart_server_metrics(environment: Environment, **_kw: Any) -> None:
     table after the event), so llmload counted a few more requests since the
     RESET than Locust's table did (3 of 26 measured at 20 req/s).
     """
-    runtime: Runtime | None = getattr(environment, "llmload", None)
-    if runtime is None or isinstance(environment.runner, WorkerRunner) or runtime.server_scraper is None:
+    runtime = runtime_of(environment)
+    if runtime is None or isinstance(environment.runner, WorkerRunner) or runtime.process.server_scraper is None:
         return
-    gevent.spawn(_read_server_baseline, runtime, runtime.server_scraper)
+    gevent.spawn(_read_server_baseline, runtime, runtime.process.server_scraper)
 
 
 def _read_server_baseline(runtime: Runtime, scraper: ServerScraper) -> None:
     """RESET, in its own greenlet: read the server's new baseline, then drop the time series' server columns."""
     scraper.restart()
-    if runtime.timeline is not None:
-        runtime.timeline.clear_extra()
+    if runtime.timeline.table is not None:
+        runtime.timeline.table.clear_extra()
 
 
 # ── stop ────────────────────────────────────────────────────────────────
@@ -449,17 +449,19 @@ def _read_server_baseline(runtime: Runtime, scraper: ServerScraper) -> None:
 
 def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     runner = environment.runner
-    runtime: Runtime | None = getattr(environment, "llmload", None)
-    if isinstance(runner, WorkerRunner) or runtime is None or not runtime.run_id or runtime.results is not None:
+    runtime = runtime_of(environment)
+    if isinstance(runner, WorkerRunner) or runtime is None or not runtime.run.run_id or runtime.run.results is not None:
         return
     if not isinstance(runner, MasterRunner):
         stop_process_services(runtime)
     options = environment.parsed_options
     checkpoints.stop(runtime)  # a checkpoint write in progress finishes before the final results
     end_s = live.run_elapsed_s(runtime)
-    scraper, runtime.server_scraper = runtime.server_scraper, None
+    scraper, runtime.process.server_scraper = runtime.process.server_scraper, None
     # the last server-metrics scrape, after the final reports; its deltas go to the run's last interval
-    server = None if scraper is None else scraper.finish(interval_index(end_s, runtime.config.timeseries_interval_s))
+    server = (
+        None if scraper is None else scraper.finish(interval_index(end_s, runtime.process.config.timeseries_interval_s))
+    )
     timeseries, drift = live.finish_timeline(environment, runtime, end_s)
     outcome = checkpoints.run_outcome(
         environment,
@@ -470,17 +472,17 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         server_warnings=() if scraper is None else tuple(scraper.warnings()),
     )
     results = build_results(outcome)
-    runtime.results = results
-    if runtime.config.results_json:
-        write_results_json(runtime.config.results_json, results)
+    runtime.run.results = results
+    if runtime.process.config.results_json:
+        write_results_json(runtime.process.config.results_json, results)
     csv_prefix = getattr(options, "csv_prefix", None)
     if csv_prefix:
         try:
-            write_csv_files(csv_prefix, results, runtime.timeline.extra_columns if runtime.timeline else ())
+            write_csv_files(csv_prefix, results, runtime.timeline.table.extra_columns if runtime.timeline.table else ())
         except OSError as exc:
             log.error("llmload: --csv %s: the LLM CSV files could not be written (%s)", csv_prefix, exc)
-    if runtime.config.html_report:
-        _write_html_report(runtime.config.html_report, results)
+    if runtime.process.config.html_report:
+        _write_html_report(runtime.process.config.html_report, results)
     environment.process_exit_code = results["exit_status"]  # README "Exit status": 0, 1, or 2 when blocked
     if not (options is not None and getattr(options, "headless", False)):
         _print_summary(results)
@@ -506,20 +508,20 @@ def _on_test_stopped(environment: Environment, **_kw: Any) -> None:
 
     A headless run goes on to exit, so its stop stays under way until then.
     """
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     options = environment.parsed_options
     if runtime is not None and not (options is not None and getattr(options, "headless", False)):
-        runtime.stopping = False
+        runtime.run.stopping = False
 
 
 def _on_quit(environment: Environment, **_kw: Any) -> None:
     """Headless: the summary, once, as the process ends (the web UI printed each run's at its stop)."""
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     options = environment.parsed_options
     if not (options is not None and getattr(options, "headless", False)):
         return
-    if runtime is not None and runtime.results is not None:
-        _print_summary(runtime.results)
+    if runtime is not None and runtime.run.results is not None:
+        _print_summary(runtime.run.results)
 
 
 def _print_results_line(environment: Environment, **_kw: Any) -> None:
@@ -528,13 +530,13 @@ def _print_results_line(environment: Environment, **_kw: Any) -> None:
     ``kubectl logs`` then recovers the results when no volume was mounted (README "Results file").
     Not printed to a terminal, where the summary is what a user reads.
     """
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     options = environment.parsed_options
-    if runtime is None or runtime.results is None or not getattr(options, "headless", False):
+    if runtime is None or runtime.run.results is None or not getattr(options, "headless", False):
         return
     if sys.stdout.isatty():
         return
-    sys.stdout.write(results_line(runtime.results) + "\n")
+    sys.stdout.write(results_line(runtime.run.results) + "\n")
     sys.stdout.flush()
 
 

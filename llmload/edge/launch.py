@@ -27,8 +27,8 @@ import gevent
 import gevent.event
 import gevent.lock
 
-from llmload.edge.replay import SessionOrder
-from llmload.edge.runtime import CpuMonitor, Runtime, SendWindow, WarmupGate
+from llmload.edge.run_parts import CpuMonitor, WarmupGate
+from llmload.edge.runtime import Runtime
 from llmload.errors import ConfigError, LLMLoadError
 from llmload.exporters.requests_log import RequestsLog, worker_path
 from llmload.net.scrape import ServerScraper, metrics_urls, routed_fetch
@@ -88,9 +88,9 @@ def prepare(
     options = environment.parsed_options if options is None else options
     config = RunConfig.from_options(options)
     host = _strip_credentials(environment, runtime, (environment.host or "") if host is None else host)
-    if runtime.prepared_for == (host, config):
+    if runtime.process.prepared_for == (host, config):
         return
-    runtime.config = config
+    runtime.process.config = config
     _check_endpoint_path(environment, config, host)
     _check_batch_size(environment, config)
     _check_users(environment, options)
@@ -107,23 +107,23 @@ def prepare(
         raise ConfigError("no target host; pass -H http://HOST:PORT (e.g. -H http://127.0.0.1:8000)")
     if config.insecure:
         log.warning("llmload: --insecure: TLS certificates of %s are NOT verified", host)
-    runtime.proxy_note = choose_route(runtime, host)
+    runtime.process.proxy_note = choose_route(runtime, host)
     limit_s = preflight_limit_s(config, getattr(options, "run_time", None))
     transport = GeventHTTPTransport(
         host,
-        headers=runtime.headers,
+        headers=runtime.process.headers,
         timeouts=preflight_timeouts(config, limit_s),
         insecure=config.insecure,
-        proxy=runtime.proxy,
+        proxy=runtime.process.proxy,
     )
     try:
         with preflight_step(f"GET {public_url(preflight.join_url(host, '/v1/models'))}", limit_s):
             models = preflight.fetch_models(
-                host, transport.get, config.api_key_env, model=config.model, key_sent_as=runtime.key_sent_as
+                host, transport.get, config.api_key_env, model=config.model, key_sent_as=runtime.process.key_sent_as
             )
         if models.missing is not None:
             log.warning("llmload preflight: %s; using --model %s as given", models.missing, config.model)
-        runtime.model = preflight.choose_model(models, config.model, host)
+        runtime.process.model = preflight.choose_model(models, config.model, host)
         if not config.skip_preflight:
             probes = [
                 (cls.__name__, cls.build_request(runtime, max_tokens=2))  # type: ignore[attr-defined]
@@ -133,7 +133,7 @@ def prepare(
             classes = {getattr(cls, "endpoint", ""): cls for cls in environment.user_classes}
 
             def without_usage(request: LLMRequest, record: RequestRecord) -> LLMRequest | None:
-                if not runtime.learn_usage_refused(request.endpoint, record):
+                if not runtime.process.learn_usage_refused(request.endpoint, record):
                     return None
                 return classes[request.endpoint].build_request(runtime, max_tokens=2)  # type: ignore[attr-defined,no-any-return]
 
@@ -141,21 +141,21 @@ def prepare(
             probes = [(name, request) for name, request in probes if name not in apart]
             with preflight_step(_probe_step(probes + [p for _, p in apart.values()]), limit_s):
                 report = preflight.probe(
-                    transport, probes, config, models, runtime.model, retry=without_usage, host=host
+                    transport, probes, config, models, runtime.process.model, retry=without_usage, host=host
                 )
                 for headers, named in apart.values():
                     own = GeventHTTPTransport(
                         host, headers=headers, timeouts=preflight_timeouts(config, limit_s), insecure=config.insecure,
-                        proxy=runtime.proxy,
+                        proxy=runtime.process.proxy,
                     )  # fmt: skip
                     try:
-                        more = preflight.probe(own, [named], config, models, runtime.model, host=host)
+                        more = preflight.probe(own, [named], config, models, runtime.process.model, host=host)
                     finally:
                         own.close()
                     report.notes.extend(more.notes)
                     report.warnings.extend(more.warnings)
                     report.not_streamed.extend(more.not_streamed)
-            runtime.not_streamed.update(report.not_streamed)  # warned once, here
+            runtime.process.not_streamed.update(report.not_streamed)  # warned once, here
             for note in report.notes:
                 log.info("llmload preflight: %s", note)
             for warning in report.warnings:
@@ -168,7 +168,7 @@ def prepare(
     raised = preflight.check_open_files(per_process)
     if raised:
         log.info("llmload: %s", raised)
-    runtime.prepared_for = (host, config)
+    runtime.process.prepared_for = (host, config)
 
 
 def _probes_with_own_headers(
@@ -178,8 +178,8 @@ def _probes_with_own_headers(
     apart = {}
     for cls in classes:
         own = getattr(cls, "connection_headers", None)
-        headers = own(runtime) if callable(own) else runtime.headers
-        if headers != runtime.headers:
+        headers = own(runtime) if callable(own) else runtime.process.headers
+        if headers != runtime.process.headers:
             apart[cls.__name__] = (headers, (cls.__name__, cls.build_request(runtime, max_tokens=2)))  # type: ignore[attr-defined]
     return apart
 
@@ -307,7 +307,7 @@ def _check_endpoint_path(environment: Environment, config: RunConfig, host: str)
 
 
 def choose_route(runtime: Runtime, host: str, master_note: str | None = None) -> str | None:
-    """Set ``runtime.proxy`` for ``host`` from this process's environment; return the one-line note.
+    """Set ``runtime.process.proxy`` for ``host`` from this process's environment; return the one-line note.
 
     The note is logged unless it is ``master_note`` (a worker whose
     environment chose as its master did stays silent).
@@ -315,15 +315,17 @@ def choose_route(runtime: Runtime, host: str, master_note: str | None = None) ->
     Raises:
         ConfigError: the proxy variable that applies is not a usable http:// proxy URL.
     """
-    decision = proxies.route(host, urllib.request.getproxies_environment(), ignore=runtime.config.ignore_proxy_env)
-    runtime.proxy = decision.proxy
+    decision = proxies.route(
+        host, urllib.request.getproxies_environment(), ignore=runtime.process.config.ignore_proxy_env
+    )
+    runtime.process.proxy = decision.proxy
     if decision.note and decision.note != master_note:
         log.info("llmload: %s", decision.note)
     return decision.note
 
 
 def _strip_credentials(environment: Environment, runtime: Runtime, host: str) -> str:
-    """Move ``user:password@`` out of the target host into ``runtime.url_authorization``; return the host.
+    """Move ``user:password@`` out of the target host into ``runtime.process.url_authorization``; return the host.
 
     Every later use of the host (Locust's HTML report and web UI, logs, error
     messages, results, Prometheus, the spawn messages to workers) then sees it
@@ -332,20 +334,20 @@ def _strip_credentials(environment: Environment, runtime: Runtime, host: str) ->
     """
     target = split_credentials(host)
     secrets = secret_query_names(urlsplit(host).query) if "?" in host else ()
-    if secrets and runtime.prepared_for is None:
+    if secrets and runtime.process.prepared_for is None:
         log.warning(
             "llmload: -H carries %s in its query string; llmload shows it as *** but Locust's own web UI "
             "and HTML report show -H as given: prefer --api-key-header NAME or --header",
             ", ".join(secrets),
         )
     if target.authorization is not None:
-        runtime.url_authorization = target.authorization
+        runtime.process.url_authorization = target.authorization
         environment.host = target.public
         options = environment.parsed_options
         if options is not None and getattr(options, "host", None):
             options.host = public_url(options.host)
-    elif runtime.prepared_for is None or runtime.prepared_for[0] != host:
-        runtime.url_authorization = None
+    elif runtime.process.prepared_for is None or runtime.process.prepared_for[0] != host:
+        runtime.process.url_authorization = None
     return target.public
 
 
@@ -377,7 +379,7 @@ def load_local_parts(runtime: Runtime) -> None:
         ConfigError: the key file cannot be read.
         TokenizerError: the tokenizer cannot be loaded locally.
     """
-    config = runtime.config
+    config = runtime.process.config
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
     key = os.environ.get(config.api_key_env, "")
     if config.api_key_file:
@@ -395,27 +397,27 @@ def load_local_parts(runtime: Runtime) -> None:
                 "put the key on the first line"
             )
     headers.update(config.headers)
-    runtime.key_sent_as = None
+    runtime.process.key_sent_as = None
     if key and config.api_key_header:
         headers[config.api_key_header] = key
-        runtime.key_sent_as = config.api_key_header
+        runtime.process.key_sent_as = config.api_key_header
     elif key:
         headers["Authorization"] = f"Bearer {key}"
-        runtime.key_sent_as = "Authorization: Bearer"
-        if runtime.url_authorization:
+        runtime.process.key_sent_as = "Authorization: Bearer"
+        if runtime.process.url_authorization:
             log.warning(
                 "llmload: -H carries user:password@ and an API key is set; sending the API key only "
                 "(Authorization: Bearer). Remove one of them"
             )
-    elif runtime.url_authorization:
-        headers["Authorization"] = runtime.url_authorization
+    elif runtime.process.url_authorization:
+        headers["Authorization"] = runtime.process.url_authorization
     elif config.api_key_env != "OPENAI_API_KEY" and not config.api_key_file:
         log.warning(
             "llmload: --api-key-env %s: that variable is unset or empty; sending no API key", config.api_key_env
         )
-    runtime.headers = headers
-    if config.tokenizer and runtime.token_counter is None:
-        runtime.token_counter = load_tokenizer(config.tokenizer, allow_download=config.allow_download)
+    runtime.process.headers = headers
+    if config.tokenizer and runtime.process.token_counter is None:
+        runtime.process.token_counter = load_tokenizer(config.tokenizer, allow_download=config.allow_download)
     _load_workload(runtime)
 
 
@@ -430,14 +432,14 @@ def preload_tokenizer(runtime: Runtime) -> None:
     ``load_local_parts`` loads at test start when nothing was loaded here (a
     failure here is left for it to report).
     """
-    config = runtime.config
-    if not config.tokenizer or runtime.token_counter is not None:
+    config = runtime.process.config
+    if not config.tokenizer or runtime.process.token_counter is not None:
         return
     started_s = time.perf_counter()
     try:
-        runtime.token_counter = load_tokenizer(config.tokenizer, allow_download=config.allow_download)
+        runtime.process.token_counter = load_tokenizer(config.tokenizer, allow_download=config.allow_download)
     except LLMLoadError:
-        runtime.token_counter = None  # reported at test start, with the master's options
+        runtime.process.token_counter = None  # reported at test start, with the master's options
         return
     log.info(
         "llmload: worker loaded tokenizer %s before the run (%.1f s)", config.tokenizer, time.perf_counter() - started_s
@@ -450,12 +452,12 @@ def _load_workload(runtime: Runtime) -> None:
     Raises:
         DatasetError: no usable dataset line, or an exact length is unreachable.
     """
-    config = runtime.config
-    if runtime.workload is not None and runtime.workload.config == config:
+    config = runtime.process.config
+    if runtime.process.workload is not None and runtime.process.workload.config == config:
         _count_trace(runtime)
         return
-    runtime.workload = None
-    workload = build_workload(config, runtime.token_counter)
+    runtime.process.workload = None
+    workload = build_workload(config, runtime.process.token_counter)
     trace = workload.trace
     if trace is not None:
         for problem in trace.problems[:_PROBLEMS_LOGGED]:
@@ -469,22 +471,22 @@ def _load_workload(runtime: Runtime) -> None:
         if dataset.skipped > _PROBLEMS_LOGGED:
             log.warning("llmload: ... and %d more bad lines in %s", dataset.skipped - _PROBLEMS_LOGGED, dataset.path)
     log.info("llmload: prompts: %s", workload.describe())
-    if runtime.token_counter is None:
+    if runtime.process.token_counter is None:
         if not config.stream:
             log.info("llmload: no --tokenizer: token counts come from the server's usage in each reply")
         elif config.stream_usage == "off":
             log.info("llmload: no --tokenizer and --stream-usage off: completion tokens are streamed chunks")
         else:
             log.info("llmload: no --tokenizer: token counts come from server usage (stream_options.include_usage)")
-    runtime.workload = workload
+    runtime.process.workload = workload
     _count_trace(runtime)
 
 
 def _count_trace(runtime: Runtime) -> None:
     """A trace run is a run of exactly its lines: ``num_requests`` becomes their number (split like it)."""
-    workload = runtime.workload
+    workload = runtime.process.workload
     if workload is not None and workload.trace is not None:
-        runtime.config = dataclasses.replace(runtime.config, num_requests=len(workload.trace.lines))
+        runtime.process.config = dataclasses.replace(runtime.process.config, num_requests=len(workload.trace.lines))
 
 
 def split(config: RunConfig, workers: int, trace: Trace | None = None) -> tuple[WorkerShare, ...]:
@@ -503,57 +505,57 @@ def split(config: RunConfig, workers: int, trace: Trace | None = None) -> tuple[
 
 
 def start_open_loop(runtime: Runtime, share: WorkerShare) -> None:
-    """Set this process's arrival schedule (its share of --request-rate) and in-flight cap."""
-    config = runtime.config
+    """Set this process's arrival schedule (its share of --request-rate) and in-flight cap in the new run."""
+    config = runtime.process.config
     rate, concurrency, rank = share.rate_per_s, share.concurrency, share.rank
-    runtime.schedule = (
+    runtime.run.schedule = (
         None
         if rate is None
         else ArrivalSchedule(
             rate=rate, arrival=Arrival(config.arrival), burstiness=config.burstiness, seed=config.seed * 1009 + rank
         )
     )
-    runtime.schedule_start_s = 0.0  # set by the first request that takes an arrival
-    runtime.sends = SendWindow()
-    runtime.stopped_at_s = None
-    runtime.concurrency = None if concurrency is None else gevent.lock.BoundedSemaphore(concurrency)
+    runtime.run.concurrency = None if concurrency is None else gevent.lock.BoundedSemaphore(concurrency)
 
 
 def start_workload(runtime: Runtime, share: WorkerShare, workers: int) -> None:
-    """Start this process's prompt stream (rank of the workers) and its warm-up share."""
+    """Start this process's prompt stream (rank of the workers) and its warm-up share in the new run."""
     stride = workers or 1
     rank = share.rank
-    runtime.prompts = runtime.workload.stream(rank, stride) if runtime.workload and rank < stride else None
-    specs = runtime.workload.sessions if runtime.workload is not None else ()
-    runtime.session_stream = SessionStream(specs, rank, stride) if specs and rank < stride else None
-    trace = runtime.workload.trace if runtime.workload is not None else None
-    runtime.trace = TraceCursor(trace, rank, stride, runtime.config.trace_speed) if trace and rank < stride else None
-    runtime.trace_order = SessionOrder()
+    runtime.run.prompts = (
+        runtime.process.workload.stream(rank, stride) if runtime.process.workload and rank < stride else None
+    )
+    specs = runtime.process.workload.sessions if runtime.process.workload is not None else ()
+    runtime.run.session_stream = SessionStream(specs, rank, stride) if specs and rank < stride else None
+    trace = runtime.process.workload.trace if runtime.process.workload is not None else None
+    runtime.run.trace = (
+        TraceCursor(trace, rank, stride, runtime.process.config.trace_speed) if trace and rank < stride else None
+    )
     # every worker replays from one instant of the run's timeline; after a warm-up, from its end
-    runtime.trace_start_s = runtime.run_started_s + TRACE_LEAD_S if share.warmup_requests <= 0 else 0.0
+    runtime.run.trace_start_s = runtime.run.run_started_s + TRACE_LEAD_S if share.warmup_requests <= 0 else 0.0
     warmup = share.warmup_requests
-    runtime.warmup = WarmupGate(warmup) if warmup > 0 else None
+    runtime.run.warmup = WarmupGate(warmup) if warmup > 0 else None
 
 
 def start_process_services(runtime: Runtime, worker_index: int | None) -> None:
     """Open the requests log and start the CPU monitor in a process that runs users."""
-    if runtime.requests_log is not None:
-        runtime.requests_log.close()
-        runtime.requests_log = None
-    if runtime.config.requests_log:
-        runtime.requests_log = RequestsLog(worker_path(runtime.config.requests_log, worker_index))
-    if runtime.cpu is None:
-        runtime.cpu = CpuMonitor()
-    runtime.cpu.start()
+    if runtime.process.requests_log is not None:
+        runtime.process.requests_log.close()
+        runtime.process.requests_log = None
+    if runtime.process.config.requests_log:
+        runtime.process.requests_log = RequestsLog(worker_path(runtime.process.config.requests_log, worker_index))
+    if runtime.process.cpu is None:
+        runtime.process.cpu = CpuMonitor()
+    runtime.process.cpu.start()
 
 
 def stop_process_services(runtime: Runtime) -> None:
-    if runtime.requests_log is not None:
-        runtime.requests_log.close()
-        runtime.requests_log = None
-    if runtime.cpu is not None:
-        runtime.cpu.stop()
-        runtime.cpu_saturated_s = max(runtime.cpu_saturated_s, runtime.cpu.saturated_s)
+    if runtime.process.requests_log is not None:
+        runtime.process.requests_log.close()
+        runtime.process.requests_log = None
+    if runtime.process.cpu is not None:
+        runtime.process.cpu.stop()
+        runtime.run.cpu_saturated_s = max(runtime.run.cpu_saturated_s, runtime.process.cpu.saturated_s)
 
 
 def start_server_metrics(environment: Environment, runtime: Runtime) -> None:
@@ -562,17 +564,18 @@ def start_server_metrics(environment: Environment, runtime: Runtime) -> None:
     The first scrape is taken here, before any load; then one at the end of
     every time-series interval (counted from the run's start); each URL goes the way
     ``llmload.settings.proxies.route`` decides for it, as the load does for the target.
-    ``runtime.server_scraper`` stays None when nothing is to be scraped (off, or the target has no ``/metrics``).
+    ``runtime.process.server_scraper`` stays None when nothing is to be scraped (off, or the target has no
+    ``/metrics``).
     """
-    config = runtime.config
+    config = runtime.process.config
     auto_url, extra_urls = metrics_urls(environment.host or "", config.server_metrics)
     if auto_url is None and not extra_urls:
         return
     scraper = ServerScraper(
         auto_url,
         extra_urls,
-        model=runtime.model,
-        headers=runtime.headers,
+        model=runtime.process.model,
+        headers=runtime.process.headers,
         interval_s=config.timeseries_interval_s,
         fetch=routed_fetch(
             ((auto_url,) if auto_url else ()) + extra_urls,
@@ -582,7 +585,7 @@ def start_server_metrics(environment: Environment, runtime: Runtime) -> None:
         ),
     )
     scraper.start()
-    runtime.server_scraper = scraper if scraper.active else None
+    runtime.process.server_scraper = scraper if scraper.active else None
 
 
 def note_request_limit(options: argparse.Namespace | None, config: RunConfig) -> None:

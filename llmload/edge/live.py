@@ -10,7 +10,7 @@ The master merges those reports in ``llmload.edge.cluster`` and hands each delta
 ``feed``; a single process ticks its own recent records into the window.
 
 Time series (``llmload.exporters.timeseries``): the master (or the single
-process) holds the run's ``IntervalSeries`` (``Runtime.series``, merged from
+process) holds the run's ``IntervalSeries`` (``RunState.series``, merged from
 the workers' reports) and ticks every half second: it samples the gauges
 (in-flight requests, users, workers) and, once an interval is complete,
 appends its rows to ``--timeseries``, logs one progress line and checks the
@@ -45,7 +45,7 @@ import gevent.lock
 
 from llmload.aggregate.series import interval_index
 from llmload.aggregate.stats import LLMStats
-from llmload.edge.runtime import ExportState, Runtime
+from llmload.edge.runtime import ExportState, Runtime, TimelineState, runtime_of
 from llmload.errors import ConfigError
 from llmload.exporters.drift import RSS_GAUGE, drift_section
 from llmload.exporters.prometheus_server import PrometheusExporter
@@ -86,10 +86,10 @@ def start_exporter(environment: Environment, runtime: Runtime) -> None:
     Raises:
         ConfigError: the port cannot be bound (the caller stops the run).
     """
-    config = runtime.config
+    config = runtime.process.config
     if config.prometheus_port == 0:
         return
-    exporter = PrometheusExporter(functools.partial(_run_view, environment))
+    exporter = PrometheusExporter(functools.partial(_run_view, environment, runtime))
     try:
         port = exporter.start(config.prometheus_port, config.prometheus_host)
     except ConfigError as exc:
@@ -98,7 +98,9 @@ def start_exporter(environment: Environment, runtime: Runtime) -> None:
         log.warning("llmload: %s This run serves no /metrics.", exc)  # the default port: another run has it
         return
     url = f"http://{exporter_url_host(config.prometheus_host)}:{port}/metrics"
-    runtime.export = ExportState(exporter=exporter, window=SlidingWindow(), grace_s=config.prometheus_grace_s, url=url)
+    runtime.process.export = ExportState(
+        exporter=exporter, window=SlidingWindow(), grace_s=config.prometheus_grace_s, url=url
+    )
     log.info("llmload: Prometheus metrics at %s", url)
 
 
@@ -107,18 +109,17 @@ def exporter_url_host(host: str) -> str:
     return socket.gethostname() if host in ("", "0.0.0.0") else host
 
 
-def _run_view(environment: Environment) -> RunView:
+def _run_view(environment: Environment, runtime: Runtime) -> RunView:
     """What one scrape reports (called by the exporter at scrape time; does not yield)."""
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
     runner = environment.runner
-    export = runtime.export
-    stats = runtime.run_stats()
-    in_flight = runtime.in_flight
+    export = runtime.process.export
+    stats = runtime.run.totals()
+    in_flight = runtime.run.in_flight
     workers = 0
     if isinstance(runner, MasterRunner):
         workers = runner.worker_count
         if export is not None:
-            in_flight = sum(export.worker_in_flight.values())
+            in_flight = runtime.workers_in_flight()
     if export is not None and export.final_stats is not None:
         stats = export.final_stats
     window = export.window.view() if export is not None else None
@@ -129,43 +130,43 @@ def _run_view(environment: Environment) -> RunView:
         users=int(runner.user_count) if runner is not None else 0,
         in_flight_requests=in_flight,
         workers=workers,
-        run_id=runtime.run_id,
+        run_id=runtime.run.run_id,
         host=public_url(environment.host or ""),
-        model=runtime.model or "",
+        model=runtime.process.model or "",
         version=__version__,
-        started_at_unix=runtime.started_at_unix or None,
+        started_at_unix=runtime.run.started_at_unix or None,
         client_saturated=client_saturated(
-            max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0), lags
+            max(runtime.run.cpu_saturated_s, runtime.process.cpu.saturated_s if runtime.process.cpu else 0.0), lags
         ),
-        lost_workers=len(runtime.lost_workers),
+        lost_workers=len(runtime.master.lost_workers),
     )
 
 
-def feed(export: ExportState, client_id: str, delta: LLMStats, in_flight: int) -> None:
-    """Master: add one worker's merged delta to the live window and note its in-flight requests."""
+def feed(export: ExportState, client_id: str, delta: LLMStats) -> None:
+    """Master: add one worker's merged delta to the live window."""
     export.window.add(delta, client_id)
-    export.worker_in_flight[client_id] = in_flight
 
 
 def on_test_start(environment: Environment, *, take_report: Callable[[Runtime], WorkerReport], **_kw: Any) -> None:
     """Start the live feed: a worker's 0.5 s reports (``take_report`` builds each), or the local window ticks."""
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     runner = environment.runner
     _stop_live(runtime)
     if isinstance(runner, WorkerRunner):
-        if runtime.config.prometheus_port and runtime.run_id:
-            runtime.live_task = gevent.spawn(_send_live_reports, runner, runtime, take_report)
+        if runtime.process.config.prometheus_port and runtime.run.run_id:
+            runtime.process.live_task = gevent.spawn(_send_live_reports, runner, runtime, take_report)
         return
-    export = runtime.export
+    export = runtime.process.export
     if export is None:
         return
     export.window.reset()
-    export.worker_in_flight.clear()
     export.final_stats = None
     export.exporter.mark_running()
     if not isinstance(runner, MasterRunner):
-        runtime.window_delta = LLMStats.empty()
-        runtime.live_task = gevent.spawn(_tick_window_forever, runtime, export)
+        runtime.run.window_delta = LLMStats.empty()
+        runtime.process.live_task = gevent.spawn(_tick_window_forever, runtime, export)
 
 
 def _send_live_reports(runner: WorkerRunner, runtime: Runtime, take_report: Callable[[Runtime], WorkerReport]) -> None:
@@ -184,7 +185,7 @@ def _send_live_reports(runner: WorkerRunner, runtime: Runtime, take_report: Call
             # Non-blocking send: nothing runs between taking the delta and handing it to zmq.
             runner.send_message("llmload_live", report_to_wire(report))
         except (RPCError, RPCSendError) as exc:
-            runtime.series.merge_in(report.series)  # keep it for the next report (its stats come from it)
+            runtime.run.series.merge_in(report.series)  # keep it for the next report (its stats come from it)
             log.warning("llmload: live report to the master failed (%s); it will be sent later", exc)
 
 
@@ -196,32 +197,31 @@ def _tick_window_forever(runtime: Runtime, export: ExportState) -> None:
 
 
 def _tick_window(runtime: Runtime, export: ExportState) -> None:
-    delta = runtime.window_delta
+    delta = runtime.run.window_delta
     if delta is not None:
-        runtime.window_delta = LLMStats.empty()
+        runtime.run.window_delta = LLMStats.empty()
         export.window.add(delta, "local")
 
 
 def _stop_live(runtime: Runtime) -> None:
-    task, runtime.live_task = runtime.live_task, None
+    task, runtime.process.live_task = runtime.process.live_task, None
     if task is not None:
         task.kill(block=True, timeout=_STOP_LIVE_TIMEOUT_S)
 
 
 def on_test_stop(environment: Environment, **_kw: Any) -> None:
     """Freeze what scrapes report to the statistics the results were just built from."""
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     if runtime is None:
         return
     _stop_live(runtime)
-    export = runtime.export
+    export = runtime.process.export
     if export is None or isinstance(environment.runner, WorkerRunner):
         return
     _tick_window(runtime, export)
-    runtime.window_delta = None
-    export.worker_in_flight.clear()
+    runtime.run.window_delta = None
     if export.final_stats is None:
-        export.final_stats = LLMStats.empty().merge(runtime.run_stats())
+        export.final_stats = LLMStats.empty().merge(runtime.run.totals())
     export.exporter.mark_final()
 
 
@@ -230,8 +230,8 @@ def on_quit(environment: Environment, **_kw: Any) -> None:
 
     Runs in ``quit``, the last event before Locust's ``sys.exit``.
     """
-    runtime: Runtime | None = getattr(environment, "llmload", None)
-    export = runtime.export if runtime is not None else None
+    runtime = runtime_of(environment)
+    export = runtime.process.export if runtime is not None else None
     if export is None:
         return
     exporter = export.exporter
@@ -267,22 +267,24 @@ def start_timeline(
     run and the results' ``timeseries`` go on without it. ``stop_run`` ends
     the run when an ``--abort-on`` threshold fires (the normal stop path).
     """
-    runtime: Runtime = environment.llmload  # type: ignore[attr-defined]
+    runtime = runtime_of(environment)
+    if runtime is None:
+        return
     runner = environment.runner
-    if isinstance(runner, WorkerRunner) or not runtime.run_id:
+    if isinstance(runner, WorkerRunner) or not runtime.run.run_id:
         return
     _stop_timeline(runtime)
-    config = runtime.config
+    config = runtime.process.config
     if isinstance(runner, MasterRunner):
         report_s = _LIVE_REPORT_INTERVAL_S if config.prometheus_port else WORKER_REPORT_INTERVAL
         grace_s = report_s + _REPORT_GRACE_EXTRA_S
     else:
         grace_s = _LOCAL_GRACE_S
-    scraper = runtime.server_scraper
+    scraper = runtime.process.server_scraper
     # a row waits for its server read (bounded by the read's timeout, then by the parse of its page),
     # never the other way round
     extra_wait_s = 0.0 if scraper is None else scraper.periodic_timeout_s * 1.5 + _SCRAPE_WAIT_EXTRA_S
-    runtime.timeline = Timeline(
+    table = Timeline(
         config.timeseries_interval_s,
         grace_s,
         SERVER_COLUMNS,
@@ -291,20 +293,19 @@ def start_timeline(
         extra_hold_s=_SCRAPE_PARSE_HOLD_S,
     )
     if scraper is not None:
-        scraper.follow(runtime.timeline.add_extra, runtime.run_started_s)
-    runtime.progress_finished = 0
-    runtime.live_rows = []
-    runtime.aborted = None
-    runtime.watch = ThresholdWatch(config.abort_on, config.timeseries_interval_s) if config.abort_on else None
-    if runtime.timeseries_log is not None:
-        runtime.timeseries_log.close()
-    runtime.timeseries_log = None
+        scraper.follow(table.add_extra, runtime.run.run_started_s)
+    if runtime.timeline.log is not None:
+        runtime.timeline.log.close()
+    timeseries_log = None
     if config.timeseries:
         try:
-            runtime.timeseries_log = TimeseriesLog(config.timeseries)
+            timeseries_log = TimeseriesLog(config.timeseries)
         except OSError as exc:
             log.error("llmload: --timeseries %s cannot be written (%s); pass a writable path", config.timeseries, exc)
-    runtime.timeline_task = gevent.spawn(_tick_timeline_forever, environment, runtime, stop_run)
+    watch = ThresholdWatch(config.abort_on, config.timeseries_interval_s) if config.abort_on else None
+    # a new timeline: every other field (rows, progress, the breach) starts at its default
+    runtime.timeline = TimelineState(table=table, log=timeseries_log, watch=watch)
+    runtime.timeline.task = gevent.spawn(_tick_timeline_forever, environment, runtime, stop_run)
 
 
 def _gauges(environment: Environment, runtime: Runtime) -> dict[str, int | None]:
@@ -315,18 +316,18 @@ def _gauges(environment: Environment, runtime: Runtime) -> dict[str, int | None]
     """
     runner = environment.runner
     if isinstance(runner, MasterRunner):
-        rss = runtime.worker_rss_bytes.values()
+        rss = runtime.master.worker_rss_bytes.values()
         return {
-            "in_flight_requests": sum(runtime.worker_in_flight.values()),
+            "in_flight_requests": sum(runtime.master.worker_in_flight.values()),
             "users": int(runner.user_count),
             "workers": int(runner.worker_count),
             RSS_GAUGE: max(rss) if rss else None,
         }
     return {
-        "in_flight_requests": runtime.in_flight,
+        "in_flight_requests": runtime.run.in_flight,
         "users": int(runner.user_count) if runner is not None else 0,
         "workers": 0,
-        RSS_GAUGE: runtime.rss_bytes(),
+        RSS_GAUGE: runtime.process.rss_bytes(),
     }
 
 
@@ -334,14 +335,14 @@ def _tick_timeline_forever(
     environment: Environment, runtime: Runtime, stop_run: Callable[[Environment], None] | None
 ) -> None:
     """Sample the gauges (at least twice per interval, so each interval has a sample), write and check due rows."""
-    timeline = runtime.timeline
+    timeline = runtime.timeline.table
     tick_s = min(_TIMELINE_TICK_S, timeline.interval_s / 2) if timeline is not None else _TIMELINE_TICK_S
     while timeline is not None:
-        now_s = time.perf_counter() - runtime.run_started_s
+        now_s = time.perf_counter() - runtime.run.run_started_s
         timeline.sample(now_s, _gauges(environment, runtime))
-        rows = timeline.due_rows(runtime.series, now_s)
+        rows = timeline.due_rows(runtime.run.series, now_s)
         _write(environment, runtime, rows)
-        runtime.live_rows.extend(rows)
+        runtime.timeline.rows.extend(rows)
         _check_thresholds(environment, runtime, rows, stop_run)
         gevent.sleep(tick_s)
 
@@ -350,12 +351,12 @@ def _check_thresholds(
     environment: Environment, runtime: Runtime, rows: list[Row], stop_run: Callable[[Environment], None] | None
 ) -> None:
     """Feed completed rows to the ``--abort-on`` watch; the first breach stops the run (once)."""
-    if runtime.watch is None or runtime.aborted is not None or not rows:
+    if runtime.timeline.watch is None or runtime.timeline.aborted is not None or not rows:
         return
-    breach = runtime.watch.observe(rows)
+    breach = runtime.timeline.watch.observe(rows)
     if breach is None:
         return
-    runtime.aborted = breach
+    runtime.timeline.aborted = breach
     log.warning(
         "llmload: --abort-on %r held from %.0f s to %.0f s of the run (values %s); stopping the run",
         breach.threshold,
@@ -369,39 +370,43 @@ def _check_thresholds(
 
 def _write(environment: Environment, runtime: Runtime, rows: list[Row], *, progress_from_t: float = 0.0) -> None:
     """Append ``rows`` to ``--timeseries`` and log a progress line per new total row."""
-    if runtime.timeseries_log is not None:
+    if runtime.timeline.log is not None:
         try:
-            runtime.timeseries_log.write(rows)
+            runtime.timeline.log.write(rows)
         except OSError as exc:
-            log.error("llmload: --timeseries %s: %s; no further rows are written there", runtime.config.timeseries, exc)
-            runtime.timeseries_log.close()
-            runtime.timeseries_log = None
+            log.error(
+                "llmload: --timeseries %s: %s; no further rows are written there",
+                runtime.process.config.timeseries,
+                exc,
+            )
+            runtime.timeline.log.close()
+            runtime.timeline.log = None
     run_time = getattr(environment.parsed_options, "run_time", None)
     for row in rows:
         if row["endpoint"] is not None or row["t"] < progress_from_t:
             continue
-        runtime.progress_finished += row["succeeded"] + row["failed"]
+        runtime.timeline.progress_finished += row["succeeded"] + row["failed"]
         log.info(
             "%s",
             progress_line(
                 row,
                 elapsed_s=row["t"] + row["interval_s"],
                 run_time_s=float(run_time) if isinstance(run_time, int | float) and run_time else None,
-                finished=runtime.progress_finished,
-                num_requests=runtime.config.num_requests,
+                finished=runtime.timeline.progress_finished,
+                num_requests=runtime.process.config.num_requests,
             ),
         )
 
 
 def _stop_timeline(runtime: Runtime) -> None:
-    task, runtime.timeline_task = runtime.timeline_task, None
+    task, runtime.timeline.task = runtime.timeline.task, None
     if task is not None:
         task.kill(block=True, timeout=_STOP_LIVE_TIMEOUT_S)
 
 
 def run_elapsed_s(runtime: Runtime) -> float:
     """Seconds since this process's run start (the time series' clock)."""
-    return time.perf_counter() - runtime.run_started_s
+    return time.perf_counter() - runtime.run.run_started_s
 
 
 def finish_timeline(
@@ -415,7 +420,7 @@ def finish_timeline(
     now). The drift section (``llmload.exporters.drift``) is None when no timeline ran.
     """
     _stop_timeline(runtime)
-    timeline = runtime.timeline
+    timeline = runtime.timeline.table
     if timeline is None:
         return [], None
     if end_s is None:
@@ -423,7 +428,7 @@ def finish_timeline(
     if interval_index(end_s, timeline.interval_s) not in timeline.gauges:  # the stop began a new interval
         timeline.sample(end_s, _gauges(environment, runtime))
     new_from_t = timeline.written_intervals * timeline.interval_s
-    _write(environment, runtime, timeline.final_rows(runtime.series, end_s), progress_from_t=new_from_t)
+    _write(environment, runtime, timeline.final_rows(runtime.run.series, end_s), progress_from_t=new_from_t)
     if timeline.late_intervals:
         log.warning(
             "llmload: %d time-series interval(s) received requests after their rows were written "
@@ -436,8 +441,8 @@ def finish_timeline(
             "--timeseries has them again with the server columns",
             timeline.late_extra_intervals,
         )
-    if runtime.timeseries_log is not None:
-        runtime.timeseries_log.close()
-        runtime.timeseries_log = None
-    drift = drift_section(runtime.series, timeline.interval_s, end_s, timeline.gauges)
-    return timeline.rows(runtime.series, end_s), drift
+    if runtime.timeline.log is not None:
+        runtime.timeline.log.close()
+        runtime.timeline.log = None
+    drift = drift_section(runtime.run.series, timeline.interval_s, end_s, timeline.gauges)
+    return timeline.rows(runtime.run.series, end_s), drift

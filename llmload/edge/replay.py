@@ -1,6 +1,6 @@
 """Trace replay in a user: take this process's next trace line and sleep until it is due.
 
-The schedule is absolute (``Runtime.trace_start_s`` plus the line's scaled
+The schedule is absolute (``RunState.trace_start_s`` plus the line's scaled
 offset), so a late wake-up never shifts later lines; a line that finds every
 user busy is sent late by the next free user, and the wait is its dispatch
 delay (the schedule lag), as for ``--request-rate``.
@@ -88,25 +88,25 @@ def take_trace_line(runtime: Runtime) -> TracedRequest | None:
     Raises:
         DatasetError: the line's prompt cannot be built (an exact length is unreachable).
     """
-    cursor, workload = runtime.trace, runtime.workload
+    cursor, workload = runtime.run.trace, runtime.process.workload
     if cursor is None or workload is None:
         return None
     taken = cursor.take_turn()
     if taken is None:
         return None
     line, offset_s, turn = taken
-    if runtime.trace_start_s == 0.0:
-        runtime.trace_start_s = time.perf_counter()  # after a warm-up: the replay starts with the load
-    intended_s = runtime.trace_start_s + offset_s
+    if runtime.run.trace_start_s == 0.0:
+        runtime.run.trace_start_s = time.perf_counter()  # after a warm-up: the replay starts with the load
+    intended_s = runtime.run.trace_start_s + offset_s
     try:
         prompt = workload.trace_prompt(line)  # built before the sleep, so the send is on time
     except Exception:
         if line.session_id is not None:
-            runtime.trace_order.done(line.session_id, turn)  # the session's next line may still go
+            runtime.run.trace_order.done(line.session_id, turn)  # the session's next line may still go
         raise
     traced = TracedRequest(prompt, intended_s, line.line, line.session_id, turn)
     if line.session_id is not None and turn > 0:
-        runtime.trace_order.wait(line.session_id, turn)
+        runtime.run.trace_order.wait(line.session_id, turn)
     delay_s = intended_s - time.perf_counter()
     if delay_s > _SPIN_S:
         gevent.sleep(delay_s - _SPIN_S)
@@ -118,4 +118,4 @@ def take_trace_line(runtime: Runtime) -> TracedRequest | None:
 def finish_trace_line(runtime: Runtime, traced: TracedRequest | None) -> None:
     """The trace line ``traced`` is over (answered, failed, skipped or cancelled): its session's next line may go."""
     if traced is not None and traced.session_id is not None:
-        runtime.trace_order.done(traced.session_id, traced.turn)
+        runtime.run.trace_order.done(traced.session_id, traced.turn)

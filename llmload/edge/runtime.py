@@ -1,13 +1,21 @@
-"""Per-process run state shared by the Locust users and the event hooks.
+"""Per-process state shared by the Locust users and the event hooks, split by lifetime.
 
-One ``Runtime`` lives on each Locust environment (``environment.llmload``),
-created by ``hooks.install`` when Locust fires ``init``; nothing is created at
-import time.
+One ``Runtime`` lives on each Locust environment (``attach``; read it with
+``runtime_of``), created by ``hooks.install`` when Locust fires ``init``;
+nothing is created at import time. It holds four states:
+
+- ``ProcessState``: what lives as long as the process (options, request
+  headers, tokenizer, workload, shared services such as the exporter);
+- ``RunState``: one run, built afresh at each test start (no field-by-field reset);
+- ``MasterState``: what a master learns of its workers in one run;
+- ``TimelineState``: the time series being written, built afresh at each timeline start.
+
+A user hands every finished request to ``Runtime.hand_off``, the one way a
+record enters the statistics.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import time
@@ -21,6 +29,7 @@ import gevent.lock
 from llmload.aggregate.series import FoldedTotal, IntervalSeries, interval_index
 from llmload.aggregate.stats import LLMStats
 from llmload.edge.replay import SessionOrder
+from llmload.edge.run_parts import CpuMonitor, RequestBudget, RequestCache, SendWindow, WarmupGate
 from llmload.exporters.load import SendFigures
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
@@ -30,7 +39,6 @@ from llmload.exporters.window import SlidingWindow
 from llmload.net.scrape import ServerScraper
 from llmload.net.sockets import AddressCache, LoopTurns
 from llmload.request.degenerate import SameTextWatch
-from llmload.request.payloads import LLMRequest
 from llmload.request.preflight import not_streamed_warning
 from llmload.request.record import RequestRecord
 from llmload.request.tokens import TokenCounter
@@ -40,180 +48,22 @@ from llmload.settings.config import RunConfig
 from llmload.settings.proxies import ProxyChoice
 from llmload.settings.thresholds import Breach, ThresholdWatch
 from llmload.workload.arrivals import ArrivalSchedule
-from llmload.workload.prompts import Prompt, PromptStream, Workload
+from llmload.workload.prompts import PromptStream, Workload
 from llmload.workload.session_file import SessionStream
 from llmload.workload.trace import Trace, TraceCursor
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CpuMonitor", "ExportState", "RequestBudget", "RequestCache", "Runtime", "SendWindow", "WarmupGate"]
-
-
-class RequestBudget:
-    """Counts the requests this process may still send (``--num-requests`` share).
-
-    ``limit`` None means unlimited. ``on_done`` is called once, when every
-    permitted request has finished (succeeded or failed); requests cancelled at
-    stop never call it. Once ``close``d (the run is over in this process) no
-    permit is given any more.
-    """
-
-    def __init__(self, limit: int | None, on_done: Callable[[], None] | None = None) -> None:
-        self.limit = limit
-        self.issued = 0
-        self.finished = 0
-        self.closed = False
-        self._on_done = on_done
-        self._notified = False
-
-    def close(self) -> None:
-        """Give no permit from now on: this process's run is over (its final figures are being taken)."""
-        self.closed = True
-
-    def try_acquire(self) -> bool:
-        """Take one permit; False when the share is used up or the budget is closed."""
-        if self.closed:
-            return False
-        if self.limit is None or self.issued < self.limit:
-            self.issued += 1
-            return True
-        self._maybe_notify()
-        return False
-
-    def release(self) -> None:
-        """Mark one permitted request as finished."""
-        self.finished += 1
-        self._maybe_notify()
-
-    @property
-    def exhausted(self) -> bool:
-        """True when no permit is left (never for an unlimited budget)."""
-        return self.limit is not None and self.issued >= self.limit
-
-    def _maybe_notify(self) -> None:
-        if not self._notified and self.limit is not None and self.finished >= self.limit and self._on_done is not None:
-            self._notified = True
-            self._on_done()
-
-
-class RequestCache:
-    """Requests already built in this process, by (endpoint, prompt), for the current config and model.
-
-    Building a body (JSON encoding of the prompt) costs ~20 us; a fixed prompt
-    or a small dataset repeats the same bodies, so each is built once. Bodies
-    of at most ``limit_bytes`` in all are kept (a large dataset or long
-    conversations are mostly built afresh).
-    """
-
-    def __init__(self, limit_bytes: int = 1 << 20) -> None:
-        """An empty cache holding bodies of at most ``limit_bytes`` bytes in all."""
-        self.limit_bytes = limit_bytes
-        self.kept_bytes = 0
-        self.config: RunConfig | None = None
-        self.model: str | None = None
-        self.requests: dict[tuple[str, Prompt], LLMRequest] = {}
-
-    def reset(self, config: RunConfig, model: str | None) -> None:
-        """Forget every request: they were built for another config or model."""
-        self.config, self.model = config, model
-        self.requests = {}
-        self.kept_bytes = 0
-
-    def keep(self, key: tuple[str, Prompt], request: LLMRequest) -> None:
-        """Keep ``request`` under ``key`` unless that would pass ``limit_bytes``."""
-        size = len(request.body)
-        if self.kept_bytes + size <= self.limit_bytes:
-            self.requests[key] = request
-            self.kept_bytes += size
-
-
-class WarmupGate:
-    """This process's share of ``--warmup-requests``: sent first, left out of every statistic.
-
-    A user takes a permit with ``try_acquire`` and sends a warm-up request;
-    once every permit is taken, users ``wait`` until all warm-up requests have
-    finished, so measured requests never overlap warm-up ones. Warm-up
-    requests do not count against ``--num-requests``.
-    """
-
-    def __init__(self, count: int) -> None:
-        """``count`` >= 0 warm-up requests for this process."""
-        self.remaining = count
-        self.in_flight = 0
-        self.sent = 0
-        self.failed = 0
-        self._finished = gevent.event.Event()
-        if count <= 0:
-            self._finished.set()
-
-    @property
-    def done(self) -> bool:
-        """True when every warm-up request has finished (always for a count of 0)."""
-        return bool(self._finished.is_set())
-
-    def try_acquire(self) -> bool:
-        """Take one warm-up permit; False when none is left."""
-        if self.remaining <= 0:
-            return False
-        self.remaining -= 1
-        self.in_flight += 1
-        self.sent += 1
-        return True
-
-    def release(self, *, ok: bool = True) -> None:
-        """Mark one warm-up request as finished (``ok`` False: it failed or was cancelled)."""
-        self.in_flight -= 1
-        if not ok:
-            self.failed += 1
-        if self.remaining <= 0 and self.in_flight <= 0:
-            self._finished.set()
-
-    def wait(self) -> None:
-        """Block this greenlet until every warm-up request has finished."""
-        self._finished.wait()
-
-
-@dataclass
-class SendWindow:
-    """The requests this process handed to the server in the current run: how many, when, and when they were due.
-
-    Every request counts once it is sent, whether it then succeeds, fails or is
-    cancelled at the stop, so the send rate divides the requests sent in a
-    window by that same window. For an open loop the intended (scheduled) send
-    times of the same requests give the rate they were scheduled at, so both
-    rates cover the same requests (``time.perf_counter`` seconds).
-    """
-
-    count: int = 0
-    first_s: float = math.inf
-    last_s: float = -math.inf
-    first_due_s: float = math.inf
-    last_due_s: float = -math.inf
-
-    def note(self, at_s: float, due_s: float | None = None) -> None:
-        """Count one request sent at ``at_s`` (scheduled for ``due_s`` in an open loop)."""
-        self.count += 1
-        self.first_s = min(self.first_s, at_s)
-        self.last_s = max(self.last_s, at_s)
-        if due_s is not None:
-            self.first_due_s = min(self.first_due_s, due_s)
-            self.last_due_s = max(self.last_due_s, due_s)
-
-    @property
-    def rate_per_s(self) -> float | None:
-        """(count - 1) / (last - first send), like an arrival schedule's own rate; None before two sends."""
-        return _rate(self.count, self.last_s - self.first_s)
-
-    @property
-    def scheduled_rate_per_s(self) -> float | None:
-        """(count - 1) / (last - first due time) of the same requests; None without a schedule."""
-        return _rate(self.count, self.last_due_s - self.first_due_s)
-
-
-def _rate(count: int, span_s: float) -> float | None:
-    if count < 2 or not 0 < span_s < math.inf:
-        return None
-    return (count - 1) / span_s
+__all__ = [
+    "ExportState",
+    "MasterState",
+    "ProcessState",
+    "RunState",
+    "Runtime",
+    "TimelineState",
+    "attach",
+    "runtime_of",
+]
 
 
 @dataclass
@@ -222,9 +72,8 @@ class ExportState:
 
     Attributes:
         exporter: serves ``/metrics``.
-        window: live window, fed with every delta merged into ``Runtime.stats``.
+        window: live window, fed with every delta merged into the run's statistics.
         grace_s: longest wait after the run for a scrape of the final totals.
-        worker_in_flight: master: in-flight requests per worker, as of its latest report.
         final_stats: copy of the statistics the results were built from (what
             scrapes report after the run, so late reports cannot make the
             counters differ from the results); None while a run is live.
@@ -235,33 +84,23 @@ class ExportState:
     window: SlidingWindow
     grace_s: float
     url: str = ""
-    worker_in_flight: dict[str, int] = field(default_factory=dict)
     final_stats: LLMStats | None = None
 
 
 @dataclass
-class Runtime:
-    """Mutable state of one Locust process for the current run.
+class ProcessState:
+    """What one Locust process keeps across runs: options, prepared request parts, shared services.
 
     Attributes:
-        config: validated options (rebuilt at every test start).
-        stats: statistics counted outside the series (kept, in the interval of
-            now, by ``take_delta``); the run's totals are ``run_stats()``.
-        budget: this process's share of ``--num-requests``.
-        run_id: identifies the current run; worker payloads of another run are dropped.
-        model: the served model name requests use (resolved by preflight).
+        config: validated options (a worker rebuilds it at every test start from the master's).
+        model: the served model name requests use (resolved by preflight; a worker's comes with the plan).
         headers: request headers (the API key lives only here).
-        key_sent_as: the header that carries the API key (for messages), None = no key sent.
         url_authorization: ``Authorization: Basic`` value for ``user:password@`` in ``-H``
             (``llmload.settings.credentials``); the host itself is kept without them.
+        key_sent_as: the header that carries the API key (for messages), None = no key sent.
         token_counter: local tokenizer, used only when the server sends no usage.
-        started_at_unix: start of the current run on the run's timeline (the
-            master's wall clock; ``llmload.run.clock``), the same instant as ``run_started_s``.
-        blocked: why the run must not send load (failed preflight), or None.
         idle: never set; users with nothing to send park on it until the runner stops them.
         workload: the prompt source (``--dataset`` or ``--input-tokens``), built before load; None = plain ``--prompt``.
-        prompts: this process's share of the workload's prompt sequence; None until test start.
-        warmup: this process's share of ``--warmup-requests``; None = no warm-up.
         addresses: name resolutions shared by every user's transport in this process.
         turns: when this process's gevent loop polls, shared by every user's transport (read lags).
         proxy: the forward proxy every transport of this process uses for the
@@ -270,98 +109,50 @@ class Runtime:
         request_cache: requests built in this process, reused for repeated prompts.
         interrupt_main: hands a Ctrl-C to Locust's main greenlet (``llmload.edge.interrupt``);
             None outside a Locust process.
-        stopping: a stop is under way (a further Ctrl-C is ignored).
-        stopped_by: the signal that stopped the current run before its end (``"Ctrl-C"``), None = none.
-        ended_run_id: the run this process has ended (``end_run``); Locust may still
+        faults_reported: causes of skipped requests already logged (each is logged once per process).
+        ended_run_id: the run this process has ended (``Runtime.end_run``); Locust may still
             start users for it (late spawn messages), and they send nothing.
         share_from_master: worker: its own share of the run, as the master sent it
             (``llmload_share``, before the spawn message); None before one arrived.
-        finals_from: master: workers whose final report of this run has arrived
-            (sent when the master flushed, or by a worker shutting down on its own).
+        prepared_for: the (host, config) the last ``prepare`` checked, or None.
+        requests_log: ``--requests-log`` of the current run in a process that runs users, or None.
+        cpu: this process's CPU monitor (made by the first run that runs users), or None.
+        server_scraper: ``--server-metrics`` of the current run, master or single process only, or None.
+        export: the Prometheus exporter, master or single process, when ``--prometheus-port`` is not 0.
+        live_task: worker live reports / single-process window ticks (``llmload.edge.live``).
+        checkpoint_task: ``--checkpoint-interval`` writes; ``checkpoint_stop`` ends them.
+        usage_refused: endpoints that refused ``stream_options``.
+        not_streamed: endpoints already warned of a JSON answer to ``stream: true``.
     """
 
     config: RunConfig
-    stats: LLMStats = field(default_factory=LLMStats.empty)
-    budget: RequestBudget = field(default_factory=lambda: RequestBudget(None))
-    run_id: str = ""
     model: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     url_authorization: str | None = None
     key_sent_as: str | None = None
     token_counter: TokenCounter | None = None
-    started_at_unix: float = 0.0
-    blocked: str | None = None
     idle: gevent.event.Event = field(default_factory=gevent.event.Event)
     workload: Workload | None = None
-    prompts: PromptStream | None = None
-    warmup: WarmupGate | None = None
     addresses: AddressCache = field(default_factory=AddressCache)
     turns: LoopTurns = field(default_factory=LoopTurns)
     proxy: ProxyChoice | None = None
     proxy_note: str | None = None
     request_cache: RequestCache = field(default_factory=RequestCache)
-    # stopping: SIGINT goes to interrupt_main; stopping is True while a stop is under way
     interrupt_main: Callable[[], None] | None = None
-    stopping: bool = False
-    stopped_by: str | None = None  # the signal that stopped the current run early ("Ctrl-C"), None = not one
-    faults_reported: set[str] = field(default_factory=set)  # causes of skipped requests already logged
+    faults_reported: set[str] = field(default_factory=set)
     ended_run_id: str = ""
     share_from_master: ShareMessage | None = None
-    # master only
-    planned_workers: set[str] = field(default_factory=set)
-    done_workers: set[str] = field(default_factory=set)
-    pending_finals: set[str] = field(default_factory=set)
-    finals_from: set[str] = field(default_factory=set)  # workers whose final report of this run arrived
-    finals_in: gevent.event.Event = field(default_factory=gevent.event.Event)
-    lost_workers: list[str] = field(default_factory=list)
-    results: dict[str, object] | None = None
     prepared_for: tuple[str, RunConfig] | None = None
     requests_log: RequestsLog | None = None
     cpu: CpuMonitor | None = None
-    cpu_saturated_s: float = 0.0  # longest CPU saturation streak (s), max over workers on the master
-    server_scraper: ServerScraper | None = None  # --server-metrics, master or single process only
-    flushed: bool = False
-    # open loop: this process's arrival schedule, its monotonic start, and the in-flight cap
-    schedule: ArrivalSchedule | None = None
-    schedule_start_s: float = 0.0
-    concurrency: gevent.lock.BoundedSemaphore | None = None
-    # --trace: this process's lines and the monotonic instant the trace's time 0 is due (0.0: at the first take)
-    trace: TraceCursor | None = None
-    session_stream: SessionStream | None = None  # --sessions: this process's sessions
-    trace_start_s: float = 0.0
-    trace_order: SessionOrder = field(default_factory=SessionOrder)  # a session's trace lines one at a time
-    sends: SendWindow = field(default_factory=SendWindow)
-    stopped_at_s: float | None = None  # time.perf_counter() when this process's stop began
-    send_figures_by_process: dict[str, SendFigures] = field(default_factory=dict)  # master: latest per worker
-    # time series: this process's requests by finish interval (worker: since its last report; master: the run's)
-    series: IntervalSeries = field(default_factory=IntervalSeries.empty)
-    # single process (the default) and master: run totals folded from ``series`` (``run_stats``); None on a worker
-    local_total: FoldedTotal | None = field(default_factory=FoldedTotal)
-    run_started_s: float = 0.0  # time.perf_counter() at this run's start (llmload.aggregate.series, llmload.run.clock)
-    clock_offset_s: float | None = None  # worker: its wall clock minus the master's (llmload.run.clock)
-    worker_clocks: dict[str, OffsetEstimate] = field(default_factory=dict)  # master: each worker's clock offset
-    worker_rss_bytes: dict[str, int] = field(default_factory=dict)  # master: as of each worker's latest report
-    _process: object = field(default=None, init=False, repr=False)  # psutil.Process of this process, on first use
-    timeline: Timeline | None = None  # master or single process: the intervals written so far
-    timeseries_log: TimeseriesLog | None = None  # --timeseries
-    timeline_task: gevent.Greenlet[[], None] | None = None  # master or single process: the interval ticks
-    worker_in_flight: dict[str, int] = field(default_factory=dict)  # master: as of each worker's latest report
-    progress_finished: int = 0  # requests finished in the intervals the progress lines covered so far
-    live_rows: list[Row] = field(default_factory=list)  # rows of the intervals written so far
-    watch: ThresholdWatch | None = None  # --abort-on thresholds, master or single process
-    aborted: Breach | None = None  # the threshold that stopped the current run
-    checkpoint_task: gevent.Greenlet[[], None] | None = None  # --checkpoint-interval writes
+    server_scraper: ServerScraper | None = None
+    export: ExportState | None = None
+    live_task: gevent.Greenlet[[], None] | None = None
+    checkpoint_task: gevent.Greenlet[[], None] | None = None
     checkpoint_stop: gevent.event.Event = field(default_factory=gevent.event.Event)
-    failure_samples: dict[str, str] = field(default_factory=dict)  # error category -> first message (Failures tab)
-    same_text: SameTextWatch = field(default_factory=SameTextWatch)  # this process's recent replies (degenerate output)
-    reset_at_unix: float | None = None  # master/single process: when the web UI's RESET last cleared the statistics
-    # Prometheus exporter (--prometheus-port)
-    in_flight: int = 0  # requests sent by this process's users and not finished yet
-    window_delta: LLMStats | None = None  # single process with exporter: records since the last window tick
-    live_task: gevent.Greenlet[[], None] | None = None  # worker live reports / single-process window ticks
-    export: ExportState | None = None  # master or single process, when --prometheus-port is not 0
-    usage_refused: set[str] = field(default_factory=set)  # endpoints that refused stream_options
-    not_streamed: set[str] = field(default_factory=set)  # endpoints already warned of a JSON answer to stream: true
+    usage_refused: set[str] = field(default_factory=set)
+    not_streamed: set[str] = field(default_factory=set)
+    _psutil_process: object = field(default=None, init=False, repr=False)  # psutil.Process of this process
 
     def include_usage(self, endpoint: str) -> bool:
         """Whether requests to ``endpoint`` ask for ``stream_options.include_usage`` (``--stream-usage``)."""
@@ -413,6 +204,120 @@ class Runtime:
         self.not_streamed.add(endpoint)
         log.warning("llmload: %s", not_streamed_warning(f"the {endpoint} endpoint"))
 
+    @property
+    def trace_of_run(self) -> Trace | None:
+        """The loaded ``--trace`` of this run, or None."""
+        return self.workload.trace if self.workload is not None else None
+
+    def rss_bytes(self) -> int | None:
+        """This process's resident memory now (bytes); None when psutil cannot read it."""
+        import psutil
+
+        try:
+            if not isinstance(self._psutil_process, psutil.Process):
+                self._psutil_process = psutil.Process()
+            return int(self._psutil_process.memory_info().rss)
+        except psutil.Error:
+            return None
+
+
+@dataclass
+class RunState:
+    """One run of this process, built afresh at each test start: its defaults are a new run's values.
+
+    Nothing here is reset field by field: ``llmload.edge.cluster`` replaces
+    the whole ``Runtime.run`` when a run starts (a field added here starts
+    each run at its default). Before the first run it holds those defaults
+    (``run_id`` ""). RESET in the web UI restarts only the counts (``restart_counts``).
+
+    Attributes:
+        run_id: identifies the current run; worker payloads of another run are dropped; "" = no run yet.
+        started_at_unix: start of the current run on the run's timeline (the
+            master's wall clock; ``llmload.run.clock``), the same instant as ``run_started_s``.
+        run_started_s: ``time.perf_counter()`` at this run's start (``llmload.aggregate.series``,
+            ``llmload.run.clock``).
+        clock_offset_s: worker: its wall clock minus the master's (``llmload.run.clock``), None = unknown.
+        blocked: why the run must not send load (failed preflight), or None.
+        stopping: a stop is under way (a further Ctrl-C is ignored).
+        stopped_by: the signal that stopped the run before its end (``"Ctrl-C"``), None = none.
+        results: master or single process: the run's results once built, else None.
+        stats: statistics counted outside the series (kept, in the interval of
+            now, by ``Runtime.take_delta``); the run's totals are ``totals()``.
+        series: this process's requests by finish interval (worker: since its last report; master: the run's).
+        local_total: single process and master: run totals folded from ``series``; None on a worker.
+        budget: this process's share of ``--num-requests``.
+        schedule: open loop: this process's arrival schedule; ``schedule_start_s`` its monotonic start (0.0: not yet).
+        concurrency: open loop: the in-flight cap, or None.
+        trace: ``--trace``: this process's lines; ``trace_start_s`` the monotonic instant the trace's
+            time 0 is due (0.0: at the first take); ``trace_order`` a session's lines one at a time.
+        session_stream: ``--sessions``: this process's sessions.
+        prompts: this process's share of the workload's prompt sequence; None = none.
+        warmup: this process's share of ``--warmup-requests``; None = no warm-up.
+        sends: the requests this process sent in this run.
+        stopped_at_s: ``time.perf_counter()`` when this process's stop began, None before.
+        in_flight: requests sent by this process's users and not finished yet.
+        failure_samples: error category -> first message (Locust's Failures tab).
+        same_text: this process's recent replies (degenerate output).
+        reset_at_unix: master/single process: when the web UI's RESET last cleared the statistics.
+        cpu_saturated_s: longest CPU saturation streak (s), max over workers on the master.
+        window_delta: single process with the exporter: records since the last window tick, else None.
+    """
+
+    run_id: str = ""
+    started_at_unix: float = 0.0
+    run_started_s: float = 0.0
+    clock_offset_s: float | None = None
+    blocked: str | None = None
+    stopping: bool = False
+    stopped_by: str | None = None
+    results: dict[str, object] | None = None
+    stats: LLMStats = field(default_factory=LLMStats.empty)
+    series: IntervalSeries = field(default_factory=IntervalSeries.empty)
+    local_total: FoldedTotal | None = field(default_factory=FoldedTotal)
+    budget: RequestBudget = field(default_factory=lambda: RequestBudget(None))
+    schedule: ArrivalSchedule | None = None
+    schedule_start_s: float = 0.0
+    concurrency: gevent.lock.BoundedSemaphore | None = None
+    trace: TraceCursor | None = None
+    trace_start_s: float = 0.0
+    trace_order: SessionOrder = field(default_factory=SessionOrder)
+    session_stream: SessionStream | None = None
+    prompts: PromptStream | None = None
+    warmup: WarmupGate | None = None
+    sends: SendWindow = field(default_factory=SendWindow)
+    stopped_at_s: float | None = None
+    in_flight: int = 0
+    failure_samples: dict[str, str] = field(default_factory=dict)
+    same_text: SameTextWatch = field(default_factory=SameTextWatch)
+    reset_at_unix: float | None = None
+    cpu_saturated_s: float = 0.0
+    window_delta: LLMStats | None = None
+
+    def restart_counts(self, at_unix: float) -> None:
+        """RESET (web UI or ``--reset-stats``) at ``at_unix``: the counts start afresh; the run goes on.
+
+        The statistics, series, folded totals, failure samples and the live
+        window's pending records restart; the budget, schedule and run id stay.
+        """
+        self.stats = LLMStats.empty()
+        self.series = IntervalSeries.empty()  # the time series restarts too: its sums stay the summary's totals
+        if self.local_total is not None:
+            self.local_total = self.local_total.restarted()
+        self.reset_at_unix = at_unix
+        self.failure_samples.clear()
+        if self.window_delta is not None:
+            self.window_delta = LLMStats.empty()
+
+    def totals(self) -> LLMStats:
+        """The run's statistics so far: the series folded (single process and master), else ``stats``."""
+        if self.local_total is not None:
+            return self.local_total.of(self.series)
+        return self.stats
+
+    def has_unreported(self) -> bool:
+        """True when something was counted since the last ``Runtime.take_delta``."""
+        return not (self.series.is_empty() and self.stats.is_empty())
+
     def send_figures(self) -> SendFigures:
         """This process's open-loop figures: schedule rate, send rate, and how far behind it was at the stop."""
         schedule = self.schedule
@@ -435,6 +340,88 @@ class Runtime:
             behind_s = max(0.0, now_s - (self.trace_start_s + due_s))
         return SendFigures(self.sends.scheduled_rate_per_s, self.sends.rate_per_s, behind_s)
 
+
+@dataclass
+class MasterState:
+    """What a master learns of its workers in one run; built afresh at each run start of a master or single process.
+
+    Present on every process (empty outside a master), because the results,
+    ``/metrics`` and the time series read lost workers and send figures on
+    every kind of process.
+
+    Attributes:
+        planned_workers: the workers the run was split over.
+        done_workers: workers that reported their whole share sent (``llmload_done``).
+        pending_finals: workers flushed whose final report has not arrived yet; ``finals_in`` is set when none is left.
+        finals_from: workers whose final report of this run arrived (sent when the master flushed,
+            or by a worker shutting down on its own).
+        lost_workers: workers lost mid-run or that never sent their final report.
+        flushed: the master has sent ``llmload_flush`` for this run.
+        send_figures_by_process: each worker's latest open-loop figures.
+        worker_clocks: each worker's clock offset estimate (``llmload.run.clock``).
+        worker_rss_bytes: each worker's resident memory, as of its latest report.
+        worker_in_flight: each worker's in-flight requests, as of its latest report.
+    """
+
+    planned_workers: set[str] = field(default_factory=set)
+    done_workers: set[str] = field(default_factory=set)
+    pending_finals: set[str] = field(default_factory=set)
+    finals_from: set[str] = field(default_factory=set)
+    finals_in: gevent.event.Event = field(default_factory=gevent.event.Event)
+    lost_workers: list[str] = field(default_factory=list)
+    flushed: bool = False
+    send_figures_by_process: dict[str, SendFigures] = field(default_factory=dict)
+    worker_clocks: dict[str, OffsetEstimate] = field(default_factory=dict)
+    worker_rss_bytes: dict[str, int] = field(default_factory=dict)
+    worker_in_flight: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class TimelineState:
+    """The time series of one run as it is written (master or single process); built afresh by ``live.start_timeline``.
+
+    Attributes:
+        table: the intervals sampled and written so far, None before a run (and on a worker).
+        log: the ``--timeseries`` file, or None.
+        task: the greenlet that ticks the intervals, or None.
+        rows: rows of the intervals written so far (since the last RESET; checkpoints read them).
+        progress_finished: requests finished in the intervals the progress lines covered so far.
+        watch: ``--abort-on`` thresholds, or None.
+        aborted: the threshold that stopped the run, or None.
+    """
+
+    table: Timeline | None = None
+    log: TimeseriesLog | None = None
+    task: gevent.Greenlet[[], None] | None = None
+    rows: list[Row] = field(default_factory=list)
+    progress_finished: int = 0
+    watch: ThresholdWatch | None = None
+    aborted: Breach | None = None
+
+    def restart(self) -> None:
+        """RESET: checkpoints hold the rows measured after it, and ``--abort-on`` windows start again."""
+        self.rows = []
+        if self.watch is not None:  # rows before the reset no longer count
+            self.watch = ThresholdWatch(self.watch.thresholds, self.watch.interval_s)
+
+
+class Runtime:
+    """llmload's state in one Locust process: ``process`` (across runs), ``run``, ``master`` and ``timeline``.
+
+    One lives on each Locust environment (``attach``, read with ``runtime_of``).
+    ``run`` and ``master`` are replaced whole at each test start, ``timeline``
+    at each timeline start; ``process`` lives as long as the process.
+    """
+
+    __slots__ = ("master", "process", "run", "timeline")
+
+    def __init__(self, config: RunConfig) -> None:
+        """The state of a process with options ``config`` before its first run."""
+        self.process = ProcessState(config=config)
+        self.run = RunState()
+        self.master = MasterState()
+        self.timeline = TimelineState()
+
     def end_run(self) -> None:
         """This process's run is over: no user may start a request any more, until the next run's budget.
 
@@ -442,48 +429,42 @@ class Runtime:
         request sent is in them; users that Locust starts later (its master keeps
         sending spawn messages for a while after a stop) stop without sending.
         """
-        self.budget.close()
-        if self.run_id:
-            self.ended_run_id = self.run_id
+        self.run.budget.close()
+        if self.run.run_id:
+            self.process.ended_run_id = self.run.run_id
 
-    def count(self, record: RequestRecord, *, met_slo: bool = False) -> None:
-        """Count one finished request, once: in the series, in the interval of now (its finish).
+    def hand_off(self, record: RequestRecord, *, met_slo: bool = False, log_it: bool = True) -> None:
+        """A user hands off one finished request: counted once, in the run's series (interval of now, its finish).
 
-        A worker's statistics come from the series (``take_delta``), a single
-        process's from it too (``run_stats``); the master merges its workers'.
+        Also into the live window's pending records (single process with the
+        exporter) and, when ``log_it``, the ``--requests-log``. A worker's
+        statistics come from the series (``take_delta``), a single process's
+        from it too (``RunState.totals``); the master merges its workers'.
         """
-        self.series.add(self.interval_now(), record, met_slo=met_slo)
+        run = self.run
+        run.series.add(self.interval_now(), record, met_slo=met_slo)
+        if run.window_delta is not None:
+            run.window_delta.add(record, met_slo=met_slo)
+        requests_log = self.process.requests_log
+        if log_it and requests_log is not None:
+            requests_log.write(record)
 
     def count_cancelled(self, endpoint: str, model: str) -> None:
-        """Count one request cancelled at the stop, like ``count``."""
-        self.series.add_cancelled(self.interval_now(), endpoint, model)
-
-    def run_stats(self) -> LLMStats:
-        """The run's statistics so far: the series folded (single process and master), else ``stats``."""
-        if self.local_total is not None:
-            return self.local_total.of(self.series)
-        return self.stats
+        """Count one request cancelled at the stop, like ``hand_off`` (in the series only)."""
+        self.run.series.add_cancelled(self.interval_now(), endpoint, model)
 
     def take_delta(self) -> tuple[LLMStats, IntervalSeries]:
         """Return what was counted since the last call, as statistics and per interval, and start afresh (workers).
 
         The statistics are the series' intervals merged; anything added to
-        ``stats`` directly is kept too, in the interval of now.
+        ``run.stats`` directly is kept too, in the interval of now.
         """
-        series = self.series.take()
-        if not self.stats.is_empty():
-            stray, self.stats = self.stats, LLMStats.empty()
+        run = self.run
+        series = run.series.take()
+        if not run.stats.is_empty():
+            stray, run.stats = run.stats, LLMStats.empty()
             series.slot(self.interval_now()).merge_in(stray)
         return series.total(), series
-
-    def has_unreported(self) -> bool:
-        """True when something was counted since the last ``take_delta``."""
-        return not (self.series.is_empty() and self.stats.is_empty())
-
-    @property
-    def trace_of_run(self) -> Trace | None:
-        """The loaded ``--trace`` of this run, or None."""
-        return self.workload.trace if self.workload is not None else None
 
     def now_unix(self) -> float:
         """Now on the run's timeline: Unix seconds of the master's wall clock, read off this process's monotonic clock.
@@ -491,76 +472,29 @@ class Runtime:
         Every request stamp (``RequestRecord.started_at_unix``) comes from
         here, so no span depends on this machine's wall clock (``llmload.run.clock``).
         """
-        return self.started_at_unix + (time.perf_counter() - self.run_started_s)
+        return self.run.started_at_unix + (time.perf_counter() - self.run.run_started_s)
 
-    def rss_bytes(self) -> int | None:
-        """This process's resident memory now (bytes); None when psutil cannot read it."""
-        import psutil
+    def workers_in_flight(self) -> int:
+        """Master: its workers' in-flight requests, as of their latest reports (``MasterState.worker_in_flight``).
 
-        try:
-            if not isinstance(self._process, psutil.Process):
-                self._process = psutil.Process()
-            return int(self._process.memory_info().rss)
-        except psutil.Error:
-            return None
+        0 once the exporter holds the run's final figures (``ExportState.final_stats``): the run is over.
+        """
+        export = self.process.export
+        if export is not None and export.final_stats is not None:
+            return 0
+        return sum(self.master.worker_in_flight.values())
 
     def interval_now(self) -> int:
         """The time-series interval this process's clock is in now (``llmload.aggregate.series``)."""
-        return interval_index(time.perf_counter() - self.run_started_s, self.config.timeseries_interval_s)
+        return interval_index(time.perf_counter() - self.run.run_started_s, self.process.config.timeseries_interval_s)
 
 
-class CpuMonitor:
-    """Samples this process's CPU every ``interval_s`` and keeps its longest saturation streak.
+def attach(environment: object, runtime: Runtime) -> None:
+    """Put ``runtime`` on ``environment`` (a Locust ``Environment``) as ``environment.llmload``."""
+    environment.llmload = runtime  # type: ignore[attr-defined]
 
-    Latencies measured by a saturated client are the client's, not the server's.
-    ``saturated_s`` is the longest run of consecutive samples above
-    ``threshold_percent`` (in seconds); whether that makes the run saturated
-    is ``llmload.exporters.sections.client_saturated``'s rule. ``sample``
-    returns CPU percent since its last call (default: psutil for this process).
-    """
 
-    def __init__(
-        self,
-        threshold_percent: float = 90.0,
-        interval_s: float = 1.0,
-        sample: Callable[[], float] | None = None,
-    ) -> None:
-        if sample is None:
-            import psutil
-
-            process = psutil.Process()
-            process.cpu_percent(None)
-            sample = functools.partial(process.cpu_percent, None)
-        self.threshold_percent = threshold_percent
-        self.interval_s = interval_s
-        self.saturated_s = 0.0
-        self.max_percent = 0.0
-        self._sample = sample
-        self._streak_s = 0.0
-        self._greenlet: gevent.Greenlet[[], None] | None = None
-
-    def start(self) -> None:
-        """Start sampling in a greenlet (resets the figures)."""
-        self.stop()
-        self.saturated_s = 0.0
-        self.max_percent = 0.0
-        self._streak_s = 0.0
-        self._sample()
-        self._greenlet = gevent.spawn(self._run)
-
-    def stop(self) -> None:
-        """Stop sampling."""
-        if self._greenlet is not None:
-            self._greenlet.kill(block=False)
-            self._greenlet = None
-
-    def _run(self) -> None:
-        while True:
-            gevent.sleep(self.interval_s)
-            self.observe(self._sample())
-
-    def observe(self, percent: float) -> None:
-        """Account one sample (called by the sampling greenlet)."""
-        self.max_percent = max(self.max_percent, percent)
-        self._streak_s = self._streak_s + self.interval_s if percent > self.threshold_percent else 0.0
-        self.saturated_s = max(self.saturated_s, self._streak_s)
+def runtime_of(environment: object) -> Runtime | None:
+    """The ``Runtime`` attached to ``environment`` (``attach``), or None when llmload is not installed on it."""
+    runtime = getattr(environment, "llmload", None)
+    return runtime if isinstance(runtime, Runtime) else None

@@ -1,11 +1,11 @@
 """Locust users that send LLM requests and account for them exactly.
 
 Each task sends one request, reads the whole reply as bytes arrive, turns it
-into a ``RequestRecord`` (``llmload.request.client``), adds it to this process's
-``LLMStats`` and fires exactly one Locust ``request`` event whose response
-time is the full E2E time (not time to headers, locust #2443) and whose
-``exception`` is set for every failure, so Locust's console and web UI stay
-meaningful.
+into a ``RequestRecord`` (``llmload.request.client``), hands it to
+``Runtime.hand_off`` (the run's series, the live window, the requests log)
+and fires exactly one Locust ``request`` event whose response time is the
+full E2E time (not time to headers, locust #2443) and whose ``exception`` is
+set for every failure, so Locust's console and web UI stay meaningful.
 
 Users run a closed loop (no think time): ``-u 1024`` means 1,024 requests in
 flight at most.
@@ -32,7 +32,8 @@ import gevent
 from gevent import GreenletExit
 
 from llmload.edge.replay import TracedRequest, finish_trace_line, take_trace_line
-from llmload.edge.runtime import Runtime, WarmupGate
+from llmload.edge.run_parts import WarmupGate
+from llmload.edge.runtime import Runtime, runtime_of
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request.client import StreamingClient
 from llmload.request.failures import grouped_error, skip_pause_s, throttle_pause_s
@@ -66,8 +67,8 @@ class LLMUser(User):
         self._transport: GeventHTTPTransport | None = None
         self._client_or_none: StreamingClient | None = None
         runtime = _runtime(self)
-        turns = runtime.config.turns
-        self._conversation = Conversation(turns, runtime.token_counter) if turns > 1 else None
+        turns = runtime.process.config.turns
+        self._conversation = Conversation(turns, runtime.process.token_counter) if turns > 1 else None
         self._session = Session(turns) if turns > 1 else None
         self._player: SessionPlayer | None = None  # --sessions: the recorded session this user plays
         self._throttled_streak = 0  # throttled replies in a row
@@ -87,31 +88,31 @@ class LLMUser(User):
         client = self._client_or_none
         if client is None:
             runtime = _runtime(self)
-            config = runtime.config
+            config = runtime.process.config
             self._transport = GeventHTTPTransport(
                 self.host or self.environment.host or "",
                 headers=self.connection_headers(runtime),
                 timeouts=config.timeouts,
                 insecure=config.insecure,
-                addresses=runtime.addresses,
-                turns=runtime.turns,
-                proxy=runtime.proxy,
+                addresses=runtime.process.addresses,
+                turns=runtime.process.turns,
+                proxy=runtime.process.proxy,
             )
             client = self._client_or_none = StreamingClient(
                 self._transport,
-                token_counter=runtime.token_counter,
+                token_counter=runtime.process.token_counter,
                 total_timeout_s=config.timeouts.total_s,
                 keep_text=config.turns > 1 or config.sessions is not None,
-                compare_tokens=runtime.token_counter is not None,
+                compare_tokens=runtime.process.token_counter is not None,
                 wall_clock=runtime.now_unix,
-                same_text=runtime.same_text,
+                same_text=runtime.run.same_text,
             )
         return client
 
     @classmethod
     def connection_headers(cls, runtime: Runtime) -> dict[str, str]:
         """Headers sent with every request of this user's connection (and its preflight probe): the run's."""
-        return runtime.headers
+        return runtime.process.headers
 
     @classmethod
     def build_request(cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None) -> LLMRequest:
@@ -138,7 +139,7 @@ class LLMUser(User):
         try:
             self._generate()
         except KeyboardInterrupt as exc:
-            interrupt = _runtime(self).interrupt_main
+            interrupt = _runtime(self).process.interrupt_main
             if interrupt is None:
                 raise
             interrupt()
@@ -146,19 +147,19 @@ class LLMUser(User):
 
     def _generate(self) -> None:
         runtime = _runtime(self)
-        if runtime.budget.closed:
+        if runtime.run.budget.closed:
             raise StopUser  # started after this process's run ended (a late spawn message): send nothing
-        if runtime.blocked is not None or runtime.model is None:
-            runtime.idle.wait()  # nothing to send in this run: park until the runner stops this user
+        if runtime.run.blocked is not None or runtime.process.model is None:
+            runtime.process.idle.wait()  # nothing to send in this run: park until the runner stops this user
             return
-        warmup = runtime.warmup
+        warmup = runtime.run.warmup
         if warmup is not None and not warmup.done:
             if warmup.try_acquire():
                 self._warm_up(runtime, warmup)
                 return
             warmup.wait()
-        if not runtime.budget.try_acquire():
-            runtime.idle.wait()
+        if not runtime.run.budget.try_acquire():
+            runtime.process.idle.wait()
             return
         self._counted = False
         pause_s = 0.0
@@ -166,18 +167,22 @@ class LLMUser(User):
             pause_s = self._send(runtime)
             self._skipped_streak = 0
         except StopUser:
-            runtime.budget.release()
+            runtime.run.budget.release()
             raise
         except Exception as exc:  # building, sending or accounting the request failed: skip it, go on
             self._skip(runtime, exc)
             self._skipped_streak += 1
-            if runtime.schedule is None and runtime.trace is None and runtime.config.num_requests is None:
+            if (
+                runtime.run.schedule is None
+                and runtime.run.trace is None
+                and runtime.process.config.num_requests is None
+            ):
                 # A fault that repeats would otherwise spin the user at full CPU until -t ends.
                 pause_s = skip_pause_s(self._skipped_streak)
         finally:
             finish_trace_line(runtime, self._traced)  # its session's next trace line may go
             self._traced = None
-        runtime.budget.release()
+        runtime.run.budget.release()
         if pause_s > 0:
             gevent.sleep(pause_s)
 
@@ -190,35 +195,36 @@ class LLMUser(User):
         """
         intended_s: float | None
         trace_session: str | None = None
-        if runtime.trace is not None:
+        if runtime.run.trace is not None:
             traced = self._traced = take_trace_line(runtime)
             if traced is None:
                 raise StopUser  # this process's trace share is all sent
             intended_s, prompt, trace_session = traced.intended_s, traced.prompt, traced.session_id
-        elif runtime.session_stream is not None:
+        elif runtime.run.session_stream is not None:
             intended_s = self._wait_for_arrival(runtime)
-            prompt = self._session_prompt(runtime.session_stream)
+            prompt = self._session_prompt(runtime.run.session_stream)
         else:
             intended_s = self._wait_for_arrival(runtime)
             prompt = self._next_prompt(runtime)
         request = self._request_for(runtime, prompt)
-        session, header = self._session, runtime.config.session_header
+        session, header = self._session, runtime.process.config.session_header
         session_value = trace_session if trace_session is not None else session.id if session is not None else None
         if session_value is not None and header:
             request = dataclasses.replace(request, headers=(*request.headers, (header, session_value)))
-        slot = runtime.concurrency
+        slot = runtime.run.concurrency
         if slot is not None:
             slot.acquire()
-        if runtime.budget.closed:  # the run ended while this user waited for its arrival or a slot
+        if runtime.run.budget.closed:  # the run ended while this user waited for its arrival or a slot
             if slot is not None:
                 slot.release()
             raise StopUser
         client = self._client
         started = time.perf_counter()
-        runtime.in_flight += 1
+        run = runtime.run  # the run this request belongs to, should a new run start before it ends
+        run.in_flight += 1
         try:
             record = client.run(request)
-            if runtime.learn_usage_refused(self.endpoint, record):
+            if runtime.process.learn_usage_refused(self.endpoint, record):
                 request = self._request_for(runtime, prompt)  # once more, without stream_options
                 record = client.run(request)
         except BaseException as exc:
@@ -227,14 +233,14 @@ class LLMUser(User):
             # for a per-request failure; one that does escape is a bug and is not a cancellation.
             if not isinstance(exc, Exception) and client.request_sent:
                 runtime.count_cancelled(self.endpoint, request.model)
-                runtime.sends.note(started, intended_s)
+                runtime.run.sends.note(started, intended_s)
             raise
         finally:
-            runtime.in_flight -= 1
+            run.in_flight -= 1
             if slot is not None:
                 slot.release()
         elapsed_s = time.perf_counter() - started
-        runtime.sends.note(started, intended_s)
+        runtime.run.sends.note(started, intended_s)
         if intended_s is not None:
             record.dispatch_delay_s = max(0.0, started - intended_s)
         think_s = 0.0
@@ -242,25 +248,21 @@ class LLMUser(User):
             think_s = self._pause_before_next_turn(runtime, prompt, record)
         elif session is not None:
             self._player = None  # the session ended: the next request starts the next one
-        slo = runtime.config.slo
+        slo = runtime.process.config.slo
         met_slo = slo is not None and slo.met_by(record)
-        runtime.count(record, met_slo=met_slo)
-        self._counted = True
-        runtime.note_not_streamed(self.endpoint, request.stream, record)
-        if runtime.window_delta is not None:  # single process with the Prometheus exporter
-            runtime.window_delta.add(record, met_slo=met_slo)
-        if runtime.requests_log is not None:
-            runtime.requests_log.write(record)
+        self._counted = True  # from here on a fault does not count it again (as skipped)
+        runtime.hand_off(record, met_slo=met_slo)
+        runtime.process.note_not_streamed(self.endpoint, request.stream, record)
         self._note_reply(prompt, record)
         self._fire(request, record, elapsed_s)
         if record.outcome is not Outcome.THROTTLED:
             self._throttled_streak = 0
             return think_s
         self._throttled_streak += 1
-        if runtime.schedule is not None or runtime.trace is not None:
+        if runtime.run.schedule is not None or runtime.run.trace is not None:
             return 0.0
         return throttle_pause_s(
-            record.retry_after_s, self._throttled_streak, runtime.config.max_retry_after_s, self._rng.random()
+            record.retry_after_s, self._throttled_streak, runtime.process.config.max_retry_after_s, self._rng.random()
         )
 
     def _note_reply(self, prompt: Prompt, record: RequestRecord) -> None:
@@ -273,7 +275,7 @@ class LLMUser(User):
         player = self._player
         if player is None or player.next_step is None:
             player = self._player = SessionPlayer(
-                stream.next(), history_from_dataset=_runtime(self).config.session_history == "dataset"
+                stream.next(), history_from_dataset=_runtime(self).process.config.session_history == "dataset"
             )
             self._session = Session(len(player.spec.steps))
         step = player.next_step
@@ -288,7 +290,7 @@ class LLMUser(User):
             step = player.next_step
             if step is not None and step.pause_s is not None:
                 return step.pause_s
-        think = runtime.config.think_time
+        think = runtime.process.config.think_time
         return think.draw(self._rng) if think is not None else 0.0
 
     def _skip(self, runtime: Runtime, exc: Exception) -> None:
@@ -301,17 +303,15 @@ class LLMUser(User):
         if not self._counted:
             record = RequestRecord(
                 endpoint=self.endpoint,
-                model=runtime.model or "",
+                model=runtime.process.model or "",
                 started_at_unix=runtime.now_unix(),
                 outcome=Outcome.SKIPPED,
                 error=ErrorInfo(f"skipped: {type(exc).__name__}", cause[:500]),
             )
-            runtime.count(record)
-            if runtime.window_delta is not None:
-                runtime.window_delta.add(record)
+            runtime.hand_off(record, log_it=False)  # never sent: not a line of the requests log
         key = f"{type(exc).__name__}:{_where(exc)}"
-        if key not in runtime.faults_reported:
-            runtime.faults_reported.add(key)
+        if key not in runtime.process.faults_reported:
+            runtime.process.faults_reported.add(key)
             log.error(
                 "llmload: %s: %s (logged once per cause)",
                 "accounting a counted request failed" if self._counted else "a request was skipped",
@@ -321,9 +321,9 @@ class LLMUser(User):
 
     def _request_for(self, runtime: Runtime, prompt: Prompt) -> LLMRequest:
         """The request for ``prompt``, built once per process and prompt (bodies of a fixed prompt repeat)."""
-        cache = runtime.request_cache
-        if cache.config is not runtime.config or cache.model != runtime.model:
-            cache.reset(runtime.config, runtime.model)
+        cache = runtime.process.request_cache
+        if cache.config is not runtime.process.config or cache.model != runtime.process.model:
+            cache.reset(runtime.process.config, runtime.process.model)
         key = (self.endpoint, prompt)
         request = cache.requests.get(key)
         if request is None:
@@ -356,12 +356,12 @@ class LLMUser(User):
         that finds every user busy is taken late by the next free user, and that
         wait is recorded as dispatch delay (coordinated omission made visible).
         """
-        schedule = runtime.schedule
+        schedule = runtime.run.schedule
         if schedule is None:
             return None
-        if runtime.schedule_start_s == 0.0:
-            runtime.schedule_start_s = time.perf_counter()  # after warm-up: the schedule starts with load
-        intended_s = runtime.schedule_start_s + schedule.next_offset_s()
+        if runtime.run.schedule_start_s == 0.0:
+            runtime.run.schedule_start_s = time.perf_counter()  # after warm-up: the schedule starts with load
+        intended_s = runtime.run.schedule_start_s + schedule.next_offset_s()
         delay_s = intended_s - time.perf_counter()
         if delay_s > 0:
             gevent.sleep(delay_s)
@@ -374,7 +374,7 @@ class LLMUser(User):
             name=request.path,
             response_time=e2e_s * 1000.0,
             response_length=record.completion_tokens.value or 0,
-            exception=grouped_error(record, _runtime(self).failure_samples),
+            exception=grouped_error(record, _runtime(self).run.failure_samples),
             context={"model": request.model},
             response=None,
             url=request.path,
@@ -390,10 +390,10 @@ class CompletionUser(LLMUser):
     @classmethod
     def build_request(cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None) -> LLMRequest:
         """Build a completions request (see ``LLMUser.build_request``)."""
-        config = runtime.config
+        config = runtime.process.config
         prompt = _prompt_for(runtime, max_tokens, prompt)
         return build_completion_request(
-            model=runtime.model or "",
+            model=runtime.process.model or "",
             prompt=prompt.text,
             max_tokens=max_tokens or prompt.max_tokens or config.max_tokens,
             temperature=config.temperature,
@@ -402,7 +402,7 @@ class CompletionUser(LLMUser):
             requested_prompt_tokens=prompt.requested_tokens,
             extra=config.extra_body,
             max_tokens_field=config.max_tokens_field,
-            include_usage=runtime.include_usage(cls.endpoint),
+            include_usage=runtime.process.include_usage(cls.endpoint),
             path=config.endpoint_path,
         )
 
@@ -416,10 +416,10 @@ class ChatUser(LLMUser):
     @classmethod
     def build_request(cls, runtime: Runtime, max_tokens: int | None = None, prompt: Prompt | None = None) -> LLMRequest:
         """Build a chat request (see ``LLMUser.build_request``)."""
-        config = runtime.config
+        config = runtime.process.config
         prompt = _prompt_for(runtime, max_tokens, prompt)
         return build_chat_request(
-            model=runtime.model or "",
+            model=runtime.process.model or "",
             messages=[m.as_dict() for m in prompt.messages],
             max_tokens=max_tokens or prompt.max_tokens or config.max_tokens,
             temperature=config.temperature,
@@ -428,7 +428,7 @@ class ChatUser(LLMUser):
             requested_prompt_tokens=prompt.requested_tokens,
             extra=config.extra_body,
             max_tokens_field=config.max_tokens_field,
-            include_usage=runtime.include_usage(cls.endpoint),
+            include_usage=runtime.process.include_usage(cls.endpoint),
             path=config.endpoint_path,
         )
 
@@ -436,18 +436,18 @@ class ChatUser(LLMUser):
 def _prompt_for(runtime: Runtime, max_tokens: int | None, prompt: Prompt | None) -> Prompt:
     if prompt is not None:
         return prompt
-    if max_tokens is not None and runtime.workload is not None:
-        return runtime.workload.prompt_at(0)  # a probe: do not advance the stream
+    if max_tokens is not None and runtime.process.workload is not None:
+        return runtime.process.workload.prompt_at(0)  # a probe: do not advance the stream
     return _draw(runtime)
 
 
 def _draw(runtime: Runtime, *, with_prefix: bool = True) -> Prompt:
     """The next prompt of this process (the plain ``--prompt`` before a workload exists)."""
-    if runtime.prompts is not None:
-        return runtime.prompts.next(with_prefix=with_prefix)
-    if runtime.workload is not None:
-        return runtime.workload.prompt_at(0, with_prefix=with_prefix)
-    return Prompt(messages=(Message("user", runtime.config.prompt),))
+    if runtime.run.prompts is not None:
+        return runtime.run.prompts.next(with_prefix=with_prefix)
+    if runtime.process.workload is not None:
+        return runtime.process.workload.prompt_at(0, with_prefix=with_prefix)
+    return Prompt(messages=(Message("user", runtime.process.config.prompt),))
 
 
 def _where(exc: BaseException) -> str:
@@ -457,7 +457,7 @@ def _where(exc: BaseException) -> str:
 
 
 def _runtime(user: User) -> Runtime:
-    runtime: Runtime | None = getattr(user.environment, "llmload", None)
+    runtime = runtime_of(user.environment)
     if runtime is None:
         raise RuntimeError(
             "llmload is not installed on this Locust environment; run a locustfile from "

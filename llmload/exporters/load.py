@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from llmload.run.wire import SendsWire
 from llmload.settings.config import RunConfig
 
 __all__ = ["RATE_TOLERANCE", "SendFigures", "load_section"]
@@ -58,9 +59,11 @@ class SendFigures:
             behind_s=max(behind) if behind else None,
         )
 
-    def as_wire(self) -> dict[str, float | None]:
-        """Plain values for a worker's report."""
-        return asdict(self)
+    def as_wire(self) -> SendsWire:
+        """Plain values for a worker's report (``WorkerReport.sends``)."""
+        return SendsWire(
+            scheduled_rate_per_s=self.scheduled_rate_per_s, sent_rate_per_s=self.sent_rate_per_s, behind_s=self.behind_s
+        )
 
     @classmethod
     def from_wire(cls, data: object) -> SendFigures:

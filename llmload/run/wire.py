@@ -53,7 +53,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from llmload.aggregate.histogram import LatencyHistogram
 from llmload.aggregate.series import IntervalSeries
@@ -66,6 +66,7 @@ __all__ = [
     "ENVELOPE_VERSION",
     "REPORT_VERSION",
     "WIRE_VERSION",
+    "SendsWire",
     "ShareMessage",
     "WorkerReport",
     "from_wire",
@@ -459,6 +460,35 @@ ENVELOPE_VERSION = 1
 """Version of the plan and report envelopes (reports without ``"v"`` are read as version 1)."""
 
 
+class SendsWire(TypedDict, total=False):
+    """A worker's open-loop send figures in its report (``llmload.exporters.load.SendFigures.as_wire``).
+
+    Each value is per second (``behind_s``: seconds) or None = unknown; a key
+    that is absent is unknown too (an older worker, or none measured yet).
+    """
+
+    scheduled_rate_per_s: float | None
+    sent_rate_per_s: float | None
+    behind_s: float | None
+
+
+def _sends_from_wire(raw: dict[Any, Any]) -> SendsWire:
+    """The known send figures of a report's ``"sends"``: numbers, or None (unknown) for anything else."""
+
+    def number(key: str) -> float | None:
+        value = raw[key]
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    sends = SendsWire()
+    if "scheduled_rate_per_s" in raw:
+        sends["scheduled_rate_per_s"] = number("scheduled_rate_per_s")
+    if "sent_rate_per_s" in raw:
+        sends["sent_rate_per_s"] = number("sent_rate_per_s")
+    if "behind_s" in raw:
+        sends["behind_s"] = number("behind_s")
+    return sends
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerReport:
     """One worker's report: its statistics delta and process figures.
@@ -488,7 +518,7 @@ class WorkerReport:
     stats: LLMStats
     cpu_saturated_s: float = 0.0
     in_flight: int = 0
-    sends: dict[str, float | None] = field(default_factory=dict)
+    sends: SendsWire = field(default_factory=SendsWire)
     series: IntervalSeries = field(default_factory=IntervalSeries.empty)
     clock_offset_s: float | None = None
     rss_bytes: int | None = None
@@ -544,10 +574,7 @@ def report_from_wire(payload: object) -> WorkerReport:
     raw_sends = raw.get("sends", {})
     if not isinstance(raw_sends, dict):
         raise _fail("report.sends", "a dict", raw_sends)
-    sends = {  # numbers or None (unknown); anything else reads as unknown (``SendFigures.from_wire``)
-        str(k): float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-        for k, v in raw_sends.items()
-    }
+    sends = _sends_from_wire(raw_sends)
     series = _series_from_wire(raw.get("series", []))
     if "stats" in raw:  # version 1: the totals travel beside the series
         stats = from_wire(raw["stats"])

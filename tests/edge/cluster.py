@@ -54,7 +54,7 @@ import gevent.queue
 
 from llmload.edge import hooks
 from llmload.edge.api_users import EmbeddingsUser, MessagesUser, ResponsesUser
-from llmload.edge.runtime import Runtime
+from llmload.edge.runtime import Runtime, runtime_of
 from llmload.edge.users import ChatUser, CompletionUser
 
 __all__ = [
@@ -228,10 +228,10 @@ class EdgeCluster:
     @property
     def runtime(self) -> Runtime:
         """The master's llmload state."""
-        return self.master_env.llmload  # type: ignore[attr-defined,no-any-return]
+        return _installed(self.master_env)
 
     def worker_runtime(self, index: int) -> Runtime:
-        return self.worker_envs[index].llmload  # type: ignore[attr-defined,no-any-return]
+        return _installed(self.worker_envs[index])
 
     def messages(self, msg_type: str) -> list[Message]:
         """Every message of ``msg_type`` delivered so far, in order."""
@@ -407,21 +407,21 @@ def run_local(
         try:
             _fire_init(env)
         except SystemExit as exc:  # refused before load: llmload's init ends the process
-            runtime = getattr(env, "llmload", None)
-            return LocalRun(None if runtime is None else runtime.results, int(exc.code or 0))
+            runtime = runtime_of(env)
+            return LocalRun(None if runtime is None else runtime.run.results, int(exc.code or 0))
         csv_writer = _start_csv(env)
         gevent.spawn(runner.start, users, _spawn_rate(env.parsed_options, args, users)).get(timeout=timeout_s)
         run_time = getattr(env.parsed_options, "run_time", None)
         if run_time:  # -t: Locust's main quits a headless run when the time is up
             gevent.spawn_later(parse_timespan(str(run_time)), runner.quit)
-        runtime: Runtime = env.llmload  # type: ignore[attr-defined]
-        wait_until(lambda: runtime.results is not None, timeout_s, "the run finished")
+        runtime = _installed(env)
+        wait_until(lambda: runtime.run.results is not None, timeout_s, "the run finished")
         wait_until(lambda: runner.state == "stopped", timeout_s, "the runner stopped")
         _save_html(env)
         code = _shutdown(env, timeout_s)
         if csv_writer is not None:
             csv_writer.close_files()
-        return LocalRun(runtime.results, code)
+        return LocalRun(runtime.run.results, code)
     finally:
         runner.user_greenlets.kill(block=True)
         runner.greenlet.kill(block=True)
@@ -460,8 +460,8 @@ def run_cluster(
         try:
             _fire_init(master_env)
         except SystemExit as exc:  # refused before load: llmload's init ends the master (and its children)
-            runtime = getattr(master_env, "llmload", None)
-            return LocalRun(None if runtime is None else runtime.results, int(exc.code or 0))
+            runtime = runtime_of(master_env)
+            return LocalRun(None if runtime is None else runtime.run.results, int(exc.code or 0))
         for index in range(workers):
             env = _node(classes, host, [*port, *args], forked=True)
             env._create_runner(EdgeWorker, link, f"worker-{index}")  # type: ignore[arg-type]
@@ -476,8 +476,8 @@ def run_cluster(
         run_time = getattr(master_env.parsed_options, "run_time", None)
         if run_time:  # -t: Locust's main quits a headless run when the time is up
             gevent.spawn_later(parse_timespan(str(run_time)), master.quit)
-        runtime: Runtime = master_env.llmload  # type: ignore[attr-defined]
-        wait_until(lambda: runtime.results is not None, timeout_s, "the run finished")
+        runtime = _installed(master_env)
+        wait_until(lambda: runtime.run.results is not None, timeout_s, "the run finished")
         wait_until(lambda: not master.greenlet, timeout_s, "the master quit")  # its main's join returns
         _save_html(master_env)
         code = _shutdown(master_env, timeout_s)
@@ -486,14 +486,21 @@ def run_cluster(
         for worker, env in zip(cluster.workers, cluster.worker_envs, strict=True):
             wait_until(lambda w=worker: not w.greenlet, timeout_s, f"{worker.client_id} quit")  # the master's quit
             _shutdown(env, timeout_s)
-        return LocalRun(runtime.results, code)
+        return LocalRun(runtime.run.results, code)
     finally:
         for env in cluster.worker_envs:  # what the workers' process exit closes
-            log_file = getattr(getattr(env, "llmload", None), "requests_log", None)
-            if log_file is not None:
-                log_file.close()
+            worker_runtime = runtime_of(env)
+            if worker_runtime is not None and worker_runtime.process.requests_log is not None:
+                worker_runtime.process.requests_log.close()
         cluster.close()
         gevent.killall([g for g in _greenlets() - before if not g.dead], block=True, timeout=10)
+
+
+def _installed(env: Environment) -> Runtime:
+    """The llmload state of a node whose ``init`` ran (``llmload.edge.runtime.runtime_of``)."""
+    runtime = runtime_of(env)
+    assert runtime is not None, "llmload's init did not run on this node"
+    return runtime
 
 
 def _start_csv(env: Environment) -> StatsCSVFileWriter | None:

@@ -36,9 +36,9 @@ def _run(sim: InProcessSim, endpoint: str, n: int, *extra: str) -> tuple[dict[st
     args = ["--headless", "--only-summary", "-u", "16", "--num-requests", str(n), "--max-tokens", "24", *extra]
     with edge_cluster(_USERS[endpoint], sim.url, args) as cluster:
         cluster.start(16)
-        wait_until(lambda: cluster.runtime.results is not None, 90, "the run finished")
+        wait_until(lambda: cluster.runtime.run.results is not None, 90, "the run finished")
         status = cluster.shutdown()
-        results = cluster.runtime.results
+        results = cluster.runtime.run.results
     assert results is not None
     return results, status
 

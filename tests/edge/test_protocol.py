@@ -22,8 +22,8 @@ from tests.simserver import InProcessSim, serve
 
 
 def _finished(cluster: EdgeCluster, timeout_s: float = 60) -> dict[str, Any]:
-    wait_until(lambda: cluster.runtime.results is not None, timeout_s, "the run finished")
-    results = cluster.runtime.results
+    wait_until(lambda: cluster.runtime.run.results is not None, timeout_s, "the run finished")
+    results = cluster.runtime.run.results
     assert results is not None
     return results
 
@@ -165,7 +165,7 @@ def test_a_late_report_of_another_run_and_a_malformed_one_are_dropped(sim: InPro
         cluster.report()
         worker = cluster.workers[0]
         payload = next(m.data["llmload"] for m in cluster.messages("stats") if m.node_id == worker.client_id)
-        assert report_from_wire(payload).run_id == cluster.runtime.run_id
+        assert report_from_wire(payload).run_id == cluster.runtime.run.run_id
         worker.send_message("llmload_live", {**payload, "run_id": "an-older-run"})
         worker.send_message("llmload_live", {**payload, "stats": "not a table"})
         results = _finished(cluster)

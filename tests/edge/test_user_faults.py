@@ -17,7 +17,8 @@ import gevent.event
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from llmload.edge.runtime import RequestBudget, Runtime
+from llmload.edge.run_parts import RequestBudget
+from llmload.edge.runtime import Runtime, attach
 from llmload.edge.users import ChatUser
 from llmload.exporters.console import format_summary
 from llmload.exporters.results import RunOutcome, build_results, judge
@@ -61,7 +62,7 @@ class FaultyUser(ChatUser):
     def _send(self, runtime):
         self.fault = self.plan.pop(0) if self.plan else None
         if self.fault == "record-log":
-            runtime.requests_log.fail_next = True
+            runtime.process.requests_log.fail_next = True
         return super()._send(runtime)
 
     def _wait_for_arrival(self, runtime):
@@ -109,11 +110,11 @@ def test_nc10_property_faults_at_every_step_of_the_request_path_never_hang_or_hi
             # the request budget is --num-requests N, as in a real run: a skipped request does not pause the
             # user (only a run without a request limit pauses, up to 1 s a skip: 10 skips in a row would take 5.5 s)
             runtime = Runtime(config=dataclasses.replace(RunConfig(), num_requests=n))
-            runtime.model = "m"
-            runtime.budget = RequestBudget(n, on_done=done.set)
-            runtime.requests_log = OnceLog()
+            runtime.process.model = "m"
+            runtime.run.budget = RequestBudget(n, on_done=done.set)
+            runtime.process.requests_log = OnceLog()
             environment = Environment(user_classes=[FaultyUser], host=server.base_url)
-            environment.llmload = runtime
+            attach(environment, runtime)
             FaultyUser.plan = list(plan)
             population = [FaultyUser(environment) for _ in range(users)]
 
@@ -128,7 +129,7 @@ def test_nc10_property_faults_at_every_step_of_the_request_path_never_hang_or_hi
                 task.kill(block=True, timeout=5)
             for user in population:
                 user.on_stop()
-            total = runtime.run_stats().total()
+            total = runtime.run.totals().total()
             assert ended, f"the run did not end: plan {plan}, {total.requests_by_outcome}"
             assert not [
                 t for t in tasks if t.exception is not None and not isinstance(t.exception, gevent.GreenletExit)
@@ -137,7 +138,7 @@ def test_nc10_property_faults_at_every_step_of_the_request_path_never_hang_or_hi
             assert (total.finished, total.skipped) == (n - skipped, skipped), (plan, total.requests_by_outcome)
             assert total.finished + total.skipped == n
             config = dataclasses.replace(RunConfig(), max_failure_ratio=1.0, num_requests=n)
-            outcome = RunOutcome(runtime.run_stats(), config=config, host=server.base_url, model="m", users=users)
+            outcome = RunOutcome(runtime.run.totals(), config=config, host=server.base_url, model="m", users=users)
             results = build_results(outcome)
             verdict = judge(results)
             summary = format_summary(results)

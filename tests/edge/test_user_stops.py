@@ -16,7 +16,7 @@ import gevent.lock
 import pytest
 from gevent.pool import Group
 
-from llmload.edge.runtime import Runtime
+from llmload.edge.runtime import Runtime, attach
 from llmload.edge.users import ChatUser
 from llmload.settings.config import RunConfig
 from llmload.testing import ROLE, C, Ending, Reply, ScriptedServer, W, sse
@@ -33,10 +33,10 @@ def _user_stopped(how: str) -> dict[str, Any]:
     with ScriptedServer(Reply(writes=[W(5, sse(ROLE, C({"content": "a"})))], ending=Ending.STALL)) as server:
         environment = Environment(user_classes=[ChatUser], host=server.base_url)
         runtime = Runtime(config=RunConfig())
-        runtime.model = "m"
+        runtime.process.model = "m"
         handed_to_main: list[bool] = []
-        runtime.interrupt_main = lambda: handed_to_main.append(True)
-        environment.llmload = runtime  # type: ignore[attr-defined]
+        runtime.process.interrupt_main = lambda: handed_to_main.append(True)
+        attach(environment, runtime)
         user = ChatUser(environment)
         user.on_start()
         if how == "before-post":
@@ -48,11 +48,11 @@ def _user_stopped(how: str) -> dict[str, Any]:
                 break
         gevent.sleep(0.05)  # the first token has arrived: the user waits in a read
         task.kill(KeyboardInterrupt if how == "interrupt" else gevent.GreenletExit, block=True, timeout=5)
-        total = runtime.run_stats().total()
+        total = runtime.run.totals().total()
         return {
             "cancelled": total.cancelled,
             "finished": total.finished,
-            "in_flight": runtime.in_flight,
+            "in_flight": runtime.run.in_flight,
             "handed_to_main": len(handed_to_main),
             "ended_quietly": task.successful(),
             "posts": len([r for r in server.requests if r.method == "POST"]),
@@ -84,22 +84,22 @@ def test_p1_a_user_after_the_run_ended_stops_without_sending(when: str) -> None:
     with ScriptedServer(Reply(writes=[W(0, sse(ROLE, C({"content": "a"})))])) as server:
         environment = Environment(user_classes=[ChatUser], host=server.base_url)
         runtime = Runtime(config=RunConfig())
-        runtime.model, runtime.run_id = "m", "r1"
-        environment.llmload = runtime  # type: ignore[attr-defined]
+        runtime.process.model, runtime.run.run_id = "m", "r1"
+        attach(environment, runtime)
         if when == "before-start":
             runtime.end_run()
         else:
-            runtime.concurrency = gevent.lock.BoundedSemaphore(1)
-            runtime.concurrency.acquire()  # every slot busy: the user waits for one
+            runtime.run.concurrency = gevent.lock.BoundedSemaphore(1)
+            runtime.run.concurrency.acquire()  # every slot busy: the user waits for one
         group = Group()
         ChatUser(environment).start(group)
         gevent.sleep(0.2)
         if when == "waiting-for-a-slot":
             runtime.end_run()
-            runtime.concurrency.release()
+            runtime.run.concurrency.release()
         ended = group.join(timeout=5)
-        total = runtime.run_stats().total()
+        total = runtime.run.totals().total()
         posts = [r for r in server.requests if r.method == "POST"]
     assert ended
     assert (len(posts), total.finished, total.cancelled) == (0, 0, 0)
-    assert runtime.concurrency is None or runtime.concurrency.counter == 1  # the slot is free again
+    assert runtime.run.concurrency is None or runtime.run.concurrency.counter == 1  # the slot is free again

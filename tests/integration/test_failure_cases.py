@@ -18,7 +18,7 @@ import pytest
 
 from llmload.aggregate.histogram import LatencyHistogram
 from llmload.aggregate.stats import MAX_ERROR_CATEGORIES, LLMStats
-from llmload.edge.runtime import CpuMonitor
+from llmload.edge.run_parts import CpuMonitor
 from llmload.exporters.sections import client_saturated
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request.client import StreamingClient

@@ -59,8 +59,8 @@ def test_offset_warning_only_beyond_the_bound_and_says_which_way():
 
 def test_runtime_now_unix_reads_the_monotonic_clock_from_the_run_start():
     runtime = Runtime(config=RunConfig())
-    runtime.started_at_unix = MASTER_START_UNIX
-    runtime.run_started_s = 0.0  # perf_counter's zero: now_unix is MASTER_START_UNIX + perf_counter()
+    runtime.run.started_at_unix = MASTER_START_UNIX
+    runtime.run.run_started_s = 0.0  # perf_counter's zero: now_unix is MASTER_START_UNIX + perf_counter()
     before = time.perf_counter()
     now = runtime.now_unix()
     after = time.perf_counter()
@@ -68,7 +68,7 @@ def test_runtime_now_unix_reads_the_monotonic_clock_from_the_run_start():
 
 
 def test_runtime_rss_bytes_reads_this_process():
-    rss = Runtime(config=RunConfig()).rss_bytes()
+    rss = Runtime(config=RunConfig()).process.rss_bytes()
     assert rss is not None
     assert rss > 1 << 20
 

@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from llmload.edge.runtime import RequestBudget, Runtime, SendWindow
+from llmload.edge.run_parts import RequestBudget, SendWindow
+from llmload.edge.runtime import Runtime
 from llmload.exporters.load import SendFigures, load_section
 from llmload.settings.config import RunConfig
 from llmload.workload.arrivals import Arrival, ArrivalSchedule
@@ -109,13 +110,13 @@ def test_p3_send_figures_add_rates_and_keep_the_largest_lag():
 
 def test_p3_runtime_reads_the_lag_of_the_next_unsent_arrival_at_the_stop():
     runtime = Runtime(config=RunConfig())
-    runtime.schedule = ArrivalSchedule(rate=10.0, arrival=Arrival.CONSTANT)
+    runtime.run.schedule = ArrivalSchedule(rate=10.0, arrival=Arrival.CONSTANT)
     for _ in range(3):
-        runtime.schedule.next_offset_s()  # arrivals at 0, 0.1, 0.2 taken; the next is due at 0.3
-    runtime.schedule_start_s = 100.0
-    runtime.stopped_at_s = 101.0
-    assert runtime.send_figures().behind_s == pytest.approx(0.7)
-    runtime.budget = RequestBudget(3)
+        runtime.run.schedule.next_offset_s()  # arrivals at 0, 0.1, 0.2 taken; the next is due at 0.3
+    runtime.run.schedule_start_s = 100.0
+    runtime.run.stopped_at_s = 101.0
+    assert runtime.run.send_figures().behind_s == pytest.approx(0.7)
+    runtime.run.budget = RequestBudget(3)
     for _ in range(3):
-        runtime.budget.try_acquire()
-    assert runtime.send_figures().behind_s is None  # --num-requests used up: nothing more was due
+        runtime.run.budget.try_acquire()
+    assert runtime.run.send_figures().behind_s is None  # --num-requests used up: nothing more was due

@@ -1,9 +1,10 @@
-"""RequestBudget: the per-process share of --num-requests; Runtime.count: each request in the series and stats."""
+"""RequestBudget: the per-process share of --num-requests; Runtime.hand_off: each request in the series and stats."""
 
 import time
 
 from llmload.aggregate.series import FoldedTotal, IntervalSeries
-from llmload.edge.runtime import RequestBudget, Runtime
+from llmload.edge.run_parts import RequestBudget
+from llmload.edge.runtime import RunState, Runtime
 from llmload.request.record import RequestRecord, TokenCount, TokenSource
 from llmload.settings.config import RunConfig
 
@@ -50,27 +51,29 @@ def _finished(completion: int) -> RequestRecord:
 
 
 def test_runtime_worker_counts_each_request_once_in_the_series_and_reports_both() -> None:
-    runtime = Runtime(config=RunConfig(), local_total=None, run_started_s=time.perf_counter())
-    runtime.count(_finished(3))
-    runtime.count(_finished(4))
+    runtime = Runtime(config=RunConfig())
+    runtime.run = RunState(local_total=None, run_started_s=time.perf_counter())  # a worker's run
+    runtime.hand_off(_finished(3))
+    runtime.hand_off(_finished(4))
     runtime.count_cancelled("chat", "m")
-    assert runtime.stats.is_empty()  # nothing counted twice on a worker
-    assert runtime.has_unreported()
+    assert runtime.run.stats.is_empty()  # nothing counted twice on a worker
+    assert runtime.run.has_unreported()
     stats, series = runtime.take_delta()
     assert stats == series.total()
     total = stats.total()
     assert (total.succeeded, total.cancelled, total.completion_tokens_sum) == (2, 1, 7)
     assert series.indices() == [0]  # finished within the first interval of 10 s
-    assert not runtime.has_unreported()
+    assert not runtime.run.has_unreported()
 
 
 def test_runtime_single_process_counts_each_request_once_and_derives_its_totals_from_the_series() -> None:
-    runtime = Runtime(config=RunConfig(), run_started_s=time.perf_counter())
-    runtime.count(_finished(3))
+    runtime = Runtime(config=RunConfig())
+    runtime.run = RunState(run_started_s=time.perf_counter())
+    runtime.hand_off(_finished(3))
     runtime.count_cancelled("chat", "m")
-    assert runtime.stats.is_empty()  # counted once, in the series
-    assert runtime.run_stats() == runtime.series.total()
-    total = runtime.run_stats().total()
+    assert runtime.run.stats.is_empty()  # counted once, in the series
+    assert runtime.run.totals() == runtime.run.series.total()
+    total = runtime.run.totals().total()
     assert (total.succeeded, total.cancelled, total.completion_tokens_sum) == (1, 1, 3)
 
 
@@ -97,18 +100,54 @@ def test_end_run_closes_the_budget_and_remembers_the_run():
     from llmload.settings.config import RunConfig
 
     runtime = Runtime(config=RunConfig())
-    runtime.run_id = "r1"
+    runtime.run.run_id = "r1"
     runtime.end_run()
-    assert runtime.budget.closed
-    assert runtime.budget.try_acquire() is False
-    assert runtime.ended_run_id == "r1"
+    assert runtime.run.budget.closed
+    assert runtime.run.budget.try_acquire() is False
+    assert runtime.process.ended_run_id == "r1"
 
 
-def test_runtime_worker_keeps_stats_added_outside_count_in_the_interval_of_the_report() -> None:
-    runtime = Runtime(config=RunConfig(), local_total=None, run_started_s=time.perf_counter())
-    runtime.count(_finished(3))
-    runtime.stats.add(_finished(2))  # a path that bypassed count(): not lost, and still in the series
+def test_runtime_worker_keeps_stats_added_outside_hand_off_in_the_interval_of_the_report() -> None:
+    runtime = Runtime(config=RunConfig())
+    runtime.run = RunState(local_total=None, run_started_s=time.perf_counter())  # a worker's run
+    runtime.hand_off(_finished(3))
+    runtime.run.stats.add(_finished(2))  # a path that bypassed hand_off(): not lost, and still in the series
     stats, series = runtime.take_delta()
     assert stats == series.total()
     assert stats.total().completion_tokens_sum == 5
-    assert runtime.stats.is_empty()
+    assert runtime.run.stats.is_empty()
+
+
+def test_workers_in_flight_is_kept_once_per_worker_and_is_zero_once_the_figures_are_final() -> None:
+    from llmload.aggregate.stats import LLMStats
+    from llmload.edge.runtime import ExportState
+    from llmload.exporters.window import SlidingWindow
+
+    runtime = Runtime(config=RunConfig())
+    runtime.master.worker_in_flight.update({"w1": 3, "w2": 4})
+    assert runtime.workers_in_flight() == 7  # without the exporter too (the time series' gauge)
+    runtime.process.export = ExportState(exporter=None, window=SlidingWindow(), grace_s=0.0)  # type: ignore[arg-type]
+    assert runtime.workers_in_flight() == 7
+    runtime.process.export.final_stats = LLMStats.empty()  # the run's end: scrapes report its final figures
+    assert runtime.workers_in_flight() == 0
+
+
+def test_a_new_state_shares_no_mutable_value_with_an_earlier_one() -> None:
+    """A run starts with a new RunState/MasterState/TimelineState, not a reset: nothing of the last one may leak."""
+    import dataclasses
+
+    from llmload.edge.runtime import MasterState, TimelineState
+
+    for kind in (RunState, MasterState, TimelineState):
+        old, new = kind(), kind()
+        for f in dataclasses.fields(kind):
+            value = getattr(new, f.name)
+            if value is None or isinstance(value, int | float | str | bool):
+                continue
+            assert value is not getattr(old, f.name), f"{kind.__name__}.{f.name} is shared between runs"
+    old = RunState(run_id="r1", blocked="x", stopping=True, in_flight=2)
+    old.failure_samples["timeout"] = "read timed out"
+    old.budget.close()
+    new = RunState()
+    assert (new.run_id, new.blocked, new.stopping, new.in_flight, new.failure_samples) == ("", None, False, 0, {})
+    assert not new.budget.closed

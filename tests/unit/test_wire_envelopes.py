@@ -1,5 +1,6 @@
 """wire: the versioned master/worker envelopes (run plan, worker report)."""
 
+import dataclasses
 import json
 
 import msgpack
@@ -7,6 +8,7 @@ import pytest
 
 from llmload.aggregate.series import IntervalSeries
 from llmload.errors import WireFormatError
+from llmload.exporters.load import SendFigures
 from llmload.request.record import Outcome, RequestRecord
 from llmload.run.plan import RunPlan, split_run
 from llmload.run.wire import (
@@ -94,6 +96,20 @@ def test_report_envelope_round_trips() -> None:
     payload = report_to_wire(report)
     assert report_from_wire(msgpack.unpackb(msgpack.packb(payload))) == report
     assert report_run_id(payload) == "abc123"
+
+
+def test_report_sends_are_the_send_figures_as_plain_numbers_on_the_wire() -> None:
+    """``WorkerReport.sends`` is typed (``SendsWire``); its bytes are those of the plain dict it always was."""
+    figures = SendFigures(scheduled_rate_per_s=10.0, sent_rate_per_s=9.5, behind_s=None)
+    report = dataclasses.replace(_report(), sends=figures.as_wire())
+    payload = report_to_wire(report)
+    plain = {"scheduled_rate_per_s": 10.0, "sent_rate_per_s": 9.5, "behind_s": None}
+    assert msgpack.packb(payload["sends"]) == msgpack.packb(plain)
+    decoded = report_from_wire(msgpack.unpackb(msgpack.packb(payload)))
+    assert SendFigures.from_wire(decoded.sends) == figures
+    # a value that is not a number, or a key this master does not know, reads as unknown
+    payload["sends"] = {"sent_rate_per_s": "fast", "behind_s": True, "newer_figure_s": 1.0}
+    assert report_from_wire(payload).sends == {"sent_rate_per_s": None, "behind_s": None}
 
 
 def test_report_envelope_without_version_reads_as_version_1() -> None:

@@ -37,7 +37,7 @@ from typing import Any
 from flask import Response, has_request_context, request
 
 from llmload.aggregate.series import IntervalSeries
-from llmload.edge.runtime import Runtime
+from llmload.edge.runtime import Runtime, runtime_of
 from llmload.exporters.chart_rows import client_warnings, results_warnings
 from llmload.exporters.web_charts import FAILURE_COLUMNS, RowCache, form_fields, script_tags, series_payload
 from llmload.exporters.web_tables import reachable_url
@@ -50,8 +50,8 @@ _INDEX_ENDPOINT = "locust.index"
 
 def page_config(environment: Environment, base: str) -> dict[str, Any]:
     """What the page script needs: route base, the form fields and the ``/metrics`` URL (None when off)."""
-    runtime: Runtime | None = getattr(environment, "llmload", None)
-    export = runtime.export if runtime is not None else None
+    runtime = runtime_of(environment)
+    export = runtime.process.export if runtime is not None else None
     return {
         "base": base,
         "fields": form_fields(),
@@ -64,10 +64,10 @@ def page_config(environment: Environment, base: str) -> dict[str, Any]:
 
 def _warnings(runtime: Runtime) -> list[str]:
     """The client-saturation warnings of the run: its results' once it ended, else the live figures'."""
-    if runtime.results is not None:
-        return results_warnings(runtime.results)
-    cpu_s = max(runtime.cpu_saturated_s, runtime.cpu.saturated_s if runtime.cpu else 0.0)
-    return client_warnings(cpu_s, runtime.run_stats().total().read_lag_s)
+    if runtime.run.results is not None:
+        return results_warnings(runtime.run.results)
+    cpu_s = max(runtime.run.cpu_saturated_s, runtime.process.cpu.saturated_s if runtime.process.cpu else 0.0)
+    return client_warnings(cpu_s, runtime.run.totals().total().read_lag_s)
 
 
 def install(environment: Environment) -> None:
@@ -80,7 +80,7 @@ def install(environment: Environment) -> None:
     cache = RowCache()
 
     def timeseries_json() -> Response:
-        runtime: Runtime | None = getattr(environment, "llmload", None)
+        runtime = runtime_of(environment)
         runner = environment.runner
         try:
             since_t = float(request.args.get("since_t", "-inf"))
@@ -90,10 +90,11 @@ def install(environment: Environment) -> None:
         if runtime is None:
             payload = series_payload("", state, timeline=None, series=IntervalSeries.empty(), results=None)
         else:
+            run = runtime.run
             payload = series_payload(
-                runtime.run_id, state, timeline=runtime.timeline, series=runtime.series, results=runtime.results,
-                since_t=since_t, cache=cache, warnings=_warnings(runtime) if runtime.run_id else (),
-                started_at_unix=runtime.started_at_unix or None, thresholds=runtime.config.abort_on,
+                run.run_id, state, timeline=runtime.timeline.table, series=run.series, results=run.results,
+                since_t=since_t, cache=cache, warnings=_warnings(runtime) if run.run_id else (),
+                started_at_unix=run.started_at_unix or None, thresholds=runtime.process.config.abort_on,
             )  # fmt: skip
         return Response(json.dumps(payload), mimetype="application/json", headers={"Cache-Control": "no-store"})
 

@@ -34,17 +34,14 @@ from typing import Any
 
 from flask import Response, jsonify, request
 
-from llmload.aggregate.series import IntervalSeries
-from llmload.aggregate.stats import LLMStats
 from llmload.edge.launch import prepare
-from llmload.edge.runtime import Runtime
+from llmload.edge.runtime import runtime_of
 from llmload.errors import ConfigError, InvalidOptionsError, LLMLoadError
 from llmload.exporters.web_charts import field_messages
 from llmload.exporters.web_tables import RESET_IN_WEB_UI, reset_note
 from llmload.run.plan import users_short_of_workers
 from llmload.settings.config import RunConfig
 from llmload.settings.options import OPTIONS, OptionSpec
-from llmload.settings.thresholds import ThresholdWatch
 
 __all__ = ["install", "on_reset_stats", "posted_options"]
 
@@ -87,7 +84,7 @@ def posted_options(options: argparse.Namespace, form: Any) -> argparse.Namespace
 
 
 def _check_swarm(environment: Environment) -> Response | None:
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     options = environment.parsed_options
     runner = environment.runner
     if runtime is None or options is None or runner is None:
@@ -159,20 +156,11 @@ def on_reset_stats(environment: Environment, *, cause: str = RESET_IN_WEB_UI, **
     after the reset, as Locust's tables do. Workers send deltas, so resetting
     the master's merged statistics is enough. Logs ``reset_note``.
     """
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     if runtime is None or isinstance(environment.runner, WorkerRunner):
         return
-    runtime.stats = LLMStats.empty()
-    runtime.series = IntervalSeries.empty()  # the time series restarts too: its sums stay the summary's totals
-    if runtime.local_total is not None:
-        runtime.local_total = runtime.local_total.restarted()
-    runtime.reset_at_unix = time.time()
-    runtime.failure_samples.clear()
-    runtime.live_rows = []  # checkpoints hold the rows measured after the reset, like the summary
-    if runtime.watch is not None:  # --abort-on windows restart: rows before the reset no longer count
-        runtime.watch = ThresholdWatch(runtime.watch.thresholds, runtime.watch.interval_s)
-    if runtime.window_delta is not None:
-        runtime.window_delta = LLMStats.empty()
-    if runtime.export is not None:
-        runtime.export.window.reset()
-    log.info("%s", reset_note(cause, server_metrics=runtime.server_scraper is not None))
+    runtime.run.restart_counts(time.time())
+    runtime.timeline.restart()
+    if runtime.process.export is not None:
+        runtime.process.export.window.reset()
+    log.info("%s", reset_note(cause, server_metrics=runtime.process.server_scraper is not None))

@@ -10,7 +10,7 @@
   tab: the results JSON, the console summary and the HTML report of the last run, served by
   routes on ``web_ui.app`` guarded by ``auth_required_if_enabled``.
 
-The figures are the master's merged statistics (``Runtime.stats``), the same
+The figures are the master's merged statistics (``RunState.totals``), the same
 the summary, the results file and ``/metrics`` are built from.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from flask import Response, has_request_context, request
 
-from llmload.edge.runtime import Runtime
+from llmload.edge.runtime import runtime_of
 from llmload.exporters.console import summary_lines
 from llmload.exporters.html import ReportError, render_report
 from llmload.exporters.web_tables import (
@@ -110,8 +110,8 @@ def install(environment: Environment) -> None:
 
 
 def _results(environment: Environment) -> dict[str, Any] | None:
-    runtime: Runtime | None = getattr(environment, "llmload", None)
-    return None if runtime is None else runtime.results
+    runtime = runtime_of(environment)
+    return None if runtime is None else runtime.run.results
 
 
 def _page_host() -> str:
@@ -121,26 +121,28 @@ def _page_host() -> str:
 
 def extended_stats(environment: Environment) -> list[dict[str, Any]]:
     """The rows of both tabs, as Locust's ``extended_stats`` (one entry per tab key)."""
-    runtime: Runtime | None = getattr(environment, "llmload", None)
+    runtime = runtime_of(environment)
     runner = environment.runner
     if runtime is None or runner is None:
         return []
-    in_flight = runtime.in_flight
-    if isinstance(runner, MasterRunner) and runtime.export is not None:
-        in_flight = sum(runtime.export.worker_in_flight.values())
+    in_flight = runtime.run.in_flight
+    if isinstance(runner, MasterRunner) and runtime.process.export is not None:
+        in_flight = runtime.workers_in_flight()
     facts = RunFacts(
         state=str(runner.state),
-        run_id=runtime.run_id,
+        run_id=runtime.run.run_id,
         in_flight_requests=in_flight,
         reset_at=None
-        if runtime.reset_at_unix is None
-        else time.strftime("%H:%M:%S", time.localtime(runtime.reset_at_unix)),
-        results=runtime.results,
-        metrics_url=None if runtime.export is None else reachable_url(runtime.export.url, _page_host()),
-        ending=bool(runtime.run_id) and runtime.results is None and runner.state in (STATE_STOPPING, STATE_STOPPED),
+        if runtime.run.reset_at_unix is None
+        else time.strftime("%H:%M:%S", time.localtime(runtime.run.reset_at_unix)),
+        results=runtime.run.results,
+        metrics_url=None if runtime.process.export is None else reachable_url(runtime.process.export.url, _page_host()),
+        ending=bool(runtime.run.run_id)
+        and runtime.run.results is None
+        and runner.state in (STATE_STOPPING, STATE_STOPPED),
     )
-    stats = runtime.run_stats()
-    slo = runtime.config.slo
+    stats = runtime.run.totals()
+    slo = runtime.process.config.slo
     return [
         {"key": LLM_TAB, "data": endpoint_rows(stats, slo)},
         {"key": RUN_TAB, "data": run_rows(stats, facts)},
