@@ -2,6 +2,8 @@
 
 import math
 import random
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -230,3 +232,26 @@ def test_histogram_from_buckets_round_trips() -> None:
 def test_histogram_from_buckets_rejects_inconsistent_parts(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         LatencyHistogram.from_buckets(**kwargs)
+
+
+_WORKER_PATH_WITHOUT_NUMPY = """
+import sys
+from llmload.aggregate.series import IntervalSeries
+from llmload.run.wire import from_wire, to_wire
+from llmload.testing.records import ok_record
+series = IntervalSeries.empty()
+series.add(0, ok_record(read_lags_s=[1e-4, 2e-4]))
+payload = to_wire(series.total())
+print("numpy" in sys.modules)
+assert from_wire(payload) == series.total()
+print("numpy" in sys.modules)
+"""
+
+
+def test_histogram_needs_numpy_only_to_decode_bucket_arrays() -> None:
+    # A single process or a worker adds and encodes without numpy (~10 MiB resident); a master's decode imports it.
+    done = subprocess.run(
+        [sys.executable, "-c", _WORKER_PATH_WITHOUT_NUMPY], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
