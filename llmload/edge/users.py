@@ -74,13 +74,21 @@ class LLMUser(User):
         self._throttled_streak = 0  # throttled replies in a row
         self._skipped_streak = 0  # requests skipped by a client fault in a row
         self._traced: TracedRequest | None = None  # the trace line being sent
-        self._rng = random.Random()  # jitter of the back-off after throttled replies
+        self._rng_or_none: random.Random | None = None  # think times, back-off jitter (``_rng``)
 
     def on_stop(self) -> None:
         """Close the connection."""
         transport = getattr(self, "_transport", None)
         if transport is not None:
             transport.close()
+
+    @property
+    def _rng(self) -> random.Random:
+        """This user's unseeded generator of think times and back-off jitter (made on first use: 2.5 KiB a user)."""
+        rng = self._rng_or_none
+        if rng is None:
+            rng = self._rng_or_none = random.Random()
+        return rng
 
     @property
     def _client(self) -> StreamingClient:

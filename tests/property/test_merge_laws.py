@@ -10,7 +10,7 @@ import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmload.aggregate.histogram import LatencyHistogram
+from llmload.aggregate.histogram import GAMMA, LatencyHistogram
 from llmload.aggregate.stats import MAX_ERROR_CATEGORIES, STATS_SCHEMA, EndpointStats, LLMStats, bound_labels
 from llmload.aggregate.stats_schema import FieldRule, Merge
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
@@ -367,3 +367,29 @@ def test_histogram_bulk_merge_of_many_arrays_equals_one_histogram(parts: list[tu
     qs = (0.0, 0.25, 0.5, 0.9, 0.99, 0.999, 1.0)
     assert merged.quantiles(qs) == single.quantiles(qs)
     assert merged.copy() == single
+
+
+@st.composite
+def _clustered(draw: st.DrawFn) -> list[float]:
+    """Batches like a reply's ITL samples or read lags: values near one centre (the sorted walk), zeros, outliers."""
+    centre = draw(st.one_of(st.floats(min_value=1e-8, max_value=100.0), st.integers(-1035, 230).map(GAMMA.__pow__)))
+    spread = draw(st.sampled_from([1e-15, 1e-12, 1e-9, 1e-6, 0.01, 0.1, 1.0]))  # bucket edges: 1e-9 is the margin
+    values = draw(st.lists(st.floats(min_value=-spread, max_value=spread).map(lambda d: centre * (1 + d)), max_size=80))
+    return values + draw(st.lists(latencies, max_size=5))
+
+
+@_SETTINGS
+@given(st.one_of(_clustered(), st.lists(latencies, max_size=60)))
+def test_histogram_add_many_holds_what_add_one_by_one_holds(values: list[float]) -> None:
+    one_by_one = LatencyHistogram.empty()
+    for value in values:
+        one_by_one.add(value)
+    batch = _hist(values)
+    assert batch.buckets() == one_by_one.buckets()
+    assert (batch.count, batch.zero_count, batch.min, batch.max) == (
+        one_by_one.count,
+        one_by_one.zero_count,
+        one_by_one.min,
+        one_by_one.max,
+    )
+    assert abs(batch.sum_ns - one_by_one.sum_ns) <= len(values)  # one ns rounding per add vs one per batch

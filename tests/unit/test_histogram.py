@@ -2,11 +2,13 @@
 
 import math
 import random
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
-from llmload.aggregate.histogram import GAMMA, RELATIVE_ACCURACY, ZERO_THRESHOLD_S, LatencyHistogram
+from llmload.aggregate.histogram import GAMMA, RELATIVE_ACCURACY, ZERO_THRESHOLD_S, LatencyHistogram, _count_sorted
 
 # Relative slack for floating-point rounding at bucket edges (documented in histogram.py).
 _TOLERANCE = RELATIVE_ACCURACY * (1 + 1e-9)
@@ -230,3 +232,110 @@ def test_histogram_from_buckets_round_trips() -> None:
 def test_histogram_from_buckets_rejects_inconsistent_parts(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         LatencyHistogram.from_buckets(**kwargs)
+
+
+_WORKER_PATH_WITHOUT_NUMPY = """
+import sys
+from llmload.aggregate.series import IntervalSeries
+from llmload.run.wire import from_wire, to_wire
+from llmload.testing.records import ok_record
+series = IntervalSeries.empty()
+series.add(0, ok_record(read_lags_s=[1e-4, 2e-4]))
+payload = to_wire(series.total())
+print("numpy" in sys.modules)
+assert from_wire(payload) == series.total()
+print("numpy" in sys.modules)
+"""
+
+
+def test_histogram_needs_numpy_only_to_decode_bucket_arrays() -> None:
+    # A single process or a worker adds and encodes without numpy (~10 MiB resident); a master's decode imports it.
+    done = subprocess.run(
+        [sys.executable, "-c", _WORKER_PATH_WITHOUT_NUMPY], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
+
+
+def _near_edges(rng: random.Random, index: int) -> list[float]:
+    """Values around bucket ``index``'s edges: a few ulps either side, the counting margin's bounds, and between."""
+    values = []
+    for edge in (GAMMA ** (index - 1), GAMMA**index):
+        values.append(edge)
+        for direction in (0.0, math.inf):
+            value = edge
+            for _ in range(4):
+                value = math.nextafter(value, direction)
+                values.append(value)
+        values += [edge * (1 - 1e-9), edge * (1 + 1e-9), edge * (1 - 2e-9), edge * (1 + 2e-9)]
+    values += [rng.uniform(GAMMA ** (index - 1), GAMMA**index) for _ in range(24)]
+    rng.shuffle(values)
+    return values
+
+
+def _one_by_one(values: list[float]) -> LatencyHistogram:
+    hist = LatencyHistogram.empty()
+    for value in values:
+        hist.add(value)
+    return hist
+
+
+@pytest.mark.parametrize("index", [-1035, -345, -230, -229, -115, 0, 1, 115, 460])  # ~1 ns, 1 ms, 10 ms, 1 s, 10 ks
+def test_histogram_add_many_walks_a_clustered_batch_into_the_buckets_add_gives(index: int) -> None:
+    # A batch spanning few buckets is walked bucket by bucket (_count_sorted); values a few ulps from an edge too.
+    rng = random.Random(index)
+    values = [v for v in _near_edges(rng, index) if v >= ZERO_THRESHOLD_S]
+    bins: dict[int, int] = {}
+    _count_sorted(bins, sorted(values), 0)
+    expected = _one_by_one(values)
+    assert sorted(bins.items()) == expected.buckets()
+    assert _filled(values).buckets() == expected.buckets()
+
+
+def test_histogram_add_many_counts_itl_like_batches_as_add_would() -> None:
+    rng = random.Random(19)
+    for _ in range(200):
+        gap_s = rng.choice([1e-3, 1e-2, 5e-2])
+        values = [gap_s * (1 + rng.uniform(-0.05, 0.05)) for _ in range(rng.randrange(1, 200))]
+        values += [0.0] * rng.randrange(3) + [gap_s * rng.uniform(1.5, 3.0) for _ in range(rng.randrange(3))]
+        rng.shuffle(values)
+        expected = _one_by_one(values)
+        batch = _filled(values)
+        assert batch.buckets() == expected.buckets()
+        assert (batch.count, batch.zero_count, batch.min, batch.max) == (
+            expected.count,
+            expected.zero_count,
+            expected.min,
+            expected.max,
+        )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda rng: [2e-5 + rng.random() * 6e-5 for _ in range(130)],  # read lags of a few tens of µs
+        lambda rng: [rng.expovariate(20.0) for _ in range(100)],  # spread: counted value by value
+        lambda rng: [rng.uniform(1e-9, 1e-8) for _ in range(50)] + [4e-10, 0.0],  # near the zero threshold
+        lambda rng: [2e6 * (1 + rng.random() * 1e-3) for _ in range(40)],  # beyond the walked range
+        lambda rng: [1e-3 * (1 + rng.random() * 1e-3) for _ in range(3)],  # a small batch
+    ],
+)
+def test_histogram_add_many_counts_other_batches_as_add_would(make: Any) -> None:
+    rng = random.Random(7)
+    for _ in range(20):
+        values = make(rng)
+        expected = _one_by_one(values)
+        batch = _filled(values)
+        assert batch.buckets() == expected.buckets()
+        assert (batch.count, batch.zero_count, batch.min, batch.max) == (
+            expected.count,
+            expected.zero_count,
+            expected.min,
+            expected.max,
+        )
+
+
+def test_histogram_add_many_keeps_the_first_of_equal_extremes_as_add_does() -> None:
+    hist = _filled([0.0, -0.0, 0.002, 0.002])
+    assert hist.min is not None
+    assert math.copysign(1.0, hist.min) == 1.0  # min() and add keep 0.0, the first of the two zeros
