@@ -292,6 +292,17 @@ def test_histogram_add_many_walks_a_clustered_batch_into_the_buckets_add_gives(i
     assert _filled(values).buckets() == expected.buckets()
 
 
+def _assert_same_counts(batch: LatencyHistogram, expected: LatencyHistogram) -> None:
+    """The buckets, count, zero count and extremes of ``batch`` (``add_many``) equal ``expected``'s (``add``)."""
+    assert batch.buckets() == expected.buckets()
+    assert (batch.count, batch.zero_count, batch.min, batch.max) == (
+        expected.count,
+        expected.zero_count,
+        expected.min,
+        expected.max,
+    )
+
+
 def test_histogram_add_many_counts_itl_like_batches_as_add_would() -> None:
     rng = random.Random(19)
     for _ in range(200):
@@ -301,13 +312,7 @@ def test_histogram_add_many_counts_itl_like_batches_as_add_would() -> None:
         rng.shuffle(values)
         expected = _one_by_one(values)
         batch = _filled(values)
-        assert batch.buckets() == expected.buckets()
-        assert (batch.count, batch.zero_count, batch.min, batch.max) == (
-            expected.count,
-            expected.zero_count,
-            expected.min,
-            expected.max,
-        )
+        _assert_same_counts(batch, expected)
 
 
 @pytest.mark.parametrize(
@@ -326,13 +331,7 @@ def test_histogram_add_many_counts_other_batches_as_add_would(make: Any) -> None
         values = make(rng)
         expected = _one_by_one(values)
         batch = _filled(values)
-        assert batch.buckets() == expected.buckets()
-        assert (batch.count, batch.zero_count, batch.min, batch.max) == (
-            expected.count,
-            expected.zero_count,
-            expected.min,
-            expected.max,
-        )
+        _assert_same_counts(batch, expected)
 
 
 def test_histogram_add_many_keeps_the_first_of_equal_extremes_as_add_does() -> None:
