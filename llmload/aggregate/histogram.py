@@ -191,6 +191,27 @@ class LatencyHistogram:
         hist._max_s = float(max_s)
         return hist
 
+    @classmethod
+    def from_checked_arrays(
+        cls, indexes: _Ints, counts: _Ints, *, zero_count: int, count: int, sum_ns: int, min_s: float, max_s: float
+    ) -> LatencyHistogram:
+        """Adopt bucket arrays the caller has already checked (the wire decoder checks a report's arrays at once).
+
+        The caller guarantees ``from_arrays``' rules: int64 arrays of equal
+        length that are never changed afterwards (they are shared, not copied),
+        distinct indexes, counts > 0, ``count`` = their sum + ``zero_count`` > 0,
+        ``sum_ns`` >= 0 and finite ``0 <= min_s <= max_s``. Nothing is checked here.
+        """
+        hist = cls()
+        if len(indexes):
+            hist._pending.append((indexes, counts))
+        hist._zero_count = zero_count
+        hist._count = count
+        hist._sum_ns = sum_ns
+        hist._min_s = min_s
+        hist._max_s = max_s
+        return hist
+
     def _settled(self) -> dict[int, int]:
         """Every non-empty bucket as ``{index: count}`` (Python ints), with the pending arrays summed in first."""
         pending = self._settle()
