@@ -12,7 +12,8 @@ to the virtual time's interval. Then it times, on that state:
 
 - ``report``: one report as Locust's master handles it (message decode, then
   llmload's ``llmload_live`` handler: decode and merge), mean CPU over the feed;
-- ``scrape``: one ``/metrics`` (``generate_latest`` of the exporter's registry);
+- ``scrape``: one ``/metrics`` (``generate_latest`` of the exporter's registry), and its longest
+  turn (the scrape yields to the loop between its large families; a checkout that does not: all of it);
 - ``window view``: the live window's read alone (part of a scrape);
 - ``timeline tick``: one tick of the time-series greenlet (gauges, due rows);
 - ``watch``: one pass of the lost-worker watch;
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import sys
 import time
@@ -110,7 +112,13 @@ def measure(workers: int, live_raw: bytes, run_id: str, *, run_s: float, rounds:
     runtime.series = IntervalSeries.empty()
     runtime.local_total = FoldedTotal(open_intervals=cluster._open_intervals(runtime))
     runtime.planned_workers = set(ids)
-    exporter = PrometheusExporter(functools.partial(live._run_view, environment))
+    marks: list[float] = []  # CPU times of the scrape's pauses: its turns are the gaps between them
+    try:
+        exporter = PrometheusExporter(
+            functools.partial(live._run_view, environment), pause=lambda: marks.append(time.process_time())
+        )
+    except TypeError:  # a checkout whose scrape does not pause: one turn
+        exporter = PrometheusExporter(functools.partial(live._run_view, environment))
     runtime.export = ExportState(
         exporter=exporter, window=SlidingWindow(clock=lambda: now[0]), grace_s=0.0, url="http://127.0.0.1/metrics"
     )
@@ -160,11 +168,19 @@ def measure(workers: int, live_raw: bytes, run_id: str, *, run_s: float, rounds:
         alive = {c.id for c in runner.clients.all if c.state != "missing"}
         sorted(runtime.planned_workers - alive - runtime.finals_from)
 
+    def longest_scrape_turn_us() -> float:
+        marks.clear()
+        t0 = time.process_time()
+        generate_latest(exporter.registry)
+        ends = [t0, *marks, time.process_time()]
+        return max(b - a for a, b in itertools.pairwise(ends)) * 1e6
+
     row = {
         "workers": workers,
         "reports": reports,
         "report_us": round(report_us, 1),
         "scrape_ms": round(_best_us(lambda: generate_latest(exporter.registry), rounds) / 1e3, 2),
+        "scrape_longest_turn_ms": round(min(longest_scrape_turn_us() for _ in range(rounds)) / 1e3, 2),
         "window_view_ms": round(_best_us(runtime.export.window.view, rounds) / 1e3, 2),
         "timeline_tick_ms": round(_best_us(tick, rounds) / 1e3, 3),
         "watch_ms": round(_best_us(watch, rounds) / 1e3, 3),

@@ -108,7 +108,26 @@ SLOT_S = 0.5
 WINDOW_HISTOGRAM_NAMES = ("ttft_s", "itl_s", "tpot_s", "e2e_s", "read_lag_s")
 """The histograms the window keeps (``EndpointStats`` attributes): what the live gauges read."""
 
-_Counts = tuple[tuple[StatsKey, int], ...]
+_Entry = tuple[Any, ...]  # (arrived_s, slot, source, then key id, tokens, successes for each key counted)
+
+
+def _bump(into: dict[int, int], key_id: int, n: int) -> None:
+    left = into.get(key_id, 0) + n
+    if left:
+        into[key_id] = left
+    else:
+        into.pop(key_id, None)
+
+
+def _add_counts(state: list[Any], entry: _Entry, sign: int) -> None:
+    """Add (``sign`` 1) or take out (-1) one delta's counts from its source's sums."""
+    sum_tokens, sum_successes = state[2], state[3]
+    for i in range(3, len(entry), 3):
+        key_id, tokens, successes = entry[i], entry[i + 1], entry[i + 2]
+        if tokens:
+            _bump(sum_tokens, key_id, sign * tokens)
+        if successes:
+            _bump(sum_successes, key_id, sign * successes)
 
 
 def window_part(stats: LLMStats) -> LLMStats:
@@ -116,15 +135,6 @@ def window_part(stats: LLMStats) -> LLMStats:
     part = LLMStats.empty()
     part.merge_outcomes_and_histograms_in(stats, WINDOW_HISTOGRAM_NAMES)
     return part
-
-
-def _add_into(into: dict[StatsKey, int], other: _Counts, sign: int) -> None:
-    for key, n in other:
-        left = into.get(key, 0) + sign * n
-        if left:
-            into[key] = left
-        else:
-            into.pop(key, None)
 
 
 class SlidingWindow:
@@ -141,15 +151,25 @@ class SlidingWindow:
     them) and reads each source's sums: its cost does not grow with the
     number of deltas, and only by a few dictionary reads per source.
 
-    The queue holds tuples of numbers and keys only, which the garbage
-    collector stops tracking: a full collection does not walk them, however
-    many workers report.
+    The queue holds flat tuples of numbers and strings (keys by a small id),
+    which the garbage collector stops tracking the first time it sees them:
+    a full collection does not walk them, however many workers report.
 
     Not thread-safe; under gevent every caller runs on the hub, and neither
     ``add`` nor ``view`` yields.
     """
 
-    __slots__ = ("_clock", "_covered_from_s", "_length_s", "_queue", "_slots", "_sources", "_started_s")
+    __slots__ = (
+        "_clock",
+        "_covered_from_s",
+        "_key_ids",
+        "_keys",
+        "_length_s",
+        "_queue",
+        "_slots",
+        "_sources",
+        "_started_s",
+    )
 
     def __init__(self, length_s: float = DEFAULT_WINDOW_S, *, clock: Callable[[], float] = time.monotonic) -> None:
         """Create an empty window whose coverage starts now.
@@ -166,11 +186,13 @@ class SlidingWindow:
         self._length_s = length_s
         self._clock = clock
         self._slots: deque[tuple[int, LLMStats]] = deque()
-        # (arrived_s, slot, source, tokens, successes) of every delta in the window, oldest first
-        self._queue: deque[tuple[float, int, str, _Counts, _Counts]] = deque()
-        # per source with deltas in the window: [deltas, last arrival, token sums, success sums]
+        # every delta in the window, oldest first, as one flat tuple of numbers and strings (``_Entry``)
+        self._queue: deque[_Entry] = deque()
+        # per source with deltas in the window: [deltas, last arrival, token sums, success sums] (sums by key id)
         self._sources: dict[str, list[Any]] = {}
         self._covered_from_s: dict[str, float] = {}
+        self._key_ids: dict[StatsKey, int] = {}
+        self._keys: list[StatsKey] = []
         self._started_s = clock()
 
     @property
@@ -190,6 +212,13 @@ class SlidingWindow:
         """The oldest slot still in the window: the first that starts after ``now - length``."""
         return math.floor((now_s - self._length_s) / SLOT_S) + 1
 
+    def _key_id(self, key: StatsKey) -> int:
+        key_id = self._key_ids.get(key)
+        if key_id is None:
+            key_id = self._key_ids[key] = len(self._keys)
+            self._keys.append(key)
+        return key_id
+
     def add(self, delta: LLMStats, source: str) -> None:
         """Record ``delta``, which covers ``source``'s time since its previous delta.
 
@@ -197,27 +226,24 @@ class SlidingWindow:
         """
         now_s = self._clock()
         slot = math.floor(now_s / SLOT_S)
-        tokens: list[tuple[StatsKey, int]] = []
-        successes: list[tuple[StatsKey, int]] = []
+        entry: list[Any] = [now_s, slot, source]
         if not delta.is_empty():
             slots = self._slots
             if not slots or slots[-1][0] != slot:
                 slots.append((slot, LLMStats.empty()))
             slots[-1][1].merge_outcomes_and_histograms_in(delta, WINDOW_HISTOGRAM_NAMES)
             for key, endpoint_stats in delta.items():
-                if endpoint_stats.completion_tokens_sum:
-                    tokens.append((key, endpoint_stats.completion_tokens_sum))
-                if endpoint_stats.succeeded:
-                    successes.append((key, endpoint_stats.succeeded))
-        entry = (now_s, slot, source, tuple(tokens), tuple(successes))
-        self._queue.append(entry)
+                tokens, successes = endpoint_stats.completion_tokens_sum, endpoint_stats.succeeded
+                if tokens or successes:
+                    entry += (self._key_id(key), tokens, successes)
+        flat = tuple(entry)
+        self._queue.append(flat)
         state = self._sources.get(source)
         if state is None:
             state = self._sources[source] = [0, now_s, {}, {}]
         state[0] += 1
         state[1] = now_s
-        _add_into(state[2], entry[3], 1)
-        _add_into(state[3], entry[4], 1)
+        _add_counts(state, flat, 1)
         self._drop_old(self._first_kept_slot(now_s))
 
     def view(self) -> WindowView:
@@ -235,34 +261,40 @@ class SlidingWindow:
         merged = LLMStats.empty()
         for _, stats in slots:
             merged.merge_in(stats)
-        tokens_per_s: dict[StatsKey, float] = {}
-        requests_per_s: dict[StatsKey, float] = {}
+        tokens_per_s: dict[int, float] = {}
+        requests_per_s: dict[int, float] = {}
         covered_from_s = self._covered_from_s
         started_s = self._started_s
         for source, (_, last_s, sum_tokens, sum_successes) in self._sources.items():
             span_s = last_s - covered_from_s.get(source, started_s)
             if span_s <= 0.0:
                 continue
-            for key, n in sum_tokens.items():
-                tokens_per_s[key] = tokens_per_s.get(key, 0.0) + n / span_s
-            for key, n in sum_successes.items():
-                requests_per_s[key] = requests_per_s.get(key, 0.0) + n / span_s
-        return WindowView(self._length_s, merged, tokens_per_s, requests_per_s)
+            for key_id, n in sum_tokens.items():
+                tokens_per_s[key_id] = tokens_per_s.get(key_id, 0.0) + n / span_s
+            for key_id, n in sum_successes.items():
+                requests_per_s[key_id] = requests_per_s.get(key_id, 0.0) + n / span_s
+        keys = self._keys
+        return WindowView(
+            self._length_s,
+            merged,
+            {keys[key_id]: rate for key_id, rate in tokens_per_s.items()},
+            {keys[key_id]: rate for key_id, rate in requests_per_s.items()},
+        )
 
     def _drop_old(self, first_slot: int) -> None:
         """Take out of the window every delta whose slot is before ``first_slot`` (the queue's head)."""
         queue = self._queue
         sources = self._sources
         while queue and queue[0][1] < first_slot:
-            arrived_s, _, source, tokens, successes = queue.popleft()
-            self._covered_from_s[source] = arrived_s
+            entry = queue.popleft()
+            source = entry[2]
+            self._covered_from_s[source] = entry[0]
             state = sources[source]
             state[0] -= 1
             if not state[0]:
                 del sources[source]
-                continue
-            _add_into(state[2], tokens, -1)
-            _add_into(state[3], successes, -1)
+            else:
+                _add_counts(state, entry, -1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -403,17 +403,14 @@ def _decode_packed_histograms(s: EndpointStats, raw_hists: dict[str, Any], path:
     sends them; 1-4 byte counts; float min/max) has its parts checked in
     Python without building a path, then all of the endpoint's bucket
     arrays at once: one array of indexes (strictly increasing within each
-    histogram), one of counts (all > 0), summed per histogram in one call.
+    histogram), one of counts (all > 0; read from one buffer per count
+    width), summed per histogram in one call.
     The histograms share those arrays (``LatencyHistogram.from_checked_arrays``).
     Anything else (and a failed whole-array check) goes through
     ``_decode_packed``, one by one, which accepts or rejects exactly as
     before and names what is wrong.
     """
-    names: list[str] = []
-    kept: list[tuple[str, dict[str, Any]]] = []
-    index_parts: list[bytes] = []
-    count_parts: list[npt.NDArray[np.unsignedinteger[Any]]] = []
-    lengths: list[int] = []
+    by_width: dict[int, list[tuple[str, str, dict[str, Any], int]]] = {}
     for wire_name, raw in raw_hists.items():
         name = _hist_rule(wire_name, path)
         if type(raw) is dict and raw.keys() <= _HISTOGRAM_FIELDS:
@@ -431,27 +428,29 @@ def _decode_packed_histograms(s: EndpointStats, raw_hists: dict[str, Any], path:
                 and 0.0 <= low <= high < math.inf
             ):
                 n = len(idx) >> 2
-                dtype = _COUNT_DTYPES.get(len(cnt) // n) if n and not len(idx) & 3 else None
-                if dtype is not None and len(cnt) == n * dtype.itemsize:
-                    names.append(name)
-                    kept.append((wire_name, raw))
-                    index_parts.append(idx)
-                    count_parts.append(np.frombuffer(cnt, dtype))
-                    lengths.append(n)
+                width = len(cnt) // n if n and not len(idx) & 3 else 0
+                if width in _COUNT_DTYPES and len(cnt) == n * width:
+                    by_width.setdefault(width, []).append((name, wire_name, raw, n))
                     continue
         setattr(s, name, _decode_packed(raw, f"{path}.hist.{wire_name}"))
-    if not names:
+    if not by_width:
         return
-    indexes = np.frombuffer(b"".join(index_parts), _INDEX_DTYPE).astype(np.int64)
+    # The histograms in order of count width: each width's counts are read from one joined buffer.
+    kept = [item for width in sorted(by_width) for item in by_width[width]]
+    indexes = np.frombuffer(b"".join([raw["idx"] for _, _, raw, _ in kept]), _INDEX_DTYPE).astype(np.int64)
+    count_parts = [
+        np.frombuffer(b"".join([raw["cnt"] for _, _, raw, _ in by_width[width]]), _COUNT_DTYPES[width])
+        for width in sorted(by_width)
+    ]
     counts = np.concatenate(count_parts, dtype=np.int64)
-    starts = [0, *accumulate(lengths)]
+    starts = [0, *accumulate(n for _, _, _, n in kept)]
     if not counts.all() or not _increasing_within(indexes, starts):
-        for name, (wire_name, raw) in zip(names, kept, strict=True):
+        for name, wire_name, raw, _ in kept:
             setattr(s, name, _decode_packed(raw, f"{path}.hist.{wire_name}"))
         return
     # Counts of at most 4 bytes each: a sum overflows int64 only past 2**31 buckets (an 8 GB message).
     bucketed = np.add.reduceat(counts, starts[:-1]).tolist()
-    for k, (name, (_, raw)) in enumerate(zip(names, kept, strict=True)):
+    for k, (name, _, raw, _) in enumerate(kept):
         start, end = starts[k], starts[k + 1]
         zero = raw["zero"]
         hist = LatencyHistogram.from_checked_arrays(
