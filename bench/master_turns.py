@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import itertools
 import json
 import sys
@@ -113,11 +114,15 @@ def measure(workers: int, live_raw: bytes, run_id: str, *, run_s: float, rounds:
     runtime.local_total = FoldedTotal(open_intervals=cluster._open_intervals(runtime))
     runtime.planned_workers = set(ids)
     marks: list[float] = []  # CPU times of the scrape's pauses: its turns are the gaps between them
-    try:
-        exporter = PrometheusExporter(
-            functools.partial(live._run_view, environment), pause=lambda: marks.append(time.process_time())
-        )
-    except TypeError:  # a checkout whose scrape does not pause: one turn
+
+    def mark() -> None:
+        marks.append(time.process_time())
+
+    if "pause" in inspect.signature(PrometheusExporter).parameters:
+        pauses_in_view = "pause" in inspect.signature(live._run_view).parameters
+        view = functools.partial(live._run_view, environment, *([mark] if pauses_in_view else []))
+        exporter = PrometheusExporter(view, pause=mark)
+    else:  # a checkout whose scrape does not pause: one turn
         exporter = PrometheusExporter(functools.partial(live._run_view, environment))
     runtime.export = ExportState(
         exporter=exporter, window=SlidingWindow(clock=lambda: now[0]), grace_s=0.0, url="http://127.0.0.1/metrics"
