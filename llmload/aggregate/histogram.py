@@ -43,7 +43,9 @@ _NS_PER_S = 1e9
 _INF = math.inf
 # Bucket arrays merged in but not yet summed (``LatencyHistogram._pending``): past this many they are summed
 # into one pair in a single vectorised pass, so memory stays bounded and a merge costs one list append.
-_PENDING_LIMIT = 32
+# The pass costs mostly its fixed numpy calls: at 128 a master's merge costs a fifth less than at 32
+# (callgrind, a worker report's bucket arrays), for at most 128 small array views per histogram.
+_PENDING_LIMIT = 128
 _Ints = npt.NDArray[np.int64]
 # Tolerance on q*n when computing the nearest rank, so that 0.07 * 100
 # (= 7.000000000000001 in binary floating point) means rank 7, not 8.

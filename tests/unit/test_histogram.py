@@ -230,3 +230,29 @@ def test_histogram_from_buckets_round_trips() -> None:
 def test_histogram_from_buckets_rejects_inconsistent_parts(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         LatencyHistogram.from_buckets(**kwargs)
+
+
+def test_histogram_merging_hundreds_of_bucket_arrays_equals_adding_every_value():
+    """A master's slot merges hundreds of reports' bucket arrays: summed in bulk as they pile up, exactly."""
+    rng = random.Random(7)
+    direct = LatencyHistogram.empty()
+    merged = LatencyHistogram.empty()
+    for _ in range(300):
+        part = LatencyHistogram.empty()
+        for _ in range(rng.randrange(1, 30)):
+            value = rng.lognormvariate(-3.0, 1.5)
+            part.add(value)
+            direct.add(value)
+        indexes, counts = part.arrays()
+        merged.merge_in(
+            LatencyHistogram.from_arrays(
+                indexes=indexes,
+                counts=counts,
+                zero_count=part.zero_count,
+                sum_ns=part.sum_ns,
+                min_s=part.min,
+                max_s=part.max,
+            )
+        )
+    assert merged == direct
+    assert merged.quantiles((0.5, 0.9, 0.99)) == direct.quantiles((0.5, 0.9, 0.99))
