@@ -366,8 +366,11 @@ class LatencyHistogram:
         self._zero_count += other._zero_count
         self._count += other._count
         self._sum_ns += other._sum_ns
-        self._min_s = min(self._min_s, other._min_s)
-        self._max_s = max(self._max_s, other._max_s)
+        # Plain comparisons, as in ``add``: a master merges a dozen histograms per worker report.
+        if other._min_s < self._min_s:  # noqa: PLR1730
+            self._min_s = other._min_s
+        if other._max_s > self._max_s:  # noqa: PLR1730
+            self._max_s = other._max_s
 
     def merge(self, other: LatencyHistogram) -> LatencyHistogram:
         """Return a new histogram holding the values of both; neither input changes."""
