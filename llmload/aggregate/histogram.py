@@ -236,6 +236,14 @@ class LatencyHistogram:
             pending[:] = [_sum_arrays(pending)]
         return pending[0]
 
+    def compact(self) -> None:
+        """Sum the bucket arrays merged in so far into one pair now (the value does not change).
+
+        For a histogram that is done taking merges and will be merged or read
+        again: its readers then meet one pair, not up to ``_PENDING_LIMIT``.
+        """
+        self._settle()
+
     def arrays(self) -> tuple[list[int], list[int]]:
         """Return the non-empty buckets as parallel ``(indexes, counts)`` lists, sorted by index (no zero bucket)."""
         items = sorted(self._settled().items())

@@ -230,6 +230,10 @@ class SlidingWindow:
         if not delta.is_empty():
             slots = self._slots
             if not slots or slots[-1][0] != slot:
+                if slots:  # the previous slot is complete: each view merges its histograms, as one pair each
+                    for _, closed in slots[-1][1].items():
+                        for name in WINDOW_HISTOGRAM_NAMES:
+                            getattr(closed, name).compact()
                 slots.append((slot, LLMStats.empty()))
             slots[-1][1].merge_outcomes_and_histograms_in(delta, WINDOW_HISTOGRAM_NAMES)
             for key, endpoint_stats in delta.items():

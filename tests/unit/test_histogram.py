@@ -256,3 +256,24 @@ def test_histogram_merging_hundreds_of_bucket_arrays_equals_adding_every_value()
         )
     assert merged == direct
     assert merged.quantiles((0.5, 0.9, 0.99)) == direct.quantiles((0.5, 0.9, 0.99))
+
+
+def test_histogram_compact_keeps_its_value_and_merges_on():
+    parts = [LatencyHistogram.empty() for _ in range(3)]
+    for k, part in enumerate(parts):
+        part.add_many([0.01 * (k + 1), 0.02, 0.5])
+    merged = LatencyHistogram.empty()
+    for part in parts:
+        indexes, counts = part.arrays()
+        merged.merge_in(
+            LatencyHistogram.from_arrays(
+                indexes=indexes, counts=counts, zero_count=0, sum_ns=part.sum_ns, min_s=part.min, max_s=part.max
+            )
+        )
+    before = merged.copy()
+    merged.compact()
+    assert merged == before
+    merged.merge_in(parts[0])
+    before.merge_in(parts[0])
+    assert merged == before
+    assert merged.quantiles((0.5, 0.99)) == before.quantiles((0.5, 0.99))
