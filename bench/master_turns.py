@@ -15,7 +15,8 @@ to the virtual time's interval. Then it times, on that state:
 - ``scrape``: one ``/metrics`` (``generate_latest`` of the exporter's registry), and its longest
   turn (the scrape yields to the loop between its large families; a checkout that does not: all of it);
 - ``window view``: the live window's read alone (part of a scrape);
-- ``timeline tick``: one tick of the time-series greenlet (gauges, due rows);
+- ``timeline tick``: one tick of the time-series greenlet (gauges, due rows), and one complete
+  interval's rows the first time they are built (once per interval);
 - ``watch``: one pass of the lost-worker watch;
 - ``run stats``: the run's totals (``Runtime.run_stats``: a checkpoint, the stop);
 - ``gc``: the longest garbage-collector pause during the feed, the share of the feed's CPU
@@ -180,6 +181,15 @@ def measure(workers: int, live_raw: bytes, run_id: str, *, run_s: float, rounds:
         ends = [t0, *marks, time.process_time()]
         return max(b - a for a, b in itertools.pairwise(ends)) * 1e6
 
+    def interval_rows_ms() -> float:
+        """One complete interval's rows (its quantiles sum its pending bucket arrays), the first time they are read."""
+        fresh = Timeline(interval_s, LIVE_S + 1.0, SERVER_COLUMNS)
+        t0 = time.process_time()
+        rows = fresh.due_rows(runtime.series, now[0])
+        intervals = len({r["t"] for r in rows}) or 1
+        return (time.process_time() - t0) / intervals * 1e3
+
+    rows_ms = interval_rows_ms()  # before anything else reads the series
     row = {
         "workers": workers,
         "reports": reports,
@@ -188,6 +198,7 @@ def measure(workers: int, live_raw: bytes, run_id: str, *, run_s: float, rounds:
         "scrape_longest_turn_ms": round(min(longest_scrape_turn_us() for _ in range(rounds)) / 1e3, 2),
         "window_view_ms": round(_best_us(runtime.export.window.view, rounds) / 1e3, 2),
         "timeline_tick_ms": round(_best_us(tick, rounds) / 1e3, 3),
+        "interval_rows_ms": round(rows_ms, 2),
         "watch_ms": round(_best_us(watch, rounds) / 1e3, 3),
         "run_stats_ms": round(_best_us(runtime.run_stats, rounds) / 1e3, 2),
         "gc_longest_ms": round(pauses.longest_s * 1e3, 2),
