@@ -51,6 +51,7 @@ import math
 import sys
 from array import array
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import Enum
 from itertools import accumulate
@@ -209,18 +210,24 @@ def from_wire(payload: object) -> LLMStats:
         raise WireFormatError(
             f"llmload worker payload has version {version!r}, this master speaks v1-v{WIRE_VERSION}; {fix}"
         )
-    _check_keys(payload, {"v", "endpoints"}, "payload")
+    _check_keys(payload, _PAYLOAD_KEYS, "payload")
     endpoints = _list(payload, "endpoints", "payload")
     decode = _decode_packed_histograms if version >= 2 else _decode_listed_histograms
     items = [_decode_endpoint(raw, f"endpoints[{i}]", decode) for i, raw in enumerate(endpoints)]
     return LLMStats.from_endpoints(items, adopt=True)  # decoded here, used nowhere else
 
 
+_PAYLOAD_KEYS = frozenset({"v", "endpoints"})
+_SERIES_ITEM_KEYS = frozenset({"i", "stats"})
+
+
 def _fail(path: str, expected: str, value: object) -> WireFormatError:
     return WireFormatError(f"llmload worker payload: {path} must be {expected}, got {value!r}; {_MISMATCH_HINT}")
 
 
-def _check_keys(raw: dict[str, Any], allowed: set[str], path: str) -> None:
+def _check_keys(raw: dict[str, Any], allowed: AbstractSet[str], path: str) -> None:
+    if raw.keys() <= allowed:  # the usual case, checked in C without building a set
+        return
     unknown = set(raw) - allowed
     if unknown:
         raise WireFormatError(
@@ -680,7 +687,7 @@ def _series_from_wire(raw: object) -> IntervalSeries:
         path = f"report.series[{n}]"
         if not isinstance(item, dict):
             raise _fail(path, "a dict", item)
-        _check_keys(item, {"i", "stats"}, path)
+        _check_keys(item, _SERIES_ITEM_KEYS, path)
         series.adopt(_int_field(item, "i", path), from_wire(_get(item, "stats", path)))
     return series
 
