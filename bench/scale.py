@@ -34,7 +34,9 @@
    heartbeat replies queue behind reports whatever llmload does), the bytes per
    report (whole message and llmload's part) and the spawn bytes per worker
    (every message but heartbeats the master sent a worker before its first report).
-4. Microbench: decode + merge of one recorded report in this process.
+4. Microbench: decode + merge of one recorded report in this process, as a master of
+   1,000 workers merges it (a live report: into the exporter's window too);
+   ``bench/master_turns.py`` times the master's other turns at N workers' state.
 5. Checks (``--check`` exits 1 on a failure; ``make bench-scale`` passes it):
    the workers' live schedule puts at most twice an even spread's reports
    into any 10 ms; with the exporter on, the heartbeat p99 is within
@@ -528,9 +530,19 @@ def run_one(
 
 # ── 4. microbench ────────────────────────────────────────────────────────
 def microbench(recording: dict[str, Any]) -> None:
+    """Decode + merge of one recorded report, as the master does it (live reports: into the exporter's window too).
+
+    Each report is handled as ``merge_report`` handles one from a master's 1,000 workers: into the
+    run's series and totals, and, for live reports, into the live window, round-robin over 1,000
+    worker ids; objects alive before are frozen out of the collector's sight, as a master's are.
+    """
+    import gc
+
     sys.path.insert(0, str(REPO))
-    from llmload.edge.cluster import merge_report
-    from llmload.edge.runtime import Runtime
+    from llmload.edge.cluster import _open_intervals, merge_report
+    from llmload.edge.runtime import ExportState, Runtime
+    from llmload.exporters.prometheus_server import PrometheusExporter
+    from llmload.exporters.window import SlidingWindow
     from llmload.settings.config import RunConfig
 
     for kind in ("stats", "live"):
@@ -538,12 +550,20 @@ def microbench(recording: dict[str, Any]) -> None:
         payload = data["llmload"] if kind == "stats" else data
         runtime = Runtime(config=RunConfig())
         runtime.run.run_id = _recorded_run_id(data) or ""
-        n, rounds = 100, []
+        runtime.run.local_total = type(runtime.run.local_total)(open_intervals=_open_intervals(runtime))
+        if kind == "live":
+            exporter = PrometheusExporter(lambda: None)  # never scraped here: only its window is fed
+            runtime.process.export = ExportState(exporter=exporter, window=SlidingWindow(), grace_s=0.0)
+        ids = [f"worker-{i}" for i in range(1000)]
+        gc.collect()
+        gc.freeze()
+        n, rounds = 1000, []
         for _ in range(7):  # best of 7: the machine may be shared
             t0 = time.process_time()
-            for _ in range(n):
-                merge_report(runtime, "w1", payload)
+            for k in range(n):
+                merge_report(runtime, ids[k], payload)
             rounds.append((time.process_time() - t0) / n * 1e6)
+        gc.unfreeze()
         us = min(rounds)
         print(f"microbench: decode + merge of one recorded {kind} report: {us:.0f} µs "
               f"({len(msgpack.dumps(payload))} bytes)")  # fmt: skip
@@ -595,7 +615,7 @@ def check_heartbeats(rows: list[dict[str, Any]], counts: list[int], ratio_limit:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="100,500,1000,2000", help="comma-separated N (default %(default)s)")
-    parser.add_argument("--quick", action="store_true", help="N = 100,1000 and a 6 s window")
+    parser.add_argument("--quick", action="store_true", help="a 6 s window; N = 100,1000 unless --workers is given")
     parser.add_argument("--measure-s", type=float, default=12.0)
     parser.add_argument("--warmup-s", type=float, default=4.0)
     parser.add_argument("--out", default="bench-scale.json")
@@ -636,8 +656,10 @@ def main() -> None:
         args.workers = int(args.workers)
         fake_workers(args)
         return
-    if args.quick:
-        args.workers, args.measure_s = "100,1000", 6.0
+    if args.quick:  # N = 100,1000 unless --workers names others
+        args.measure_s = 6.0
+        if args.workers == parser.get_default("workers"):
+            args.workers = "100,1000"
     counts = [int(n) for n in args.workers.split(",")]
     url, sim = start_sim("--max-num-seqs", "1000")
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from llmload.request.record import RequestRecord
 from llmload.testing import ReceivedRequest, Reply, ScriptedServer, SendLog
@@ -25,6 +26,12 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 # the proxy tests set their own.
 for _name in [n for n in os.environ if n.lower().endswith("_proxy")]:
     del os.environ[_name]
+
+# Property tests judge what the code does, not how fast this machine draws examples: on a busy machine
+# (a CPU hog beside the suite, or the suite's own locust processes) Hypothesis's too_slow health check and
+# per-example deadline fail tests whose properties hold. A test's own @settings still adds to these.
+settings.register_profile("llmload", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("llmload")
 
 _SENTENCES = [
     "Hello world",

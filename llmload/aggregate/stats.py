@@ -809,6 +809,20 @@ class LLMStats:
         for key, endpoint_stats in other._by_key.items():
             self._slot(key).merge_in(endpoint_stats)
 
+    def merge_outcomes_and_histograms_in(self, other: LLMStats, histograms: Iterable[str]) -> None:
+        """Add ``other``'s requests by outcome and its histograms named ``histograms`` (attribute names), in place.
+
+        Nothing else of ``other`` is added: for a view that reads only these
+        (the exporter's live window), at a fraction of ``merge_in``'s cost.
+        """
+        for key, theirs in other._by_key.items():
+            mine = self._slot(key)
+            _merge_counts(mine.requests_by_outcome, theirs.requests_by_outcome)
+            for name in histograms:
+                hist = getattr(theirs, name)
+                if hist.count:
+                    getattr(mine, name).merge_in(hist)
+
     def merge(self, other: LLMStats) -> LLMStats:
         """Return the combination of both; neither input changes."""
         merged = LLMStats()

@@ -89,7 +89,11 @@ def start_exporter(environment: Environment, runtime: Runtime) -> None:
     config = runtime.process.config
     if config.prometheus_port == 0:
         return
-    exporter = PrometheusExporter(functools.partial(_run_view, environment, runtime))
+    # A scrape yields to the event loop between its large families (and between the run's totals and
+    # the live window): heartbeat replies and reports never wait behind a whole scrape (about 10 ms of
+    # formatting), only behind one part of it.
+    pause = functools.partial(gevent.sleep, 0)
+    exporter = PrometheusExporter(functools.partial(_run_view, environment, runtime, pause), pause=pause)
     try:
         port = exporter.start(config.prometheus_port, config.prometheus_host)
     except ConfigError as exc:
@@ -109,11 +113,13 @@ def exporter_url_host(host: str) -> str:
     return socket.gethostname() if host in ("", "0.0.0.0") else host
 
 
-def _run_view(environment: Environment, runtime: Runtime) -> RunView:
-    """What one scrape reports (called by the exporter at scrape time; does not yield)."""
+def _run_view(environment: Environment, runtime: Runtime, pause: Callable[[], None] | None = None) -> RunView:
+    """What one scrape reports (called by the exporter at scrape time); ``pause`` runs between totals and window."""
     runner = environment.runner
     export = runtime.process.export
     stats = runtime.run.totals()
+    if pause is not None:
+        pause()
     in_flight = runtime.run.in_flight
     workers = 0
     if isinstance(runner, MasterRunner):

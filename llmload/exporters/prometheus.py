@@ -221,12 +221,23 @@ def histogram_buckets(
     return out
 
 
+def _no_pause() -> None:
+    """No pause between families (a process without an event loop to yield to)."""
+
+
 class LLMLoadCollector:
     """prometheus_client Collector: turns a ``RunView`` into llmload's metric families."""
 
-    def __init__(self, snapshot: Callable[[], RunView]) -> None:
-        """Create a collector that calls ``snapshot`` once per scrape."""
+    def __init__(self, snapshot: Callable[[], RunView], *, pause: Callable[[], None] | None = None) -> None:
+        """Create a collector that calls ``snapshot`` once per scrape.
+
+        ``pause`` is called before each histogram family and each window
+        family is built (the master passes a yield to its event loop, so one
+        scrape never holds the loop for more than one family's formatting);
+        None: no pause. The families come from the one ``RunView`` either way.
+        """
         self._snapshot = snapshot
+        self._pause = pause or _no_pause
 
     def collect(self) -> Iterator[Metric]:
         """Yield every family (see the module docstring) from one fresh ``RunView``."""
@@ -261,9 +272,9 @@ class LLMLoadCollector:
                 "llmload_run_start_time_seconds", "Unix time the run started", value=view.started_at_unix
             )
         yield from self._counters(view.stats)
-        yield from self._histograms(view.stats)
+        yield from self._histograms(view.stats, self._pause)
         if view.window is not None:
-            yield from self._window(view.window)
+            yield from self._window(view.window, self._pause)
 
     @staticmethod
     def _counters(stats: LLMStats) -> Iterator[Metric]:
@@ -303,9 +314,10 @@ class LLMLoadCollector:
         yield from _usage_detail_counters(stats)
 
     @staticmethod
-    def _histograms(stats: LLMStats) -> Iterator[Metric]:
+    def _histograms(stats: LLMStats, pause: Callable[[], None]) -> Iterator[Metric]:
         items = list(stats.items())
         for attribute, suffix, doc in _HISTOGRAMS:
+            pause()
             family = HistogramMetricFamily(f"llmload_{suffix}", doc, labels=_KEY_LABELS)
             for key, s in items:
                 if attribute in _TOKEN_TIMES and key[0] in _NO_OUTPUT_ENDPOINTS:
@@ -313,13 +325,14 @@ class LLMLoadCollector:
                 hist: LatencyHistogram = getattr(s, attribute)
                 family.add_metric(key, histogram_buckets(hist), hist.sum_s)
             yield family
+        pause()
         lag = HistogramMetricFamily(f"llmload_{_READ_LAG[1]}", _READ_LAG[2], labels=_KEY_LABELS)
         for key, s in items:
             lag.add_metric(key, histogram_buckets(s.read_lag_s, _LAG_EDGES), s.read_lag_s.sum_s)
         yield lag
 
     @staticmethod
-    def _window(window: WindowView) -> Iterator[Metric]:
+    def _window(window: WindowView, pause: Callable[[], None]) -> Iterator[Metric]:
         yield GaugeMetricFamily(
             "llmload_window_length_seconds",
             "Length of the live window of llmload_window_*",
@@ -337,6 +350,7 @@ class LLMLoadCollector:
             yield family
         items = list(window.stats.items())
         for attribute, suffix, doc in (*_HISTOGRAMS, _READ_LAG):
+            pause()
             family = GaugeMetricFamily(
                 f"llmload_window_{suffix}",
                 f"{doc}: quantiles over the live window",

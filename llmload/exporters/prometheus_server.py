@@ -75,6 +75,7 @@ class PrometheusExporter:
         *,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        pause: Callable[[], None] | None = None,
     ) -> None:
         """Register a collector over ``snapshot`` in ``registry``.
 
@@ -83,9 +84,10 @@ class PrometheusExporter:
             registry: where the collector is registered; None = a new private
                 registry (never prometheus_client's global one).
             clock: monotonic clock in seconds (injected by tests).
+            pause: called between the scrape's large families (``LLMLoadCollector``); None: none.
         """
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
-        self.registry.register(LLMLoadCollector(snapshot))
+        self.registry.register(LLMLoadCollector(snapshot, pause=pause))
         self._metrics_app = make_wsgi_app(self.registry)
         self._clock = clock
         self._cond = threading.Condition()

@@ -34,6 +34,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from llmload.aggregate.histogram import LatencyHistogram
 from llmload.aggregate.stats import LLMStats, StatsKey
@@ -41,12 +42,14 @@ from llmload.aggregate.stats import LLMStats, StatsKey
 __all__ = [
     "DEFAULT_WINDOW_S",
     "SLOT_S",
+    "WINDOW_HISTOGRAM_NAMES",
     "RunView",
     "SlidingWindow",
     "WindowView",
     "live_send_delay_s",
     "live_send_offset_s",
     "saturation_read_lag",
+    "window_part",
 ]
 
 DEFAULT_WINDOW_S = 10.0
@@ -59,7 +62,9 @@ class WindowView:
 
     Attributes:
         length_s: configured window length in seconds.
-        stats: every delta that arrived within the window, merged.
+        stats: every delta that arrived within the window, merged: its
+            requests by outcome and its ``WINDOW_HISTOGRAM_NAMES`` histograms
+            (what the live gauges read; nothing else is kept).
         output_tokens_per_s: per ``(endpoint, model)``, completion tokens of
             successes per second over the time the deltas cover; keys without
             a measurable span are absent.
@@ -100,40 +105,71 @@ def live_send_delay_s(now_unix: float, worker_index: int, interval_s: float) -> 
 SLOT_S = 0.5
 """Granularity of the window in seconds: deltas are merged per slot of arrival time as they arrive."""
 
+WINDOW_HISTOGRAM_NAMES = ("ttft_s", "itl_s", "tpot_s", "e2e_s", "read_lag_s")
+"""The histograms the window keeps (``EndpointStats`` attributes): what the live gauges read."""
 
-@dataclass(slots=True)
-class _SourceEntry:
-    arrived_s: float
-    slot: int
-    tokens: dict[StatsKey, int]
-    successes: dict[StatsKey, int]
+_Entry = tuple[Any, ...]  # (arrived_s, slot, source, then key id, tokens, successes for each key counted)
 
 
-def _add_into(into: dict[StatsKey, int], other: dict[StatsKey, int], sign: int) -> None:
-    for key, n in other.items():
-        left = into.get(key, 0) + sign * n
-        if left:
-            into[key] = left
-        else:
-            into.pop(key, None)
+def _bump(into: dict[int, int], key_id: int, n: int) -> None:
+    left = into.get(key_id, 0) + n
+    if left:
+        into[key_id] = left
+    else:
+        into.pop(key_id, None)
+
+
+def _add_counts(state: list[Any], entry: _Entry, sign: int) -> None:
+    """Add (``sign`` 1) or take out (-1) one delta's counts from its source's sums."""
+    sum_tokens, sum_successes = state[2], state[3]
+    for i in range(3, len(entry), 3):
+        key_id, tokens, successes = entry[i], entry[i + 1], entry[i + 2]
+        if tokens:
+            _bump(sum_tokens, key_id, sign * tokens)
+        if successes:
+            _bump(sum_successes, key_id, sign * successes)
+
+
+def window_part(stats: LLMStats) -> LLMStats:
+    """What the window keeps of ``stats``: its requests by outcome and ``WINDOW_HISTOGRAM_NAMES`` (a new object)."""
+    part = LLMStats.empty()
+    part.merge_outcomes_and_histograms_in(stats, WINDOW_HISTOGRAM_NAMES)
+    return part
 
 
 class SlidingWindow:
     """Deltas of the last ``length_s`` seconds, per source (worker id or ``"local"``), kept incrementally.
 
     Each delta is merged, as it arrives, into the statistics of its arrival
-    slot (``SLOT_S`` seconds of the monotonic clock); each source keeps its
-    token and success counts per delta and their running sums. A delta is in
-    the window while its slot starts after ``now - length_s`` (so a delta
-    leaves at most ``SLOT_S`` early). A view merges the window's slots (at most
-    ``length_s / SLOT_S + 1`` of them) and reads each source's sums: its cost
-    does not grow with the number of deltas or workers' reports.
+    slot (``SLOT_S`` seconds of the monotonic clock): its requests by outcome
+    and the ``WINDOW_HISTOGRAM_NAMES`` histograms, what the live gauges read.
+    Each delta's token and success counts are kept in one queue in arrival
+    order, and each source's running sums beside it. A delta is in the window
+    while its slot starts after ``now - length_s`` (so a delta leaves at most
+    ``SLOT_S`` early); deltas leave from the head of the queue, each once.
+    A view merges the window's slots (at most ``length_s / SLOT_S + 1`` of
+    them) and reads each source's sums: its cost does not grow with the
+    number of deltas, and only by a few dictionary reads per source.
+
+    The queue holds flat tuples of numbers and strings (keys by a small id),
+    which the garbage collector stops tracking the first time it sees them:
+    a full collection does not walk them, however many workers report.
 
     Not thread-safe; under gevent every caller runs on the hub, and neither
     ``add`` nor ``view`` yields.
     """
 
-    __slots__ = ("_clock", "_covered_from_s", "_entries", "_length_s", "_slots", "_started_s", "_sums")
+    __slots__ = (
+        "_clock",
+        "_covered_from_s",
+        "_key_ids",
+        "_keys",
+        "_length_s",
+        "_queue",
+        "_slots",
+        "_sources",
+        "_started_s",
+    )
 
     def __init__(self, length_s: float = DEFAULT_WINDOW_S, *, clock: Callable[[], float] = time.monotonic) -> None:
         """Create an empty window whose coverage starts now.
@@ -150,9 +186,13 @@ class SlidingWindow:
         self._length_s = length_s
         self._clock = clock
         self._slots: deque[tuple[int, LLMStats]] = deque()
-        self._entries: dict[str, deque[_SourceEntry]] = {}
-        self._sums: dict[str, tuple[dict[StatsKey, int], dict[StatsKey, int]]] = {}
+        # every delta in the window, oldest first, as one flat tuple of numbers and strings (``_Entry``)
+        self._queue: deque[_Entry] = deque()
+        # per source with deltas in the window: [deltas, last arrival, token sums, success sums] (sums by key id)
+        self._sources: dict[str, list[Any]] = {}
         self._covered_from_s: dict[str, float] = {}
+        self._key_ids: dict[StatsKey, int] = {}
+        self._keys: list[StatsKey] = []
         self._started_s = clock()
 
     @property
@@ -163,14 +203,21 @@ class SlidingWindow:
     def reset(self) -> None:
         """Forget every delta; coverage of every source starts now (call at each run start)."""
         self._slots.clear()
-        self._entries.clear()
-        self._sums.clear()
+        self._queue.clear()
+        self._sources.clear()
         self._covered_from_s.clear()
         self._started_s = self._clock()
 
     def _first_kept_slot(self, now_s: float) -> int:
         """The oldest slot still in the window: the first that starts after ``now - length``."""
         return math.floor((now_s - self._length_s) / SLOT_S) + 1
+
+    def _key_id(self, key: StatsKey) -> int:
+        key_id = self._key_ids.get(key)
+        if key_id is None:
+            key_id = self._key_ids[key] = len(self._keys)
+            self._keys.append(key)
+        return key_id
 
     def add(self, delta: LLMStats, source: str) -> None:
         """Record ``delta``, which covers ``source``'s time since its previous delta.
@@ -179,27 +226,29 @@ class SlidingWindow:
         """
         now_s = self._clock()
         slot = math.floor(now_s / SLOT_S)
+        entry: list[Any] = [now_s, slot, source]
         if not delta.is_empty():
             slots = self._slots
             if not slots or slots[-1][0] != slot:
+                if slots:  # the previous slot is complete: each view merges its histograms, as one pair each
+                    for _, closed in slots[-1][1].items():
+                        for name in WINDOW_HISTOGRAM_NAMES:
+                            getattr(closed, name).compact()
                 slots.append((slot, LLMStats.empty()))
-            slots[-1][1].merge_in(delta)
-        tokens: dict[StatsKey, int] = {}
-        successes: dict[StatsKey, int] = {}
-        for key, endpoint_stats in delta.items():
-            if endpoint_stats.completion_tokens_sum:
-                tokens[key] = endpoint_stats.completion_tokens_sum
-            if endpoint_stats.succeeded:
-                successes[key] = endpoint_stats.succeeded
-        entries = self._entries.get(source)
-        if entries is None:
-            entries = self._entries[source] = deque()
-            self._sums[source] = ({}, {})
-        entries.append(_SourceEntry(now_s, slot, tokens, successes))
-        sum_tokens, sum_successes = self._sums[source]
-        _add_into(sum_tokens, tokens, 1)
-        _add_into(sum_successes, successes, 1)
-        self._drop_old(source, entries, self._first_kept_slot(now_s))
+            slots[-1][1].merge_outcomes_and_histograms_in(delta, WINDOW_HISTOGRAM_NAMES)
+            for key, endpoint_stats in delta.items():
+                tokens, successes = endpoint_stats.completion_tokens_sum, endpoint_stats.succeeded
+                if tokens or successes:
+                    entry += (self._key_id(key), tokens, successes)
+        flat = tuple(entry)
+        self._queue.append(flat)
+        state = self._sources.get(source)
+        if state is None:
+            state = self._sources[source] = [0, now_s, {}, {}]
+        state[0] += 1
+        state[1] = now_s
+        _add_counts(state, flat, 1)
+        self._drop_old(self._first_kept_slot(now_s))
 
     def view(self) -> WindowView:
         """Merge the window's slots and read each source's covered span and sums.
@@ -212,34 +261,44 @@ class SlidingWindow:
         slots = self._slots
         while slots and slots[0][0] < first:
             slots.popleft()
+        self._drop_old(first)
         merged = LLMStats.empty()
         for _, stats in slots:
             merged.merge_in(stats)
-        tokens_per_s: dict[StatsKey, float] = {}
-        requests_per_s: dict[StatsKey, float] = {}
-        for source in list(self._entries):
-            entries = self._entries[source]
-            self._drop_old(source, entries, first)
-            if not entries:
-                del self._entries[source], self._sums[source]
-                continue
-            span_s = entries[-1].arrived_s - self._covered_from_s.get(source, self._started_s)
+        tokens_per_s: dict[int, float] = {}
+        requests_per_s: dict[int, float] = {}
+        covered_from_s = self._covered_from_s
+        started_s = self._started_s
+        for source, (_, last_s, sum_tokens, sum_successes) in self._sources.items():
+            span_s = last_s - covered_from_s.get(source, started_s)
             if span_s <= 0.0:
                 continue
-            sum_tokens, sum_successes = self._sums[source]
-            for key, n in sum_tokens.items():
-                tokens_per_s[key] = tokens_per_s.get(key, 0.0) + n / span_s
-            for key, n in sum_successes.items():
-                requests_per_s[key] = requests_per_s.get(key, 0.0) + n / span_s
-        return WindowView(self._length_s, merged, tokens_per_s, requests_per_s)
+            for key_id, n in sum_tokens.items():
+                tokens_per_s[key_id] = tokens_per_s.get(key_id, 0.0) + n / span_s
+            for key_id, n in sum_successes.items():
+                requests_per_s[key_id] = requests_per_s.get(key_id, 0.0) + n / span_s
+        keys = self._keys
+        return WindowView(
+            self._length_s,
+            merged,
+            {keys[key_id]: rate for key_id, rate in tokens_per_s.items()},
+            {keys[key_id]: rate for key_id, rate in requests_per_s.items()},
+        )
 
-    def _drop_old(self, source: str, entries: deque[_SourceEntry], first_slot: int) -> None:
-        sum_tokens, sum_successes = self._sums[source]
-        while entries and entries[0].slot < first_slot:
-            gone = entries.popleft()
-            self._covered_from_s[source] = gone.arrived_s
-            _add_into(sum_tokens, gone.tokens, -1)
-            _add_into(sum_successes, gone.successes, -1)
+    def _drop_old(self, first_slot: int) -> None:
+        """Take out of the window every delta whose slot is before ``first_slot`` (the queue's head)."""
+        queue = self._queue
+        sources = self._sources
+        while queue and queue[0][1] < first_slot:
+            entry = queue.popleft()
+            source = entry[2]
+            self._covered_from_s[source] = entry[0]
+            state = sources[source]
+            state[0] -= 1
+            if not state[0]:
+                del sources[source]
+            else:
+                _add_counts(state, entry, -1)
 
 
 @dataclass(frozen=True, slots=True)

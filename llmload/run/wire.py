@@ -51,14 +51,22 @@ import math
 import sys
 from array import array
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, TypedDict, TypeVar
+from itertools import accumulate
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from llmload.aggregate.histogram import LatencyHistogram
 from llmload.aggregate.series import IntervalSeries
 from llmload.aggregate.stats import STATS_SCHEMA, EndpointStats, ErrorGroup, LLMStats, StatsKey, bound_labels
 from llmload.aggregate.stats_schema import Merge
+
+# numpy is imported only by the decode of packed bucket arrays (a master's path): a single process or a
+# worker encodes without it (~10 MiB resident, see llmload.aggregate.histogram).
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 from llmload.errors import WireFormatError
 from llmload.run.plan import RunPlan, WorkerShare
 
@@ -206,18 +214,24 @@ def from_wire(payload: object) -> LLMStats:
         raise WireFormatError(
             f"llmload worker payload has version {version!r}, this master speaks v1-v{WIRE_VERSION}; {fix}"
         )
-    _check_keys(payload, {"v", "endpoints"}, "payload")
+    _check_keys(payload, _PAYLOAD_KEYS, "payload")
     endpoints = _list(payload, "endpoints", "payload")
-    decode = _decode_packed if version >= 2 else _decode_histogram
+    decode = _decode_packed_histograms if version >= 2 else _decode_listed_histograms
     items = [_decode_endpoint(raw, f"endpoints[{i}]", decode) for i, raw in enumerate(endpoints)]
     return LLMStats.from_endpoints(items, adopt=True)  # decoded here, used nowhere else
+
+
+_PAYLOAD_KEYS = frozenset({"v", "endpoints"})
+_SERIES_ITEM_KEYS = frozenset({"i", "stats"})
 
 
 def _fail(path: str, expected: str, value: object) -> WireFormatError:
     return WireFormatError(f"llmload worker payload: {path} must be {expected}, got {value!r}; {_MISMATCH_HINT}")
 
 
-def _check_keys(raw: dict[str, Any], allowed: set[str], path: str) -> None:
+def _check_keys(raw: dict[str, Any], allowed: AbstractSet[str], path: str) -> None:
+    if raw.keys() <= allowed:  # the usual case, checked in C without building a set
+        return
     unknown = set(raw) - allowed
     if unknown:
         raise WireFormatError(
@@ -289,20 +303,21 @@ def _float_or_zero(raw: dict[str, Any], key: str, path: str) -> float:
     return (_optional_float(raw, key, path) if key in raw else None) or 0.0
 
 
-def _enum_counts(raw: dict[str, Any], key: str, path: str, parse: Callable[[str], Enum]) -> dict[Enum, int]:
+def _enum_counts(raw: dict[str, Any], key: str, path: str, members: dict[str, Enum]) -> dict[Enum, int]:
+    """A wire map of counts keyed by the ``.value`` of enum members (``members``: value -> member)."""
     out: dict[Enum, int] = {}
     for name, n in _dict(raw, key, path).items():
-        try:
-            member = parse(name)
-        except ValueError:
-            raise _fail(f"{path}.{key}", "keyed by known names", name) from None
-        count = _count(n, f"{path}.{key}.{name}")
+        member = members.get(name) if type(name) is str else None
+        if member is None:
+            raise _fail(f"{path}.{key}", "keyed by known names", name)
+        count = n if type(n) is int and n >= 0 else _count(n, f"{path}.{key}.{name}")
         if count:
             out[member] = count
     return out
 
 
 _TOP_RULES = tuple(r for r in STATS_SCHEMA if r.wire_group is None)
+_MEMBERS = {r.name: {m.value: m for m in r.keys} for r in _TOP_RULES if r.keys is not None}
 _COUNTER_RULES = {r.wire_name: r for r in STATS_SCHEMA if r.wire_group == "counters"}
 _HIST_RULES = {r.wire_name: r for r in STATS_SCHEMA if r.wire_group == "hist"}
 _LABEL_RULES = {r.wire_name: r for r in STATS_SCHEMA if r.wire_group == "labels"}
@@ -313,7 +328,7 @@ _MAX_LABEL_CHARS = 64
 
 
 def _decode_endpoint(
-    raw: object, path: str, decode_histogram: Callable[[object, str], LatencyHistogram]
+    raw: object, path: str, decode_histograms: Callable[[EndpointStats, dict[str, Any], str], None]
 ) -> tuple[StatsKey, EndpointStats]:
     if not isinstance(raw, dict):
         raise _fail(path, "a dict", raw)
@@ -325,8 +340,7 @@ def _decode_endpoint(
         if rule.merge is Merge.SUM:
             setattr(s, name, _int_field(raw, wire_name, path))
         elif rule.merge is Merge.COUNTS:
-            assert rule.keys is not None  # counts() always names its enum
-            setattr(s, name, _enum_counts(raw, wire_name, path, rule.keys))
+            setattr(s, name, _enum_counts(raw, wire_name, path, _MEMBERS[name]))
         elif rule.merge is Merge.ERRORS:
             _decode_errors(s, _list(raw, wire_name, path), f"{path}.{wire_name}")
         else:
@@ -340,11 +354,7 @@ def _decode_endpoint(
             raise _fail(f"{path}.counters", f"keyed by {list(_COUNTER_RULES)}", wire_name)
         ok = type(value) is int and value >= 0  # the usual case, checked without building the error path
         setattr(s, counter_rule.name, value if ok else _count(value, f"{path}.counters.{wire_name}"))
-    for wire_name, raw_hist in _dict(raw, "hist", path).items():
-        hist_rule = _HIST_RULES.get(wire_name)
-        if hist_rule is None:
-            raise _fail(f"{path}.hist", f"keyed by {list(_HIST_RULES)}", wire_name)
-        setattr(s, hist_rule.name, decode_histogram(raw_hist, f"{path}.hist.{wire_name}"))
+    decode_histograms(s, _dict(raw, "hist", path), path)
     _decode_labels(s, raw.get("labels", {}), f"{path}.labels")
     s.bound_errors()
     return key, s
@@ -376,6 +386,104 @@ def _decode_errors(s: EndpointStats, raw_groups: list[Any], path: str) -> None:
         if category in s.errors:
             raise _fail(f"{path}[{i}].category", "unique", category)
         s.errors[category] = group
+
+
+def _hist_rule(wire_name: str, path: str) -> str:
+    """The ``EndpointStats`` attribute of the histogram named ``wire_name`` on the wire."""
+    rule = _HIST_RULES.get(wire_name)
+    if rule is None:
+        raise _fail(f"{path}.hist", f"keyed by {list(_HIST_RULES)}", wire_name)
+    return rule.name
+
+
+def _decode_listed_histograms(s: EndpointStats, raw_hists: dict[str, Any], path: str) -> None:
+    """Version 1: each histogram's buckets as lists, checked one by one."""
+    for wire_name, raw_hist in raw_hists.items():
+        setattr(s, _hist_rule(wire_name, path), _decode_histogram(raw_hist, f"{path}.hist.{wire_name}"))
+
+
+# counts of 8 bytes are read one histogram at a time (``_decode_packed``)
+_COUNT_DTYPES = {1: "<u1", 2: "<u2", 4: "<u4"}
+_INDEX_DTYPE = "<i4"
+
+
+def _decode_packed_histograms(s: EndpointStats, raw_hists: dict[str, Any], path: str) -> None:
+    """Version 2: every histogram of one endpoint checked together, as whole arrays (the master's hot path).
+
+    The usual histogram (buckets in ascending index order, as every v2 worker
+    sends them; 1-4 byte counts; float min/max) has its parts checked in
+    Python without building a path, then all of the endpoint's bucket
+    arrays at once: one array of indexes (strictly increasing within each
+    histogram), one of counts (all > 0; read from one buffer per count
+    width), summed per histogram in one call.
+    The histograms share those arrays (``LatencyHistogram.from_checked_arrays``).
+    Anything else (and a failed whole-array check) goes through
+    ``_decode_packed``, one by one, which accepts or rejects exactly as
+    before and names what is wrong.
+    """
+    by_width: dict[int, list[tuple[str, str, dict[str, Any], int]]] = {}
+    for wire_name, raw in raw_hists.items():
+        name = _hist_rule(wire_name, path)
+        if type(raw) is dict and raw.keys() <= _HISTOGRAM_FIELDS:
+            idx, cnt, low, high = raw.get("idx"), raw.get("cnt"), raw.get("min"), raw.get("max")
+            zero, sum_ns = raw.get("zero"), raw.get("sum_ns")
+            if (
+                type(idx) is bytes
+                and type(cnt) is bytes
+                and type(zero) is int
+                and type(sum_ns) is int
+                and type(low) is float
+                and type(high) is float
+                and zero >= 0
+                and sum_ns >= 0
+                and 0.0 <= low <= high < math.inf
+            ):
+                n = len(idx) >> 2
+                width = len(cnt) // n if n and not len(idx) & 3 else 0
+                if width in _COUNT_DTYPES and len(cnt) == n * width:
+                    by_width.setdefault(width, []).append((name, wire_name, raw, n))
+                    continue
+        setattr(s, name, _decode_packed(raw, f"{path}.hist.{wire_name}"))
+    if not by_width:
+        return
+    # The histograms in order of count width: each width's counts are read from one joined buffer.
+    import numpy as np  # lazy: see the note at the imports
+
+    kept = [item for width in sorted(by_width) for item in by_width[width]]
+    indexes = np.frombuffer(b"".join([raw["idx"] for _, _, raw, _ in kept]), _INDEX_DTYPE).astype(np.int64)
+    count_parts = [
+        np.frombuffer(b"".join([raw["cnt"] for _, _, raw, _ in by_width[width]]), _COUNT_DTYPES[width])
+        for width in sorted(by_width)
+    ]
+    counts = np.concatenate(count_parts, dtype=np.int64)
+    starts = [0, *accumulate(n for _, _, _, n in kept)]
+    if not counts.all() or not _increasing_within(indexes, starts):
+        for name, wire_name, raw, _ in kept:
+            setattr(s, name, _decode_packed(raw, f"{path}.hist.{wire_name}"))
+        return
+    # Counts of at most 4 bytes each: a sum overflows int64 only past 2**31 buckets (an 8 GB message).
+    bucketed = np.add.reduceat(counts, starts[:-1]).tolist()
+    for k, (name, _, raw, _) in enumerate(kept):
+        start, end = starts[k], starts[k + 1]
+        zero = raw["zero"]
+        hist = LatencyHistogram.from_checked_arrays(
+            indexes[start:end],
+            counts[start:end],
+            zero_count=zero,
+            count=bucketed[k] + zero,
+            sum_ns=raw["sum_ns"],
+            min_s=raw["min"],
+            max_s=raw["max"],
+        )
+        setattr(s, name, hist)
+
+
+def _increasing_within(indexes: npt.NDArray[np.int64], starts: list[int]) -> bool:
+    """True when ``indexes`` strictly increase within each run ``[starts[k], starts[k + 1])``."""
+    steps = indexes[1:] - indexes[:-1]
+    if len(starts) > 2:
+        steps[[start - 1 for start in starts[1:-1]]] = 1  # from one histogram's last index to the next's first
+    return not len(steps) or int(steps.min()) > 0
 
 
 def _decode_histogram(raw: object, path: str) -> LatencyHistogram:
@@ -611,7 +719,7 @@ def _series_from_wire(raw: object) -> IntervalSeries:
         path = f"report.series[{n}]"
         if not isinstance(item, dict):
             raise _fail(path, "a dict", item)
-        _check_keys(item, {"i", "stats"}, path)
+        _check_keys(item, _SERIES_ITEM_KEYS, path)
         series.adopt(_int_field(item, "i", path), from_wire(_get(item, "stats", path)))
     return series
 

@@ -338,3 +338,50 @@ def test_histogram_add_many_keeps_the_first_of_equal_extremes_as_add_does() -> N
     hist = _filled([0.0, -0.0, 0.002, 0.002])
     assert hist.min is not None
     assert math.copysign(1.0, hist.min) == 1.0  # min() and add keep 0.0, the first of the two zeros
+
+
+def test_histogram_merging_hundreds_of_bucket_arrays_equals_adding_every_value():
+    """A master's slot merges hundreds of reports' bucket arrays: summed in bulk as they pile up, exactly."""
+    rng = random.Random(7)
+    direct = LatencyHistogram.empty()
+    merged = LatencyHistogram.empty()
+    for _ in range(300):
+        part = LatencyHistogram.empty()
+        for _ in range(rng.randrange(1, 30)):
+            value = rng.lognormvariate(-3.0, 1.5)
+            part.add(value)
+            direct.add(value)
+        indexes, counts = part.arrays()
+        merged.merge_in(
+            LatencyHistogram.from_arrays(
+                indexes=indexes,
+                counts=counts,
+                zero_count=part.zero_count,
+                sum_ns=part.sum_ns,
+                min_s=part.min,
+                max_s=part.max,
+            )
+        )
+    assert merged == direct
+    assert merged.quantiles((0.5, 0.9, 0.99)) == direct.quantiles((0.5, 0.9, 0.99))
+
+
+def test_histogram_compact_keeps_its_value_and_merges_on():
+    parts = [LatencyHistogram.empty() for _ in range(3)]
+    for k, part in enumerate(parts):
+        part.add_many([0.01 * (k + 1), 0.02, 0.5])
+    merged = LatencyHistogram.empty()
+    for part in parts:
+        indexes, counts = part.arrays()
+        merged.merge_in(
+            LatencyHistogram.from_arrays(
+                indexes=indexes, counts=counts, zero_count=0, sum_ns=part.sum_ns, min_s=part.min, max_s=part.max
+            )
+        )
+    before = merged.copy()
+    merged.compact()
+    assert merged == before
+    merged.merge_in(parts[0])
+    before.merge_in(parts[0])
+    assert merged == before
+    assert merged.quantiles((0.5, 0.99)) == before.quantiles((0.5, 0.99))

@@ -4,6 +4,7 @@ histogram_quantile accuracy, the live window and label bounds."""
 from __future__ import annotations
 
 import bisect
+import gc
 import itertools
 import json
 import math
@@ -12,14 +13,14 @@ import re
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from llmload.aggregate.histogram import LatencyHistogram
 from llmload.aggregate.stats import MAX_ERROR_CATEGORIES, LLMStats
 from llmload.exporters.prometheus import BUCKET_EDGES_S, MAX_LABEL_CHARS, histogram_buckets
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.results import RunOutcome, build_results
-from llmload.exporters.window import RunView, SlidingWindow
+from llmload.exporters.window import RunView, SlidingWindow, WindowView, window_part
 from llmload.request.record import Outcome, TokenSource
 from llmload.testing import T0_UNIX as T0
 from llmload.testing import failed_record, ok_record, spaced_s
@@ -439,6 +440,73 @@ def test_window_of_a_thousand_sources_merges_into_slots_exactly():
             for _ in range(1000):
                 kept.merge_in(delta)
     view = window.view()
-    assert view.stats == kept
+    assert view.stats == window_part(kept)
     # each worker's deltas of (5, 15] cover its span from its last dropped delta (at 5 s): 10 s
     assert view.requests_per_s[("chat", "m")] == pytest.approx(1000 * sum(1 + s % 3 for s in range(10, 30)) / 10.0)
+
+
+def test_window_keeps_every_histogram_the_window_gauges_read():
+    """The window's families read from what the window keeps equal those read from the whole deltas."""
+    stats = _mixed_stats()
+    record = ok_record(spaced_s(0.1, 0.01, 3), prompt_tokens=7)
+    record.read_lags_s = [0.0003] * 10 + [0.004]
+    stats.add(record)
+    clock = FakeClock(1.0)
+    window = SlidingWindow(10.0, clock=clock)
+    window.add(stats, "w1")
+    kept = window.view()
+    whole = WindowView(kept.length_s, stats, kept.output_tokens_per_s, kept.requests_per_s)
+
+    def window_lines(view: WindowView) -> list[str]:
+        text = generate_latest(_registry(_view(LLMStats.empty(), window=view))).decode()
+        return [line for line in text.splitlines() if line.startswith("llmload_window_") and "quantile" in line]
+
+    lines = window_lines(kept)
+    assert lines == window_lines(whole)
+    assert {line.split("{")[0] for line in lines} == {
+        f"llmload_window_{name}_seconds"
+        for name in (
+            "time_to_first_token",
+            "inter_token_latency",
+            "time_per_output_token",
+            "request_duration",
+            "client_read_lag",
+        )
+    }
+
+
+def test_window_of_many_sources_adds_few_objects_for_the_garbage_collector():
+    """The deltas in the window are tuples of numbers the collector stops tracking: a full collection
+    walks a few objects per source and slot, not one or more per delta (10,000 here)."""
+    clock = FakeClock(0.0)
+    window = SlidingWindow(10.0, clock=clock)
+    delta = _delta(2)
+    gc.collect()
+    before = len(gc.get_objects())
+    for step in range(20):
+        clock.now_s = 0.5 * step
+        for source in range(500):
+            window.add(delta, f"w{source}")
+    gc.collect()
+    assert len(gc.get_objects()) - before < 10_000 // 4
+
+
+def test_scrape_pauses_between_its_large_families_and_reads_one_view():
+    """The exporter's pause runs before each histogram and window family; the page is the same without it."""
+    stats = _mixed_stats()
+    clock = FakeClock(1.0)
+    window = SlidingWindow(10.0, clock=clock)
+    window.add(stats, "w1")
+    view = _view(stats, window=window.view())
+    views: list[int] = []
+    pauses: list[int] = []
+
+    def snapshot() -> RunView:
+        views.append(1)
+        return view
+
+    paused = CollectorRegistry()
+    PrometheusExporter(snapshot, registry=paused, pause=lambda: pauses.append(len(views)))
+    assert generate_latest(paused) == generate_latest(_registry(view))
+    assert len(pauses) == 2 * 5  # 4 latency histograms and the read lag, as histograms and as window quantiles
+    assert views == [1]

@@ -243,3 +243,67 @@ def test_issue19_ttft_with_connect_travels_and_merges_exactly() -> None:
     assert hist == direct.total().ttft_with_connect_s
     assert hist.count == 40
     assert hist.max == pytest.approx(0.003 + 0.0019 + 0.069)
+
+
+# ── version 2: an endpoint's histograms checked together ──────────────────
+def _packed_endpoint(stats: LLMStats) -> dict[str, Any]:
+    payload = msgpack.unpackb(msgpack.packb(to_wire(stats)))
+    endpoint: dict[str, Any] = payload["endpoints"][0]
+    return endpoint
+
+
+def _hists(stats: LLMStats) -> dict[str, LatencyHistogram]:
+    ((_, s),) = stats.items()
+    return s.histograms()
+
+
+def _width(raw: dict[str, Any]) -> int:
+    return len(raw["cnt"]) // (len(raw["idx"]) // 4)
+
+
+def test_wire_v2_histograms_decoded_together_equal_the_one_by_one_decode() -> None:
+    """The bulk path (all of an endpoint's arrays at once) gives what each histogram's own decode gives."""
+    stats = _typical_delta()
+    endpoint = _packed_endpoint(stats)
+    assert len(endpoint["hist"]) > 2  # several histograms share the endpoint's arrays
+    decoded = from_wire({"v": 2, "endpoints": [endpoint]})
+    assert decoded == stats
+    for wire_name, raw in endpoint["hist"].items():
+        name = wire._HIST_RULES[wire_name].name
+        assert _hists(decoded)[name] == wire._decode_packed(raw, wire_name)
+        assert _hists(decoded)[name].quantiles((0.5, 0.99)) == _hists(stats)[name].quantiles((0.5, 0.99))
+
+
+def test_wire_v2_buckets_out_of_order_but_distinct_still_merge() -> None:
+    """A histogram whose indexes are distinct but not ascending leaves the bulk path and is read as before."""
+    stats = _typical_delta()
+    endpoint = _packed_endpoint(stats)
+    raw = endpoint["hist"]["ttft_s"]
+    width = _width(raw)
+    indexes, counts = array("i", raw["idx"]), [raw["cnt"][k : k + width] for k in range(0, len(raw["cnt"]), width)]
+    raw["idx"] = array("i", reversed(indexes)).tobytes()
+    raw["cnt"] = b"".join(reversed(counts))
+    assert from_wire({"v": 2, "endpoints": [endpoint]}) == stats
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda h: h.update(cnt=bytes(_width(h)) + h["cnt"][_width(h) :]), "counts must be positive"),
+        (lambda h: h.update(idx=h["idx"][:4] + h["idx"][:-4]), "indexes must be unique"),
+        (lambda h: h.update(min=float("nan")), "min"),
+        (lambda h: h.update(max=float("inf")), "max"),
+        (lambda h: h.update(zero=-1), "zero"),
+        (lambda h: h.update(cnt=h["cnt"] + b"\x01"), "cnt"),
+    ],
+)
+def test_wire_v2_a_bad_histogram_among_good_ones_is_named(
+    mutate: Callable[[dict[str, Any]], object], message: str
+) -> None:
+    """A failed whole-array check falls back to the one-by-one checks: the message names the histogram."""
+    endpoint = _packed_endpoint(_typical_delta())
+    assert set(endpoint["hist"]) > {"ttft_s", "itl_s"}
+    mutate(endpoint["hist"]["itl_s"])
+    with pytest.raises(WireFormatError, match=message) as caught:
+        from_wire({"v": 2, "endpoints": [endpoint]})
+    assert "hist.itl_s" in str(caught.value)
