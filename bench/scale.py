@@ -529,7 +529,7 @@ def run_one(
 # ── 4. microbench ────────────────────────────────────────────────────────
 def microbench(recording: dict[str, Any]) -> None:
     sys.path.insert(0, str(REPO))
-    from llmload.edge.cluster import merge_report
+    from llmload.edge.master import merge_report
     from llmload.edge.runtime import Runtime
     from llmload.settings.config import RunConfig
 
