@@ -32,28 +32,28 @@ A single process plans for one worker and keeps no protocol.
 from __future__ import annotations
 
 from locust.env import Environment
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import MasterRunner, Runner, WorkerRunner
 
 from typing import Any
 
 from llmload.edge import locust_internals
 from llmload.edge.master import on_worker_done, on_worker_final, on_worker_live, start_master_or_local
-from llmload.edge.messages import option_defaults
+from llmload.edge.messages import DONE, FINAL, FLUSH, LIVE, SHARE, option_defaults
 from llmload.edge.worker import on_flush, on_share, start_worker
 
 __all__ = ["on_test_start", "register_messages"]
 
 
-def register_messages(runner: Any) -> None:
+def register_messages(runner: Runner | None) -> None:
     """Register llmload's runner messages: the flush on a worker; done, final and live reports on the master."""
     if isinstance(runner, WorkerRunner):
-        runner.register_message("llmload_flush", on_flush, concurrent=True)
-        runner.register_message("llmload_share", on_share)
+        runner.register_message(FLUSH, on_flush, concurrent=True)
+        runner.register_message(SHARE, on_share)
     elif isinstance(runner, MasterRunner):
         locust_internals.compact_spawn_messages(runner, option_defaults())
-        runner.register_message("llmload_live", on_worker_live)
-        runner.register_message("llmload_done", on_worker_done)
-        runner.register_message("llmload_final", on_worker_final)
+        runner.register_message(LIVE, on_worker_live)
+        runner.register_message(DONE, on_worker_done)
+        runner.register_message(FINAL, on_worker_final)
 
 
 def on_test_start(environment: Environment, **_kw: Any) -> None:

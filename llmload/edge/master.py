@@ -9,6 +9,7 @@ final: ``merge_report``) into the run's series, totals and live view.
 from __future__ import annotations
 
 from locust.env import Environment
+from locust.rpc import Message
 from locust.runners import STATE_MISSING, MasterRunner
 
 import gc
@@ -30,7 +31,7 @@ from llmload.edge.launch import (
     start_workload,
 )
 from llmload.edge.live import feed
-from llmload.edge.messages import PLAN_OPTION
+from llmload.edge.messages import PLAN_OPTION, REPORT_KEY, SHARE, DoneMessage
 from llmload.edge.run_parts import RequestBudget
 from llmload.edge.runtime import MasterState, RunState, Runtime, runtime_of
 from llmload.edge.stop import finish_run
@@ -69,7 +70,7 @@ def _send_shares(runner: MasterRunner, run_id: str, shares: dict[str, tuple[str,
     """Master: send each planned worker its own share, before Locust's spawn messages (one ordered connection each)."""
     for client_id, share in shares.values():
         message = share_to_wire(ShareMessage(run_id=run_id, share=share))
-        runner.send_message("llmload_share", message, client_id=client_id)
+        runner.send_message(SHARE, message, client_id=client_id)
 
 
 def start_master_or_local(environment: Environment) -> None:
@@ -188,8 +189,8 @@ def _watch_workers(environment: Environment, run_id: str) -> None:
 
 
 def on_worker_report(environment: Environment, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
-    """Master: merge the ``"llmload"`` part of a worker's regular report."""
-    payload = data.get("llmload")
+    """Master: merge the ``REPORT_KEY`` (``"llmload"``) part of a worker's regular report."""
+    payload = data.get(REPORT_KEY)
     runtime = runtime_of(environment)
     if payload is None or runtime is None:
         return
@@ -234,18 +235,21 @@ def merge_report(runtime: Runtime, client_id: str, payload: object) -> None:
         feed(runtime.process.export, client_id, report.stats)
 
 
-def on_worker_done(environment: Environment, msg: Any, **_kw: Any) -> None:
+def on_worker_done(environment: Environment, msg: Message, **_kw: Any) -> None:
+    """Master, ``DONE``: a worker sent its whole share; once every planned worker has, the run ends."""
     runtime = runtime_of(environment)
     if runtime is None:
         return
-    if report_run_id(msg.data) != runtime.run.run_id:
-        return
+    done = DoneMessage.from_wire(msg.data)
+    if done is None or done.run_id != runtime.run.run_id:
+        return  # a malformed message, or one of another run
     runtime.master.done_workers.add(msg.node_id)
     if runtime.master.planned_workers <= runtime.master.done_workers:
         gevent.spawn(finish_run, environment)
 
 
-def on_worker_final(environment: Environment, msg: Any, **_kw: Any) -> None:
+def on_worker_final(environment: Environment, msg: Message, **_kw: Any) -> None:
+    """Master, ``FINAL``: merge a worker's last report; the stop's wait ends when no final is pending."""
     runtime = runtime_of(environment)
     if runtime is None:
         return
@@ -257,7 +261,8 @@ def on_worker_final(environment: Environment, msg: Any, **_kw: Any) -> None:
         runtime.master.finals_in.set()
 
 
-def on_worker_live(environment: Environment, msg: Any, **_kw: Any) -> None:
+def on_worker_live(environment: Environment, msg: Message, **_kw: Any) -> None:
+    """Master, ``LIVE``: merge a worker's 0.5 s report (``llmload.edge.live``)."""
     runtime = runtime_of(environment)
     if runtime is None:
         return

@@ -15,6 +15,7 @@ from typing import Any
 
 import gevent.event
 
+from llmload.edge.messages import FLUSH, FlushMessage
 from llmload.edge.runtime import Runtime, runtime_of
 from llmload.edge.worker import finish_worker
 
@@ -61,7 +62,7 @@ def on_test_stopping(environment: Environment, **_kw: Any) -> None:
     runtime.master.pending_finals = set(targets)
     runtime.master.finals_in = gevent.event.Event()
     for client_id in targets:
-        runner.send_message("llmload_flush", {"run_id": runtime.run.run_id}, client_id=client_id)
+        runner.send_message(FLUSH, FlushMessage(run_id=runtime.run.run_id).to_wire(), client_id=client_id)
     _await_finals(runner, runtime, deadline_s)
     if runtime.master.pending_finals:
         runtime.master.lost_workers = sorted(set(runtime.master.lost_workers) | runtime.master.pending_finals)

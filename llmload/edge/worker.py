@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from locust.env import Environment
 from locust.exception import RPCError, RPCSendError
+from locust.rpc import Message
 from locust.runners import STATE_INIT, STATE_STOPPED, WorkerRunner
 
 import logging
@@ -25,7 +26,7 @@ from llmload.edge.launch import (
     start_process_services,
     start_workload,
 )
-from llmload.edge.messages import PLAN_OPTION, option_defaults
+from llmload.edge.messages import DONE, FINAL, PLAN_OPTION, REPORT_KEY, DoneMessage, option_defaults
 from llmload.edge.run_parts import RequestBudget
 from llmload.edge.runtime import RunState, Runtime, runtime_of
 from llmload.errors import ConfigError, LLMLoadError, WireFormatError
@@ -78,7 +79,7 @@ def start_worker(environment: Environment, runner: WorkerRunner) -> None:
         blocked=plan.blocked or plan_error,
         local_total=None,  # a worker's totals are its master's: it reports deltas
         budget=RequestBudget(
-            share.quota_requests, on_done=lambda: runner.send_message("llmload_done", {"run_id": run_id})
+            share.quota_requests, on_done=lambda: runner.send_message(DONE, DoneMessage(run_id=run_id).to_wire())
         ),
     )
     runtime.process.model = plan.model
@@ -102,7 +103,7 @@ def start_worker(environment: Environment, runner: WorkerRunner) -> None:
     start_process_services(runtime, runner.worker_index)
 
 
-def on_share(environment: Environment, msg: Any, **_kw: Any) -> None:
+def on_share(environment: Environment, msg: Message, **_kw: Any) -> None:
     """Worker: keep the share the master sent this worker alone (it arrives before the spawn message)."""
     runtime = runtime_of(environment)
     if runtime is None:
@@ -123,7 +124,7 @@ def _own_share(runtime: Runtime, plan: RunPlan, worker_index: str) -> WorkerShar
 
 
 def on_report_to_master(environment: Environment, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
-    """Worker: put the delta since the last report under Locust's report key ``"llmload"``."""
+    """Worker: put the delta since the last report under Locust's report key ``REPORT_KEY`` (``"llmload"``)."""
     runtime = runtime_of(environment)
     if runtime is None or not runtime.run.run_id or not isinstance(environment.runner, WorkerRunner):
         return
@@ -132,7 +133,7 @@ def on_report_to_master(environment: Environment, client_id: str, data: dict[str
         # The live reports (every 0.5 s, ``llmload.edge.live``) carry every delta: a delta here as well
         # would be one more report for the master to decode and merge per worker (a seventh more).
         return
-    data["llmload"] = _payload(runtime)
+    data[REPORT_KEY] = _payload(runtime)
 
 
 def take_report(runtime: Runtime) -> WorkerReport:
@@ -157,8 +158,8 @@ def _payload(runtime: Runtime) -> dict[str, Any]:
     return report_to_wire(take_report(runtime))
 
 
-def on_flush(environment: Environment, msg: Any, **_kw: Any) -> None:
-    """Worker: stop users, then send everything not yet reported."""
+def on_flush(environment: Environment, msg: Message, **_kw: Any) -> None:
+    """Worker, ``FLUSH``: stop the users, then send what is not reported yet as ``FINAL`` (run id not read)."""
     runtime = runtime_of(environment)
     if runtime is None:
         return
@@ -166,7 +167,7 @@ def on_flush(environment: Environment, msg: Any, **_kw: Any) -> None:
     if runner is not None:
         runtime.end_run()
         runner.stop()
-        runner.send_message("llmload_final", _payload(runtime))
+        runner.send_message(FINAL, _payload(runtime))
 
 
 def finish_worker(runtime: Runtime, runner: WorkerRunner) -> None:
@@ -188,6 +189,6 @@ def finish_worker(runtime: Runtime, runner: WorkerRunner) -> None:
     if not running and not runtime.run.has_unreported():
         return
     try:
-        runner.send_message("llmload_final", _payload(runtime))
+        runner.send_message(FINAL, _payload(runtime))
     except (RPCError, RPCSendError) as exc:
         log.warning("llmload: final report to the master failed (%s); this worker's last requests are missing", exc)
