@@ -27,6 +27,22 @@ Master M, workers W; all messages carry the run id:
    without it.
 
 A single process plans for one worker and keeps no protocol.
+
+The protocol's modules, each importing only the ones before it (no callback
+is passed between them through ``llmload.edge.hooks``):
+
+- ``llmload.edge.messages``: the message names and payload types;
+- ``llmload.edge.worker``: the worker's side (steps 1, 2, 3 and 4), and
+  ``take_report``, the one way a worker's delta is built;
+- ``llmload.edge.stop``: how a run ends on every process (step 4, and the
+  exit), with ``finish_run``, the one way llmload ends a run itself;
+- ``llmload.edge.live``: the live view and the time series; it sends a
+  worker's 0.5 s reports with ``take_report`` and ends a run whose
+  ``--abort-on`` threshold fires with ``finish_run``, both imported directly;
+- ``llmload.edge.master``: the master's side (steps 1, 2, 3 and 5; a single
+  process's start too), which feeds each merged delta to the live view;
+- this module: which side handles which message and which start runs
+  (``register_messages``, ``on_test_start``), read by ``llmload.edge.hooks``.
 """
 
 from __future__ import annotations

@@ -225,8 +225,8 @@ class ProcessState:
 class RunState:
     """One run of this process, built afresh at each test start: its defaults are a new run's values.
 
-    Nothing here is reset field by field: ``llmload.edge.cluster`` replaces
-    the whole ``Runtime.run`` when a run starts (a field added here starts
+    Nothing here is reset field by field: ``llmload.edge.worker`` and
+    ``llmload.edge.master`` replace the whole ``Runtime.run`` when a run starts (a field added here starts
     each run at its default). Before the first run it holds those defaults
     (``run_id`` ""). RESET in the web UI restarts only the counts (``restart_counts``).
 
