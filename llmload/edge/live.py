@@ -49,9 +49,11 @@ from llmload.edge.stop import finish_run
 from llmload.edge.worker import take_report
 from llmload.errors import ConfigError
 from llmload.exporters.drift import RSS_GAUGE, drift_section
+from llmload.exporters.progress import progress_line
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.sections import client_saturated
-from llmload.exporters.timeseries import Row, Timeline, progress_line
+from llmload.exporters.timeline import Timeline
+from llmload.exporters.timeseries import Row
 from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.exporters.window import RunView, SlidingWindow, live_send_delay_s, saturation_read_lag
 from llmload.run.wire import report_to_wire

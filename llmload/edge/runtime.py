@@ -33,7 +33,8 @@ from llmload.edge.run_parts import CpuMonitor, RequestBudget, RequestCache, Send
 from llmload.exporters.load import SendFigures
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
-from llmload.exporters.timeseries import Row, Timeline
+from llmload.exporters.timeline import Timeline
+from llmload.exporters.timeseries import Row
 from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.exporters.window import SlidingWindow
 from llmload.net.scrape import ServerScraper

@@ -5,13 +5,13 @@ import pytest
 from llmload.aggregate.histogram import LatencyHistogram
 from llmload.aggregate.series import IntervalSeries
 from llmload.aggregate.stats import LLMStats
+from llmload.exporters.progress import progress_line
+from llmload.exporters.timeline import Timeline
 from llmload.exporters.timeseries import (
     GAUGE_COLUMNS,
-    Timeline,
     columns,
     interval_rows,
     outcome_columns,
-    progress_line,
     series_rows,
 )
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord
