@@ -90,7 +90,7 @@ def measure(workers: int, live_raw: bytes, run_id: str, *, run_s: float, rounds:
     from prometheus_client import generate_latest
 
     from llmload.aggregate.series import FoldedTotal, IntervalSeries
-    from llmload.edge import cluster, live
+    from llmload.edge import cluster, live, master
     from llmload.edge.runtime import ExportState, Runtime, attach
     from llmload.exporters.prometheus_server import PrometheusExporter
     from llmload.exporters.timeseries import Timeline
@@ -111,7 +111,7 @@ def measure(workers: int, live_raw: bytes, run_id: str, *, run_s: float, rounds:
     runtime = Runtime(config=RunConfig())
     runtime.run.run_id = run_id
     runtime.run.series = IntervalSeries.empty()
-    runtime.run.local_total = FoldedTotal(open_intervals=cluster._open_intervals(runtime))
+    runtime.run.local_total = FoldedTotal(open_intervals=master._open_intervals(runtime))
     runtime.master.planned_workers = set(ids)
     marks: list[float] = []  # CPU times of the scrape's pauses: its turns are the gaps between them
 

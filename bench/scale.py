@@ -539,7 +539,7 @@ def microbench(recording: dict[str, Any]) -> None:
     import gc
 
     sys.path.insert(0, str(REPO))
-    from llmload.edge.cluster import _open_intervals, merge_report
+    from llmload.edge.master import _open_intervals, merge_report
     from llmload.edge.runtime import ExportState, Runtime
     from llmload.exporters.prometheus_server import PrometheusExporter
     from llmload.exporters.window import SlidingWindow

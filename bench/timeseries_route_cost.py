@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from llmload.aggregate.series import IntervalSeries
-from llmload.exporters.timeseries import Timeline
+from llmload.exporters.timeline import Timeline
 from llmload.exporters.web_charts import RowCache, series_payload
 from llmload.request.record import RequestRecord, TokenCount, TokenSource
 

@@ -1,12 +1,14 @@
 """Every Locust event listener llmload uses, wired by ``install(events)``.
 
-This module only binds Locust's events to llmload's modules:
-``llmload.edge.cluster`` (the master/worker protocol: plan, reports, flush, final
-reports, lost workers), ``llmload.edge.live`` (the live view behind ``/metrics``)
-and ``llmload.edge.launch`` (options, tokenizer, workload, preflight, the
-server-metrics scraper). What it keeps itself is the process's ``init`` and
-the end of a run (the last server-metrics scrape, results, summary, exit
-status).
+This module only binds Locust's events to llmload's modules, with no
+callbacks passed between them (each imports what it calls):
+``llmload.edge.cluster`` (the master/worker protocol and its message table:
+``worker``, ``master``, ``stop``; plan, reports, flush, final reports, lost
+workers), ``llmload.edge.live`` (the live view behind ``/metrics`` and the
+time series) and ``llmload.edge.launch`` (options, tokenizer, workload,
+preflight, the server-metrics scraper). What it keeps itself is the
+process's ``init`` and the end of a run (the last server-metrics scrape,
+results, summary, exit status).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 import gevent
 
 from llmload.aggregate.series import interval_index
-from llmload.edge import checkpoints, cluster, live, locust_internals, refusals, web
+from llmload.edge import checkpoints, cluster, live, locust_internals, master, refusals, stop, web, worker
 from llmload.edge.interrupt import Interrupter
 from llmload.edge.launch import note_request_limit, preload_tokenizer, prepare, stop_process_services
 from llmload.edge.runtime import Runtime, attach, runtime_of
@@ -69,22 +71,22 @@ def _bind(environment: Environment) -> None:
     """Register the run listeners, bound to this environment (Locust calls init once per process)."""
     ev = environment.events
     ev.test_start.add_listener(cluster.on_test_start)
-    ev.test_start.add_listener(functools.partial(live.start_timeline, stop_run=cluster.finish_run))
+    ev.test_start.add_listener(live.start_timeline)
     ev.test_start.add_listener(checkpoints.start)  # after the timeline: checkpoints read its rows
-    ev.test_stopping.add_listener(cluster.on_test_stopping)
+    ev.test_stopping.add_listener(stop.on_test_stopping)
     ev.test_stop.add_listener(_on_test_stop)
     ev.test_stop.add_listener(_on_test_stopped)
-    ev.report_to_master.add_listener(functools.partial(cluster.on_report_to_master, environment))
+    ev.report_to_master.add_listener(functools.partial(worker.on_report_to_master, environment))
     # after Locust's own listener (added when the runner was built), which put its statistics in the report
     ev.report_to_master.add_listener(functools.partial(_locust_stats_on_master_clock, environment))
-    ev.worker_report.add_listener(functools.partial(cluster.on_worker_report, environment))
+    ev.worker_report.add_listener(functools.partial(master.on_worker_report, environment))
     ev.quit.add_listener(functools.partial(_on_quit, environment))
-    ev.quitting.add_listener(cluster.on_quitting)
+    ev.quitting.add_listener(stop.on_quitting)
     ev.reset_stats.add_listener(functools.partial(web.form.on_reset_stats, environment))
     ev.reset_stats.add_listener(functools.partial(_restart_server_metrics, environment))
     ev.spawning_complete.add_listener(functools.partial(_reset_with_locust, environment))
     # The live view's listeners run after the ones above on each event (results first, then the freeze).
-    ev.test_start.add_listener(functools.partial(live.on_test_start, take_report=cluster.take_report))
+    ev.test_start.add_listener(live.on_test_start)
     ev.test_stop.add_listener(live.on_test_stop)
     ev.quit.add_listener(functools.partial(live.on_quit, environment))
     ev.quit.add_listener(functools.partial(_print_results_line, environment))  # last: after the exporter's wait

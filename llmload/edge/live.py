@@ -6,7 +6,7 @@ after ``quit``. Each worker also sends its delta every 0.5 s as
 ``llmload_live`` (a ``WorkerReport``, the same as its regular report), so the
 master's counters and live window lag by at most half a second instead of
 Locust's 3 s report interval; every record still travels in exactly one delta.
-The master merges those reports in ``llmload.edge.cluster`` and hands each delta to
+The master merges those reports in ``llmload.edge.master`` and hands each delta to
 ``feed``; a single process ticks its own recent records into the window.
 
 Time series (``llmload.exporters.timeseries``): the master (or the single
@@ -46,14 +46,18 @@ import gevent.lock
 from llmload.aggregate.series import interval_index
 from llmload.aggregate.stats import LLMStats
 from llmload.edge.runtime import ExportState, Runtime, TimelineState, runtime_of
+from llmload.edge.stop import finish_run
+from llmload.edge.worker import take_report
 from llmload.errors import ConfigError
 from llmload.exporters.drift import RSS_GAUGE, drift_section
+from llmload.exporters.progress import progress_line
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.sections import client_saturated
-from llmload.exporters.timeseries import Row, Timeline, progress_line
+from llmload.exporters.timeline import Timeline
+from llmload.exporters.timeseries import Row
 from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.exporters.window import RunView, SlidingWindow, live_send_delay_s, saturation_read_lag
-from llmload.run.wire import WorkerReport, report_to_wire
+from llmload.run.wire import report_to_wire
 from llmload.servermetrics import SERVER_COLUMNS
 from llmload.settings.credentials import public_url
 from llmload.settings.options import default
@@ -153,8 +157,8 @@ def feed(export: ExportState, client_id: str, delta: LLMStats) -> None:
     export.window.add(delta, client_id)
 
 
-def on_test_start(environment: Environment, *, take_report: Callable[[Runtime], WorkerReport], **_kw: Any) -> None:
-    """Start the live feed: a worker's 0.5 s reports (``take_report`` builds each), or the local window ticks."""
+def on_test_start(environment: Environment, **_kw: Any) -> None:
+    """Start the live feed: a worker's 0.5 s reports (``llmload.edge.worker.take_report``) or local window ticks."""
     runtime = runtime_of(environment)
     if runtime is None:
         return
@@ -162,7 +166,7 @@ def on_test_start(environment: Environment, *, take_report: Callable[[Runtime], 
     _stop_live(runtime)
     if isinstance(runner, WorkerRunner):
         if runtime.process.config.prometheus_port and runtime.run.run_id:
-            runtime.process.live_task = gevent.spawn(_send_live_reports, runner, runtime, take_report)
+            runtime.process.live_task = gevent.spawn(_send_live_reports, runner, runtime)
         return
     export = runtime.process.export
     if export is None:
@@ -175,7 +179,7 @@ def on_test_start(environment: Environment, *, take_report: Callable[[Runtime], 
         runtime.process.live_task = gevent.spawn(_tick_window_forever, runtime, export)
 
 
-def _send_live_reports(runner: WorkerRunner, runtime: Runtime, take_report: Callable[[Runtime], WorkerReport]) -> None:
+def _send_live_reports(runner: WorkerRunner, runtime: Runtime) -> None:
     """Worker: ship the delta every 0.5 s (see the module docstring).
 
     Sends keep a fixed offset in each half second of the wall clock, its own
@@ -264,14 +268,12 @@ _SCRAPE_WAIT_EXTRA_S = 0.25  # beyond a server read's bound
 _SCRAPE_PARSE_HOLD_S = 5.0  # an answered read whose page is still being parsed: its row waits at most this longer
 
 
-def start_timeline(
-    environment: Environment, *, stop_run: Callable[[Environment], None] | None = None, **_kw: Any
-) -> None:
+def start_timeline(environment: Environment, **_kw: Any) -> None:
     """Master or single process, at each run start: a new timeline, ``--timeseries`` file and tick greenlet.
 
     A ``--timeseries`` file that cannot be opened is logged as an error; the
-    run and the results' ``timeseries`` go on without it. ``stop_run`` ends
-    the run when an ``--abort-on`` threshold fires (the normal stop path).
+    run and the results' ``timeseries`` go on without it. An ``--abort-on``
+    threshold that fires ends the run the normal way (``llmload.edge.stop.finish_run``).
     """
     runtime = runtime_of(environment)
     if runtime is None:
@@ -311,7 +313,7 @@ def start_timeline(
     watch = ThresholdWatch(config.abort_on, config.timeseries_interval_s) if config.abort_on else None
     # a new timeline: every other field (rows, progress, the breach) starts at its default
     runtime.timeline = TimelineState(table=table, log=timeseries_log, watch=watch)
-    runtime.timeline.task = gevent.spawn(_tick_timeline_forever, environment, runtime, stop_run)
+    runtime.timeline.task = gevent.spawn(_tick_timeline_forever, environment, runtime)
 
 
 def _gauges(environment: Environment, runtime: Runtime) -> dict[str, int | None]:
@@ -337,9 +339,7 @@ def _gauges(environment: Environment, runtime: Runtime) -> dict[str, int | None]
     }
 
 
-def _tick_timeline_forever(
-    environment: Environment, runtime: Runtime, stop_run: Callable[[Environment], None] | None
-) -> None:
+def _tick_timeline_forever(environment: Environment, runtime: Runtime) -> None:
     """Sample the gauges (at least twice per interval, so each interval has a sample), write and check due rows."""
     timeline = runtime.timeline.table
     tick_s = min(_TIMELINE_TICK_S, timeline.interval_s / 2) if timeline is not None else _TIMELINE_TICK_S
@@ -349,13 +349,11 @@ def _tick_timeline_forever(
         rows = timeline.due_rows(runtime.run.series, now_s)
         _write(environment, runtime, rows)
         runtime.timeline.rows.extend(rows)
-        _check_thresholds(environment, runtime, rows, stop_run)
+        _check_thresholds(environment, runtime, rows)
         gevent.sleep(tick_s)
 
 
-def _check_thresholds(
-    environment: Environment, runtime: Runtime, rows: list[Row], stop_run: Callable[[Environment], None] | None
-) -> None:
+def _check_thresholds(environment: Environment, runtime: Runtime, rows: list[Row]) -> None:
     """Feed completed rows to the ``--abort-on`` watch; the first breach stops the run (once)."""
     if runtime.timeline.watch is None or runtime.timeline.aborted is not None or not rows:
         return
@@ -370,8 +368,7 @@ def _check_thresholds(
         breach.at_s,
         ", ".join(f"{v:.4g}" for v in breach.values[-5:]),
     )
-    if stop_run is not None:
-        gevent.spawn(stop_run, environment)
+    gevent.spawn(finish_run, environment)
 
 
 def _write(environment: Environment, runtime: Runtime, rows: list[Row], *, progress_from_t: float = 0.0) -> None:

@@ -33,7 +33,8 @@ from llmload.edge.run_parts import CpuMonitor, RequestBudget, RequestCache, Send
 from llmload.exporters.load import SendFigures
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.requests_log import RequestsLog
-from llmload.exporters.timeseries import Row, Timeline
+from llmload.exporters.timeline import Timeline
+from llmload.exporters.timeseries import Row
 from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.exporters.window import SlidingWindow
 from llmload.net.scrape import ServerScraper
@@ -225,8 +226,8 @@ class ProcessState:
 class RunState:
     """One run of this process, built afresh at each test start: its defaults are a new run's values.
 
-    Nothing here is reset field by field: ``llmload.edge.cluster`` replaces
-    the whole ``Runtime.run`` when a run starts (a field added here starts
+    Nothing here is reset field by field: ``llmload.edge.worker`` and
+    ``llmload.edge.master`` replace the whole ``Runtime.run`` when a run starts (a field added here starts
     each run at its default). Before the first run it holds those defaults
     (``run_id`` ""). RESET in the web UI restarts only the counts (``restart_counts``).
 

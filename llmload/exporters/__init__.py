@@ -12,7 +12,8 @@ statistics, the live window, runner gauges). Live outputs read it only:
 ``prometheus`` (the collector), served by ``prometheus_server``.
 
 Per interval: ``timeseries`` (the row schema, rows from the run's
-``IntervalSeries``, the live ``Timeline`` and the progress line) and
+``IntervalSeries``), ``timeline`` (the live ``Timeline``: which intervals are
+complete), ``progress`` (the line logged per interval) and
 ``timeseries_files`` (``--timeseries`` JSONL as the run goes; the ``--csv``
 files, from the results document).
 

@@ -1,4 +1,4 @@
-"""The per-interval time series: row schema, rows from an ``IntervalSeries``, the live timeline and the progress line.
+"""The per-interval time series: the row schema and the rows of an ``IntervalSeries``.
 
 Every ``interval_s`` seconds of the run gives one *total* row (``endpoint``
 and ``model`` null) and one row per (endpoint, model) that had a request
@@ -43,6 +43,9 @@ start (``llmload.aggregate.series`` says how workers' clocks are aligned). A row
   server metrics come that way (``llmload.servermetrics.SERVER_COLUMNS``,
   read at each interval's end).
 
+When an interval is complete, live, is ``llmload.exporters.timeline``'s
+(``Timeline``); the line logged per total row is ``llmload.exporters.progress``'s.
+
 Null means unknown (no request to measure), never 0. Summing ``succeeded``,
 ``failed``, ``cancelled``, ``prompt_tokens`` or ``output_tokens`` over the
 total rows gives the run's totals exactly.
@@ -50,8 +53,7 @@ total rows gives the run's totals exactly.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llmload.aggregate.histogram import LatencyHistogram
@@ -65,13 +67,12 @@ __all__ = [
     "GAUGE_COLUMNS",
     "QUANTILE_METRICS",
     "RSS_COLUMN",
+    "Gauges",
     "Row",
-    "Timeline",
     "columns",
     "generates",
     "interval_rows",
     "outcome_columns",
-    "progress_line",
     "series_rows",
     "turn_ttft_means",
 ]
@@ -97,6 +98,7 @@ Row = dict[str, Any]
 """One time-series row: column name -> int, float, str or None (JSON- and CSV-ready)."""
 
 Gauges = Mapping[str, float | int | None]
+"""One interval's gauge samples and extra columns: column name -> value (None: unknown)."""
 
 
 def outcome_columns() -> tuple[str, ...]:
@@ -284,225 +286,3 @@ def series_rows(
 def generates(series: IntervalSeries) -> bool:
     """Whether the run generates: some interval counted an endpoint other than embeddings (``interval_rows``)."""
     return any(endpoint not in NO_OUTPUT_ENDPOINTS for endpoint in series.endpoints())
-
-
-class Timeline:
-    """Which intervals are complete, live: the rows to write as the run goes (pure; times are passed in).
-
-    An interval is *due* ``grace_s`` after it ends, when every process's
-    report covering it should have arrived (a worker reports at least every
-    few seconds). A report that still arrives later for an interval already
-    written makes that interval *late*: its rows are written again at the end
-    (the later line replaces the earlier one) and ``late_intervals`` counts it.
-
-    Values read elsewhere for an interval (the server's metrics, read at its
-    end) come through ``add_extra``; with ``extra_wait_s`` > 0 an interval
-    whose extra values have not come yet waits up to that much longer. An
-    interval whose extra values are being read when that wait ends
-    (``extra_pending(index)`` is true: its read, or an earlier interval's that
-    ran long, is under way) waits until they come, at most ``extra_hold_s`` longer still. Extra
-    values that come after their interval was written make it late too
-    (``late_extra_intervals``).
-    """
-
-    __slots__ = (
-        "_extra",
-        "_extra_pending",
-        "_gauges",
-        "_late",
-        "_late_extra",
-        "_next",
-        "extra_columns",
-        "extra_hold_s",
-        "extra_wait_s",
-        "grace_s",
-        "interval_s",
-    )
-
-    def __init__(
-        self,
-        interval_s: float,
-        grace_s: float = 0.0,
-        extra_columns: Sequence[str] = (),
-        extra_wait_s: float = 0.0,
-        *,
-        extra_pending: Callable[[int], bool] | None = None,
-        extra_hold_s: float = 0.0,
-    ) -> None:
-        """Create a timeline with nothing written.
-
-        Raises:
-            ValueError: ``interval_s`` is not a positive finite number, or ``grace_s``,
-                ``extra_wait_s`` or ``extra_hold_s`` is negative or infinite.
-        """
-        if not 0.0 < interval_s < math.inf:
-            raise ValueError(f"--timeseries-interval must be a positive number of seconds, got {interval_s!r}")
-        if not 0.0 <= grace_s < math.inf:
-            raise ValueError(f"grace must be a finite number of seconds >= 0, got {grace_s!r}")
-        if not 0.0 <= extra_wait_s < math.inf:
-            raise ValueError(f"extra_wait_s must be a finite number of seconds >= 0, got {extra_wait_s!r}")
-        if not 0.0 <= extra_hold_s < math.inf:
-            raise ValueError(f"extra_hold_s must be a finite number of seconds >= 0, got {extra_hold_s!r}")
-        self.interval_s = interval_s
-        self.grace_s = grace_s
-        self.extra_wait_s = extra_wait_s
-        self.extra_hold_s = extra_hold_s
-        self._extra_pending = extra_pending
-        self.extra_columns = tuple(extra_columns)
-        columns(self.extra_columns)
-        self._next = 0
-        self._gauges: dict[int, Gauges] = {}
-        self._extra: dict[int, Gauges] = {}
-        self._late: set[int] = set()
-        self._late_extra: set[int] = set()
-
-    @property
-    def gauges(self) -> Mapping[int, Gauges]:
-        """The samples per interval index (the latest sample of each interval)."""
-        return self._gauges
-
-    def columns_of(self, index: int) -> Gauges:
-        """Interval ``index``'s gauge samples and extra columns together (what its total row shows)."""
-        return {**self._gauges.get(index, {}), **self._extra.get(index, {})}
-
-    @property
-    def written_intervals(self) -> int:
-        """Intervals whose rows were given by ``due_rows`` or ``final_rows`` (0 .. this - 1)."""
-        return self._next
-
-    @property
-    def late_intervals(self) -> int:
-        """Intervals written before all their requests arrived (rewritten at the end)."""
-        return len(self._late)
-
-    @property
-    def late_extra_intervals(self) -> int:
-        """Intervals written before their extra values came (rewritten at the end)."""
-        return len(self._late_extra - self._late)
-
-    def sample(self, now_s: float, gauges: Gauges) -> None:
-        """Keep ``gauges`` (sampled ``now_s`` seconds after the start) as the latest of its interval."""
-        self._gauges[interval_index(now_s, self.interval_s)] = dict(gauges)
-
-    def add_extra(self, index: int, values: Gauges) -> None:
-        """Set the extra columns of interval ``index`` (replacing earlier ones); a written interval becomes late."""
-        self._extra[index] = dict(values)
-        if index < self._next:
-            self._late_extra.add(index)
-
-    def clear_extra(self) -> None:
-        """Forget every extra value so far (RESET: the server's columns restart with the client's)."""
-        self._extra.clear()
-        self._late_extra.clear()
-
-    def note_merged(self, indices: Iterable[int]) -> None:
-        """A report added requests to ``indices``; those already written become late."""
-        self._late.update(i for i in indices if i < self._next)
-
-    def _all_gauges(self) -> dict[int, Gauges]:
-        return {i: {**self._gauges.get(i, {}), **self._extra.get(i, {})} for i in self._gauges.keys() | self._extra}
-
-    def due_rows(self, series: IntervalSeries, now_s: float) -> list[Row]:
-        """Rows of the intervals that became due by ``now_s``, each interval once, in order."""
-        due = int((now_s - self.grace_s) // self.interval_s)  # intervals [0, due) ended grace_s ago
-        if self.extra_wait_s > 0:
-            waited = int((now_s - self.grace_s - self.extra_wait_s) // self.interval_s)
-            first_missing = next((i for i in range(max(self._next, waited), due) if i not in self._extra), due)
-            due = max(waited, first_missing)
-            if self._extra_pending is not None and due > self._next:
-                held = int((now_s - self.grace_s - self.extra_wait_s - self.extra_hold_s) // self.interval_s)
-                first_pending = next(
-                    (i for i in range(max(self._next, held), due) if i not in self._extra and self._extra_pending(i)),
-                    due,
-                )
-                due = max(held, first_pending)
-        if due <= self._next:
-            return []
-        gauges = self._all_gauges()
-        rows = []
-        generation_only = generates(series)
-        for index in range(self._next, due):
-            rows.extend(
-                interval_rows(
-                    index,
-                    series.get(index),
-                    self.interval_s,
-                    gauges=gauges.get(index),
-                    extra_columns=self.extra_columns,
-                    generation_only=generation_only,
-                )
-            )
-        self._next = due
-        return rows
-
-    def final_rows(self, series: IntervalSeries, end_s: float) -> list[Row]:
-        """At the stop: rows of late intervals again, then of every interval not written yet."""
-        first_new = self._next
-        late_t = {i * self.interval_s for i in sorted(self._late | self._late_extra)}
-        rows = [r for r in self.rows(series, end_s) if r["t"] in late_t]
-        new = series_rows(
-            series,
-            self.interval_s,
-            end_s=end_s,
-            gauges=self._all_gauges(),
-            extra_columns=self.extra_columns,
-            first_index=first_new,
-        )
-        self._next = max(self._next, interval_index(end_s, self.interval_s) + 1)
-        return rows + new
-
-    def rows(self, series: IntervalSeries, end_s: float) -> list[Row]:
-        """Every row of the run (the results' ``timeseries``): intervals 0 through the one holding ``end_s``."""
-        return series_rows(
-            series, self.interval_s, end_s=end_s, gauges=self._all_gauges(), extra_columns=self.extra_columns
-        )
-
-
-def _duration(seconds: float) -> str:
-    total = max(0, round(seconds))
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
-
-
-def _fmt(value: float | None, spec: str, unit: str = "") -> str:
-    return "n/a" if value is None else f"{value:{spec}}{unit}"
-
-
-def progress_line(
-    row: Row,
-    *,
-    elapsed_s: float,
-    run_time_s: float | None = None,
-    finished: int | None = None,
-    num_requests: int | None = None,
-) -> str:
-    """One log line for a total row: elapsed/remaining, req/s, output tok/s, TTFT p99, errors, in flight, workers.
-
-    Args:
-        row: the interval's total row.
-        elapsed_s: seconds since the run's start.
-        run_time_s: the run's time limit (``-t``), or None.
-        finished: requests finished (or failed) so far in the run, for a ``--num-requests`` run.
-        num_requests: the run's ``--num-requests``, or None.
-    """
-    if run_time_s is not None:
-        where = f"{_duration(elapsed_s)}/{_duration(run_time_s)}, {_duration(run_time_s - elapsed_s)} left"
-    elif num_requests is not None and finished is not None:
-        where = f"{_duration(elapsed_s)}, {finished}/{num_requests} requests, {max(0, num_requests - finished)} left"
-    else:
-        where = _duration(elapsed_s)
-    done = row["succeeded"] + row["failed"]
-    errors = f"{row['failed']} errors" + (f" ({row['failed'] / done:.1%})" if done else "")
-    ttft = row["ttft_p99_s"]
-    parts = [
-        f"llmload: [{where}] last {row['interval_s']:.3g}s:",
-        f"{_fmt(row['requests_per_s'], '.2f')} req/s,",
-        f"{_fmt(row['output_tokens_per_s'], '.1f')} output tok/s,",
-        f"TTFT p99 {_fmt(None if ttft is None else ttft * 1000, '.0f', ' ms')},",
-        f"{errors},",
-        f"{_fmt(row.get('in_flight_requests'), 'd')} in flight,",
-        f"{_fmt(row.get('users'), 'd')} users,",
-        f"{_fmt(row.get('workers'), 'd')} workers",
-    ]
-    return " ".join(parts)

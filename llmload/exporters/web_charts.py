@@ -17,7 +17,8 @@ from typing import Any
 from llmload.aggregate.series import IntervalSeries
 from llmload.errors import InvalidOptionsError
 from llmload.exporters.chart_rows import CHART_TURNS, interval_of, mark_partial, turn_column, with_turn_columns
-from llmload.exporters.timeseries import Row, Timeline, generates, interval_rows
+from llmload.exporters.timeline import Timeline
+from llmload.exporters.timeseries import Row, generates, interval_rows
 from llmload.request.record import Outcome
 from llmload.settings.options import OPTIONS, OptionSpec
 from llmload.settings.thresholds import Threshold

@@ -88,16 +88,21 @@ class Link:
         self.to_worker: dict[str, gevent.queue.Queue[bytes]] = {}
         self.cut: set[str] = set()  # workers whose connection is gone (lost)
         self.sent: list[Message] = []  # every message, in order, as the receiver decoded it
+        self.wire: list[bytes] = []  # every message, in order, as the sender serialized it
 
     def send_to_master(self, msg: Message) -> None:
         if msg.node_id in self.cut:
             raise RPCError("connection to the master is gone")
-        self.to_master.put((msg.node_id, msg.serialize()))
+        raw = msg.serialize()
+        self.wire.append(raw)
+        self.to_master.put((msg.node_id, raw))
 
     def send_to_worker(self, msg: Message) -> None:
         if msg.node_id in self.cut:
             return  # a message to a lost worker goes nowhere, as on a dead socket
-        self.to_worker[msg.node_id].put(msg.serialize())
+        raw = msg.serialize()
+        self.wire.append(raw)
+        self.to_worker[msg.node_id].put(raw)
 
     def recv_on_master(self) -> tuple[str, Message]:
         node_id, raw = self.to_master.get()
@@ -236,6 +241,10 @@ class EdgeCluster:
     def messages(self, msg_type: str) -> list[Message]:
         """Every message of ``msg_type`` delivered so far, in order."""
         return [m for m in self.link.sent if m.type == msg_type]
+
+    def wire_bytes(self, msg_type: str) -> list[bytes]:
+        """Every message of ``msg_type`` sent so far, as the bytes its sender put on the connection, in order."""
+        return [raw for raw in self.link.wire if Message.unserialize(raw).type == msg_type]
 
     def start(self, users: int, spawn_rate: float | None = None, *, timeout_s: float = 30) -> None:
         """Press START: the master plans and sends the spawn messages; wait until every worker runs its users."""

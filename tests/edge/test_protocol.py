@@ -8,6 +8,8 @@ processes (signals, a worker killed by the OS, timing across processes) stays in
 
 from __future__ import annotations
 
+from locust.rpc import Message
+
 import logging
 from typing import Any
 
@@ -37,6 +39,8 @@ def test_num_requests_over_two_workers_totals_equal_the_simulators(sim: InProces
         results = _finished(cluster)
         shares = cluster.messages("llmload_share")
         finals = cluster.messages("llmload_final")
+        run_id = cluster.runtime.run.run_id
+        done_bytes, flush_bytes = cluster.wire_bytes("llmload_done"), cluster.wire_bytes("llmload_flush")
     assert out.exists()
     requests = results["requests"]
     assert (requests["total"], requests["succeeded"], requests["failed"], requests["cancelled"]) == (30, 30, 0, 0)
@@ -45,6 +49,13 @@ def test_num_requests_over_two_workers_totals_equal_the_simulators(sim: InProces
     assert sorted(m.node_id for m in shares) == ["worker-0", "worker-1"]
     assert sum(m.data["share"]["quota_requests"] for m in shares) == 30
     assert sorted(m.node_id for m in finals) == ["worker-0", "worker-1"]
+    # the typed done and flush messages are, byte for byte, the plain dicts earlier versions sent
+    assert sorted(done_bytes) == sorted(
+        Message("llmload_done", {"run_id": run_id}, node).serialize() for node in ("worker-0", "worker-1")
+    )
+    assert sorted(flush_bytes) == sorted(
+        Message("llmload_flush", {"run_id": run_id}, node).serialize() for node in ("worker-0", "worker-1")
+    )
     # the simulator also served the one preflight probe (same prompt, max_tokens 2)
     endpoint = "/v1/completions"
     assert sim.total("requests_completed", endpoint) == 31

@@ -7,13 +7,13 @@ from typing import Any
 
 import msgpack
 
-from llmload.edge.cluster import option_defaults
 from llmload.edge.locust_internals import (
     SENT_OPTIONS_KEY,
     compact_spawn_messages,
     compact_spawn_options,
     expand_sent_options,
 )
+from llmload.edge.messages import option_defaults
 
 
 class _Message:

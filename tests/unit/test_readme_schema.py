@@ -30,7 +30,7 @@ from llmload.aggregate.stats import LLMStats
 from llmload.exporters.drift import drift_section
 from llmload.exporters.load import SendFigures
 from llmload.exporters.results import RunOutcome, build_results
-from llmload.exporters.timeseries import Timeline
+from llmload.exporters.timeline import Timeline
 from llmload.request.record import ITLKind, RequestRecord, TokenCount, TokenSource
 from llmload.run.clock import OffsetEstimate
 from llmload.servermetrics import SERVER_COLUMNS, summarise

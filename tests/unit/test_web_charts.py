@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from llmload.aggregate.series import IntervalSeries
-from llmload.exporters.timeseries import Timeline
+from llmload.exporters.timeline import Timeline
 from llmload.exporters.web_charts import (
     CHART_COLUMNS,
     FAILURE_COLUMNS,

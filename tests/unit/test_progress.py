@@ -1,0 +1,43 @@
+"""The progress line logged per interval's total row."""
+
+from llmload.aggregate.stats import LLMStats
+from llmload.exporters.progress import progress_line
+from llmload.exporters.timeseries import interval_rows
+from llmload.request.record import ErrorInfo, Outcome, RequestRecord
+from llmload.testing import ok_record, spaced_s
+
+
+def _ok(completion: int = 3, ttft_s: float = 0.1, model: str = "m", prompt: int = 10) -> RequestRecord:
+    return ok_record(spaced_s(ttft_s, 0.02, completion), model=model, prompt_tokens=prompt)
+
+
+def _failed(outcome: Outcome = Outcome.HTTP_ERROR) -> RequestRecord:
+    return RequestRecord(
+        endpoint="chat",
+        model="m",
+        started_at_unix=1_700_000_000.0,
+        outcome=outcome,
+        error=ErrorInfo("x", "boom", 500),
+    )
+
+
+def test_progress_line_with_time_limit() -> None:
+    stats = LLMStats.empty()
+    for _ in range(9):
+        stats.add(_ok(completion=10, ttft_s=0.25))
+    stats.add(_failed())
+    (row, _) = interval_rows(5, stats, 10.0, gauges={"in_flight_requests": 7, "users": 16, "workers": 2})
+    line = progress_line(row, elapsed_s=60.0, run_time_s=300.0)
+    assert line == (
+        "llmload: [1m00s/5m00s, 4m00s left] last 10s: 0.90 req/s, 9.0 output tok/s, TTFT p99 250 ms, "
+        "1 errors (10.0%), 7 in flight, 16 users, 2 workers"
+    )
+
+
+def test_progress_line_with_request_count_and_no_requests() -> None:
+    (row,) = interval_rows(0, LLMStats.empty(), 10.0)
+    line = progress_line(row, elapsed_s=10.0, finished=40, num_requests=100)
+    assert line == (
+        "llmload: [0m10s, 40/100 requests, 60 left] last 10s: 0.00 req/s, 0.0 output tok/s, TTFT p99 n/a, "
+        "0 errors, n/a in flight, n/a users, n/a workers"
+    )
