@@ -397,6 +397,7 @@ def _write(environment: Environment, runtime: Runtime, rows: list[Row], *, progr
                 run_time_s=float(run_time) if isinstance(run_time, int | float) and run_time else None,
                 finished=runtime.timeline.progress_finished,
                 num_requests=runtime.process.config.num_requests,
+                with_workers=isinstance(environment.runner, MasterRunner),
             ),
         )
 

@@ -25,6 +25,7 @@ def progress_line(
     run_time_s: float | None = None,
     finished: int | None = None,
     num_requests: int | None = None,
+    with_workers: bool = True,
 ) -> str:
     """One log line for a total row: elapsed/remaining, req/s, output tok/s, TTFT p99, errors, in flight, workers.
 
@@ -34,6 +35,8 @@ def progress_line(
         run_time_s: the run's time limit (``-t``), or None.
         finished: requests finished (or failed) so far in the run, for a ``--num-requests`` run.
         num_requests: the run's ``--num-requests``, or None.
+        with_workers: end with the worker count (a master's line); a single process has no workers, and
+            "0 workers" there read as lost workers.
     """
     if run_time_s is not None:
         where = f"{_duration(elapsed_s)}/{_duration(run_time_s)}, {_duration(run_time_s - elapsed_s)} left"
@@ -51,7 +54,8 @@ def progress_line(
         f"TTFT p99 {_fmt(None if ttft is None else ttft * 1000, '.0f', ' ms')},",
         f"{errors},",
         f"{_fmt(row.get('in_flight_requests'), 'd')} in flight,",
-        f"{_fmt(row.get('users'), 'd')} users,",
-        f"{_fmt(row.get('workers'), 'd')} workers",
+        f"{_fmt(row.get('users'), 'd')} users" + ("," if with_workers else ""),
     ]
+    if with_workers:
+        parts.append(f"{_fmt(row.get('workers'), 'd')} workers")
     return " ".join(parts)

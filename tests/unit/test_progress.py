@@ -41,3 +41,11 @@ def test_progress_line_with_request_count_and_no_requests() -> None:
         "llmload: [0m10s, 40/100 requests, 60 left] last 10s: 0.00 req/s, 0.0 output tok/s, TTFT p99 n/a, "
         "0 errors, n/a in flight, n/a users, n/a workers"
     )
+
+
+def test_progress_line_of_a_single_process_names_no_workers() -> None:
+    # a new user read "0 workers" on a single-process run as workers lost; a master's line keeps the count
+    (row,) = interval_rows(0, LLMStats.empty(), 10.0, gauges={"in_flight_requests": 0, "users": 4, "workers": 0})
+    line = progress_line(row, elapsed_s=10.0, with_workers=False)
+    assert line.endswith("0 errors, 0 in flight, 4 users")
+    assert progress_line(row, elapsed_s=10.0).endswith("0 in flight, 4 users, 0 workers")
