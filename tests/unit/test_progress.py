@@ -3,22 +3,7 @@
 from llmload.aggregate.stats import LLMStats
 from llmload.exporters.progress import progress_line
 from llmload.exporters.timeseries import interval_rows
-from llmload.request.record import ErrorInfo, Outcome, RequestRecord
-from llmload.testing import ok_record, spaced_s
-
-
-def _ok(completion: int = 3, ttft_s: float = 0.1, model: str = "m", prompt: int = 10) -> RequestRecord:
-    return ok_record(spaced_s(ttft_s, 0.02, completion), model=model, prompt_tokens=prompt)
-
-
-def _failed(outcome: Outcome = Outcome.HTTP_ERROR) -> RequestRecord:
-    return RequestRecord(
-        endpoint="chat",
-        model="m",
-        started_at_unix=1_700_000_000.0,
-        outcome=outcome,
-        error=ErrorInfo("x", "boom", 500),
-    )
+from tests.unit.test_timeseries import _failed, _ok
 
 
 def test_progress_line_with_time_limit() -> None:
