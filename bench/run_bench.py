@@ -1,7 +1,7 @@
 """`make bench`: llmload beside a plain Locust locustfile, both against `llmload sim` (figures, not a test).
 
     python bench/run_bench.py [A B C D ...] [--requests-scale F] [--markdown] [--repo PATH] [--sim-repo PATH] [--wire]
-                              [--prompt-tokens N]
+                              [--prompt-tokens N] [--server-cmd CMD]
 
 Scenarios (max_tokens 128, ignore_eos, the same ≈ 100-token prompt, sim ``--max-num-seqs 1024``):
 
@@ -21,6 +21,12 @@ per word, its count is printed; its context is raised to fit), e.g. 28000
 for ≈ 32k-token prompts: llmload reads
 it from a one-line ``--dataset`` file, the plain client from
 ``PLAIN_PROMPT_FILE`` (too long for a command line).
+
+``--server-cmd CMD``: serve with another program instead of ``llmload sim``
+(``{port}`` in CMD becomes a free port; pinned like the simulator), e.g. the
+wire-truth stub ``../shared/wire/stubserver.py`` that the issue's figures came
+from. Its own TTFT/ITL flags apply; without the simulator's ``/metrics`` page
+the server columns read n/a, and the wire is the only truth (use ``--wire``).
 
 Per client run:
 
@@ -70,7 +76,9 @@ import json
 import math
 import os
 import resource
+import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -78,7 +86,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psutil
 from benchlib import REPO, pin, private_master_port, start_sim
@@ -195,16 +203,22 @@ class Row:
 
 # ── measurement ──────────────────────────────────────────────────────────────
 def scrape(url: str) -> dict[str, float]:
-    """Return {sample name: value summed over labels}, and {"<name>@le": cumulative count} for buckets."""
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
-        text = resp.read().decode()
+    """Return {sample name: value summed over labels}, and {"<name>@le": cumulative count} for buckets.
+
+    A server without a Prometheus page (``--server-cmd``) gives ``{}``: its server columns read n/a.
+    """
     out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            key = sample.name
-            if "le" in sample.labels:
-                key = f"{sample.name}@{sample.labels['le']}"
-            out[key] = out.get(key, 0.0) + sample.value
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                key = sample.name
+                if "le" in sample.labels:
+                    key = f"{sample.name}@{sample.labels['le']}"
+                out[key] = out.get(key, 0.0) + sample.value
+    except (OSError, ValueError):
+        return {}
     return out
 
 
@@ -218,6 +232,31 @@ def _server_quantile(metrics: dict[str, float], name: str, q: float) -> float | 
         if total and cumulative >= q * total:
             return edge
     return None
+
+
+def start_server_cmd(command: str, *, core: int | None, stderr: IO[str]) -> tuple[str, subprocess.Popen[str]]:
+    """Start ``command`` (a shell command whose ``{port}`` is replaced by a free loopback port); wait for it.
+
+    The server is ready when ``GET /v1/models`` answers (at most 30 s); its URL is
+    ``http://127.0.0.1:PORT``. Raises SystemExit when it exits or never answers.
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [*(pin(core) if core is not None else []), *shlex.split(command.replace("{port}", str(port)))]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"--server-cmd exited with {proc.returncode} before answering: {command}")
+        try:
+            with urllib.request.urlopen(url + "/v1/models", timeout=2):
+                return url, proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit(f"--server-cmd did not answer GET {url}/v1/models within 30 s: {command}")
 
 
 def become_subreaper() -> bool:
@@ -423,9 +462,10 @@ class Bench:
         wire: bool = False,
         prompt_file: Path | None = None,
         sim_extra: tuple[str, ...] = (),
+        server_cmd: str | None = None,
     ) -> None:
         self.repo, self.tmp, self.scale, self.wire, self.prompt_file = repo, tmp, scale, wire, prompt_file
-        self.sim_extra = sim_extra
+        self.sim_extra, self.server_cmd = sim_extra, server_cmd
         self.sim_repo = sim_repo or repo
         self.base_cpu: dict[tuple[str, int, bool, tuple[str, ...]], float] = {}
 
@@ -435,7 +475,10 @@ class Bench:
         stem = self.tmp / f"{sc.key}-{label}".replace(" ", "_")
         with Path(f"{stem}-sim.log").open("w") as sim_log:
             core = 1 if sc.pinned else None
-            url, sim = start_sim(*sc.sim_args, *self.sim_extra, core=core, cwd=self.sim_repo, stderr=sim_log)
+            if self.server_cmd is not None:
+                url, sim = start_server_cmd(self.server_cmd, core=core, stderr=sim_log)
+            else:
+                url, sim = start_sim(*sc.sim_args, *self.sim_extra, core=core, cwd=self.sim_repo, stderr=sim_log)
         try:
             key = (client, sc.processes, sc.pinned, extra)
             if key not in self.base_cpu:
@@ -503,7 +546,7 @@ class Bench:
             usage=usage,
             base_cpu_s=self.base_cpu[key],
             result=read_result(client, out),
-            sim_chunks=delta.get(SIM_TOKENS, 0.0),
+            sim_chunks=delta.get(SIM_TOKENS, math.nan),
             server_ttft_mean_s=delta[f"{TTFT}_sum"] / count if count else None,
             server_ttft_p99_s=_server_quantile(delta, TTFT, 0.99),
             wire=wire,
@@ -664,7 +707,17 @@ def main() -> int:
         metavar="N",
         help="send a prompt of N words (about N tokens) instead of the ≈ 100-token one, e.g. 32000",
     )
+    parser.add_argument(
+        "--server-cmd",
+        default=None,
+        metavar="CMD",
+        help="serve with this shell command instead of llmload sim; {port} is replaced by a free port, e.g."
+        " 'python ../shared/wire/stubserver.py --port {port} --ttft-ms 50 --itl-ms 10' (its own TTFT/ITL"
+        " apply; the server columns read n/a without a llmload sim /metrics page)",
+    )
     args = parser.parse_args()
+    if args.server_cmd is not None and "{port}" not in args.server_cmd:
+        parser.error(f"--server-cmd must contain {{port}} (the free port it is to listen on), got {args.server_cmd!r}")
     if args.prompt_tokens is not None and args.prompt_tokens < 1:
         parser.error(f"--prompt-tokens must be >= 1, got {args.prompt_tokens}")
     if args.wire and not capture_available():
@@ -693,6 +746,7 @@ def main() -> int:
             prompt_file=prompt_file,
             # the simulator's context (4,096 by default) must hold the prompt (~1.2 tokens per word) and the reply
             sim_extra=("--max-model-len", str(2 * args.prompt_tokens + 4096)) if args.prompt_tokens else (),
+            server_cmd=args.server_cmd,
         )
         for key in keys:
             sc = SCENARIOS[key]
