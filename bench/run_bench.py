@@ -23,9 +23,9 @@ it from a one-line ``--dataset`` file, the plain client from
 ``PLAIN_PROMPT_FILE`` (too long for a command line).
 
 ``--server-cmd CMD``: serve with another program instead of ``llmload sim``
-(``{port}`` in CMD becomes a free port; pinned like the simulator), e.g. the
-wire-truth stub ``../shared/wire/stubserver.py`` that the issue's figures came
-from. Its own TTFT/ITL flags apply; without the simulator's ``/metrics`` page
+(``{port}`` in CMD becomes a free port; pinned like the simulator), e.g. a
+faster stub server, to tell the client's error from a busy simulator's. Its
+own TTFT/ITL flags apply; without the simulator's ``/metrics`` page
 the server columns read n/a, and the wire is the only truth (use ``--wire``).
 
 Per client run:
@@ -712,8 +712,8 @@ def main() -> int:
         default=None,
         metavar="CMD",
         help="serve with this shell command instead of llmload sim; {port} is replaced by a free port, e.g."
-        " 'python ../shared/wire/stubserver.py --port {port} --ttft-ms 50 --itl-ms 10' (its own TTFT/ITL"
-        " apply; the server columns read n/a without a llmload sim /metrics page)",
+        " 'python stub.py --port {port} --ttft-ms 50 --itl-ms 10' (its own TTFT/ITL apply; the server"
+        " columns read n/a without a llmload sim /metrics page)",
     )
     args = parser.parse_args()
     if args.server_cmd is not None and "{port}" not in args.server_cmd:
