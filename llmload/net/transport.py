@@ -39,7 +39,11 @@ the oldest bytes of a read: the time since the socket was last known empty
 bound of how far any time given to them is off; the client keeps
 ``read_age_s`` instead for a read that completes one event and carries no
 bytes past it, whose stamp is that event's own (bytes of a later event may
-be a later segment's, which then owns the stamp). Elsewhere
+be a later segment's, which then owns the stamp). ``read_first_age_s`` is
+how long ago the oldest bytes of the read had arrived at the latest: the
+poll that found the socket readable returned after them (``LoopTurns``,
+``check_ns``), so when that was before the stamp, a first event that begins
+the read is timed by it (``StreamingClient``). Elsewhere
 (TLS, other platforms, bytes that came with the headers on TLS)
 ``read_stamped`` is False and both are measured from when the bytes reached
 user space (monotonic clock).
@@ -141,6 +145,7 @@ class GeventResponse:
     """A ``client.Response`` over a geventhttpclient response whose headers have arrived."""
 
     __slots__ = (
+        "_ceiling_ns",
         "_drained_ns",
         "_earliest_ns",
         "_floor_ns",
@@ -150,6 +155,7 @@ class GeventResponse:
         "_last_read_s",
         "_last_stamp_ns",
         "_raw",
+        "_read_ceiling_ns",
         "_read_event",
         "_resp",
         "_timer",
@@ -159,6 +165,7 @@ class GeventResponse:
         "content_type",
         "on_close",
         "read_age_s",
+        "read_first_age_s",
         "read_lag_s",
         "read_stamped",
         "retry_after",
@@ -219,10 +226,13 @@ class GeventResponse:
         self._earliest_ns = sent_ns
         self._drained_ns = drained_ns or sent_ns
         self._floor_ns = 0
+        self._ceiling_ns = 0  # set by _wait_readable: the poll that found the socket readable returned by then
+        self._read_ceiling_ns = 0  # the oldest bytes of the last receive arrived by then; 0 = unknown
         self._turns = turns
         if turns is not None:
             turns.start()
         self.read_age_s = 0.0
+        self.read_first_age_s = 0.0
         self.read_lag_s = 0.0
         self.read_stamped = False
 
@@ -231,9 +241,11 @@ class GeventResponse:
 
         Sets, for every non-empty return, ``read_age_s`` (seconds since the
         newest returned bytes arrived: the kernel stamp when ``read_stamped``,
-        else when the receive call returned) and ``read_lag_s`` (seconds since
-        the oldest of them may have arrived, >= ``read_age_s``): see
-        ``_lag_ns``.
+        else when the receive call returned), ``read_first_age_s`` (seconds
+        since the oldest of them had arrived at the latest: the return of the
+        poll that found the socket readable, when that was before the stamp;
+        else ``read_age_s``) and ``read_lag_s`` (seconds since the oldest of
+        them may have arrived, >= both): see ``_lag_ns``.
 
         Raises:
             RequestTimeout: no bytes within the idle timeout.
@@ -276,10 +288,13 @@ class GeventResponse:
             earliest_ns = self._earliest_ns  # as _lag_ns (inlined: once per read)
             lag_ns = now_ns - earliest_ns if earliest_ns else 0
             self.read_lag_s = lag_ns * 1e-9 if lag_ns > age_ns else self.read_age_s
+            ceiling_ns = self._read_ceiling_ns
+            first_ns = now_ns - ceiling_ns if ceiling_ns else 0
+            self.read_first_age_s = first_ns * 1e-9 if first_ns > age_ns else self.read_age_s
         else:
             self.read_stamped = False
             lag_s = time.monotonic() - self._last_read_s
-            self.read_age_s = self.read_lag_s = lag_s if lag_s > 0.0 else 0.0
+            self.read_age_s = self.read_lag_s = self.read_first_age_s = lag_s if lag_s > 0.0 else 0.0
         return data
 
     def _lag_ns(self, now_ns: int) -> int:
@@ -383,6 +398,7 @@ class GeventResponse:
             self._last_read_s = time.monotonic()
             self._last_stamp_ns = stamp_ns(ancillary) if ancillary else 0
             floor_ns, self._floor_ns = self._floor_ns, 0
+            self._read_ceiling_ns, self._ceiling_ns = self._ceiling_ns, 0
             drained_ns = self._drained_ns
             self._earliest_ns = floor_ns if floor_ns > drained_ns else drained_ns
             if len(data) < _RECV_BYTES:
@@ -407,6 +423,8 @@ class GeventResponse:
             self._waiting = False
         if turns is not None:
             self._floor_ns = turns.floor_ns(wait_ns)
+            check_ns = turns.check_ns
+            self._ceiling_ns = check_ns if check_ns > wait_ns else 0
 
     def _start_timer(self, after_s: float) -> None:
         timer = self._timer = self._hub.loop.timer(max(after_s, 0.0))

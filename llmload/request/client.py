@@ -10,7 +10,12 @@
   when its bytes arrived: the client's clock when the read returned, minus
   the time they had waited (``Response.read_age_s``, from the kernel's
   receive stamp where the transport has one). An event's time is the time
-  of the read that completed it. ``Response.read_lag_s`` (kept per read in
+  of the read that completed it, but for the first token-bearing event when
+  it begins its read (no event of the read before it, none begun in an
+  earlier read): the read's first bytes arrived before the poll that found
+  the socket readable returned (``Response.read_first_age_s``), which times
+  that token when it is earlier than the read's stamp (the kernel stamps a
+  merged buffer with its newest segment). ``Response.read_lag_s`` (kept per read in
   ``RequestRecord.read_lags_s``) covers the oldest byte that waited for the
   read: it bounds how far any event time of the read can be off.
 - Token-bearing events carry non-empty ``content``/``text``,
@@ -148,6 +153,9 @@ class Response(Protocol):
     # seconds since the oldest byte that was waiting when the last read's batch of receives began
     # arrived (>= read_age_s): how late the client was, a bound of the error of read_age_s
     read_lag_s: float
+    # seconds since the oldest bytes of the last read had arrived at the latest (>= read_age_s): the
+    # poll that found the socket readable returned by then; read_age_s when not known
+    read_first_age_s: float
     read_stamped: bool  # True when both came from kernel receive stamps
     retry_after: str | None  # the Retry-After header's value; None if absent
 
@@ -341,6 +349,7 @@ class StreamingClient:
         t = 0.0
         size = 0
         json_head = b""
+        first_pending = True
         try:
             while True:
                 try:
@@ -371,6 +380,7 @@ class StreamingClient:
                 else:
                     record.unstamped_reads += 1
                 arrived_s = clock() - t0 - response.read_age_s
+                t_before = t
                 if arrived_s > t:  # noqa: PLR1730 - a plain comparison, once per read
                     t = arrived_s
                 if not size:
@@ -381,7 +391,22 @@ class StreamingClient:
                         break
                 size += len(data)
                 events = acc.events
+                boundary = first_pending and not reader.has_partial_event
                 feed(data, t)
+                if first_pending and acc.token_times_s:
+                    first_pending = False
+                    first_age_s = response.read_first_age_s
+                    if (
+                        stamped
+                        and boundary
+                        and first_age_s > response.read_age_s
+                        and acc.events - events == len(acc.token_times_s)
+                    ):
+                        first_s = arrived_s + response.read_age_s - first_age_s
+                        if first_s < t:
+                            acc.token_times_s[0] = first_s if first_s > t_before else t_before
+                            if acc.first_content_s == t:
+                                acc.first_content_s = acc.token_times_s[0]
                 # one timed event and no bytes past it (a later segment's would own the stamp; the read
                 # then ends inside an event): the stamp is that event's own arrival, not a pile-up's
                 if (

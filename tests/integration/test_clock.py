@@ -302,3 +302,62 @@ def test_issue19_loop_turns_say_a_socket_waited_on_since_before_the_last_poll_go
     noted = turns.check_ns
     gevent.sleep(0.002)
     assert turns.check_ns == noted == 0  # closed: no longer noted
+
+
+class _HoldAfterPoll(LoopTurns):
+    """Loop turns that, once armed, hold the loop right after noting a poll: as other users' replies
+    handled in the same iteration, before the client's greenlet runs."""
+
+    hold_s = 0.0
+
+    def _checked(self) -> None:
+        super()._checked()
+        hold_s, self.hold_s = self.hold_s, 0.0
+        if hold_s:
+            _block_loop(hold_s)
+
+
+def test_issue19_a_first_token_queued_behind_later_ones_is_timed_by_the_poll_that_found_it(gevent_ready):
+    # The first token arrives while the loop is held (hold 1: a busy process's previous
+    # iteration); the next poll finds the socket readable, and the iteration's other work
+    # holds the loop again before the client's greenlet runs (hold 2) while the next tokens
+    # arrive. The kernel merges them all into one buffer stamped with the newest segment; the
+    # first token is timed no later than the poll that found it (the end of hold 1), not by
+    # that newest stamp, and the later ones keep the stamp.
+    reply = Reply([W(150 + 30 * i, sse(T(f" t{i}"))) for i in range(4)] + [W(500, sse(TF("length"), "[DONE]"))])
+    request = build_completion_request(model="m", prompt="count", max_tokens=5)
+    clock = SendClock()
+    turns = _HoldAfterPoll()
+    with ScriptedServer(reply) as server:
+        transport = GeventHTTPTransport(server.base_url, headers={}, timeouts=FAST, turns=turns)
+        client = StreamingClient(transport, clock=clock)
+        runner = gevent.spawn(client.run, request)
+        deadline = time.monotonic() + 5
+        while not server.requests and time.monotonic() < deadline:
+            gevent.sleep(0.001)
+        assert server.requests, "the request did not reach the server within 5 s"
+        while server.send_log(0).headers_s is None and time.monotonic() < deadline:
+            gevent.sleep(0.001)
+        gevent.sleep(0.05)  # the client reads the headers and waits for the body
+        hold1_from = time.perf_counter()
+        while not server.send_log(0).writes_s and time.monotonic() < deadline:  # hold 1
+            _block_loop(0.001)
+        _block_loop(0.005)
+        held1_until = time.perf_counter()
+        turns.hold_s = 0.2  # hold 2, after the next poll
+        record = runner.get(timeout=5)
+        sent = clock.send_s(record)
+        writes_s = [at - sent for at in server.send_log(0).writes_s]
+    transport.close()
+    turns.close()
+    assert record.outcome is Outcome.OK
+    assert record.headers_s is not None
+    assert record.headers_s < hold1_from - sent  # the first token was the first body byte after hold 1
+    assert len(record.token_times_s) == 4
+    ttft_s = record.ttft_s
+    assert ttft_s is not None
+    assert writes_s[3] < held1_until - sent + 0.2  # the other tokens were written during hold 2
+    assert ttft_s >= writes_s[0] - 0.0005  # never early
+    assert ttft_s <= held1_until - sent + 0.002  # no later than the poll after hold 1
+    assert record.token_times_s[1] >= writes_s[3] - 0.0005  # the later tokens keep the newest stamp
+    assert max(record.read_lags_s) >= record.token_times_s[1] - writes_s[0] - 0.005  # the lag still covers

@@ -25,6 +25,7 @@ class FakeResponse:
 
     read_lag_s = 0.0
     read_age_s = 0.0
+    read_first_age_s = 0.0
     read_stamped = False
     retry_after = None
 
@@ -479,6 +480,66 @@ def test_issue19_client_times_a_read_by_its_newest_bytes_and_keeps_the_lag_of_it
     # the first read returned at 0.02 after the send: both tokens at 0.02 - 0.002
     assert record.token_times_s == pytest.approx([0.018, 0.018])
     assert record.read_lags_s == pytest.approx([0.030, 0.0])
+
+
+class FirstAges(FakeResponse):
+    """Stamped reads, each with its (read_age_s, read_first_age_s, read_lag_s)."""
+
+    def __init__(self, reads: Sequence[bytes], ages: Sequence[tuple[float, float, float]]) -> None:
+        super().__init__(reads, 200, "text/event-stream")
+        self.read_stamped = True
+        self._ages = list(ages)
+
+    def read_some(self) -> bytes:
+        data = super().read_some()
+        if data:
+            self.read_age_s, self.read_first_age_s, self.read_lag_s = self._ages[self.reads_done - 1]
+        return data
+
+
+def test_issue19_a_first_token_that_begins_a_merged_read_is_timed_by_the_poll_that_found_it():
+    # The first read holds three token events merged behind the first (stamp: the newest, age
+    # 2 ms); the poll that found the socket readable returned 25 ms before the read did
+    # (read_first_age_s): the first token is timed then, the two later ones by the stamp.
+    response = FirstAges(
+        [sse(T("a"), T(" b"), T(" c")), sse(TF("length"), "[DONE]")], [(0.002, 0.025, 0.030), (0.0, 0.0, 0.0)]
+    )
+    record = StreamingClient(FakeTransport(response), clock=StepClock()).run(COMPLETION)
+    assert record.outcome is Outcome.OK
+    # the first read returned 0.02 after the send
+    assert record.token_times_s == pytest.approx([0.0, 0.018, 0.018])  # 0.02 - 0.025 < the send: never before it
+    assert record.ttft_s == pytest.approx(0.0)
+    response = FirstAges(
+        [sse(T("a"), T(" b"), T(" c")), sse(TF("length"), "[DONE]")], [(0.002, 0.015, 0.030), (0.0, 0.0, 0.0)]
+    )
+    record = StreamingClient(FakeTransport(response), clock=StepClock()).run(COMPLETION)
+    assert record.token_times_s == pytest.approx([0.005, 0.018, 0.018])
+    assert record.ttfc_s == pytest.approx(0.005)
+    assert record.read_lags_s == pytest.approx([0.030, 0.0])  # the lag still covers the oldest byte
+    # a role-only event read first, then a read that begins with the first token: timed by its poll,
+    # never before the previous read
+    reads = [sse(ROLE), sse(T("a"), T(" b")), sse(TF("length"), "[DONE]")]
+    ages = [(0.001, 0.001, 0.001), (0.002, 0.006, 0.030), (0.0, 0.0, 0.0)]
+    record = StreamingClient(FakeTransport(FirstAges(reads, ages)), clock=StepClock()).run(CHAT)
+    assert record.token_times_s == pytest.approx([0.024, 0.028])
+
+
+@pytest.mark.parametrize(
+    ("reads", "why"),
+    [
+        ([sse(ROLE) + sse(T("a"), T(" b")), sse(TF("length"), "[DONE]")], "a role-only event begins the read"),
+        ([sse(T("a"))[:9], sse(T("a"))[9:] + sse(T(" b")), sse(TF("length"), "[DONE]")], "the read ends an event"),
+    ],
+)
+def test_issue19_the_poll_times_only_a_first_token_that_begins_its_read(reads, why):
+    # Only the first bytes of a read are known to have arrived by the poll: a first token
+    # after other events of the read, or completing an event begun in an earlier read, keeps
+    # the stamp (late at worst, never early).
+    ages = [(0.001, 0.001, 0.001)] * (len(reads) - 2) + [(0.002, 0.015, 0.030), (0.0, 0.0, 0.0)]
+    record = StreamingClient(FakeTransport(FirstAges(reads, ages)), clock=StepClock()).run(CHAT)
+    assert record.outcome is Outcome.OK, why
+    first_read_s = 0.02 + 0.01 * (len(reads) - 2)  # when the read that holds the first token returned
+    assert record.token_times_s[0] == pytest.approx(first_read_s - 0.002), why
 
 
 def test_issue19_a_one_event_read_with_bytes_of_the_next_event_keeps_the_lag_of_its_oldest():
