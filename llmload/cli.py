@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"a short run of the same job (ChatUser {_QUICK['chat_users']} users for {_QUICK['chat_run_time']}, "
         f"CompletionUser {_QUICK['num_requests']} requests at {_QUICK['completion_users']} users), "
-        "to check an installation; options given explicitly win",
+        "to check an installation, into demo-quick-*.json (the full demo's files stay); "
+        "options given explicitly win",
     )
     sweep = sub.add_parser(
         "sweep",
@@ -362,8 +363,11 @@ def _locustfile_command(name: str, output: str | None) -> int:
 def _demo(args: argparse.Namespace) -> int:
     results = Path(args.results_dir)
     results.mkdir(parents=True, exist_ok=True)
-    for stale in (results / "demo-chat.json", results / "demo-completions.json"):
+    stem = "demo-quick" if args.quick else "demo"  # --quick leaves the full demo's results alone
+    chat_json, comp_json = results / f"{stem}-chat.json", results / f"{stem}-completions.json"
+    for stale in (chat_json, comp_json):
         stale.unlink(missing_ok=True)
+    print(f"== results go to {chat_json} and {comp_json}", flush=True)
     sim = subprocess.Popen(
         [sys.executable, "-m", "llmload.sim", "--port", "0"],
         stdout=subprocess.PIPE,
@@ -378,7 +382,6 @@ def _demo(args: argparse.Namespace) -> int:
         url = line[line.index("http://") :]
         print(f"== llmload sim running at {url}", flush=True)
         codes = []
-        chat_json = results / "demo-chat.json"
         print(
             f"\n== 1/2 ChatUser: {args.chat_users} users, master + {args.processes} workers, {args.chat_run_time}",
             flush=True,
@@ -392,7 +395,6 @@ def _demo(args: argparse.Namespace) -> int:
                 chat_json,
             )
         )
-        comp_json = results / "demo-completions.json"
         print(
             f"\n== 2/2 CompletionUser: exactly {args.num_requests} requests at {args.completion_users} users",
             flush=True,

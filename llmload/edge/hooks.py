@@ -322,6 +322,8 @@ def _options_as_given(options: Any, refused: tuple[str, ...]) -> Runtime:
     for _ in range(_READ_ATTEMPTS):
         for spec in (specs[flag] for flag in flags & specs.keys()):
             setattr(readable, spec.dest, None if spec.if_unset is None else str(spec.default))
+        if "-H" in flags:  # Locust's option, refused with llmload's (an endpoint's URL)
+            readable.host = None
         try:
             return Runtime(config=RunConfig.from_options(readable))
         except ConfigError as exc:

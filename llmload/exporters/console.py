@@ -31,6 +31,7 @@ RESULTS_LINE_PREFIX = "LLMLOAD_RESULTS "
 """Start of the headless run's last output line; the rest of the line is the results JSON."""
 
 _WIDTH = 52
+_UNLIMITED_RATE = "inf (every request eligible at once)"  # --request-rate inf, in the words of its help
 _LABEL = 40
 _GAUGE_LINES = (
     ("running_requests", "Running requests", 1.0, ""),
@@ -376,12 +377,14 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         lines.append(f"WARNING: {len(lost)} worker(s) lost mid-run; their unreported requests are missing")
     load = results.get("load") or {}
     if load.get("mode") == "open":
-        target = "inf" if load.get("unlimited_rate") else f"{load['target_rate_per_s']:g}"
-        achieved = load.get("achieved_rate_per_s")
+        target = _UNLIMITED_RATE if load.get("unlimited_rate") else f"{load['target_rate_per_s']:g}"
         delay = results["latency"].get("dispatch_delay_s") or {}
         e2e_sched = results["latency"].get("e2e_from_schedule_s") or {}
         lines.append(_section("Open loop"))
-        lines.append(_row("Target / achieved rate (req/s):", f"{target} / {achieved or 0:.2f}"))
+        lines.append(_row("Target rate (req/s):", target))
+        # sent: handed to the server (cancelled at the stop included); completed: the request throughput
+        lines.append(_row("Request rate sent (req/s):", _num(load.get("achieved_rate_per_s"))))
+        lines.append(_row("Request rate completed (req/s):", _num(results["throughput"]["requests_per_s"])))
         if delay.get("count"):
             lines.append(
                 _row("Dispatch delay mean / max (ms):", f"{delay['mean'] * 1e3:.2f} / {delay['max'] * 1e3:.2f}")

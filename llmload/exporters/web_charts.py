@@ -210,7 +210,7 @@ def field_messages(error: InvalidOptionsError, options: tuple[OptionSpec, ...] =
     The start form's answer carries it as ``llmload_fields``; every value refused at once
     (``InvalidOptionsError.problems``), so the page marks them all.
     """
-    dest = {spec.flag: spec.dest for spec in options}
+    dest = {spec.flag: spec.dest for spec in options} | {"-H": "host"}  # Locust's own host field
     return {dest.get(flag, flag): message for flag, message in error.problems}
 
 

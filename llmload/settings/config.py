@@ -14,7 +14,7 @@ from typing import Any
 
 from llmload.errors import ConfigError, InvalidOptionsError
 from llmload.settings.goodput import SLO
-from llmload.settings.option_values import LengthSpec, parse_rate
+from llmload.settings.option_values import LengthSpec, host_url, parse_rate
 from llmload.settings.options import OPTIONS, OptionSpec, default
 from llmload.settings.think_time import ThinkTime
 from llmload.settings.thresholds import Threshold
@@ -237,11 +237,18 @@ class RunConfig:
         declaration, then the rules that involve several options are applied.
 
         Raises:
-            InvalidOptionsError: every refused value, each naming the option, the value and an accepted example.
+            InvalidOptionsError: every refused value (``-H`` among them: a base URL, not an endpoint's URL),
+                each naming the option, the value and an accepted example.
             ConfigError: options that conflict with each other.
         """
         values: dict[str, Any] = {}
         problems: list[tuple[str, str]] = []
+        host = getattr(options, "host", None)  # Locust's -H: checked here so it joins the other refused values
+        if isinstance(host, str) and host.strip():
+            try:
+                host_url("-H", host)
+            except ConfigError as exc:
+                problems.append(("-H", str(exc)))
         for spec in OPTIONS:
             try:
                 values[spec.dest] = spec.value(getattr(options, spec.dest, None))

@@ -31,6 +31,7 @@ __all__ = [
     "endpoint_path",
     "extra_body",
     "flag",
+    "host_url",
     "length",
     "number",
     "parse_rate",
@@ -86,6 +87,42 @@ def readable_file(flag_name: str, value: str) -> str:
     if not os.access(path, os.R_OK):
         raise ConfigError(f"{flag_name} {value!r} is not readable by this process; fix its permissions")
     return value
+
+
+_ENDPOINT_SUFFIXES = ("/chat/completions", "/completions")  # the paths llmload appends to -H itself
+
+
+def host_url(flag_name: str, value: str) -> str:
+    """A target host (``-H``) that is a base URL, as given: its path may be a prefix, never an endpoint's path.
+
+    llmload appends the endpoint path (``/v1/chat/completions``, ``--endpoint-path``) to
+    the host's path, so ``-H http://h:8000/v1/chat/completions`` (the whole URL of an
+    endpoint, as curl examples show it) would post to ``.../chat/completions/v1/chat/completions``.
+    A path ending in ``/v1`` is left to the preflight, which names the fix when it 404s.
+
+    Raises:
+        ConfigError: the path ends in an endpoint's path; the message shows the host without
+            credentials or query string, and the base URL to pass instead.
+    """
+    parts = urlsplit(value.strip())
+    path = parts.path.rstrip("/")
+    suffix = next((s for s in _ENDPOINT_SUFFIXES if path.lower().endswith(s)), None)
+    if suffix is None:
+        return value
+    root = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"  # never a user:password
+    base = path[: -len(suffix)]
+    if base.lower().endswith("/v1"):
+        base = base[: -len("/v1")]
+        fix = f"{flag_name} {root}{base}"
+    else:
+        fix = f"{flag_name} {root} --endpoint-path {path}"
+    if parts.query:
+        fix += " (and its query string)"
+    raise ConfigError(
+        f"{flag_name} {root}{parts.path} ends in an endpoint path ({path[len(base) :]}), "
+        f"but llmload appends the endpoint's path to {flag_name} itself (/v1/chat/completions, /v1/completions "
+        f"or --endpoint-path); pass the server's base URL: {fix}"
+    )
 
 
 def flag(_flag: str, value: str) -> bool:

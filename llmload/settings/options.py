@@ -694,7 +694,7 @@ def default(flag: str) -> Any:
 def describe(width: int = 100) -> str:
     """Every option, grouped, with help, default and environment variable (``llmload options``)."""
     lines = [
-        "llmload options, given after the locustfile: locust -f locustfiles/chat.py -H URL --max-tokens 256 ...",
+        "llmload options, given after the locustfile: locust -f $(llmload locustfile chat) -H URL --max-tokens 256 ...",
         "Each also works in locust.conf (max-tokens = 256) and as an environment variable (LOCUST_MAX_TOKENS=256).",
     ]
     indent = " " * 6

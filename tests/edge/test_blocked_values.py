@@ -78,3 +78,24 @@ def test_blocked_results_of_a_refused_launch_check_record_its_value_as_given(tmp
     results = _blocked(tmp_path, [*_GIVEN, *refused], users=users)
     assert results["run"]["refused_options"] == given
     _as_given(results["run"]["options"])
+
+
+def test_issue24_host_of_an_endpoint_is_refused_with_the_other_bad_values_before_load(tmp_path) -> None:
+    """-H http://HOST/v1/chat/completions (the endpoint's whole URL) was accepted: every request
+    went to /v1/chat/completions/v1/chat/completions. Now it is refused in the one message that
+    lists every refused value, before the preflight, and recorded as given."""
+    out = tmp_path / "r.json"
+    with ScriptedServer(models_route(json_reply(200, MODELS))) as srv:
+        root = srv.base_url
+        host = root + "/v1/chat/completions"
+        argv = ["--headless", "-H", host, "--results-json", str(out), *_GIVEN, "--max-tokens", "abc"]
+        run = run_local(ChatUser, host, argv, users=2)
+        sent = list(srv.requests)
+    assert run.exit_status == 2
+    assert sent == []
+    results = json.loads(out.read_text())
+    assert results["blocked"].startswith(f"2 invalid options: (1) -H {host} ends in an endpoint path")
+    assert f"pass the server's base URL: -H {root}" in results["blocked"]
+    assert "(2) --max-tokens must be a positive integer" in results["blocked"]
+    assert results["run"]["refused_options"] == {"-H": host, "--max-tokens": "abc"}
+    _as_given(results["run"]["options"])

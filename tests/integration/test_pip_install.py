@@ -64,10 +64,16 @@ def test_issue24_installed_wheel_ships_the_locustfiles(installed, tmp_path):
 
 def test_issue24_pip_install_then_llmload_demo_quick_from_another_directory(installed, tmp_path):
     bin_dir, env = installed
+    full = tmp_path / "results" / "demo-chat.json"  # a full demo's results, from an earlier run
+    full.parent.mkdir()
+    full.write_text('{"full": true}')
     proc = _run([str(bin_dir / "llmload"), "demo", "--quick"], cwd=tmp_path, env=env, timeout_s=300)
-    for name in ("demo-chat.json", "demo-completions.json"):
+    # --quick used to write over the full demo's results: it has files of its own, and says where they go
+    assert full.read_text() == '{"full": true}'
+    assert "== results go to results/demo-quick-chat.json and results/demo-quick-completions.json" in proc.stdout
+    for name in ("demo-quick-chat.json", "demo-quick-completions.json"):
         results = json.loads((tmp_path / "results" / name).read_text())
         assert results["requests"]["succeeded"] > 0, proc.stdout[-3000:]
         assert results["requests"]["failed"] == 0, proc.stdout[-3000:]
-    completions = json.loads((tmp_path / "results" / "demo-completions.json").read_text())
+    completions = json.loads((tmp_path / "results" / "demo-quick-completions.json").read_text())
     assert completions["requests"]["succeeded"] == 64  # --quick: exactly 64 CompletionUser requests

@@ -79,6 +79,11 @@ def test_b2_single_process_invalid_value_wrong_model_and_unreachable_host_are_sh
         _refused(ui.swarm(max_tokens="abc"), "--max-tokens", "'abc'")
         _refused(ui.swarm(model="no-such-model"), "no-such-model", "llmload-sim")
         _refused(ui.swarm(host="http://127.0.0.1:9"), "127.0.0.1:9", "cannot reach")
+        # issue 24: an endpoint's whole URL as the host is refused with the other bad values, at its field
+        endpoint = ui.sim_url + "/v1/chat/completions"
+        answer = ui.swarm(host=endpoint, max_tokens="abc")
+        _refused(answer, "2 invalid options", f"-H {endpoint} ends in an endpoint path", f"-H {ui.sim_url}")
+        assert set(answer["llmload_fields"]) == {"host", "max_tokens"}
         assert ui.stats()["state"] == "ready"
         assert _sim_posts(ui) == 0
         document = _run_to_the_end(ui, results, 6)

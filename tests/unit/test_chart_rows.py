@@ -155,6 +155,16 @@ def test_issue24_three_invalid_form_values_are_reported_each_at_its_field() -> N
     assert "'hot'" in fields["temperature"]
 
 
+def test_issue24_host_of_an_endpoint_is_reported_at_the_forms_host_field() -> None:
+    options = argparse.Namespace(**{spec.dest: spec.default for spec in OPTIONS})
+    options.host, options.max_tokens = "http://h:8000/v1/chat/completions", "abc"
+    with pytest.raises(InvalidOptionsError) as caught:
+        RunConfig.from_options(options)
+    fields = field_messages(caught.value)
+    assert set(fields) == {"host", "max_tokens"}  # Locust's own field is named host
+    assert "pass the server's base URL: -H http://h:8000" in fields["host"]
+
+
 def test_issue24_form_fields_carry_their_group_heading_in_the_option_tables_order() -> None:
     groups = [field["group"] for field in form_fields().values()]
     assert set(groups) <= set(GROUPS)

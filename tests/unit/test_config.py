@@ -157,3 +157,41 @@ def test_file_options_that_name_no_readable_file_are_reported_with_the_other_bad
     assert f"--sessions '{tmp_path / 'nope.jsonl'}' does not exist; pass the path of a file" in text
     assert f"--trace '{tmp_path}' is a folder" in text
     assert "--max-tokens must be a positive integer" in text
+
+
+_GW = "https://gw.example.com"
+
+
+@pytest.mark.parametrize(
+    ("host", "shown", "fix"),
+    [
+        ("http://h:8000/v1/chat/completions", "http://h:8000/v1/chat/completions", "-H http://h:8000"),
+        ("http://h:8000/v1/completions/", "http://h:8000/v1/completions/", "-H http://h:8000"),
+        (
+            "https://u:secret@gw.example.com/openai/v1/chat/completions?key=secret",
+            f"{_GW}/openai/v1/chat/completions",
+            f"-H {_GW}/openai",
+        ),
+        (
+            f"{_GW}/deployments/m/chat/completions",
+            f"{_GW}/deployments/m/chat/completions",
+            f"-H {_GW} --endpoint-path /deployments/m/chat/completions",
+        ),
+    ],
+)
+def test_issue24_host_ending_in_an_endpoint_path_is_reported_with_the_other_bad_values(host, shown, fix):
+    """-H http://h:8000/v1/chat/completions was accepted: requests went to .../chat/completions/v1/chat/completions."""
+    with pytest.raises(InvalidOptionsError) as caught:
+        RunConfig.from_options(options(host=host, max_tokens="abc"))
+    assert [flag for flag, _message in caught.value.problems] == ["-H", "--max-tokens"]
+    text = str(caught.value)
+    assert text.startswith(f"2 invalid options: (1) -H {shown} ends in an endpoint path")
+    assert f"pass the server's base URL: {fix}" in text
+    assert "secret" not in text
+
+
+@pytest.mark.parametrize(
+    "host", ["http://h:8000", "http://h:8000/", "http://h:8000/v1", "https://gw.example.com/openai?api-version=1", ""]
+)
+def test_issue24_host_of_a_base_url_is_accepted(host):
+    RunConfig.from_options(options(host=host))

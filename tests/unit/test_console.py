@@ -217,3 +217,18 @@ def test_summary_warns_about_successes_that_named_no_finish_reason() -> None:
     stats2 = LLMStats.empty()
     stats2.add(done)
     assert "named no finish reason" not in "\n".join(summary_lines(_results(stats2)))
+
+
+def test_issue24_open_loop_summary_labels_target_sent_and_completed_rates() -> None:
+    """'Target / achieved rate inf / 5.28' beside 'Request throughput 3.05' read as two figures for one thing."""
+    from tests.unit.test_readme_schema import open_loop
+
+    results = open_loop()
+    lines = summary_lines(results)
+    assert not any("Target / achieved" in line for line in lines)
+    assert "Target rate (req/s):                    10" in lines
+    assert f"Request rate sent (req/s):              {results['load']['achieved_rate_per_s']:.2f}" in lines
+    assert f"Request rate completed (req/s):         {results['throughput']['requests_per_s']:.2f}" in lines
+    unlimited = {**results["load"], "unlimited_rate": True, "target_rate_per_s": None}  # --request-rate inf
+    lines = summary_lines({**results, "load": unlimited})
+    assert "Target rate (req/s):                    inf (every request eligible at once)" in lines

@@ -48,6 +48,13 @@ def test_nc12_llmload_options_lists_every_option_grouped_with_help_and_default()
         assert needle in text
 
 
+def test_issue24_llmload_options_first_line_names_the_installed_locustfile():
+    """It named locustfiles/chat.py, a path of a clone that a pip user does not have."""
+    first = describe().splitlines()[0]
+    assert "locust -f $(llmload locustfile chat) -H URL --max-tokens 256 ..." in first
+    assert "locustfiles/" not in first
+
+
 def test_nc12_llmload_help_and_readme_usage_point_to_llmload_options():
     assert "llmload options" in _llmload("--help")
     assert "llmload options" in README.read_text()

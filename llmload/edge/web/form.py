@@ -94,8 +94,9 @@ def _check_swarm(environment: Environment) -> Response | None:
         if runner.state in (STATE_RUNNING, STATE_SPAWNING):
             _refuse_changes(options, posted)
             return None
-        _check_users_cover_workers(runner, posted)
         host = str(request.form.get("host", environment.host or "")).replace("<", "").replace(">", "")
+        posted.host = host  # checked with llmload's values: refused ones are reported at once
+        _check_users_cover_workers(runner, posted)
         prepare(environment, runtime, options=posted, host=host)
     except LLMLoadError as exc:
         log.error("llmload: not starting: %s", exc)
