@@ -36,9 +36,10 @@ is passed between them through ``llmload.edge.hooks``):
   ``take_report``, the one way a worker's delta is built;
 - ``llmload.edge.stop``: how a run ends on every process (step 4, and the
   exit), with ``finish_run``, the one way llmload ends a run itself;
-- ``llmload.edge.live``: the live view and the time series; it sends a
-  worker's 0.5 s reports with ``take_report`` and ends a run whose
-  ``--abort-on`` threshold fires with ``finish_run``, both imported directly;
+- ``llmload.edge.live``: the live view; it sends a worker's 0.5 s reports
+  with ``take_report``, imported directly;
+- ``llmload.edge.timeline``: the time series; it ends a run whose
+  ``--abort-on`` threshold fires with ``finish_run``, imported directly;
 - ``llmload.edge.master``: the master's side (steps 1, 2, 3 and 5; a single
   process's start too), which feeds each merged delta to the live view;
 - this module: which side handles which message and which start runs

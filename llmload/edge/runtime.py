@@ -379,7 +379,7 @@ class MasterState:
 
 @dataclass
 class TimelineState:
-    """The time series of one run as it is written (master or single process); built afresh by ``live.start_timeline``.
+    """One run's time series as it is written (master or single process); built afresh by ``timeline.start_timeline``.
 
     Attributes:
         table: the intervals sampled and written so far, None before a run (and on a worker).
