@@ -4,14 +4,14 @@ Master M, workers W; all messages carry the run id:
 
 1. ``test_start`` on M: validate options, preflight ``GET /v1/models``, split
    the run over the workers (``llmload.run.plan.split_run``) and publish the
-   ``RunPlan`` (``llmload.run.wire.plan_to_wire``) as the parsed option
+   ``RunPlan`` (``llmload.run.wire_plans.plan_to_wire``) as the parsed option
    ``llmload_plan`` (Locust ships custom options to workers with every
    ``spawn`` message). The plan holds no shares: M sends each W its own share
    alone (``llmload_share``) just before Locust's spawn messages, on the same
    ordered connection, so each W knows its share before its users start and
    the bytes sent to each W do not grow with the number of workers.
 2. Every report interval W adds ``{"llmload": WorkerReport}`` (a delta,
-   ``llmload.run.wire.report_to_wire``) to Locust's report; M merges it.
+   ``llmload.run.wire_reports.report_to_wire``) to Locust's report; M merges it.
    With the Prometheus exporter, W sends its deltas every 0.5 s as
    ``llmload_live`` instead (``llmload.edge.live``) and Locust's report carries none.
 3. When a W has finished its whole share it sends ``llmload_done``; when all

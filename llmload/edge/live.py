@@ -35,7 +35,7 @@ from llmload.errors import ConfigError
 from llmload.exporters.prometheus_server import PrometheusExporter
 from llmload.exporters.sections import client_saturated
 from llmload.exporters.window import RunView, SlidingWindow, live_send_delay_s, saturation_read_lag
-from llmload.run.wire import report_to_wire
+from llmload.run.wire_reports import report_to_wire
 from llmload.settings.credentials import public_url
 from llmload.settings.options import default
 from llmload.version import __version__

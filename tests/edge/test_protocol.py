@@ -18,7 +18,7 @@ import pytest
 
 from llmload.edge.users import ChatUser, CompletionUser
 from llmload.exporters.timeseries import outcome_columns
-from llmload.run.wire import report_from_wire
+from llmload.run.wire_reports import report_from_wire
 from tests.edge.cluster import EdgeCluster, edge_cluster, wait_until
 from tests.simserver import InProcessSim, serve
 

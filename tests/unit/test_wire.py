@@ -13,7 +13,7 @@ from llmload.aggregate.histogram import LatencyHistogram
 from llmload.aggregate.stats import MAX_ERROR_CATEGORIES, OVERFLOW_CATEGORY, LLMStats
 from llmload.errors import WireFormatError
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
-from llmload.run import wire
+from llmload.run import wire_histograms
 from llmload.run.wire import WIRE_VERSION, from_wire, to_wire
 
 T0 = 1_700_000_000.0
@@ -99,12 +99,12 @@ def test_wire_packed_counts_take_the_narrowest_width() -> None:
     stats = LLMStats.empty()
     stats.add_cancelled("chat", "m", 1)
     encoded = to_wire(stats)
-    encoded["endpoints"][0]["hist"]["ttft_s"] = wire._encode_packed(hist)
+    encoded["endpoints"][0]["hist"]["ttft_s"] = wire_histograms.encode_packed(hist)
     assert len(encoded["endpoints"][0]["hist"]["ttft_s"]["cnt"]) == 8
     assert from_wire(encoded).get("chat", "m").ttft_s == hist
     for count, width in ((255, 1), (256, 2), (2**16, 4), (2**32 - 1, 4)):
         small = LatencyHistogram.from_buckets(buckets=[(5, count)], zero_count=0, sum_ns=1, min_s=0.1, max_s=0.1)
-        packed = wire._encode_packed(small)
+        packed = wire_histograms.encode_packed(small)
         assert len(packed["cnt"]) == width, count
         encoded["endpoints"][0]["hist"]["ttft_s"] = packed
         assert from_wire(encoded).get("chat", "m").ttft_s == small
@@ -269,8 +269,8 @@ def test_wire_v2_histograms_decoded_together_equal_the_one_by_one_decode() -> No
     decoded = from_wire({"v": 2, "endpoints": [endpoint]})
     assert decoded == stats
     for wire_name, raw in endpoint["hist"].items():
-        name = wire._HIST_RULES[wire_name].name
-        assert _hists(decoded)[name] == wire._decode_packed(raw, wire_name)
+        name = wire_histograms._HIST_RULES[wire_name].name
+        assert _hists(decoded)[name] == wire_histograms.decode_packed(raw, wire_name)
         assert _hists(decoded)[name].quantiles((0.5, 0.99)) == _hists(stats)[name].quantiles((0.5, 0.99))
 
 
