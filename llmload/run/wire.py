@@ -15,7 +15,8 @@ travel as ``llmload.run.wire_plans``' envelopes. The payload holds only
 where ``idx`` is the bucket indexes as little-endian int32 and ``cnt`` their
 counts as little-endian unsigned integers of the narrowest width that holds
 the largest (1, 2, 4 or 8 bytes: the width is ``len(cnt) / len(idx)``). The master checks them as whole arrays (lengths,
-smallest count, distinct indexes) without a Python loop per bucket. A master
+smallest count, distinct indexes, indexes within ``MIN_INDEX`` to ``MAX_INDEX`` of
+``llmload.aggregate.histogram``) without a Python loop per bucket. A master
 merges version 1 and 2 payloads; a payload newer than the master is refused
 with a message that says to upgrade the master. Shape of version 1::
 

@@ -14,7 +14,7 @@ from array import array
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
-from llmload.aggregate.histogram import LatencyHistogram
+from llmload.aggregate.histogram import MAX_INDEX, MIN_INDEX, LatencyHistogram
 from llmload.aggregate.stats import STATS_SCHEMA, EndpointStats
 from llmload.errors import WireFormatError
 from llmload.run.wire_fields import (
@@ -121,7 +121,7 @@ def decode_packed_histograms(s: EndpointStats, raw_hists: dict[str, Any], path: 
     sends them; 1-4 byte counts; float min/max) has its parts checked in
     Python without building a path, then all of the endpoint's bucket
     arrays at once: one array of indexes (strictly increasing within each
-    histogram), one of counts (all > 0; read from one buffer per count
+    histogram, all from ``MIN_INDEX`` to ``MAX_INDEX``), one of counts (all > 0; read from one buffer per count
     width), summed per histogram in one call.
     The histograms share those arrays (``LatencyHistogram.from_checked_arrays``).
     Anything else (and a failed whole-array check) goes through
@@ -164,7 +164,7 @@ def decode_packed_histograms(s: EndpointStats, raw_hists: dict[str, Any], path: 
     ]
     counts = np.concatenate(count_parts, dtype=np.int64)
     starts = [0, *accumulate(n for _, _, _, n in kept)]
-    if not counts.all() or not _increasing_within(indexes, starts):
+    if not counts.all() or not _increasing_within(indexes, starts) or not _within_range(indexes):
         for name, wire_name, raw, _ in kept:
             setattr(s, name, decode_packed(raw, f"{path}.hist.{wire_name}"))
         return
@@ -183,6 +183,16 @@ def decode_packed_histograms(s: EndpointStats, raw_hists: dict[str, Any], path: 
             max_s=raw["max"],
         )
         setattr(s, name, hist)
+
+
+def _within_range(indexes: npt.NDArray[np.int64]) -> bool:
+    """True when every index is a bucket a histogram holds (``MIN_INDEX`` to ``MAX_INDEX``), in two passes in C."""
+    return int(indexes.min()) >= MIN_INDEX and int(indexes.max()) <= MAX_INDEX
+
+
+# A corrupted report's bucket indexes are refused before anything is built from them: the master's merge allocates
+# one counter per bucket between a histogram's smallest and largest index (``LatencyHistogram._sum_arrays``).
+_IN_RANGE = f"bucket indexes from {MIN_INDEX} to {MAX_INDEX}"
 
 
 def _increasing_within(indexes: npt.NDArray[np.int64], starts: list[int]) -> bool:
@@ -207,6 +217,8 @@ def _decode_histogram(raw: object, path: str) -> LatencyHistogram:
         if not _is_int(delta) or (i > 0 and delta <= 0):
             raise fail(f"{path}.idx[{i}]", "an integer (increasing after the first)", delta)
         index += delta
+        if not MIN_INDEX <= index <= MAX_INDEX:
+            raise fail(f"{path}.idx[{i}]", f"a step to a bucket index from {MIN_INDEX} to {MAX_INDEX}", delta)
         buckets.append((index, checked_count(count, f"{path}.cnt[{i}]", positive=True)))
     try:
         return LatencyHistogram.from_buckets(
@@ -239,6 +251,10 @@ def decode_packed(raw: object, path: str) -> LatencyHistogram:
         raise fail(path, "a dict", raw)
     check_keys(raw, _HISTOGRAM_FIELDS, path)
     indexes = _unpacked(raw, "idx", path, "i")
+    if indexes:
+        low, high = min(indexes), max(indexes)
+        if low < MIN_INDEX or high > MAX_INDEX:
+            raise fail(f"{path}.idx", _IN_RANGE, low if low < MIN_INDEX else high)
     cnt = get_field(raw, "cnt", path)
     width = len(cnt) // len(indexes) if isinstance(cnt, bytes) and indexes else 1
     counts = _unpacked(raw, "cnt", path, _COUNT_TYPECODES.get(width, "B"))
