@@ -91,9 +91,10 @@ def measure(workers: int, live_raw: bytes, run_id: str, *, run_s: float, rounds:
 
     from llmload.aggregate.series import FoldedTotal, IntervalSeries
     from llmload.edge import cluster, live, master
+    from llmload.edge import timeline as timeline_ticks
     from llmload.edge.runtime import ExportState, Runtime, attach
     from llmload.exporters.prometheus_server import PrometheusExporter
-    from llmload.exporters.timeseries import Timeline
+    from llmload.exporters.timeline import Timeline
     from llmload.exporters.window import SlidingWindow
     from llmload.servermetrics import SERVER_COLUMNS
     from llmload.settings.config import RunConfig
@@ -161,7 +162,7 @@ def measure(workers: int, live_raw: bytes, run_id: str, *, run_s: float, rounds:
     def tick() -> None:
         timeline = runtime.timeline.table
         assert timeline is not None
-        timeline.sample(now[0], live._gauges(environment, runtime))
+        timeline.sample(now[0], timeline_ticks._gauges(environment, runtime))
         runtime.timeline.rows.extend(timeline.due_rows(runtime.run.series, now[0]))
 
     def watch() -> None:  # one pass of cluster._watch_workers' loop body

@@ -17,12 +17,14 @@ as integer nanoseconds (each ``add``/``add_many`` rounded to 1 ns) so that
 merging is exactly associative and commutative (float addition is not).
 
 ``GAMMA`` and ``ZERO_THRESHOLD_S`` are fixed: they are part of wire version 1
-(see ``llmload.run.wire``). Changing them requires a new wire version.
+(see ``llmload.run.wire``). Changing them requires a new wire version. So is
+the range of bucket indexes they give, ``MIN_INDEX`` to ``MAX_INDEX``.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -39,13 +41,17 @@ if TYPE_CHECKING:
 
     _Ints = npt.NDArray[np.int64]
 
-__all__ = ["GAMMA", "RELATIVE_ACCURACY", "ZERO_THRESHOLD_S", "LatencyHistogram"]
+__all__ = ["GAMMA", "MAX_INDEX", "MIN_INDEX", "RELATIVE_ACCURACY", "ZERO_THRESHOLD_S", "LatencyHistogram"]
 
 RELATIVE_ACCURACY = 0.01
 GAMMA = (1.0 + RELATIVE_ACCURACY) / (1.0 - RELATIVE_ACCURACY)
 ZERO_THRESHOLD_S = 1e-9
 
 _INV_LOG_GAMMA = 1.0 / math.log(GAMMA)
+MIN_INDEX = math.ceil(math.log(ZERO_THRESHOLD_S) * _INV_LOG_GAMMA)
+"""The smallest bucket index a histogram holds (-1036): ``ZERO_THRESHOLD_S``'s; smaller values share the zero bucket."""
+MAX_INDEX = math.ceil(math.log(sys.float_info.max) * _INV_LOG_GAMMA)
+"""The largest bucket index any finite duration maps to (35488); the wire decoder refuses indexes beyond either end."""
 _REPRESENTATIVE_FACTOR = 2.0 / (GAMMA + 1.0)
 _NS_PER_S = 1e9
 _INF = math.inf

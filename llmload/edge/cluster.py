@@ -4,14 +4,14 @@ Master M, workers W; all messages carry the run id:
 
 1. ``test_start`` on M: validate options, preflight ``GET /v1/models``, split
    the run over the workers (``llmload.run.plan.split_run``) and publish the
-   ``RunPlan`` (``llmload.run.wire.plan_to_wire``) as the parsed option
+   ``RunPlan`` (``llmload.run.wire_plans.plan_to_wire``) as the parsed option
    ``llmload_plan`` (Locust ships custom options to workers with every
    ``spawn`` message). The plan holds no shares: M sends each W its own share
    alone (``llmload_share``) just before Locust's spawn messages, on the same
    ordered connection, so each W knows its share before its users start and
    the bytes sent to each W do not grow with the number of workers.
 2. Every report interval W adds ``{"llmload": WorkerReport}`` (a delta,
-   ``llmload.run.wire.report_to_wire``) to Locust's report; M merges it.
+   ``llmload.run.wire_reports.report_to_wire``) to Locust's report; M merges it.
    With the Prometheus exporter, W sends its deltas every 0.5 s as
    ``llmload_live`` instead (``llmload.edge.live``) and Locust's report carries none.
 3. When a W has finished its whole share it sends ``llmload_done``; when all
@@ -36,9 +36,10 @@ is passed between them through ``llmload.edge.hooks``):
   ``take_report``, the one way a worker's delta is built;
 - ``llmload.edge.stop``: how a run ends on every process (step 4, and the
   exit), with ``finish_run``, the one way llmload ends a run itself;
-- ``llmload.edge.live``: the live view and the time series; it sends a
-  worker's 0.5 s reports with ``take_report`` and ends a run whose
-  ``--abort-on`` threshold fires with ``finish_run``, both imported directly;
+- ``llmload.edge.live``: the live view; it sends a worker's 0.5 s reports
+  with ``take_report``, imported directly;
+- ``llmload.edge.timeline``: the time series; it ends a run whose
+  ``--abort-on`` threshold fires with ``finish_run``, imported directly;
 - ``llmload.edge.master``: the master's side (steps 1, 2, 3 and 5; a single
   process's start too), which feeds each merged delta to the live view;
 - this module: which side handles which message and which start runs

@@ -4,8 +4,8 @@ This module only binds Locust's events to llmload's modules, with no
 callbacks passed between them (each imports what it calls):
 ``llmload.edge.cluster`` (the master/worker protocol and its message table:
 ``worker``, ``master``, ``stop``; plan, reports, flush, final reports, lost
-workers), ``llmload.edge.live`` (the live view behind ``/metrics`` and the
-time series) and ``llmload.edge.launch`` (options, tokenizer, workload,
+workers), ``llmload.edge.live`` (the live view behind ``/metrics``),
+``llmload.edge.timeline`` (the time series) and ``llmload.edge.launch`` (options, tokenizer, workload,
 preflight, the server-metrics scraper). What it keeps itself is the
 process's ``init`` and the end of a run (the last server-metrics scrape,
 results, summary, exit status).
@@ -34,7 +34,7 @@ from typing import Any
 import gevent
 
 from llmload.aggregate.series import interval_index
-from llmload.edge import checkpoints, cluster, live, locust_internals, master, refusals, stop, web, worker
+from llmload.edge import checkpoints, cluster, live, locust_internals, master, refusals, stop, timeline, web, worker
 from llmload.edge.interrupt import Interrupter
 from llmload.edge.launch import note_request_limit, preload_tokenizer, prepare, stop_process_services
 from llmload.edge.runtime import Runtime, attach, runtime_of
@@ -71,7 +71,7 @@ def _bind(environment: Environment) -> None:
     """Register the run listeners, bound to this environment (Locust calls init once per process)."""
     ev = environment.events
     ev.test_start.add_listener(cluster.on_test_start)
-    ev.test_start.add_listener(live.start_timeline)
+    ev.test_start.add_listener(timeline.start_timeline)
     ev.test_start.add_listener(checkpoints.start)  # after the timeline: checkpoints read its rows
     ev.test_stopping.add_listener(stop.on_test_stopping)
     ev.test_stop.add_listener(_on_test_stop)
@@ -460,13 +460,13 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
         stop_process_services(runtime)
     options = environment.parsed_options
     checkpoints.stop(runtime)  # a checkpoint write in progress finishes before the final results
-    end_s = live.run_elapsed_s(runtime)
+    end_s = timeline.run_elapsed_s(runtime)
     scraper, runtime.process.server_scraper = runtime.process.server_scraper, None
     # the last server-metrics scrape, after the final reports; its deltas go to the run's last interval
     server = (
         None if scraper is None else scraper.finish(interval_index(end_s, runtime.process.config.timeseries_interval_s))
     )
-    timeseries, drift = live.finish_timeline(environment, runtime, end_s)
+    timeseries, drift = timeline.finish_timeline(environment, runtime, end_s)
     outcome = checkpoints.run_outcome(
         environment,
         runtime,

@@ -39,7 +39,8 @@ from llmload.errors import LLMLoadError, WireFormatError
 from llmload.exporters.load import SendFigures
 from llmload.run.clock import note_worker_clock
 from llmload.run.plan import RunPlan, WorkerShare, users_per_worker, users_short_of_workers
-from llmload.run.wire import ShareMessage, plan_to_wire, report_from_wire, report_run_id, share_to_wire
+from llmload.run.wire_plans import ShareMessage, plan_to_wire, share_to_wire
+from llmload.run.wire_reports import report_from_wire, report_run_id
 
 __all__ = [
     "REPORT_LATENESS_S",

@@ -5,17 +5,17 @@ Every payload is typed where it is built; what travels are plain msgpack-safe
 dicts, byte for byte the ones of earlier versions (a worker and its master may
 run different llmload versions within one wire version).
 
-============  ===============  ==========================================================
+============  ===============  ===============================================================
 message       direction        payload
-============  ===============  ==========================================================
-``PLAN``      master → all     ``RunPlan`` (``llmload.run.wire.plan_to_wire``), a parsed
+============  ===============  ===============================================================
+``PLAN``      master → all     ``RunPlan`` (``llmload.run.wire_plans.plan_to_wire``), a parsed
                                option of Locust's spawn message, not a message of its own
-``SHARE``     master → worker  ``ShareMessage`` (``llmload.run.wire.share_to_wire``)
-``LIVE``      worker → master  ``WorkerReport`` (``llmload.run.wire.report_to_wire``)
+``SHARE``     master → worker  ``ShareMessage`` (``llmload.run.wire_plans.share_to_wire``)
+``LIVE``      worker → master  ``WorkerReport`` (``llmload.run.wire_reports.report_to_wire``)
 ``DONE``      worker → master  ``DoneMessage``
 ``FLUSH``     master → worker  ``FlushMessage``
-``FINAL``     worker → master  ``WorkerReport`` (``llmload.run.wire.report_to_wire``)
-============  ===============  ==========================================================
+``FINAL``     worker → master  ``WorkerReport`` (``llmload.run.wire_reports.report_to_wire``)
+============  ===============  ===============================================================
 
 The regular reports travel inside Locust's own ``stats`` message, under the
 key ``REPORT_KEY`` (a ``WorkerReport`` too).
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 PLAN_OPTION = "llmload_plan"
-"""The parsed option that carries the run plan (``llmload.run.wire.plan_to_wire``) in every spawn message."""
+"""The parsed option that carries the run plan (``llmload.run.wire_plans.plan_to_wire``) in every spawn message."""
 
 SHARE = "llmload_share"
 """Master → one worker, before Locust's spawn message: that worker's own share of the run."""

@@ -44,7 +44,7 @@ from llmload.request.preflight import not_streamed_warning
 from llmload.request.record import RequestRecord
 from llmload.request.tokens import TokenCounter
 from llmload.run.clock import OffsetEstimate
-from llmload.run.wire import ShareMessage
+from llmload.run.wire_plans import ShareMessage
 from llmload.settings.config import RunConfig
 from llmload.settings.proxies import ProxyChoice
 from llmload.settings.thresholds import Breach, ThresholdWatch
@@ -379,7 +379,7 @@ class MasterState:
 
 @dataclass
 class TimelineState:
-    """The time series of one run as it is written (master or single process); built afresh by ``live.start_timeline``.
+    """One run's time series as it is written (master or single process); built afresh by ``timeline.start_timeline``.
 
     Attributes:
         table: the intervals sampled and written so far, None before a run (and on a worker).

@@ -33,7 +33,8 @@ from llmload.errors import ConfigError, LLMLoadError, WireFormatError
 from llmload.request import preflight
 from llmload.run.clock import align_to_master
 from llmload.run.plan import RunPlan, WorkerShare
-from llmload.run.wire import WorkerReport, plan_from_wire, report_run_id, report_to_wire, share_from_wire
+from llmload.run.wire_plans import plan_from_wire, share_from_wire
+from llmload.run.wire_reports import WorkerReport, report_run_id, report_to_wire
 from llmload.settings.config import RunConfig
 
 __all__ = ["finish_worker", "on_flush", "on_report_to_master", "on_share", "start_worker", "take_report"]

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from llmload.run.wire import SendsWire
+from llmload.run.wire_reports import SendsWire
 from llmload.settings.config import RunConfig
 
 __all__ = ["RATE_TOLERANCE", "SendFigures", "load_section"]

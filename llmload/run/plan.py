@@ -2,7 +2,7 @@
 
 At each test start the master splits ``--num-requests``, ``--warmup-requests``,
 ``--request-rate`` and ``--max-concurrency`` over the workers it has, and
-ships the ``RunPlan`` to them (``llmload.run.wire.plan_to_wire``). A single
+ships the ``RunPlan`` to them (``llmload.run.wire_plans.plan_to_wire``). A single
 process plans for one worker.
 """
 

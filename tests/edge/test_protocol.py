@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from locust.rpc import Message
 
+import copy
 import logging
+from array import array
 from typing import Any
 
 import gevent
 import pytest
 
+from llmload.aggregate.histogram import MAX_INDEX, MIN_INDEX
 from llmload.edge.users import ChatUser, CompletionUser
 from llmload.exporters.timeseries import outcome_columns
-from llmload.run.wire import report_from_wire
+from llmload.run.wire_reports import report_from_wire
 from tests.edge.cluster import EdgeCluster, edge_cluster, wait_until
 from tests.simserver import InProcessSim, serve
 
@@ -166,8 +169,22 @@ def _reported(cluster: EdgeCluster, worker: str) -> int:
     return counted
 
 
+def _with_bucket_index(payload: dict[str, Any], index: int) -> dict[str, Any]:
+    """A copy of a v2 report whose first packed histogram ends at bucket ``index`` (a corrupted report)."""
+    corrupted = copy.deepcopy(payload)
+    item = next(item for item in corrupted["series"] if item["stats"]["endpoints"])
+    raw = next(iter(item["stats"]["endpoints"][0]["hist"].values()))
+    indexes = array("i", raw["idx"])
+    indexes[-1] = index
+    raw["idx"] = indexes.tobytes()
+    return corrupted
+
+
 def test_a_late_report_of_another_run_and_a_malformed_one_are_dropped(sim: InProcessSim, caplog) -> None:
-    """A report of an older run is ignored and a malformed one logged; neither changes the totals."""
+    """A report of an older run is ignored and a malformed one logged; neither changes the totals.
+
+    Malformed: a table where the statistics go, or a bucket index beyond the histograms' range.
+    """
     args = ["--headless", "-u", "2", "--num-requests", "60", "--max-tokens", "8", "--skip-preflight"]
     endpoint = "/v1/chat/completions"
     with caplog.at_level(logging.ERROR, "llmload"), edge_cluster(ChatUser, sim.url, args) as cluster:
@@ -179,6 +196,8 @@ def test_a_late_report_of_another_run_and_a_malformed_one_are_dropped(sim: InPro
         assert report_from_wire(payload).run_id == cluster.runtime.run.run_id
         worker.send_message("llmload_live", {**payload, "run_id": "an-older-run"})
         worker.send_message("llmload_live", {**payload, "stats": "not a table"})
+        worker.send_message("llmload_live", _with_bucket_index(payload, MAX_INDEX + 1))
         results = _finished(cluster)
     assert results["requests"]["total"] == 60  # a merged copy would count its requests twice
     assert "dropped a report from worker worker-0" in caplog.text
+    assert f"bucket indexes from {MIN_INDEX} to {MAX_INDEX}, got {MAX_INDEX + 1}" in caplog.text

@@ -6,13 +6,17 @@ and a master merging N worker deltas holds exactly what one process adding
 every record would hold.
 """
 
+from array import array
+
 import msgpack
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmload.aggregate.histogram import GAMMA, LatencyHistogram
+from llmload.aggregate.histogram import GAMMA, MAX_INDEX, MIN_INDEX, ZERO_THRESHOLD_S, LatencyHistogram
 from llmload.aggregate.stats import MAX_ERROR_CATEGORIES, STATS_SCHEMA, EndpointStats, LLMStats, bound_labels
 from llmload.aggregate.stats_schema import FieldRule, Merge
+from llmload.errors import WireFormatError
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
 from llmload.run.wire import from_wire, to_wire
 from llmload.testing import failed_record, stats_of
@@ -261,6 +265,41 @@ def test_master_merging_worker_deltas_equals_single_process(items: list[RequestR
 def test_wire_round_trip(stats: LLMStats) -> None:
     assert from_wire(to_wire(stats)) == stats
     assert from_wire(msgpack.unpackb(msgpack.packb(to_wire(stats)))) == stats
+
+
+# From the shortest duration a histogram buckets to near the longest it adds (30 of them: a sum in ns stays finite).
+any_durations = st.lists(st.floats(min_value=ZERO_THRESHOLD_S, max_value=1e290), min_size=1, max_size=30)
+beyond_the_range = st.integers(-(2**31), MIN_INDEX - 1) | st.integers(MAX_INDEX + 1, 2**31 - 1)
+
+
+def _ttft_stats(values: list[float]) -> LLMStats:
+    return _by_key(EndpointStats(requests_by_outcome={Outcome.OK: len(values)}, ttft_s=_hist(values)), ("chat", "m"))
+
+
+@_SETTINGS
+@given(any_durations, st.sampled_from([1, 2]))
+def test_wire_round_trips_histograms_of_any_durations(values: list[float], version: int) -> None:
+    """Every bucket a histogram can hold is within the range of bucket indexes the decoder accepts."""
+    stats = _ttft_stats(values)
+    assert from_wire(to_wire(stats, version=version)) == stats  # not through msgpack: its ints end at 2**64 (ns)
+
+
+@_SETTINGS
+@given(any_durations, beyond_the_range, st.sampled_from([1, 2]), st.data())
+def test_wire_refuses_any_bucket_index_beyond_the_range(
+    values: list[float], index: int, version: int, data: st.DataObject
+) -> None:
+    """One bucket index beyond the range, anywhere in a histogram (version 1: its first), refuses the payload."""
+    payload = to_wire(_ttft_stats(values), version=version)
+    raw = payload["endpoints"][0]["hist"]["ttft_s"]
+    if version == 1:
+        raw["idx"][0] = index
+    else:
+        indexes = array("i", raw["idx"])
+        indexes[data.draw(st.integers(0, len(indexes) - 1))] = index
+        raw["idx"] = indexes.tobytes()
+    with pytest.raises(WireFormatError, match=f"{MIN_INDEX} to {MAX_INDEX}"):
+        from_wire(payload)
 
 
 # ── every field, by construction from the schema ─────────────────────────

@@ -11,7 +11,7 @@ from llmload.aggregate.stats import LLMStats
 from llmload.exporters.timeseries import series_rows
 from llmload.exporters.window import SlidingWindow, window_part
 from llmload.request.record import RequestRecord
-from llmload.run.wire import WorkerReport, report_from_wire, report_to_wire
+from llmload.run.wire_reports import WorkerReport, report_from_wire, report_to_wire
 from tests.property.test_merge_laws import _SETTINGS, records
 
 placed = st.lists(st.tuples(st.integers(0, 6), records()), max_size=20)

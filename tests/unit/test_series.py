@@ -6,7 +6,7 @@ from llmload.aggregate.series import IntervalSeries, interval_index
 from llmload.aggregate.stats import LLMStats
 from llmload.errors import WireFormatError
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord
-from llmload.run.wire import WorkerReport, report_from_wire, report_to_wire
+from llmload.run.wire_reports import WorkerReport, report_from_wire, report_to_wire
 from llmload.testing import ok_record, spaced_s
 
 

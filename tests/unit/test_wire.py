@@ -9,11 +9,11 @@ from typing import Any
 import msgpack
 import pytest
 
-from llmload.aggregate.histogram import LatencyHistogram
+from llmload.aggregate.histogram import MAX_INDEX, MIN_INDEX, ZERO_THRESHOLD_S, LatencyHistogram
 from llmload.aggregate.stats import MAX_ERROR_CATEGORIES, OVERFLOW_CATEGORY, LLMStats
 from llmload.errors import WireFormatError
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource
-from llmload.run import wire
+from llmload.run import wire_histograms
 from llmload.run.wire import WIRE_VERSION, from_wire, to_wire
 
 T0 = 1_700_000_000.0
@@ -99,12 +99,12 @@ def test_wire_packed_counts_take_the_narrowest_width() -> None:
     stats = LLMStats.empty()
     stats.add_cancelled("chat", "m", 1)
     encoded = to_wire(stats)
-    encoded["endpoints"][0]["hist"]["ttft_s"] = wire._encode_packed(hist)
+    encoded["endpoints"][0]["hist"]["ttft_s"] = wire_histograms.encode_packed(hist)
     assert len(encoded["endpoints"][0]["hist"]["ttft_s"]["cnt"]) == 8
     assert from_wire(encoded).get("chat", "m").ttft_s == hist
     for count, width in ((255, 1), (256, 2), (2**16, 4), (2**32 - 1, 4)):
         small = LatencyHistogram.from_buckets(buckets=[(5, count)], zero_count=0, sum_ns=1, min_s=0.1, max_s=0.1)
-        packed = wire._encode_packed(small)
+        packed = wire_histograms.encode_packed(small)
         assert len(packed["cnt"]) == width, count
         encoded["endpoints"][0]["hist"]["ttft_s"] = packed
         assert from_wire(encoded).get("chat", "m").ttft_s == small
@@ -193,6 +193,8 @@ def _mutated(mutate: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
         (lambda e: e["hist"]["itl_s"]["idx"].__setitem__(1, 0), "increasing after the first"),
         (lambda e: e["hist"]["itl_s"]["cnt"].__setitem__(0, 0), "positive integer"),
         (lambda e: e["hist"]["e2e_s"].update(min=None), "needs finite 0 <= min <= max"),
+        (lambda e: e["hist"]["itl_s"]["idx"].__setitem__(0, MIN_INDEX - 1), r"idx\[0\] must be a step to a bucket"),
+        (lambda e: e["hist"]["itl_s"]["idx"].__setitem__(-1, 10**100), r"idx\[\d+\] must be a step to a bucket"),
         (lambda e: e["errors"][0].update(count=0), r"errors\[0\]\.count must be a positive integer"),
         (lambda e: e["errors"][0].update(status="500"), "status must be an integer or None"),
         (lambda e: e["errors"].append(dict(e["errors"][0])), "must be unique"),
@@ -269,8 +271,8 @@ def test_wire_v2_histograms_decoded_together_equal_the_one_by_one_decode() -> No
     decoded = from_wire({"v": 2, "endpoints": [endpoint]})
     assert decoded == stats
     for wire_name, raw in endpoint["hist"].items():
-        name = wire._HIST_RULES[wire_name].name
-        assert _hists(decoded)[name] == wire._decode_packed(raw, wire_name)
+        name = wire_histograms._HIST_RULES[wire_name].name
+        assert _hists(decoded)[name] == wire_histograms.decode_packed(raw, wire_name)
         assert _hists(decoded)[name].quantiles((0.5, 0.99)) == _hists(stats)[name].quantiles((0.5, 0.99))
 
 
@@ -307,3 +309,57 @@ def test_wire_v2_a_bad_histogram_among_good_ones_is_named(
     with pytest.raises(WireFormatError, match=message) as caught:
         from_wire({"v": 2, "endpoints": [endpoint]})
     assert "hist.itl_s" in str(caught.value)
+
+
+def _with_index(raw: dict[str, Any], index: int) -> None:
+    """Put ``index`` first (below the range) or last (above it): the indexes still increase."""
+    indexes = array("i", raw["idx"])
+    indexes[0 if index < 0 else -1] = index
+    raw["idx"] = indexes.tobytes()
+
+
+@pytest.mark.parametrize("index", [-(2**31), MIN_INDEX - 1, MAX_INDEX + 1, 2**31 - 1])
+def test_wire_v2_a_bucket_index_beyond_the_histograms_range_is_refused(index: int) -> None:
+    """A corrupted report's extreme bucket index is refused when decoded, before anything is built from it.
+
+    Accepted, -2**31 beside 2**31 - 1 would make the master's merge allocate one counter per bucket
+    between them (32 GiB), and any index past the range overflows the quantile (GAMMA**index).
+    """
+    endpoint = _packed_endpoint(_typical_delta())
+    _with_index(endpoint["hist"]["itl_s"], index)
+    with pytest.raises(WireFormatError, match=f"bucket indexes from {MIN_INDEX} to {MAX_INDEX}, got {index}") as caught:
+        from_wire({"v": 2, "endpoints": [endpoint]})
+    assert "hist.itl_s.idx" in str(caught.value)
+    assert "same llmload version" in str(caught.value)
+
+
+@pytest.mark.parametrize("index", [-(2**31), MAX_INDEX + 1])
+def test_wire_v2_a_bucket_index_beyond_the_range_is_refused_one_by_one_too(index: int) -> None:
+    """8-byte counts take the one-by-one decode: the same refusal."""
+    hist = LatencyHistogram.from_buckets(buckets=[(5, 2**33), (7, 1)], zero_count=0, sum_ns=1, min_s=0.1, max_s=0.1)
+    stats = LLMStats.empty()
+    stats.add_cancelled("chat", "m", 1)
+    encoded = to_wire(stats)
+    raw = wire_histograms.encode_packed(hist)
+    assert len(raw["cnt"]) == 2 * 8
+    _with_index(raw, index)
+    encoded["endpoints"][0]["hist"]["ttft_s"] = raw
+    with pytest.raises(WireFormatError, match=f"bucket indexes from {MIN_INDEX} to {MAX_INDEX}, got {index}"):
+        from_wire(encoded)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_wire_the_smallest_and_largest_durations_buckets_travel(version: int) -> None:
+    """The range's ends are buckets a histogram holds: a report with them is not refused."""
+    hist = LatencyHistogram.empty()
+    hist.add_many([ZERO_THRESHOLD_S, 0.5, 1e299])
+    indexes = [index for index, _ in hist.buckets()]
+    assert indexes[0] == MIN_INDEX
+    assert MAX_INDEX - 1100 < indexes[-1] <= MAX_INDEX  # 1e299 s: about the largest duration a histogram adds
+    stats = LLMStats.empty()
+    stats.add_cancelled("chat", "m", 1)
+    encoded = to_wire(stats, version=version)
+    encoded["endpoints"][0]["hist"]["ttft_s"] = (
+        wire_histograms.encode_packed(hist) if version == 2 else wire_histograms.encode_listed(hist)
+    )
+    assert from_wire(encoded).get("chat", "m").ttft_s == hist

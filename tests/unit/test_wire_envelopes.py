@@ -11,19 +11,9 @@ from llmload.errors import WireFormatError
 from llmload.exporters.load import SendFigures
 from llmload.request.record import Outcome, RequestRecord
 from llmload.run.plan import RunPlan, split_run
-from llmload.run.wire import (
-    ENVELOPE_VERSION,
-    REPORT_VERSION,
-    ShareMessage,
-    WorkerReport,
-    plan_from_wire,
-    plan_to_wire,
-    report_from_wire,
-    report_run_id,
-    report_to_wire,
-    share_from_wire,
-    share_to_wire,
-)
+from llmload.run.wire_fields import ENVELOPE_VERSION
+from llmload.run.wire_plans import ShareMessage, plan_from_wire, plan_to_wire, share_from_wire, share_to_wire
+from llmload.run.wire_reports import REPORT_VERSION, WorkerReport, report_from_wire, report_run_id, report_to_wire
 
 
 def _plan() -> RunPlan:
