@@ -34,6 +34,7 @@ from gevent import GreenletExit
 from llmload.edge.replay import TracedRequest, finish_trace_line, take_trace_line
 from llmload.edge.run_parts import WarmupGate
 from llmload.edge.runtime import Runtime, runtime_of
+from llmload.net.sockets import TURN_BUDGET_NS
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request.client import StreamingClient
 from llmload.request.failures import grouped_error, skip_pause_s, throttle_pause_s
@@ -219,6 +220,7 @@ class LLMUser(User):
         session_value = trace_session if trace_session is not None else session.id if session is not None else None
         if session_value is not None and header:
             request = dataclasses.replace(request, headers=(*request.headers, (header, session_value)))
+        runtime.process.turns.yield_if_turn_over(TURN_BUDGET_NS)  # the send and its connection, if any
         slot = runtime.run.concurrency
         if slot is not None:
             slot.acquire()

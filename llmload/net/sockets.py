@@ -24,6 +24,7 @@ import ssl
 import struct
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -31,10 +32,12 @@ import gevent
 import gevent.lock
 import gevent.socket
 import gevent.ssl
+from gevent.hub import Waiter
 
 __all__ = [
     "CMSG_BYTES",
     "KERNEL_STAMPS",
+    "TURN_BUDGET_NS",
     "AddressCache",
     "LoopTurns",
     "StampedSocket",
@@ -123,6 +126,11 @@ def stamp_ns(ancillary: list[tuple[int, int, bytes]]) -> int:
     return 0
 
 
+TURN_BUDGET_NS = 2_000_000
+"""How long a loop iteration may run since its poll before users wait for a later one to read a reply or send a
+request (``LoopTurns.yield_if_turn_over``): 2 ms, well under a token interval."""
+
+
 class LoopTurns:
     """When this process's gevent loop last returned from a poll, for the read lag (``GeventResponse``).
 
@@ -138,11 +146,13 @@ class LoopTurns:
     hub; it does not keep the loop alive.
     """
 
-    __slots__ = ("_watcher", "check_ns", "prev_check_ns")
+    __slots__ = ("_gate", "_queued", "_watcher", "check_ns", "prev_check_ns")
 
     def __init__(self) -> None:
         """Create the clock; no watcher runs until ``start``."""
         self._watcher: Any = None
+        self._gate: Any = None  # the timer that resumes queued greenlets (yield_if_turn_over)
+        self._queued: deque[tuple[Callable[[Any], Any], int]] = deque()
         self.check_ns = 0  # the current iteration returned from its poll; 0 = unknown
         self.prev_check_ns = 0  # the iteration before returned from its poll
 
@@ -154,12 +164,19 @@ class LoopTurns:
             self._watcher = watcher
 
     def close(self) -> None:
-        """Stop noting loop iterations (idempotent)."""
+        """Stop noting loop iterations and let every queued greenlet go on (idempotent)."""
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.stop()
             watcher.close()
         self.check_ns = self.prev_check_ns = 0
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            gate.close()
+        hub = gevent.get_hub()
+        while self._queued:
+            resume, _budget_ns = self._queued.popleft()
+            hub.loop.run_callback(resume, None)
 
     def floor_ns(self, wait_ns: int) -> int:
         """The time after which bytes arrived on a socket watched since ``wait_ns`` and readable now; 0 = unknown.
@@ -168,6 +185,53 @@ class LoopTurns:
         """
         prev = self.prev_check_ns
         return prev if wait_ns < prev else 0
+
+    def yield_if_turn_over(self, budget_ns: int) -> None:
+        """Wait for a later loop iteration when this one has run ``budget_ns`` since its poll.
+
+        Replies that a server streams together (a batch it started together)
+        make every socket readable in one poll, and their reads, request ends
+        and next sends would all run in that one iteration: sockets that turn
+        readable meanwhile wait for the next poll, and a first token waiting
+        behind more merges into their buffer and is timed late. A greenlet
+        past the budget queues instead; after each later poll, a timer (libev
+        runs the iteration's timers after its poll) lets queued greenlets go
+        on in order while that iteration is within the budget, at least one
+        per iteration, so none starves. No-op until ``start``.
+        """
+        check_ns = self.check_ns
+        if not check_ns or time.time_ns() - check_ns <= budget_ns:
+            return
+        waiter: Any = Waiter()
+        entry = (waiter.switch, budget_ns)
+        self._queued.append(entry)
+        if self._gate is None:
+            gate = self._gate = gevent.get_hub().loop.timer(0.0)
+            gate.start(self._let_go)
+        try:
+            waiter.get()
+        except BaseException:  # killed while queued (the stop): never resumed later
+            with contextlib.suppress(ValueError):
+                self._queued.remove(entry)
+            raise
+
+    def _let_go(self) -> None:
+        """Timer callback, after a poll: resume queued greenlets in order while the iteration is within budget."""
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            gate.close()
+        queued = self._queued
+        first = True
+        while queued:
+            resume, budget_ns = queued[0]
+            if not first and time.time_ns() - self.check_ns > budget_ns:
+                break
+            queued.popleft()
+            first = False
+            resume(None)
+        if queued:
+            gate = self._gate = gevent.get_hub().loop.timer(0.0)
+            gate.start(self._let_go)
 
     def _checked(self) -> None:
         self.prev_check_ns = self.check_ns

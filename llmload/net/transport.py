@@ -107,6 +107,7 @@ from llmload.errors import (
 from llmload.net.protocols import foreign_protocol, not_http1_message, starts_like_http1
 from llmload.net.sockets import (
     CMSG_BYTES,
+    TURN_BUDGET_NS,
     AddressCache,
     LoopTurns,
     StampedSocket,
@@ -425,6 +426,7 @@ class GeventResponse:
             self._floor_ns = turns.floor_ns(wait_ns)
             check_ns = turns.check_ns
             self._ceiling_ns = check_ns if check_ns > wait_ns else 0
+            turns.yield_if_turn_over(TURN_BUDGET_NS)
 
     def _start_timer(self, after_s: float) -> None:
         timer = self._timer = self._hub.loop.timer(max(after_s, 0.0))

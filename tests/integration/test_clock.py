@@ -361,3 +361,34 @@ def test_issue19_a_first_token_queued_behind_later_ones_is_timed_by_the_poll_tha
     assert ttft_s <= held1_until - sent + 0.002  # no later than the poll after hold 1
     assert record.token_times_s[1] >= writes_s[3] - 0.0005  # the later tokens keep the newest stamp
     assert max(record.read_lags_s) >= record.token_times_s[1] - writes_s[0] - 0.005  # the lag still covers
+
+
+def test_issue19_greenlets_past_the_turn_budget_go_on_in_order_one_poll_at_a_time(gevent_ready):
+    # Three users each have 3 ms of work before and after the check, against a 1 ms budget:
+    # each queues, and after each later poll the gate lets the oldest go (at least one per
+    # iteration, more only while the iteration is within the budget), so an iteration holds
+    # one user's work and the loop polls between them. A user within the budget goes on at once.
+    turns = LoopTurns()
+    turns.start()
+    resumed: list[tuple[int, int, int]] = []  # (user, check_ns when it queued, check_ns when it went on)
+    try:
+        gevent.sleep(0.002)  # a poll noted
+
+        def user(i: int) -> None:
+            _block_loop(0.003)
+            queued_at = turns.check_ns
+            turns.yield_if_turn_over(1_000_000)
+            resumed.append((i, queued_at, turns.check_ns))
+            _block_loop(0.003)
+
+        gevent.joinall([gevent.spawn(user, i) for i in range(3)], timeout=5, raise_error=True)
+        assert [i for i, _, _ in resumed] == [0, 1, 2]  # in order
+        checks = [went for _, _, went in resumed]
+        assert all(went > queued for _, queued, went in resumed)  # each waited for a later poll
+        assert len(set(checks)) == 3  # one user per iteration: the loop polled between them
+        gevent.sleep(0.002)
+        before = turns.check_ns
+        turns.yield_if_turn_over(1_000_000)  # just after a poll: within the budget
+        assert turns.check_ns == before
+    finally:
+        turns.close()
