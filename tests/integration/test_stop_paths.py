@@ -9,6 +9,7 @@ middle of a request, in process: ``tests/edge/test_user_stops.py``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
@@ -129,50 +130,75 @@ _SIGINT_CASES = [
 ]
 
 
+def _sigint_case(url: str, tmp_path: Path, i: int, case: tuple[float, int, bool]) -> list[str]:
+    """Case ``i``: a chat and a completions run side by side, Ctrl-C ``delay_s`` after their 4th request."""
+    delay_s, processes, group = case
+    report: list[str] = []
+    before = _settled(url)
+    extra = ["--processes", str(processes)] if processes else []
+    outs = {name: tmp_path / f"r{i}-{name}.json" for name in _ENDPOINTS}
+    procs = {name: _start(url, name, outs[name], *extra) for name in _ENDPOINTS}
+    try:
+        _wait_for_load(url, before, 4)
+    except BaseException:
+        for proc in procs.values():  # no run outlives a failed case (each leads its own process group)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        raise
+    time.sleep(delay_s)
+    _interrupt(list(procs.values()), group=group)
+    streams = {name: _finish(proc) for name, proc in procs.items()}
+    after = _settled(url)
+    for name, endpoint in _ENDPOINTS.items():
+        stdout, stderr = streams[name]
+        _no_traceback(stderr)
+        assert procs[name].returncode == 0, stderr[-3000:]
+        results = json.loads(outs[name].read_text())
+        requests = results["requests"]
+        assert results["run"]["stopped_by"] == "Ctrl-C"  # not read as a run that ended by itself
+        assert "stopped early by Ctrl-C" in results["verdict"]
+        counts = Counts(
+            requests["succeeded"],
+            requests["failed"],
+            requests["cancelled"],
+            int(after[endpoint] - before[endpoint]),
+        )
+        report.append(
+            f"SIGINT {delay_s} s into load, processes={processes}, group={group}, {name}: succeeded "
+            f"{counts.succeeded} + failed {counts.failed} + cancelled {counts.cancelled} = {counts.counted}; "
+            f"simulator received {counts.received}"
+        )
+        assert counts.counted == counts.received, report[-1]
+        assert counts.succeeded > 0
+        assert "Successful requests:" in stdout
+    return report
+
+
+def _sigint_lane(tmp_path: Path, cases: list[tuple[int, tuple[float, int, bool]]]) -> list[str]:
+    """Run ``cases`` one after another against a simulator of their own."""
+    url, sim = start_sim("--decode-step-ms", "20", "--prefill-base-ms", "0")
+    try:
+        return [line for i, case in cases for line in _sigint_case(url, tmp_path, i, case)]
+    finally:
+        stop_sim(sim)
+
+
 def test_p1_sigint_mid_run_counts_every_request_the_simulator_received(tmp_path):
     """Ctrl-C at varied moments, one process and --processes 2: every request lands in exactly one bucket.
 
     Each case runs a chat and a completions run side by side against one
-    simulator (its counters are per endpoint), so 8 cases are 16 runs.
+    simulator (its counters are per endpoint), so 8 cases are 16 runs. The
+    cases run in two lanes at once, each lane with a simulator of its own:
+    most of a case is waiting (start-up, requests, shutdown), not CPU.
     """
-    url, sim = start_sim("--decode-step-ms", "20", "--prefill-base-ms", "0")
-    report: list[str] = []
-    try:
-        for i, (delay_s, processes, group) in enumerate(_SIGINT_CASES):
-            before = _settled(url)
-            extra = ["--processes", str(processes)] if processes else []
-            outs = {name: tmp_path / f"r{i}-{name}.json" for name in _ENDPOINTS}
-            procs = {name: _start(url, name, outs[name], *extra) for name in _ENDPOINTS}
-            _wait_for_load(url, before, 4)
-            time.sleep(delay_s)
-            _interrupt(list(procs.values()), group=group)
-            streams = {name: _finish(proc) for name, proc in procs.items()}
-            after = _settled(url)
-            for name, endpoint in _ENDPOINTS.items():
-                stdout, stderr = streams[name]
-                _no_traceback(stderr)
-                assert procs[name].returncode == 0, stderr[-3000:]
-                results = json.loads(outs[name].read_text())
-                requests = results["requests"]
-                assert results["run"]["stopped_by"] == "Ctrl-C"  # not read as a run that ended by itself
-                assert "stopped early by Ctrl-C" in results["verdict"]
-                counts = Counts(
-                    requests["succeeded"],
-                    requests["failed"],
-                    requests["cancelled"],
-                    int(after[endpoint] - before[endpoint]),
-                )
-                report.append(
-                    f"SIGINT {delay_s} s into load, processes={processes}, group={group}, {name}: succeeded "
-                    f"{counts.succeeded} + failed {counts.failed} + cancelled {counts.cancelled} = {counts.counted}; "
-                    f"simulator received {counts.received}"
-                )
-                assert counts.counted == counts.received, report[-1]
-                assert counts.succeeded > 0
-                assert "Successful requests:" in stdout
-    finally:
-        stop_sim(sim)
-        print("\n" + "\n".join(report))
+    lanes = [list(enumerate(_SIGINT_CASES))[lane::2] for lane in range(2)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(lanes)) as pool:
+        futures = [pool.submit(_sigint_lane, tmp_path, cases) for cases in lanes]
+        concurrent.futures.wait(futures)
+    reports = [future.result() if future.exception() is None else [repr(future.exception())] for future in futures]
+    print("\n" + "\n".join(line for report in reports for line in report))
+    for future in futures:
+        future.result()  # re-raises a lane's failed assertion
 
 
 def test_p1_sigterm_to_a_single_process_counts_every_request(tmp_path):
