@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import sys
 from array import array
+from collections.abc import Callable
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
@@ -220,9 +221,14 @@ def _decode_histogram(raw: object, path: str) -> LatencyHistogram:
         if not MIN_INDEX <= index <= MAX_INDEX:
             raise fail(f"{path}.idx[{i}]", f"a step to a bucket index from {MIN_INDEX} to {MAX_INDEX}", delta)
         buckets.append((index, checked_count(count, f"{path}.cnt[{i}]", positive=True)))
+    return _built(LatencyHistogram.from_buckets, raw, path, buckets=buckets)
+
+
+def _built(make: Callable[..., LatencyHistogram], raw: dict[str, Any], path: str, **buckets: Any) -> LatencyHistogram:
+    """``make(**buckets)`` with the histogram's scalar fields; its ValueError as a WireFormatError naming ``path``."""
     try:
-        return LatencyHistogram.from_buckets(
-            buckets=buckets,
+        return make(
+            **buckets,
             zero_count=int_field(raw, "zero", path),
             sum_ns=int_field(raw, "sum_ns", path),
             min_s=optional_float(raw, "min", path),
@@ -258,14 +264,4 @@ def decode_packed(raw: object, path: str) -> LatencyHistogram:
     cnt = get_field(raw, "cnt", path)
     width = len(cnt) // len(indexes) if isinstance(cnt, bytes) and indexes else 1
     counts = _unpacked(raw, "cnt", path, _COUNT_TYPECODES.get(width, "B"))
-    try:
-        return LatencyHistogram.from_arrays(
-            indexes=indexes,
-            counts=counts,
-            zero_count=int_field(raw, "zero", path),
-            sum_ns=int_field(raw, "sum_ns", path),
-            min_s=optional_float(raw, "min", path),
-            max_s=optional_float(raw, "max", path),
-        )
-    except ValueError as exc:
-        raise WireFormatError(f"llmload worker payload: {path}: {exc}; {MISMATCH_HINT}") from exc
+    return _built(LatencyHistogram.from_arrays, raw, path, indexes=indexes, counts=counts)
