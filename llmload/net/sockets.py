@@ -37,6 +37,7 @@ from gevent.hub import Waiter
 __all__ = [
     "CMSG_BYTES",
     "KERNEL_STAMPS",
+    "POLL_TICK_S",
     "TURN_BUDGET_NS",
     "AddressCache",
     "LoopTurns",
@@ -62,13 +63,19 @@ KERNEL_STAMPS = sys.platform.startswith("linux")
 class Stamps:
     """One transport's connection, the kernel stamp of the newest bytes it received there, and the first bytes."""
 
-    __slots__ = ("drained_ns", "first", "ns", "sock")
+    __slots__ = ("drained_ns", "earliest_ns", "first", "ns", "sock", "turns")
 
-    def __init__(self) -> None:
+    def __init__(self, turns: LoopTurns | None = None) -> None:
+        """Create the record; ``turns``: the process's loop-iteration clock that narrows ``earliest_ns``, or None."""
         self.ns = 0  # CLOCK_REALTIME ns of the last receive through ``StampedSocket.recv``; 0 = none
         # CLOCK_REALTIME ns after which the bytes not yet received arrived: set to the send time by the
         # transport, then to the start of each receive that emptied the socket; 0 = unknown
         self.drained_ns = 0
+        # CLOCK_REALTIME ns after which the bytes of the last receive arrived: the later of drained_ns
+        # before it and, when it waited, the loop's last poll that did not find the socket readable
+        # (LoopTurns.floor_ns); 0 = unknown
+        self.earliest_ns = 0
+        self.turns = turns
         # the bytes of the first receive since the transport reset it before a request (a reference,
         # not a copy): what a reply that is not HTTP/1.1 began with
         self.first = b""
@@ -98,6 +105,7 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
         """``recv`` as gevent does it (wait for the socket, honour its timeout), keeping the stamp."""
         bufsize = args[0]
         flags = args[1] if len(args) > 1 else 0
+        floor_ns = 0
         while True:
             before_ns = time.time_ns()
             try:
@@ -105,16 +113,32 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
             except BlockingIOError:
                 if self.timeout == 0.0:
                     raise
-                self._wait(self._read_event)
+                floor_ns = self._wait_readable()
                 continue
             stamps = self._stamps
             stamps.ns = stamp_ns(ancillary)
+            drained_ns = stamps.drained_ns
+            stamps.earliest_ns = floor_ns if floor_ns > drained_ns else drained_ns
             if len(data) < bufsize:
                 stamps.drained_ns = before_ns
             if not stamps.first:
                 stamps.first = data
             received: bytes = data
             return received
+
+    def _wait_readable(self) -> int:
+        """Wait as gevent does (honouring the timeout); return ``LoopTurns.floor_ns`` for the wait, 0 = unknown."""
+        turns = self._stamps.turns
+        if turns is None:
+            self._wait(self._read_event)
+            return 0
+        wait_ns = time.time_ns()
+        turns.waits_begin()
+        try:
+            self._wait(self._read_event)
+        finally:
+            turns.waiting -= 1
+        return turns.floor_ns(wait_ns)
 
 
 def stamp_ns(ancillary: list[tuple[int, int, bytes]]) -> int:
@@ -130,6 +154,10 @@ TURN_BUDGET_NS = 2_000_000
 """How long a loop iteration may run since its poll before users wait for a later one to read a reply or send a
 request (``LoopTurns.yield_if_turn_over``): 2 ms, well under a token interval."""
 
+POLL_TICK_S = 0.001
+"""While a user waits for a reply's bytes, the longest the loop blocks in one poll (``LoopTurns.waits_begin``): 1 ms,
+half the read lag's P99 limit (``llmload.exporters.sections.READ_LAG_LIMIT_S``)."""
+
 
 class LoopTurns:
     """When this process's gevent loop last returned from a poll, for the read lag (``GeventResponse``).
@@ -141,12 +169,16 @@ class LoopTurns:
     previous poll returned, and is woken now, knows that poll did not find the
     socket readable: its bytes arrived after ``prev_check_ns``. (A poll that
     blocked says nothing safer: the process may have been descheduled between
-    its start and the system call.) One short callback per loop iteration,
-    shared by the process's transports; started on first use, on the current
-    hub; it does not keep the loop alive.
+    its start and the system call.) So that an idle process still learns
+    this often, a repeating timer ends any poll after ``POLL_TICK_S`` while a
+    user waits for bytes (``waits_begin``): the first reply bytes after a long
+    wait then count from the last empty poll, not from the headers, and one
+    user on an idle machine is not called a late client. One short callback
+    per loop iteration, shared by the process's transports; started on first
+    use, on the current hub; neither keeps the loop alive.
     """
 
-    __slots__ = ("_gate", "_queued", "_watcher", "check_ns", "prev_check_ns")
+    __slots__ = ("_gate", "_queued", "_tick", "_watcher", "check_ns", "prev_check_ns", "waiting")
 
     def __init__(self) -> None:
         """Create the clock; no watcher runs until ``start``."""
@@ -155,6 +187,8 @@ class LoopTurns:
         self._queued: deque[tuple[Callable[[Any], Any], int]] = deque()
         self.check_ns = 0  # the current iteration returned from its poll; 0 = unknown
         self.prev_check_ns = 0  # the iteration before returned from its poll
+        self._tick: Any = None  # the repeating timer that bounds a poll while users wait (waits_begin)
+        self.waiting = 0  # users waiting for a socket now (waits_begin: +1; the wait's end: -1)
 
     def start(self) -> None:
         """Start noting loop iterations on the current hub (idempotent)."""
@@ -170,6 +204,9 @@ class LoopTurns:
             watcher.stop()
             watcher.close()
         self.check_ns = self.prev_check_ns = 0
+        tick, self._tick = self._tick, None
+        if tick is not None:
+            tick.close()
         gate, self._gate = self._gate, None
         if gate is not None:
             gate.close()
@@ -185,6 +222,16 @@ class LoopTurns:
         """
         prev = self.prev_check_ns
         return prev if wait_ns < prev else 0
+
+    def waits_begin(self) -> None:
+        """Note that a user begins waiting for a socket (the wait's end: ``waiting -= 1``); keeps the poll tick on.
+
+        The tick stops itself at the first tick with no user waiting. No-op until ``start``.
+        """
+        self.waiting += 1
+        if self._tick is None and self._watcher is not None:
+            tick = self._tick = gevent.get_hub().loop.timer(POLL_TICK_S, POLL_TICK_S, ref=False)
+            tick.start(self._ticked)
 
     def yield_if_turn_over(self, budget_ns: int) -> None:
         """Wait for a later loop iteration when this one has run ``budget_ns`` since its poll.
@@ -236,6 +283,13 @@ class LoopTurns:
     def _checked(self) -> None:
         self.prev_check_ns = self.check_ns
         self.check_ns = time.time_ns()
+
+    def _ticked(self) -> None:
+        """Timer callback: nothing to do (the poll it ended is noted by ``_checked``); stops when no user waits."""
+        if not self.waiting:
+            tick, self._tick = self._tick, None
+            if tick is not None:
+                tick.close()
 
 
 class AddressCache:

@@ -181,6 +181,7 @@ class GeventResponse:
         idle_s: float,
         stamp_ns: int = 0,
         sent_ns: int = 0,
+        earliest_ns: int = 0,
         drained_ns: int = 0,
         turns: LoopTurns | None = None,
     ) -> None:
@@ -194,6 +195,10 @@ class GeventResponse:
                 completed the headers, for body bytes that came with them; 0 = none.
             sent_ns: when the request was written (CLOCK_REALTIME ns): no byte
                 of the reply arrived before; 0 = unknown.
+            earliest_ns: when the loop's polls say the bytes of the receive
+                that completed the headers arrived at the earliest (CLOCK_REALTIME
+                ns, ``Stamps.earliest_ns``); 0 = unknown; the later of it and
+                ``sent_ns`` counts.
             drained_ns: the start of the last receive of the headers that
                 emptied the socket (body bytes not yet received arrived after it); 0 = unknown.
             turns: the process's loop-iteration clock, which narrows when
@@ -224,7 +229,7 @@ class GeventResponse:
         # CLOCK_REALTIME ns: the bytes of the last receive arrived after _earliest_ns (body bytes that
         # came with the headers: after the send); bytes not yet received, after _drained_ns (the start
         # of the last receive that emptied the socket) and after _floor_ns (see _wait_readable)
-        self._earliest_ns = sent_ns
+        self._earliest_ns = earliest_ns if earliest_ns > sent_ns else sent_ns
         self._drained_ns = drained_ns or sent_ns
         self._floor_ns = 0
         self._ceiling_ns = 0  # set by _wait_readable: the poll that found the socket readable returned by then
@@ -416,12 +421,17 @@ class GeventResponse:
             self._greenlet = gevent.getcurrent()
             self._start_timer(self._idle_s - (time.monotonic() - self._last_read_s))
         turns = self._turns
-        wait_ns = time.time_ns() if turns is not None else 0
+        wait_ns = 0
+        if turns is not None:
+            wait_ns = time.time_ns()
+            turns.waits_begin()
         self._waiting = True
         try:
             self._hub.wait(self._read_event)
         finally:
             self._waiting = False
+            if turns is not None:
+                turns.waiting -= 1
         if turns is not None:
             self._floor_ns = turns.floor_ns(wait_ns)
             check_ns = turns.check_ns
@@ -530,9 +540,9 @@ class GeventHTTPTransport:
                 proxy_host=proxy.host, proxy_port=proxy.port, proxy_user=proxy.user, proxy_password=proxy.password
             )
         self._reusable = False  # the pooled connection is kept alive from a complete reply
-        self._stamps = Stamps()
         self._own_turns = turns is None
         self._turns = LoopTurns() if turns is None else turns
+        self._stamps = Stamps(self._turns)
         self._client = HTTPClient(
             parts.hostname,
             port=port,
@@ -631,8 +641,9 @@ class GeventHTTPTransport:
         shown = target if self._query == self._shown_query else target.replace(self._query, self._shown_query)
         where = f"{method} {self._origin}{shown}{self._via}"
         reused, self._reusable = self._reusable, False
-        self._stamps.ns = 0
+        self._stamps.ns = self._stamps.earliest_ns = 0
         self._stamps.first = b""
+        self._turns.start()  # idempotent: the loop's polls bound the arrival of the headers' bytes too
         sent_ns = self._stamps.drained_ns = time.time_ns()  # no byte of the reply comes before the request
         try:
             try:
@@ -667,6 +678,7 @@ class GeventHTTPTransport:
             idle_s=self._timeouts.idle_s,
             stamp_ns=stamps.ns,
             sent_ns=sent_ns,
+            earliest_ns=stamps.earliest_ns,
             drained_ns=stamps.drained_ns,
             turns=self._turns,
         )

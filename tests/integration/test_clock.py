@@ -12,7 +12,7 @@ import pytest
 
 from llmload.exporters.console import summary_lines
 from llmload.exporters.results import RunOutcome, build_results
-from llmload.net.sockets import LoopTurns
+from llmload.net.sockets import POLL_TICK_S, LoopTurns
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request.client import StreamingClient
 from llmload.request.payloads import LLMRequest, build_completion_request
@@ -274,6 +274,46 @@ def test_issue19_two_token_events_in_one_write_count_from_when_the_socket_was_em
     assert len(record.read_lags_s) >= 3
     assert record.read_lags_s[0] < 0.02
     assert 0.0 <= record.read_lags_s[1] < 0.045
+
+
+def test_issue19_one_idle_user_whose_reads_hold_two_events_is_not_called_a_late_client(gevent_ready):
+    # One user on an idle machine; the server's first write after 40 ms holds two events (a
+    # role-only delta and the first token, as vLLM and the simulator send them), and so does
+    # each later one. Such a read cannot be told from two segments merged by the kernel, so
+    # its lag counts from when the socket was last known empty: the loop's last poll that did
+    # not find it readable. Without a poll in between (a loop blocked in one poll since the
+    # headers) that was the headers, 40 ms before, and every such run was flagged as a late
+    # client; the poll tick bounds it.
+    pair = sse(T(""), T("a"))
+    reply = Reply([W(40, pair), W(80, sse(T(" b"), T(" c"))), W(120, sse(TF("length"), "[DONE]"))])
+    record = _run(reply)
+    assert record.outcome is Outcome.OK
+    assert len(record.read_lags_s) >= 2
+    assert record.ttft_s is not None
+    assert record.ttft_s > 0.035
+    assert max(record.read_lags_s[:2]) < 2 * POLL_TICK_S + 0.003  # the tick, the wake-up and the read
+    results = build_results(RunOutcome(stats_of(record)))
+    assert results["client_saturated"] is False
+    assert "late" not in "\n".join(summary_lines(results))
+
+
+def test_issue19_headers_that_come_with_two_events_after_a_long_wait_are_not_called_a_late_client(gevent_ready):
+    # As the simulator and many servers do: the headers wait for the first token and leave in
+    # one write with it and a role-only delta, 40 ms after the send. Those body bytes are read
+    # through the header receive; their lag counts from the loop's last empty poll during that
+    # wait, not from the send (which made every such first read 40 ms "late").
+    reply = Reply(
+        [W(40, sse(T(""), T("a"))), W(80, sse(T(" b"), T(" c"))), W(120, sse(TF("length"), "[DONE]"))], headers_at_ms=40
+    )
+    record = _run(reply)
+    assert record.outcome is Outcome.OK
+    assert record.ttft_s is not None
+    assert record.ttft_s > 0.035
+    assert len(record.read_lags_s) >= 2
+    assert max(record.read_lags_s) < 2 * POLL_TICK_S + 0.003  # the tick, the wake-up and the read
+    results = build_results(RunOutcome(stats_of(record)))
+    assert results["client_saturated"] is False
+    assert "late" not in "\n".join(summary_lines(results))
 
 
 def test_issue19_one_event_per_read_keeps_the_lag_of_its_stamp(gevent_ready):
