@@ -35,7 +35,9 @@ ACKs, once the older segment is acknowledged), and one read of them all
 carries the newest stamp either way, so the stamp is exact only when the
 client keeps up; events that piled up are timed late. ``read_lag_s`` covers
 the oldest bytes of a read: the time since the socket was last known empty
-(``GeventResponse._lag_ns``, narrowed by the loop's polls, ``LoopTurns``), a
+(``GeventResponse._lag_ns``, narrowed by the loop's polls, ``LoopTurns``,
+for body bytes that came with the headers too, ``Stamps.earliest_ns``; while
+a user waits no poll blocks beyond ``POLL_TICK_S``), a
 bound of how far any time given to them is off; the client keeps
 ``read_age_s`` instead for a read that completes one event and carries no
 bytes past it, whose stamp is that event's own (bytes of a later event may
