@@ -69,6 +69,18 @@ def test_preflight_choose_model_bc29_names_served_models():
         choose_model(ModelList(ids=(), context_tokens={}), None, "http://h")
 
 
+def test_preflight_choose_model_not_served_says_to_pass_one_of_the_served_names():
+    """Listing the served names was not enough: the message also says what to pass."""
+    models = ModelList(ids=("llama-3-8b", "qwen-7b"), context_tokens={})
+    with pytest.raises(ConfigError) as info:
+        choose_model(models, "gpt-4o", "http://h")
+    message = str(info.value)
+    assert message.startswith('model "gpt-4o" not served; available: llama-3-8b, qwen-7b. ')
+    assert message.endswith("Pass --model <one of them>, e.g. --model llama-3-8b")
+    with pytest.raises(ConfigError, match=r"available: none \(http://h/v1/models lists no model\)\. Check that -H"):
+        choose_model(ModelList(ids=(), context_tokens={}), "gpt-4o", "http://h")
+
+
 def test_preflight_open_files_within_limit_changes_nothing():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert check_open_files(10) is None or soft < 266
