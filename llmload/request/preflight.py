@@ -114,12 +114,15 @@ def fetch_models(
         )
     if status != 200:
         excerpt = summarize_body(body[:4096], getattr(reply, "content_type", ""))
-        if host.rstrip("/").endswith("/v1"):
-            hint = f"drop the /v1: pass -H {host.rstrip('/')[: -len('/v1')]}"
+        if host.rstrip("/").endswith("/v1"):  # the path is wrong, not the model list missing: no --model hint
+            hint = (
+                f"drop the /v1: pass -H {host.rstrip('/')[: -len('/v1')]} (llmload adds /v1/models "
+                "and /v1/chat/completions itself)"
+            )
         else:
             hint = "check -H: it must be the server's base URL (e.g. http://HOST:8000), without a path"
-        if status in (404, 405):
-            hint += "; a server without a model list needs --model NAME (the probe request then checks it)"
+            if status in (404, 405):
+                hint += "; a server without a model list needs --model NAME (the probe request then checks it)"
         raise ConfigError(f"GET {url} answered HTTP {status} ({excerpt}); {hint}")
     try:
         data = json.loads(body)["data"]

@@ -103,3 +103,6 @@ def test_preflight_base_url_with_v1_suffix_says_to_drop_it():
     assert "drop the /v1: pass -H http://h:8000" in str(info.value)
     assert "b'" not in str(info.value)
     assert "API key" not in str(info.value)
+    assert "--model" not in str(info.value)  # the 404 is about the path, not a server without a model list
+    with pytest.raises(ConfigError, match="a server without a model list needs --model NAME"):
+        fetch_models("http://h:8000", getter(404, b'{"error":"not found"}'), "OPENAI_API_KEY")
