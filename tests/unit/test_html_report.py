@@ -149,6 +149,7 @@ def test_html_report_renders_every_section_in_each_readme_mode(mode):
             "failed": "failed",
             "closed": "failed",
             "open": "passed",
+            "unlimited": "passed",
             "trace": "passed",
             "sessions": "passed",
             "aborted": "failed",
