@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import socket
 import subprocess
 import sys
@@ -342,7 +343,11 @@ def _locustfile(name: str) -> str:
 
 
 def _locustfile_command(name: str, output: str | None) -> int:
-    """``llmload locustfile NAME [-o PATH]``: print the installed file's path, or write a starter copy."""
+    """``llmload locustfile NAME [-o PATH]``: print the installed file's path, or write a starter copy.
+
+    The copy's docstring names the command that runs it (``locust -f PATH``), not the installed file.
+    Returns the exit status: 0, or 2 when PATH exists or cannot be written.
+    """
     source = Path(_locustfile(f"{name}.py"))
     if output is None:
         print(source)
@@ -351,12 +356,15 @@ def _locustfile_command(name: str, output: str | None) -> int:
     if target.exists():
         print(f"llmload locustfile: error: {output} exists; pass another path or remove it", file=sys.stderr)
         return 2
+    # The installed file's docstring runs it as $(llmload locustfile NAME): that would run the installed
+    # file, not this copy and its edits; the copy names itself instead.
+    text = source.read_text(encoding="utf-8").replace(f"$(llmload locustfile {name})", shlex.quote(output), 1)
     try:
-        target.write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+        target.write_text(text, encoding="utf-8")
     except OSError as exc:
         print(f"llmload locustfile: error: cannot write {output!r} ({exc.strerror})", file=sys.stderr)
         return 2
-    print(f"llmload locustfile: wrote {output}; run it with: locust -f {output} -H http://127.0.0.1:8000")
+    print(f"llmload locustfile: wrote {output}; run it with: locust -f {shlex.quote(output)} -H http://127.0.0.1:8000")
     return 0
 
 

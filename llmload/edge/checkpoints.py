@@ -75,7 +75,7 @@ def run_outcome(
         run_id=runtime.run.run_id,
         host=public_url(environment.host or ""),
         user_classes=tuple(sorted(u.__name__ for u in environment.user_classes)),
-        model=runtime.process.model or "",
+        model=runtime.process.model,
         users=int(getattr(options, "num_users", 0) or 0),
         workers=len(runtime.master.planned_workers) if isinstance(runner, MasterRunner) else 0,
         started_at_unix=runtime.run.started_at_unix,

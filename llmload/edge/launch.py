@@ -34,7 +34,7 @@ from llmload.exporters.requests_log import RequestsLog, worker_path
 from llmload.net.scrape import ServerScraper, metrics_urls, routed_fetch
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request import preflight
-from llmload.request.payloads import LLMRequest, check_endpoint_path, check_host_path
+from llmload.request.payloads import LLMRequest, check_endpoint_path, check_host_path, check_host_v1
 from llmload.request.record import RequestRecord
 from llmload.request.tokens import load_tokenizer
 from llmload.run.plan import RequestLimitNote, WorkerShare, split_run
@@ -296,12 +296,14 @@ def _check_batch_size(environment: Environment, config: RunConfig) -> None:
 
 
 def _check_endpoint_path(environment: Environment, config: RunConfig, host: str) -> None:
-    """Refuse, before any load, an ``--endpoint-path`` or ``-H`` path of an API the run's user classes do not speak."""
+    """Refuse, before any load, an ``--endpoint-path`` or ``-H`` path of an API the run's user classes do not speak,
+    and a ``-H`` ending in ``/v1`` before a path that starts with it (``/v1/v1/chat/completions``)."""
     for cls in environment.user_classes:
         endpoint = getattr(cls, "endpoint", None)
         if endpoint in ("chat", "completions", "responses", "messages", "embeddings"):
             if host:
                 check_host_path(host, endpoint)
+                check_host_v1(host, endpoint, config.endpoint_path)
             if config.endpoint_path is not None:
                 check_endpoint_path(config.endpoint_path, endpoint)
 

@@ -382,6 +382,9 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         e2e_sched = results["latency"].get("e2e_from_schedule_s") or {}
         lines.append(_section("Open loop"))
         lines.append(_row("Target rate (req/s):", target))
+        bound = _unlimited_rate_bound(load)
+        if bound is not None:
+            lines.append(_row("Concurrency bound:", bound))
         # sent: handed to the server (cancelled at the stop included); completed: the request throughput
         lines.append(_row("Request rate sent (req/s):", _num(load.get("achieved_rate_per_s"))))
         lines.append(_row("Request rate completed (req/s):", _num(results["throughput"]["requests_per_s"])))
@@ -406,6 +409,21 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         )
     lines.append(results.get("verdict") or judge(results).text)
     return lines
+
+
+def _unlimited_rate_bound(load: dict[str, Any]) -> str | None:
+    """With ``--request-rate inf``: what bounded the load (``-u N`` users or ``--max-concurrency``); else None.
+
+    None too for a results file written before the load section said so.
+    """
+    by, cap = load.get("in_flight_cap_by"), load.get("in_flight_cap")
+    if not load.get("unlimited_rate") or by is None:
+        return None
+    if by == "max_concurrency":
+        return f"--max-concurrency {cap} (rate unlimited: at most {cap} requests in flight, fewer than the users)"
+    if cap is None:
+        return "the users, -u (rate unlimited: one request in flight per user)"
+    return f"-u {cap} users (rate unlimited: at most {cap} requests in flight, one per user)"
 
 
 def _unsent_lines(results: dict[str, Any]) -> list[str]:

@@ -95,6 +95,16 @@ def _trace_section(config: RunConfig, results: dict[str, Any], sends: SendFigure
     }
 
 
+def _in_flight_cap(config: RunConfig, results: dict[str, Any]) -> dict[str, Any]:
+    """What bounded an unlimited rate: the most requests in flight (None when unknown) and ``"users"`` or
+    ``"max_concurrency"`` (the lower of ``-u``, read from ``results["run"]["users"]``, and ``--max-concurrency``)."""
+    users = (results.get("run") or {}).get("users") or None
+    cap = config.max_concurrency
+    if cap is not None and (users is None or cap < users):
+        return {"in_flight_cap": cap, "in_flight_cap_by": "max_concurrency"}
+    return {"in_flight_cap": users, "in_flight_cap_by": "users"}
+
+
 def load_section(config: RunConfig, results: dict[str, Any], sends: SendFigures | None = None) -> dict[str, Any]:
     """Closed or open loop; for open loop the target vs achieved rate and the schedule lag.
 
@@ -105,6 +115,10 @@ def load_section(config: RunConfig, results: dict[str, Any], sends: SendFigures 
     at (a Poisson schedule of n arrivals deviates from the target by about
     1/sqrt(n)). ``max_schedule_lag_s`` is the largest dispatch delay, or how
     late the next unsent arrival was at the stop if that is larger.
+
+    ``in_flight_cap`` and ``in_flight_cap_by`` only with ``--request-rate inf``:
+    every request is eligible at once, so the users (``-u``, one request in
+    flight each) or ``--max-concurrency``, whichever is lower, set the load.
 
     ``rate_shortfall`` (and ``warning``) only when the schedule really
     lagged: the achieved rate is below 98% of the schedule's *and* the lag
@@ -144,6 +158,8 @@ def load_section(config: RunConfig, results: dict[str, Any], sends: SendFigures 
         "mean_dispatch_delay_s": delay.get("mean"),
         "rate_shortfall": False,
     }
+    if rate is not None and math.isinf(rate):
+        section.update(_in_flight_cap(config, results))
     if rate is None or math.isinf(rate) or achieved is None:
         return section
     reference = scheduled if scheduled is not None else rate

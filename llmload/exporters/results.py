@@ -114,7 +114,8 @@ class RunOutcome:
         run_id: identifier of the run (e.g. a timestamp or UUID).
         host: base URL of the server under test, without credentials.
         user_classes: names of the Locust user classes.
-        model: model name sent in requests.
+        model: model name sent in requests; None when none was chosen (a run refused before
+            the model list was read, or a server never reached).
         users: peak number of simulated users.
         workers: number of Locust worker processes (0 when running locally).
         started_at_unix: wall-clock start of the run.
@@ -143,7 +144,7 @@ class RunOutcome:
     run_id: str = ""
     host: str = ""
     user_classes: tuple[str, ...] = ()
-    model: str = ""
+    model: str | None = None
     users: int = 0
     workers: int = 0
     started_at_unix: float = 0.0

@@ -26,6 +26,7 @@ __all__ = [
     "build_completion_request",
     "check_endpoint_path",
     "check_host_path",
+    "check_host_v1",
     "doubled_v1_hint",
 ]
 
@@ -326,6 +327,39 @@ def check_host_path(host: str, endpoint: Endpoint) -> None:
         root = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"  # never a user:password
         fix = f"Pass the server's root, -H {root} (llmload adds {own})"
         _refuse_other_api(path, endpoint, f"-H {root}{parts.path} ends in {path}, which", fix)
+
+
+def check_host_v1(host: str, endpoint: Endpoint, endpoint_path: str | None = None) -> None:
+    """Refuse a ``-H`` ending in ``/v1`` when the path posted to starts with ``/v1/`` (every request would 404).
+
+    ``-H`` is the server's root, as vLLM bench's ``--base-url`` (llmload adds
+    ``/v1/chat/completions`` and ``/v1/models``), not an OpenAI client's
+    ``base_url``, which ends in ``/v1``. Not stripped silently: a host whose
+    own path ends in ``/v1`` is kept for an ``--endpoint-path`` without ``/v1``
+    (``-H https://gw/openai/v1 --endpoint-path /chat/completions``).
+
+    Args:
+        host: the ``-H`` URL (credentials are never shown).
+        endpoint: the API whose default path (``/v1/...``) is posted to without ``endpoint_path``.
+        endpoint_path: ``--endpoint-path``, or None.
+
+    Raises:
+        ConfigError: the doubled ``/v1``; the message names ``-H`` as given and the root to pass instead.
+    """
+    parts = urlsplit(host)
+    path = parts.path.rstrip("/")
+    posted = (endpoint_path or _OWN_PATHS[endpoint]).partition("?")[0]
+    if not (path.lower().endswith("/v1") and posted.lower().startswith("/v1/")):
+        return
+    root = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"  # never a user:password
+    fixed = f"{root}{path[: -len('/v1')]}" + (" (keeping its query string)" if parts.query else "")
+    adds = f"--endpoint-path {posted} starts with /v1 too" if endpoint_path else f"llmload adds {posted} itself"
+    raise ConfigError(
+        f"-H {root}{parts.path} ends in /v1 and {adds}, so every request would go to {path}{posted} "
+        f"and fail. Pass the server's root without /v1: -H {fixed} (like vLLM bench's --base-url; "
+        "an OpenAI client's base_url ends in /v1, llmload's -H does not)",
+        options=("-H",),
+    )
 
 
 def doubled_v1_hint(host: str, path: str) -> str | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import resource
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,12 +114,15 @@ def fetch_models(
         )
     if status != 200:
         excerpt = summarize_body(body[:4096], getattr(reply, "content_type", ""))
-        if host.rstrip("/").endswith("/v1"):
-            hint = f"drop the /v1: pass -H {host.rstrip('/')[: -len('/v1')]}"
+        if host.rstrip("/").endswith("/v1"):  # the path is wrong, not the model list missing: no --model hint
+            hint = (
+                f"drop the /v1: pass -H {host.rstrip('/')[: -len('/v1')]} (llmload adds /v1/models "
+                "and /v1/chat/completions itself)"
+            )
         else:
             hint = "check -H: it must be the server's base URL (e.g. http://HOST:8000), without a path"
-        if status in (404, 405):
-            hint += "; a server without a model list needs --model NAME (the probe request then checks it)"
+            if status in (404, 405):
+                hint += "; a server without a model list needs --model NAME (the probe request then checks it)"
         raise ConfigError(f"GET {url} answered HTTP {status} ({excerpt}); {hint}")
     try:
         data = json.loads(body)["data"]
@@ -164,14 +168,23 @@ def choose_model(models: ModelList, wanted: str | None, host: str) -> str:
     """Return ``wanted`` if served, else the first served model when ``wanted`` is None.
 
     Raises:
-        ConfigError: the model is not served (the message lists what is).
+        ConfigError: the model is not served (the message lists what is and says
+            to pass ``--model`` with one of them), or no model is listed.
     """
     if wanted is None:
         if not models.ids:
             raise ConfigError(f"{join_url(host, '/v1/models')} lists no model; pass --model NAME")
         return models.ids[0]
     if models.missing is None and wanted not in models.ids:
-        raise ConfigError(f'model "{wanted}" not served; available: {", ".join(models.ids) or "none"}')
+        if not models.ids:
+            raise ConfigError(
+                f'model "{wanted}" not served; available: none ({join_url(host, "/v1/models")} lists no model). '
+                "Check that -H is the server you meant and that it has loaded a model"
+            )
+        raise ConfigError(
+            f'model "{wanted}" not served; available: {", ".join(models.ids)}. '
+            f"Pass --model <one of them>, e.g. --model {shlex.quote(models.ids[0])}"
+        )
     return wanted
 
 

@@ -57,4 +57,6 @@ def test_headless_run_blocked_at_init_writes_blocked_results_with_the_reason(tmp
     results = _blocked(out, proc.stdout)
     assert reason in results["blocked"]
     assert reason in results["verdict"]
+    # no model chosen: unknown (null), not ""; a --model given is the one the run would have sent
+    assert results["run"]["model"] == ("other" if "--model" in extra else None)
     assert posts == []  # nothing was sent (preflight probes included: the checks before them failed)

@@ -280,9 +280,9 @@ def test_g_small_double_slash_and_gzip_body_are_named(tmp_path):
         return Reply(writes=[W(2, gzip.compress(STREAM))])
 
     with ScriptedServer(reply) as srv:
-        _, results = _run(srv.base_url + "/api/v1/", tmp_path, "--model", "m", "--skip-preflight", n=2)
-        listing, _ = _run(srv.base_url + "/api/v1/", tmp_path, n=2)
-    assert "/api/v1/v1/models" in listing.stderr
+        _, results = _run(srv.base_url + "/api/", tmp_path, "--model", "m", "--skip-preflight", n=2)
+        listing, _ = _run(srv.base_url + "/api/", tmp_path, n=2)
+    assert "/api/v1/models" in listing.stderr
     assert "//v1" not in listing.stderr
     assert results["requests"]["failed"] == 2
     assert "Content-Encoding: gzip" in json.dumps(results["errors"])

@@ -97,3 +97,5 @@ def test_bc23_inf_rate_is_bounded_by_max_concurrency(tmp_path):
     assert results["requests"]["succeeded"] == 256
     assert max(seen) == 64
     assert results["load"]["unlimited_rate"] is True
+    # 2 processes x 64 users = -u 128 over the run, above --max-concurrency 64: the cap is what bound the load
+    assert (results["load"]["in_flight_cap"], results["load"]["in_flight_cap_by"]) == (64, "max_concurrency")

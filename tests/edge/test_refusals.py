@@ -12,7 +12,7 @@ import json
 import pytest
 
 from llmload.edge.users import ChatUser, CompletionUser
-from llmload.testing import ReceivedRequest, Reply, ScriptedServer, W, json_reply
+from llmload.testing import ScriptedServer, json_reply
 from tests.checks import MODELS, models_route
 from tests.edge.cluster import run_local
 
@@ -48,24 +48,25 @@ def test_bc29_preflight_probe_failure_stops_before_load(capsys) -> None:
     assert len(posts) == 1  # the probe only; no load
 
 
-# The OpenAI base_url habit: -H http://host/v1 makes llmload post /v1/v1/chat/completions.
+# The OpenAI base_url habit: -H http://host/v1 would make llmload post /v1/v1/chat/completions. It was
+# found only by the preflight's 404 (ending in an unrelated --model hint); now refused before anything is sent.
 @pytest.mark.parametrize("suffix", ["/v1", "/v1/"], ids=["v1", "v1-slash"])
-def test_base_url_kind_host_ending_in_v1_names_the_path_requested_and_the_fix(suffix, capsys) -> None:
-    def reply(request: ReceivedRequest) -> Reply:
-        if request.method == "GET" and request.path == "/v1/models":
-            return json_reply(200, MODELS)
-        return Reply(writes=[W(1, b"Not Found")], status=404, headers={"Content-Type": "text/plain"})
-
-    with ScriptedServer(reply) as srv:
-        # with --model, a model list that 404s is only a note; the probe is what fails
-        host = srv.base_url + suffix
+def test_base_url_kind_host_ending_in_v1_is_refused_before_load_with_the_root_to_pass(suffix, capsys) -> None:
+    with ScriptedServer(models_route(json_reply(200, MODELS))) as srv:
+        root = srv.base_url
+        host = root + suffix
         run = run_local(ChatUser, host, ["--headless", "-H", host, "--model", "m"], users=1)
-        posts = [r.path for r in srv.requests if r.method == "POST"]
+        requests = srv.requests
     assert run.exit_status == 2
-    assert posts == ["/v1/v1/chat/completions"]  # the probe only
     err = capsys.readouterr().err
-    assert "probe request for ChatUser (POST /v1/v1/chat/completions) failed: HTTP 404" in err
-    assert "Drop /v1 from -H (llmload adds /v1/chat/completions); or fix the server" in err
+    assert (
+        f"-H {host} ends in /v1 and llmload adds /v1/chat/completions itself, so every request would go to "
+        f"/v1/v1/chat/completions and fail. Pass the server's root without /v1: -H {root} "
+    ) in err
+    assert "--model" not in err
+    assert requests == []  # refused before anything was sent, the model list included
+    assert run.results is not None
+    assert run.results["run"]["refused_options"] == {"-H": host}
 
 
 @pytest.mark.parametrize(

@@ -76,7 +76,10 @@ def test_p5_web_ui_run_blocked_by_preflight_exits_2(tmp_path):
         stop_sim(sim)
     assert proc.returncode == 2, stderr[-3000:]
     results = json.loads(out.read_text())
-    assert results["blocked"] == 'model "other" not served; available: llmload-sim'
+    assert (
+        results["blocked"]
+        == 'model "other" not served; available: llmload-sim. Pass --model <one of them>, e.g. --model llmload-sim'
+    )
     assert (results["passed"], results["exit_status"]) == (False, 2)
     assert results["verdict"].startswith('BLOCKED before load: model "other" not served')
     assert "BLOCKED before load" in stdout

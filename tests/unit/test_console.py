@@ -232,3 +232,28 @@ def test_issue24_open_loop_summary_labels_target_sent_and_completed_rates() -> N
     unlimited = {**results["load"], "unlimited_rate": True, "target_rate_per_s": None}  # --request-rate inf
     lines = summary_lines({**results, "load": unlimited})
     assert "Target rate (req/s):                    inf (every request eligible at once)" in lines
+
+
+def test_open_loop_summary_with_an_unlimited_rate_says_the_users_bounded_concurrency() -> None:
+    """--request-rate inf: the summary said inf but not that -u N capped the load."""
+    from tests.unit.test_readme_schema import open_loop
+
+    results = open_loop()
+    load = {**results["load"], "unlimited_rate": True, "target_rate_per_s": None}
+    by_users = {**load, "in_flight_cap": 4, "in_flight_cap_by": "users"}
+    lines = summary_lines({**results, "load": by_users})
+    row = (
+        "Concurrency bound:                      -u 4 users "
+        "(rate unlimited: at most 4 requests in flight, one per user)"
+    )
+    assert row in lines
+    assert (
+        lines.index(row)
+        == lines.index("Target rate (req/s):                    inf (every request eligible at once)") + 1
+    )
+    by_cap = {**load, "in_flight_cap": 2, "in_flight_cap_by": "max_concurrency"}
+    assert any(
+        line.endswith("--max-concurrency 2 (rate unlimited: at most 2 requests in flight, fewer than the users)")
+        for line in summary_lines({**results, "load": by_cap})
+    )
+    assert not any(line.startswith("Concurrency bound:") for line in summary_lines(results))  # a finite rate

@@ -149,6 +149,7 @@ def test_html_report_renders_every_section_in_each_readme_mode(mode):
             "failed": "failed",
             "closed": "failed",
             "open": "passed",
+            "unlimited": "passed",
             "trace": "passed",
             "sessions": "passed",
             "aborted": "failed",
@@ -184,6 +185,15 @@ def test_html_report_blocked_run_says_why_and_shows_no_latency():
     text = render_report([document])
     assert "Blocked before load: model &#34;other&#34; not served; available: m" in text
     assert all(points == [] for points in _chart_data(_Page(text))["runs"][0]["cdf"].values())
+
+
+def test_html_report_shows_an_unknown_model_as_na_not_none():
+    """A run refused before a model was chosen has run.model null: the header says n/a."""
+    document = MODES["blocked"]()
+    document["run"]["model"] = None
+    text = render_report([document])
+    assert "<tr><td>Model</td><td>n/a</td></tr>" in text
+    assert "<td>None</td>" not in text
 
 
 def test_html_report_draws_time_series_and_server_metrics_when_present():

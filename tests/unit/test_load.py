@@ -59,6 +59,24 @@ def test_load_section_inf_rate_has_no_target_and_no_shortfall():
     assert section["rate_shortfall"] is False
 
 
+@pytest.mark.parametrize(
+    ("users", "max_concurrency", "cap", "by"),
+    [(4, None, 4, "users"), (64, 8, 8, "max_concurrency"), (4, 8, 4, "users"), (0, None, None, "users")],
+)
+def test_load_section_inf_rate_says_what_bounded_the_requests_in_flight(users, max_concurrency, cap, by):
+    """With every request eligible at once, -u (or --max-concurrency) set the load; the section said neither."""
+    config = dataclasses.replace(RunConfig(), request_rate=float("inf"), max_concurrency=max_concurrency)
+    section = load_section(config, {**results(), "run": {"users": users}})
+    assert (section["in_flight_cap"], section["in_flight_cap_by"]) == (cap, by)
+
+
+def test_load_section_finite_rate_has_no_in_flight_cap():
+    config = dataclasses.replace(RunConfig(), request_rate=10.0)
+    section = load_section(config, {**results(), "run": {"users": 4}})
+    assert "in_flight_cap" not in section
+    assert "in_flight_cap_by" not in section
+
+
 # Issue 14, P3: "achieved 8.40 req/s (too few users)" on a -t run that kept its schedule.
 def test_p3_achieved_rate_counts_requests_cancelled_at_the_stop():
     # 94 finished over a 9.70 s send span plus 7 cancelled at the stop: 101 sends over 10.0 s

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import shlex
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,17 @@ def test_every_packaged_locustfile_is_the_repositorys_and_printed_by_llmload_loc
 def test_every_repository_locustfile_is_shipped():
     """A locustfile the README runs from the clone is runnable from a pip install too (mixed.py was not)."""
     assert sorted(p.stem for p in (REPO_ROOT / "locustfiles").glob("*.py")) == sorted(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_starter_copy_docstring_names_the_command_that_runs_the_copy(name, tmp_path, capsys):
+    """The copy said `locust -f $(llmload locustfile NAME)`, which runs the installed file, not the edited copy."""
+    copy = tmp_path / "my test.py"
+    assert cli.main(["locustfile", name, "-o", str(copy)]) == 0
+    docstring = ast.get_docstring(ast.parse(copy.read_text()))
+    assert docstring is not None
+    command = f"locust -f {shlex.quote(str(copy))} -H http://HOST:PORT"
+    assert command in docstring
+    assert "$(llmload locustfile" not in docstring
+    assert _code(copy) == _code(path(name))  # only the docstring differs
+    assert f"run it with: locust -f {shlex.quote(str(copy))} -H" in capsys.readouterr().out

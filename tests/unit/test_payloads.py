@@ -12,6 +12,7 @@ from llmload.request.payloads import (
     build_completion_request,
     check_endpoint_path,
     check_host_path,
+    check_host_v1,
     doubled_v1_hint,
 )
 
@@ -210,3 +211,47 @@ def test_nc28_kind_host_path_of_another_api_is_refused(host, refused):
     assert f"-H {host.partition('?')[0].replace('u:secret@', '')} ends in" in message
     assert "Pass the server's root, -H " in message
     assert "secret" not in message
+
+
+@pytest.mark.parametrize(
+    ("host", "endpoint", "endpoint_path", "message"),
+    [
+        (
+            "http://127.0.0.1:8031/v1",
+            "chat",
+            None,
+            "-H http://127.0.0.1:8031/v1 ends in /v1 and llmload adds /v1/chat/completions itself, so every "
+            "request would go to /v1/v1/chat/completions and fail. Pass the server's root without /v1: "
+            "-H http://127.0.0.1:8031 "
+            "(like vLLM bench's --base-url; an OpenAI client's base_url ends in /v1, llmload's -H does not)",
+        ),
+        (
+            "https://u:secret@gw/openai/V1/",
+            "completions",
+            None,
+            "-H https://gw/openai/V1/ ends in /v1 and llmload adds",
+        ),
+        ("http://h/v1", "chat", "/v1/chat/completions", "--endpoint-path /v1/chat/completions starts with /v1 too"),
+        ("https://gw/openai/v1?api-version=1", "chat", None, "-H https://gw/openai (keeping its query string)"),
+    ],
+)
+def test_check_host_v1_refuses_a_host_ending_in_v1_before_a_v1_path(host, endpoint, endpoint_path, message):
+    """-H http://HOST/v1 (an OpenAI client's base_url) was let through to a 404 at /v1/v1/models."""
+    with pytest.raises(ConfigError) as caught:
+        check_host_v1(host, endpoint, endpoint_path)
+    assert message in str(caught.value)
+    assert "secret" not in str(caught.value)
+    assert caught.value.options == ("-H",)
+
+
+@pytest.mark.parametrize(
+    ("host", "endpoint_path"),
+    [
+        ("http://h:8000", None),
+        ("http://h:8000/", None),
+        ("https://gw/openai/v1", "/chat/completions"),  # the /v1 is the base of a path without it
+        ("http://h:8000/api/v10", None),
+    ],
+)
+def test_check_host_v1_accepts_a_host_whose_path_is_not_doubled(host, endpoint_path):
+    check_host_v1(host, "chat", endpoint_path)

@@ -69,6 +69,18 @@ def test_preflight_choose_model_bc29_names_served_models():
         choose_model(ModelList(ids=(), context_tokens={}), None, "http://h")
 
 
+def test_preflight_choose_model_not_served_says_to_pass_one_of_the_served_names():
+    """Listing the served names was not enough: the message also says what to pass."""
+    models = ModelList(ids=("llama-3-8b", "qwen-7b"), context_tokens={})
+    with pytest.raises(ConfigError) as info:
+        choose_model(models, "gpt-4o", "http://h")
+    message = str(info.value)
+    assert message.startswith('model "gpt-4o" not served; available: llama-3-8b, qwen-7b. ')
+    assert message.endswith("Pass --model <one of them>, e.g. --model llama-3-8b")
+    with pytest.raises(ConfigError, match=r"available: none \(http://h/v1/models lists no model\)\. Check that -H"):
+        choose_model(ModelList(ids=(), context_tokens={}), "gpt-4o", "http://h")
+
+
 def test_preflight_open_files_within_limit_changes_nothing():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert check_open_files(10) is None or soft < 266
@@ -91,3 +103,6 @@ def test_preflight_base_url_with_v1_suffix_says_to_drop_it():
     assert "drop the /v1: pass -H http://h:8000" in str(info.value)
     assert "b'" not in str(info.value)
     assert "API key" not in str(info.value)
+    assert "--model" not in str(info.value)  # the 404 is about the path, not a server without a model list
+    with pytest.raises(ConfigError, match="a server without a model list needs --model NAME"):
+        fetch_models("http://h:8000", getter(404, b'{"error":"not found"}'), "OPENAI_API_KEY")

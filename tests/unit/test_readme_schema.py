@@ -235,6 +235,15 @@ def open_loop(*, kept_up: bool = False) -> dict[str, Any]:
     return _results(stats, config, sends=sends, drift=drift_section(series, 10.0, 10.0))
 
 
+def unlimited_rate() -> dict[str, Any]:
+    """--request-rate inf: every request eligible at once, -u bounding the requests in flight."""
+    config = dataclasses.replace(RunConfig(), request_rate=float("inf"))
+    stats = LLMStats.empty()
+    for i in range(8):
+        stats.add(_ok(T0 + i * 0.1, delay_s=0.001))
+    return _results(stats, config, sends=SendFigures(None, 20.0, None))
+
+
 def trace_replay() -> dict[str, Any]:
     config = dataclasses.replace(RunConfig(), trace="t.jsonl", num_requests=20)
     stats = LLMStats.empty()
@@ -293,6 +302,7 @@ def sweep_file() -> dict[str, Any]:
 MODES = {
     "closed": closed_loop,
     "open": open_loop,
+    "unlimited": unlimited_rate,
     "trace": trace_replay,
     "sessions": sessions,
     "blocked": blocked,

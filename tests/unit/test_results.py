@@ -172,6 +172,12 @@ def test_report_run_and_schema() -> None:
     assert results["latency_endpoints"] == ["chat"]
 
 
+def test_report_run_model_is_null_when_no_model_was_chosen() -> None:
+    """A run refused before the model list was read names no model: null (unknown), not an empty name."""
+    results = build_results(RunOutcome(LLMStats.empty(), config=CONFIG, blocked="cannot reach http://h/v1/models"))
+    assert results["run"]["model"] is None
+
+
 def test_report_empty_run_is_all_unknown_not_zero() -> None:
     results = _results(LLMStats.empty())
     assert results["requests"]["total"] == 0
