@@ -430,14 +430,22 @@ def test_sim_bad_option_exits_2_with_message() -> None:
 
 
 def _raw_stream_request(base_url: str, body: dict[str, Any]) -> socket.socket:
+    sock = _connect(base_url)
+    _send_completion(sock, body)
+    return sock
+
+
+def _connect(base_url: str) -> socket.socket:
     host, port = base_url.removeprefix("http://").rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
+    return socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
+
+
+def _send_completion(sock: socket.socket, body: dict[str, Any]) -> None:
     raw = json.dumps(body).encode()
     sock.sendall(
         b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (len(raw), raw)
     )
-    return sock
 
 
 def test_sim_client_disconnect_frees_batch_slot(sim: Any) -> None:
@@ -471,10 +479,16 @@ def test_sim_sigterm_stops_cleanly_with_open_streams() -> None:
 
 
 def test_sim_serves_1024_concurrent_streams(sim: Any) -> None:
+    # Each stream lasts 20 steps of 100 ms, far longer than the requests take to reach the
+    # simulator: connecting 1024 sockets one by one can take longer than a stream on a busy
+    # machine (with 25 ms steps the first streams had ended before the last was sent), so all
+    # connect first and the requests then go out in one quick loop.
     n_streams, n_tokens = 1024, 20
-    url = sim("--max-num-seqs", "1024", "--decode-step-ms", "25", "--decode-ms-per-seq", "0")
+    url = sim("--max-num-seqs", "1024", "--decode-step-ms", "100", "--decode-ms-per-seq", "0")
     body = completion(max_tokens=n_tokens, ignore_eos=True, stream=True)
-    socks = {s.fileno(): s for s in (_raw_stream_request(url, body) for _ in range(n_streams))}
+    socks = {s.fileno(): s for s in (_connect(url) for _ in range(n_streams))}
+    for s in socks.values():
+        _send_completion(s, body)
     poller = select.epoll()
     for fd, s in socks.items():
         s.setblocking(False)
