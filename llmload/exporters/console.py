@@ -419,11 +419,13 @@ def _unlimited_rate_bound(load: dict[str, Any]) -> str | None:
     by, cap = load.get("in_flight_cap_by"), load.get("in_flight_cap")
     if not load.get("unlimited_rate") or by is None:
         return None
+    requests = "request" if cap == 1 else "requests"
     if by == "max_concurrency":
-        return f"--max-concurrency {cap} (rate unlimited: at most {cap} requests in flight, fewer than the users)"
+        return f"--max-concurrency {cap} (rate unlimited: at most {cap} {requests} in flight, fewer than the users)"
     if cap is None:
         return "the users, -u (rate unlimited: one request in flight per user)"
-    return f"-u {cap} users (rate unlimited: at most {cap} requests in flight, one per user)"
+    users = "user" if cap == 1 else "users"
+    return f"-u {cap} {users} (rate unlimited: at most {cap} {requests} in flight, one per user)"
 
 
 def _unsent_lines(results: dict[str, Any]) -> list[str]:

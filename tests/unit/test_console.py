@@ -256,4 +256,9 @@ def test_open_loop_summary_with_an_unlimited_rate_says_the_users_bounded_concurr
         line.endswith("--max-concurrency 2 (rate unlimited: at most 2 requests in flight, fewer than the users)")
         for line in summary_lines({**results, "load": by_cap})
     )
+    one = {**load, "in_flight_cap": 1, "in_flight_cap_by": "users"}
+    assert any(
+        line.endswith("-u 1 user (rate unlimited: at most 1 request in flight, one per user)")
+        for line in summary_lines({**results, "load": one})
+    )
     assert not any(line.startswith("Concurrency bound:") for line in summary_lines(results))  # a finite rate
