@@ -476,7 +476,9 @@ def _client_lines(results: dict[str, Any]) -> list[str]:
     if client.get("read_lag_saturated"):
         p99_s = lag["p99"] if lag["p99"] > client["read_lag_limit_s"] else None
         if p99_s is not None:
-            head = f"latencies may include up to {p99_s * 1e3:.1f} ms (P99; max {lag['max'] * 1e3:.1f} ms)"
+            # one decimal, or two where one would round down onto the limit ("2.0 ms" above a 2 ms limit)
+            digits = 1 if round(p99_s * 1e3, 1) > client["read_lag_limit_s"] * 1e3 else 2
+            head = f"latencies may include up to {p99_s * 1e3:.{digits}f} ms (P99; max {lag['max'] * 1e3:.1f} ms)"
         else:
             head = (
                 f"{lagged} request(s) may have TTFT, ITL or E2E off by up to {lag['max'] * 1e3:.1f} ms "

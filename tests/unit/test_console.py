@@ -61,6 +61,16 @@ def test_summary_works_on_results_read_back_from_json(tmp_path: Path) -> None:
     assert format_summary(json.loads(path.read_text())) == format_summary(results)
 
 
+def test_a_read_lag_p99_just_above_the_limit_is_not_printed_as_the_limit():
+    """P99 2.01 ms against a 2 ms limit was printed "up to 2.0 ms", which reads as within it."""
+    stats = LLMStats.empty()
+    stats.add(_with_reads([0.0005] * 90 + [0.00201] * 10, 0))
+    results = _results(stats)
+    assert results["client"]["read_lag_limit_s"] == 0.002
+    text = "\n".join(summary_lines(results))
+    assert "WARNING: latencies may include up to 2.01 ms (P99; max 2.0 ms)" in text
+
+
 def test_summary_warns_about_read_lag_with_the_measured_figures():
     stats = LLMStats.empty()
     stats.add(_with_reads([0.0005] * 90 + [0.004] * 10, 0))
