@@ -40,7 +40,7 @@ from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.servermetrics import SERVER_COLUMNS
 from llmload.settings.thresholds import ThresholdWatch
 
-__all__ = ["finish_timeline", "run_elapsed_s", "start_timeline"]
+__all__ = ["finish_timeline", "run_elapsed_s", "start_timeline", "stop_timeline"]
 
 log = logging.getLogger("llmload")
 
@@ -65,7 +65,7 @@ def start_timeline(environment: Environment, **_kw: Any) -> None:
     runner = environment.runner
     if isinstance(runner, WorkerRunner) or not runtime.run.run_id:
         return
-    _stop_timeline(runtime)
+    stop_timeline(runtime)
     config = runtime.process.config
     if isinstance(runner, MasterRunner):
         report_s = LIVE_REPORT_INTERVAL_S if config.prometheus_port else WORKER_REPORT_INTERVAL
@@ -186,7 +186,12 @@ def _write(environment: Environment, runtime: Runtime, rows: list[Row], *, progr
         )
 
 
-def _stop_timeline(runtime: Runtime) -> None:
+def stop_timeline(runtime: Runtime) -> None:
+    """Stop the tick greenlet (no row is written after this); the table stays for ``finish_timeline``.
+
+    Called at the run's end before anything that yields (the last server read):
+    a tick after the end would write the end's interval as a whole one.
+    """
     task, runtime.timeline.task = runtime.timeline.task, None
     if task is not None:
         task.kill(block=True, timeout=_STOP_TIMELINE_TIMEOUT_S)
@@ -207,7 +212,7 @@ def finish_timeline(
     says how many. ``end_s``: the run's end on the time series' clock (default:
     now). The drift section (``llmload.exporters.drift``) is None when no timeline ran.
     """
-    _stop_timeline(runtime)
+    stop_timeline(runtime)
     timeline = runtime.timeline.table
     if timeline is None:
         return [], None

@@ -137,3 +137,24 @@ def test_ttft_client_minus_server_over_requests_cancelled_at_the_stop_is_not_com
     assert "TTFT client − server:" in proc.stdout
     assert "not comparable" in proc.stdout
     assert "network + HTTP" not in proc.stdout
+
+
+def test_a_slow_last_server_read_writes_no_row_after_the_end(sim_url, tmp_path):
+    """The last server read (up to 2 s against a hanging endpoint) came after the run's end was taken,
+    and the timeline went on ticking during it: the end's interval reached ``--timeseries`` as a whole
+    0.5 s one while the results cut it at the end (a CI failure of the single-process time-series test)."""
+    series = tmp_path / "ts.jsonl"
+    with socket.socket() as hanging:  # accepts connections (kernel backlog) and never answers
+        hanging.bind(("127.0.0.1", 0))
+        hanging.listen(16)
+        hang_url = f"http://127.0.0.1:{hanging.getsockname()[1]}/metrics"
+        results, _ = run(
+            sim_url, tmp_path, "--server-metrics", f"auto,{hang_url}",
+            "--timeseries-interval", "0.5", "--timeseries", str(series),
+        )  # fmt: skip
+    assert results["server"]["endpoints"][1]["failed_scrapes"] >= 2  # the last read did wait its 2 s
+    lines = [json.loads(line) for line in series.read_text().splitlines()]
+    last_t = max(r["t"] for r in results["timeseries"])
+    assert max(r["t"] for r in lines) == last_t  # no interval after the end's
+    last = {(r["t"], r["endpoint"]): r for r in lines}  # a later line replaces an earlier one
+    assert list(last.values()) == results["timeseries"]
