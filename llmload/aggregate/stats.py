@@ -65,7 +65,7 @@ __all__ = [
 
 MAX_ERROR_CATEGORIES = 50
 REQUEST_LAG_LIMIT_S = 0.010
-"""Largest read lag (s) a request may have before its latencies (TTFT included) count as off (``lagged_requests``)."""
+"""Largest read lag (s) a request may have before its latencies (TTFT included) count as possibly off (``lagged_requests``)."""
 MAX_ERROR_SAMPLES = 3
 _USAGE_NOTE_FIELDS = {
     UsageNote.INCREMENTAL: "usage_incremental_requests",
@@ -211,8 +211,12 @@ class EndpointStats:
             SGLang ``bench_serving`` and Locust (the timer starts before
             connecting); ``ttft_s`` starts at the send.
         read_lag_s: over every body read of finished requests that had a kernel
-            receive stamp: how long its bytes had waited in the kernel before
-            the client read them (the client's own delay, not the server's).
+            receive stamp: how long before the stamp its oldest bytes may have
+            arrived (events that piled up behind a late read share the newest
+            segment's stamp), a bound of how far the times it gave are off;
+            0 for a read of one event and nothing past it (its own stamp).
+            How long bytes then waited for the client is no error and does
+            not count (``llmload.net.transport``).
         request_lag_s: over finished requests with a kernel-stamped read: the
             request's largest read lag, which bounds how far any of its times
             (TTFT, ITL, E2E) can be off.

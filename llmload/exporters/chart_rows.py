@@ -190,9 +190,9 @@ def _cpu_line(cpu_saturated_s: float) -> str:
 
 def _lag_line(p99_s: float, max_s: float) -> str:
     return (
-        f"Client saturated: replies waited up to {p99_s * 1e3:.1f} ms (read lag P99; max {max_s * 1e3:.1f} ms, "
-        f"limit {READ_LAG_LIMIT_S * 1e3:g} ms) before the client read them, and latencies may include that "
-        "delay. Give the client more CPU: --processes N, more machines or fewer users per process"
+        f"Client saturated: events piled up behind late reads, so latencies may be late by up to "
+        f"{p99_s * 1e3:.1f} ms (read lag P99; max {max_s * 1e3:.1f} ms, limit {READ_LAG_LIMIT_S * 1e3:g} ms). "
+        "Give the client more CPU: --processes N, more machines or fewer users per process"
     )
 
 

@@ -469,7 +469,7 @@ def _client_lines(results: dict[str, Any]) -> list[str]:
         per_request = client.get("request_lag_s") or {}
         lines.append(
             _row(
-                f"Requests read > {client['request_lag_limit_s'] * 1e3:g} ms late:",
+                f"Requests maybe > {client['request_lag_limit_s'] * 1e3:g} ms off:",
                 f"{lagged} of {per_request.get('count') or lagged}",
             )
         )
@@ -486,10 +486,10 @@ def _client_lines(results: dict[str, Any]) -> list[str]:
             )
         lines.append(
             f"WARNING: {head} "
-            f"of client delay: replies waited that long before the client read them (limit "
-            f"{client['read_lag_limit_s'] * 1e3:g} ms P99, {client.get('request_lag_limit_s', 0.01) * 1e3:g} ms "
-            "for any request). Kernel stamps time each read when it arrived, but events "
-            "that piled up behind a late read share the newest stamp. Give the client more CPU: more worker "
+            f"of client delay: events piled up behind late reads, and share the newest one's kernel stamp "
+            f"(limit {client['read_lag_limit_s'] * 1e3:g} ms P99, "
+            f"{client.get('request_lag_limit_s', 0.01) * 1e3:g} ms for any request; a late read of one event "
+            "is still timed exactly). Give the client more CPU: more worker "
             "processes (--processes N) or machines, or fewer users per process"
         )
     return lines

@@ -40,7 +40,7 @@ the results JSON (``requests.by_outcome``, ``errors``, ``tokens``,
   ``llmload_request_duration_seconds`` (E2E) ``{endpoint,model}`` over
   successes (names follow vLLM's server-side metrics), and
   ``llmload_client_read_lag_seconds`` over every kernel-stamped read of
-  finished requests (the client's own delay, see ``llmload.net.transport``).
+  finished requests (how far the times a read gave may be off, see ``llmload.net.transport``).
 - gauges ``llmload_users``, ``llmload_in_flight_requests``, ``llmload_workers``
   (connected workers; 0 for a single process), ``llmload_run_start_time_seconds``.
 - live window gauges ``{endpoint,model}``: ``llmload_window_output_tokens_per_second``,
@@ -130,7 +130,7 @@ _TOKEN_TIMES = frozenset({"ttft_s", "itl_s", "tpot_s"})
 _SATURATED_HELP = (
     f"1 when a load-generating process ran above 90% CPU for {CPU_SATURATION_S:g} s or more, or the client's "
     f"P99 read lag exceeds {READ_LAG_LIMIT_S * 1e3:g} ms or any read's {REQUEST_LAG_LIMIT_S * 1e3:g} ms "
-    "(it read replies late; over the live window while the run goes on, the whole run once it ended): "
+    "(events piled up behind late reads; over the live window while the run goes on, the whole run once it ended): "
     "latencies may be the client's"
 )
 """HELP of ``llmload_client_saturated``: the gauge follows ``sections.client_saturated`` (CPU or read lag)."""
@@ -138,7 +138,8 @@ _SATURATED_HELP = (
 _READ_LAG = (
     "read_lag_s",
     "client_read_lag_seconds",
-    "How long reply bytes waited in the kernel before the client read them (client delay), every read",
+    "How long before a read's kernel stamp its oldest reply bytes may have arrived (a bound of how far "
+    "the times it gave are off; 0 for a read of one event), every stamped read",
 )
 _KEY_LABELS = ("endpoint", "model")
 _TOKEN_SOURCES = (TokenSource.SERVER, TokenSource.LOGPROBS, TokenSource.TOKENIZER, TokenSource.CHUNKS)

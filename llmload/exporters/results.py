@@ -54,10 +54,10 @@ Metric definitions (times in seconds in JSON, milliseconds in the console):
   ``llmload.request.tokens.read_usage``).
 - ``client``: the load generator's own delays, over finished requests.
   ``read_lag_s``: for every body read with a kernel receive stamp, how long
-  its bytes had waited in the kernel before the client read them; latencies
-  are measured from the stamps, so a lag below the ITL costs them nothing,
-  while a larger one coalesces events and adds up to the lag (the stamp is
-  that of the newest bytes read). ``clock``: ``kernel`` when every read was
+  before the stamp its oldest bytes may have arrived: latencies are measured
+  from the stamps, so a read that came late but held one event costs them
+  nothing (lag 0), while events that piled up behind a late read share the
+  newest bytes' stamp and may be late by up to the lag. ``clock``: ``kernel`` when every read was
   stamped, ``monotonic`` when none was (TLS, not Linux), ``mixed`` otherwise;
   null without reads. ``connect_s``: time to have a connection ready before
   the send (outside TTFT and E2E). ``read_lag_limit_s``: the p99 lag above

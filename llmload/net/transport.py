@@ -33,15 +33,17 @@ kernel into one buffer stamped with the newest (at once on a fresh
 connection, which acknowledges every segment; on a warm one that delays its
 ACKs, once the older segment is acknowledged), and one read of them all
 carries the newest stamp either way, so the stamp is exact only when the
-client keeps up; events that piled up are timed late. ``read_lag_s`` covers
-the oldest bytes of a read: the time since the socket was last known empty
-(``GeventResponse._lag_ns``, narrowed by the loop's polls, ``LoopTurns``,
+client keeps up; events that piled up are timed late. ``read_lag_s`` bounds
+how late: how long before the stamp the oldest bytes of the read may have
+arrived, i.e. since the socket was last known empty (the start of the
+receive that last emptied it, narrowed by the loop's polls, ``LoopTurns``,
 for body bytes that came with the headers too, ``Stamps.earliest_ns``; while
-a user waits no poll blocks beyond ``POLL_TICK_S``), a
-bound of how far any time given to them is off; the client keeps
-``read_age_s`` instead for a read that completes one event and carries no
-bytes past it, whose stamp is that event's own (bytes of a later event may
-be a later segment's, which then owns the stamp). ``read_first_age_s`` is
+a user waits no poll blocks beyond ``POLL_TICK_S``). How long the read then
+waited for the client is no error (the stamp says when the bytes came) and
+does not count. The client keeps 0 instead for a read that completes one
+event and carries no bytes past it, whose stamp is that event's own (bytes
+of a later event may be a later segment's, which then owns the stamp).
+``read_first_age_s`` is
 how long ago the oldest bytes of the read had arrived at the latest: the
 poll that found the socket readable returned after them (``LoopTurns``,
 ``check_ns``), so when that was before the stamp, a first event that begins
@@ -252,8 +254,18 @@ class GeventResponse:
         else when the receive call returned), ``read_first_age_s`` (seconds
         since the oldest of them had arrived at the latest: the return of the
         poll that found the socket readable, when that was before the stamp;
-        else ``read_age_s``) and ``read_lag_s`` (seconds since the oldest of
-        them may have arrived, >= both): see ``_lag_ns``.
+        else ``read_age_s``) and ``read_lag_s``: how many seconds before the
+        stamp the oldest of them may have arrived, a bound of how far any time
+        given to them is off (>= 0). The kernel stamps a receive with its
+        newest segment and merges segments that queue behind an unread one
+        into one buffer carrying the newest stamp; a reader cannot see where
+        they split, so the bytes may have queued one after another since the
+        socket was last known empty (``_earliest_ns``), and the lag counts
+        from then. When a read completes one event and holds nothing past it,
+        its stamp is that event's arrival: the client, whose decoder counts
+        the events, then keeps 0 (``StreamingClient``), so no byte is scanned
+        here. Unstamped reads (TLS, other platforms) are timed when their
+        receive returned, and their lag is the time since then.
 
         Raises:
             RequestTimeout: no bytes within the idle timeout.
@@ -293,9 +305,9 @@ class GeventResponse:
             now_ns = time.time_ns()
             age_ns = now_ns - stamp_ns
             self.read_age_s = age_ns * 1e-9 if age_ns > 0 else 0.0
-            earliest_ns = self._earliest_ns  # as _lag_ns (inlined: once per read)
-            lag_ns = now_ns - earliest_ns if earliest_ns else 0
-            self.read_lag_s = lag_ns * 1e-9 if lag_ns > age_ns else self.read_age_s
+            earliest_ns = self._earliest_ns
+            lag_ns = stamp_ns - earliest_ns if earliest_ns else 0
+            self.read_lag_s = lag_ns * 1e-9 if lag_ns > 0 else 0.0
             ceiling_ns = self._read_ceiling_ns
             first_ns = now_ns - ceiling_ns if ceiling_ns else 0
             self.read_first_age_s = first_ns * 1e-9 if first_ns > age_ns else self.read_age_s
@@ -304,23 +316,6 @@ class GeventResponse:
             lag_s = time.monotonic() - self._last_read_s
             self.read_age_s = self.read_lag_s = self.read_first_age_s = lag_s if lag_s > 0.0 else 0.0
         return data
-
-    def _lag_ns(self, now_ns: int) -> int:
-        """How long ago (ns) the oldest bytes of the last read may have arrived; 0 when not known.
-
-        The kernel stamps a receive with its newest segment, and Linux merges
-        segments that queue behind an unread one into one buffer carrying the
-        newest stamp: reading in smaller pieces recovers the older stamps only
-        while the segments are still apart (a warm connection, within its
-        delayed-ACK time), and a reader cannot see where they split. The
-        bytes of a read may have queued one after another since the socket
-        was last known empty (``_earliest_ns``): the lag counts
-        from then, which bounds how far any of their events' times can be
-        off. When a read completes one event and holds nothing past it, its
-        stamp is that event's arrival: the client, whose decoder counts the events, then keeps
-        ``read_age_s`` instead (``StreamingClient``), so no byte is scanned here.
-        """
-        return now_ns - self._earliest_ns if self._earliest_ns else 0
 
     def header(self, name: str) -> str | None:
         """The value of the response header ``name`` (any case; the last one if repeated); None if absent."""

@@ -16,8 +16,10 @@
   the socket readable returned (``Response.read_first_age_s``), which times
   that token when it is earlier than the read's stamp (the kernel stamps a
   merged buffer with its newest segment). ``Response.read_lag_s`` (kept per read in
-  ``RequestRecord.read_lags_s``) covers the oldest byte that waited for the
-  read: it bounds how far any event time of the read can be off.
+  ``RequestRecord.read_lags_s``) is how long before the read's stamp its
+  oldest byte may have arrived: it bounds how far any event time of the read
+  can be off. A read of one event and nothing past it is timed by that
+  event's own stamp: its lag is 0, however late the client read it.
 - Token-bearing events carry non-empty ``content``/``text``,
   ``reasoning_content``/``reasoning`` or a ``tool_calls`` delta; role-only
   and usage-only chunks do not count (vllm PR #3768, sglang PR #29251).
@@ -150,8 +152,8 @@ class Response(Protocol):
     status: int
     content_type: str  # lower-cased media type without parameters; "" if absent
     read_age_s: float  # seconds since the newest bytes of the last read arrived, when it returned (>= 0)
-    # seconds since the oldest byte that was waiting when the last read's batch of receives began
-    # arrived (>= read_age_s): how late the client was, a bound of the error of read_age_s
+    # how many seconds before the last read's stamp its oldest bytes may have arrived (>= 0): a bound
+    # of how far the times given to them are off (how late the read came after the stamp is no error)
     read_lag_s: float
     # seconds since the oldest bytes of the last read had arrived at the latest (>= read_age_s): the
     # poll that found the socket readable returned by then; read_age_s when not known
@@ -414,7 +416,7 @@ class StreamingClient:
                     and acc.events - events <= (2 if reader.usage_ended else 1)
                     and (data[-2:] == b"\n\n" or data[-4:] == b"\r\n\r\n")  # a slice: cheaper than endswith
                 ):
-                    lags[-1] = response.read_age_s
+                    lags[-1] = 0.0
                 if acc.done:
                     break
                 if reader.usage_ended:
@@ -551,8 +553,8 @@ class StreamingClient:
 
         Our clock when the read returned, minus how long its newest bytes had
         waited (``read_age_s``). The lag kept (``lag_s``) is ``read_lag_s``,
-        which covers the oldest of them, or ``read_age_s`` for bytes whose
-        newest stamp is the time of all they carry (one event, one body). Two
+        which covers the oldest of them, or 0 for bytes whose newest stamp is
+        the time of all they carry (one event, one body). Two
         reads of bytes stamped alike can map ~0.1 us apart (the kernel's clock
         and ours are read at different instants): arrival times never go back
         (``previous_s``), and never before the send.
@@ -585,7 +587,7 @@ class StreamingClient:
             data = response.read_some()
             if not data:
                 return b"".join(parts), t if parts else self._clock() - t0
-            t = self._arrived(response, record, t0, t, response.read_age_s)  # one body: its end is the newest
+            t = self._arrived(response, record, t0, t, 0.0)  # one body: its end is the newest stamp, exact
             parts.append(data)
             size += len(data)
             if size > limit:

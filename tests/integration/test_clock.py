@@ -114,10 +114,11 @@ def test_a_blocked_client_still_times_the_reply_when_it_arrived(gevent_ready):
     assert ttft_s is not None
     # the user-space read came ~300 ms late; the stamp says when the token arrived
     assert ttft_s == pytest.approx(arrived_s, abs=0.03)
-    assert max(record.read_lags_s) > run.held_until_s - arrived_s - 0.05
+    # each read held one event and its own stamp: no time is off, however late the read came,
+    # so the lag (a bound of the error, not of the lateness) stays small and nothing is flagged
+    assert max(record.read_lags_s) < 0.005
     results = build_results(RunOutcome(stats_of(record)))
-    assert results["client"]["read_lag_saturated"] is True
-    assert results["client"]["read_lag_s"]["max"] > 0.2
+    assert results["client"]["read_lag_saturated"] is False
 
 
 def test_a_whole_reply_that_came_with_the_headers_is_kernel_stamped(gevent_ready):
@@ -130,7 +131,9 @@ def test_a_whole_reply_that_came_with_the_headers_is_kernel_stamped(gevent_ready
     assert record.unstamped_reads == 0
     assert record.ttft_s == pytest.approx(arrived_s, abs=0.03)
     assert record.read_lags_s
-    assert max(record.read_lags_s) > 0.1
+    # the read holds several events, and the socket was last known empty at the send, 50 ms
+    # before the stamp: the lag covers that; the ~150 ms the read then waited is no error
+    assert 0.045 < max(record.read_lags_s) < 0.1
 
 
 def test_a_whole_json_reply_is_timed_when_it_arrived(gevent_ready):
@@ -204,7 +207,7 @@ def test_issue19_the_lag_of_events_queued_behind_a_held_loop_covers_the_hold(gev
     # Four events arrive 20 ms apart while the test holds the client's loop until ~400 ms:
     # they queue in the kernel, which merges them into one buffer stamped with the newest
     # segment. The first token's time is then that stamp (up to 60 ms late), and the lag
-    # of the read must cover the oldest byte: at least the hold minus the first arrival.
+    # of the read must cover how far before the stamp its oldest byte may have arrived.
     reply = Reply(
         [
             W(100, sse(T("a"))),
@@ -224,9 +227,11 @@ def test_issue19_the_lag_of_events_queued_behind_a_held_loop_covers_the_hold(gev
     assert ttft_s is not None
     error_s = ttft_s - writes[0]
     assert error_s > -0.005
-    # the lag bounds the error of every time the read gave, and covers the wait of the first token
+    # the lag bounds the error of every time the read gave: it covers the 60 ms from the first
+    # queued event to the stamp (the newest), not the ~240 ms the read then waited
     assert max(record.read_lags_s) >= error_s
-    assert max(record.read_lags_s) >= run.held_until_s - writes[0] - 0.005
+    assert max(record.read_lags_s) >= writes[3] - writes[0] - 0.005
+    assert max(record.read_lags_s) < run.held_until_s - writes[0] - 0.1
     results = build_results(RunOutcome(stats_of(record)))
     assert results["client"]["read_lag_saturated"] is True
 

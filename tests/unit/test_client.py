@@ -456,7 +456,8 @@ def test_client_times_each_read_when_its_bytes_arrived():
     record = StreamingClient(FakeTransport(response), clock=StepClock()).run(COMPLETION)
     assert record.outcome is Outcome.OK
     assert record.token_times_s == pytest.approx([0.02 - 0.015, 0.03 - 0.001])
-    assert record.read_lags_s == pytest.approx([0.015, 0.001])
+    # each stamped read ends one event: its stamp is that event's own arrival, so no time is off
+    assert record.read_lags_s == [0.0, 0.0]
     assert record.unstamped_reads == 1
     assert record.connect_s == pytest.approx(0.01)
 
@@ -563,14 +564,14 @@ def test_issue19_a_one_event_read_with_bytes_of_the_next_event_keeps_the_lag_of_
     record = StreamingClient(FakeTransport(CutEvent()), clock=StepClock()).run(COMPLETION)
     assert record.outcome is Outcome.OK
     assert record.token_times_s == pytest.approx([0.018, 0.029])
-    # the first read's lag bounds its event's error; the second ends one event, its own stamp
-    assert record.read_lags_s == pytest.approx([0.030, 0.001, 0.0])
+    # the first read's lag bounds its event's error; the second ends one event, its own stamp: exact
+    assert record.read_lags_s == pytest.approx([0.030, 0.0, 0.0])
 
 
 @pytest.mark.parametrize("end", [b"\n\n", b"\r\n\r\n"])
 def test_a_one_event_read_that_ends_at_its_blank_line_is_timed_by_its_own_stamp(end):
-    # LF or CRLF line ends: a read of one whole event and nothing past it keeps its age as
-    # its lag (the stamp is that event's own segment), however late the socket was last empty.
+    # LF or CRLF line ends: a read of one whole event and nothing past it has no lag (its
+    # stamp is that event's own segment: exact), however late the socket was last empty.
     def event(text: str) -> bytes:
         return sse(T(text)).rstrip(b"\n") + end
 
@@ -587,7 +588,7 @@ def test_a_one_event_read_that_ends_at_its_blank_line_is_timed_by_its_own_stamp(
 
     record = StreamingClient(FakeTransport(OneEventReads()), clock=StepClock()).run(COMPLETION)
     assert record.outcome is Outcome.OK
-    assert record.read_lags_s == pytest.approx([0.002, 0.001, 0.0])
+    assert record.read_lags_s == [0.0, 0.0, 0.0]
 
 
 def test_client_arrival_times_never_go_back():
