@@ -65,7 +65,7 @@ __all__ = [
 
 MAX_ERROR_CATEGORIES = 50
 REQUEST_LAG_LIMIT_S = 0.010
-"""Largest read lag (s) a request may have before its latencies (TTFT included) count as possibly off (``lagged_requests``)."""
+"""Largest read lag (s) a request may have before its latencies (TTFT included) may be off (``lagged_requests``)."""
 MAX_ERROR_SAMPLES = 3
 _USAGE_NOTE_FIELDS = {
     UsageNote.INCREMENTAL: "usage_incremental_requests",
