@@ -63,7 +63,7 @@ KERNEL_STAMPS = sys.platform.startswith("linux")
 class Stamps:
     """One transport's connection, the kernel stamp of the newest bytes it received there, and the first bytes."""
 
-    __slots__ = ("drained_ns", "earliest_ns", "first", "ns", "sock", "turns")
+    __slots__ = ("drained_ns", "earliest_ns", "first", "ns", "sent_s", "sock", "turns")
 
     def __init__(self, turns: LoopTurns | None = None) -> None:
         """Create the record; ``turns``: the process's loop-iteration clock that narrows ``earliest_ns``, or None."""
@@ -75,6 +75,9 @@ class Stamps:
         # before it and, when it waited, the loop's last poll that did not find the socket readable
         # (LoopTurns.floor_ns); 0 = unknown
         self.earliest_ns = 0
+        # time.perf_counter() when the request was handed to the kernel (its first sendall since the
+        # transport reset it); 0 = not sent yet
+        self.sent_s = 0.0
         self.turns = turns
         # the bytes of the first receive since the transport reset it before a request (a reference,
         # not a copy): what a reply that is not HTTP/1.1 began with
@@ -100,6 +103,19 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
         if KERNEL_STAMPS:
             with contextlib.suppress(OSError):  # no stamps then: reads fall back to the monotonic clock
                 self._sock.setsockopt(_socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        """``sendall`` as gevent does it, noting when the request's first bytes went to the kernel (``Stamps.sent_s``).
+
+        geventhttpclient writes a request (head and body) with one ``sendall``
+        after building it: the note is taken right before the system call, so
+        the request's clock does not include the building (or a garbage
+        collection during it).
+        """
+        stamps = self._stamps
+        if not stamps.sent_s:
+            stamps.sent_s = time.perf_counter()
+        super().sendall(data, flags)
 
     def recv(self, *args: Any) -> bytes:
         """``recv`` as gevent does it (wait for the socket, honour its timeout), keeping the stamp."""

@@ -163,6 +163,7 @@ class GeventResponse:
         "_read_ceiling_ns",
         "_read_event",
         "_resp",
+        "_sent_s",
         "_timer",
         "_turns",
         "_waiting",
@@ -188,6 +189,7 @@ class GeventResponse:
         earliest_ns: int = 0,
         drained_ns: int = 0,
         turns: LoopTurns | None = None,
+        sent_s: float = 0.0,
     ) -> None:
         """Wrap ``resp``.
 
@@ -207,8 +209,11 @@ class GeventResponse:
                 emptied the socket (body bytes not yet received arrived after it); 0 = unknown.
             turns: the process's loop-iteration clock, which narrows when
                 bytes could have arrived (``LoopTurns``); None: not used.
+            sent_s: ``time.perf_counter()`` right before the request went to
+                the kernel (``Stamps.sent_s``); 0 = not known.
         """
         self._resp = resp
+        self._sent_s = sent_s
         self._where = where
         self._idle_s = idle_s
         self.on_close: Any = None  # called with True when the connection went back to the pool
@@ -245,6 +250,15 @@ class GeventResponse:
         self.read_first_age_s = 0.0
         self.read_lag_s = 0.0
         self.read_stamped = False
+
+    @property
+    def sent_age_s(self) -> float:
+        """Seconds since the request was handed to the kernel (>= 0); 0 when not known (then: since ``post`` began)."""
+        sent_s = self._sent_s
+        if not sent_s:
+            return 0.0
+        age_s = time.perf_counter() - sent_s
+        return age_s if age_s > 0.0 else 0.0
 
     def read_some(self) -> bytes:
         """Return the next body bytes as soon as any arrive; b"" at the clean end of the body.
@@ -643,6 +657,7 @@ class GeventHTTPTransport:
         where = f"{method} {self._origin}{shown}{self._via}"
         reused, self._reusable = self._reusable, False
         self._stamps.ns = self._stamps.earliest_ns = 0
+        self._stamps.sent_s = 0.0
         self._stamps.first = b""
         self._turns.start()  # idempotent: the loop's polls bound the arrival of the headers' bytes too
         sent_ns = self._stamps.drained_ns = time.time_ns()  # no byte of the reply comes before the request
@@ -656,6 +671,7 @@ class GeventHTTPTransport:
                 # connection (the pool dropped the dead one). A fresh connection is never retried.
                 if not reused:
                     raise
+                self._stamps.sent_s = 0.0  # the request's clock starts at this second send
                 resp = self._client.request(method, target, body=body, headers=headers)
         except TimeoutError as exc:
             raise RequestTimeout(
@@ -682,6 +698,7 @@ class GeventHTTPTransport:
             earliest_ns=stamps.earliest_ns,
             drained_ns=stamps.drained_ns,
             turns=self._turns,
+            sent_s=stamps.sent_s,
         )
         response.on_close = self._note_reusable
         return response

@@ -159,6 +159,8 @@ class Response(Protocol):
     # poll that found the socket readable returned by then; read_age_s when not known
     read_first_age_s: float
     read_stamped: bool  # True when both came from kernel receive stamps
+    # seconds since the request was handed to the kernel, read when post returned (>= 0); 0 = not known
+    sent_age_s: float
     retry_after: str | None  # the Retry-After header's value; None if absent
 
     def read_some(self) -> bytes:
@@ -294,7 +296,16 @@ class StreamingClient:
             if request.headers:
                 headers = {**headers, **dict(request.headers)}
             response = self._transport.post(request.path, request.body, headers)
-            record.headers_s = clock() - t0
+            t_headers = clock()
+            sent_age_s = response.sent_age_s
+            if sent_age_s:
+                # the request's clock starts when it went to the kernel: building it (or a garbage
+                # collection meanwhile) is the client's delay before the send, part of connect_s
+                t_sent = t_headers - sent_age_s
+                if t_sent > t0:
+                    record.connect_s = (record.connect_s or 0.0) + (t_sent - t0)
+                    t0 = t_sent
+            record.headers_s = t_headers - t0
             try:
                 status, ctype = response.status, response.content_type
                 if not 200 <= status < 300:

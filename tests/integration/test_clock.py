@@ -466,3 +466,25 @@ def test_connections_that_complete_in_one_poll_send_one_poll_at_a_time_past_the_
             turns.close()
     assert len(ready) == 3
     assert len(set(ready)) == 3  # one send per iteration: the loop polled between them
+
+
+def test_the_request_clock_starts_when_the_request_goes_to_the_kernel_not_while_it_is_built(gevent_ready):
+    # The client's loop stalls 30 ms between taking its send time and the send (building the
+    # request, or a garbage collection meanwhile): TTFT starts at the send the server saw, and
+    # the stall is the client's delay before the send (connect_s), as the wire would show.
+    reply = Reply([W(50, sse(T("a"))), W(70, sse(TF("length"), "[DONE]"))])
+    with ScriptedServer(reply) as server:
+        client, transport = _client(server)
+        build = transport._client._build_request
+
+        def slow_build(*args, **kwargs):  # type: ignore[no-untyped-def]
+            _block_loop(0.03)
+            return build(*args, **kwargs)
+
+        transport._client._build_request = slow_build
+        record = client.run(REQUEST)
+    transport.close()
+    assert record.outcome is Outcome.OK
+    assert record.ttft_s == pytest.approx(0.05, abs=0.01)
+    assert record.connect_s is not None
+    assert record.connect_s >= 0.03
