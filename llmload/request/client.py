@@ -159,8 +159,11 @@ class Response(Protocol):
     # poll that found the socket readable returned by then; read_age_s when not known
     read_first_age_s: float
     read_stamped: bool  # True when both came from kernel receive stamps
-    # seconds since the request was handed to the kernel, read when post returned (>= 0); 0 = not known
-    sent_age_s: float
+
+    @property
+    def sent_age_s(self) -> float:
+        """Seconds since the request was handed to the kernel, read when post returned (>= 0); 0 = not known."""
+
     retry_after: str | None  # the Retry-After header's value; None if absent
 
     def read_some(self) -> bytes:
