@@ -137,11 +137,20 @@ def prepare(
                     return None
                 return classes[request.endpoint].build_request(runtime, max_tokens=2)  # type: ignore[attr-defined,no-any-return]
 
+            workload = runtime.process.workload
+            prompts_vary = workload is not None and workload.prompts_vary
             apart = _probes_with_own_headers(runtime, environment.user_classes)  # e.g. Messages: no Bearer
             probes = [(name, request) for name, request in probes if name not in apart]
             with preflight_step(_probe_step(probes + [p for _, p in apart.values()]), limit_s):
                 report = preflight.probe(
-                    transport, probes, config, models, runtime.process.model, retry=without_usage, host=host
+                    transport,
+                    probes,
+                    config,
+                    models,
+                    runtime.process.model,
+                    retry=without_usage,
+                    host=host,
+                    prompts_vary=prompts_vary,
                 )
                 for headers, named in apart.values():
                     own = GeventHTTPTransport(
@@ -149,7 +158,9 @@ def prepare(
                         proxy=runtime.process.proxy,
                     )  # fmt: skip
                     try:
-                        more = preflight.probe(own, [named], config, models, runtime.process.model, host=host)
+                        more = preflight.probe(
+                            own, [named], config, models, runtime.process.model, host=host, prompts_vary=prompts_vary
+                        )
                     finally:
                         own.close()
                     report.notes.extend(more.notes)

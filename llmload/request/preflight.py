@@ -10,8 +10,9 @@ benchmark slot (every request 404, yet the run completes); these checks stop it 
 2. One small probe request per user class (``max_tokens`` 2, streaming as
    configured): it must succeed; whether streamed replies carry ``usage`` says
    where token counts will come from.
-3. When the server reports a context length (vLLM's ``max_model_len``), warn
-   if prompt + ``max_tokens`` exceed it.
+3. When the server reports a context length (vLLM's ``max_model_len``) and
+   the probe's prompt tokens + ``max_tokens`` exceed it: stop when every
+   request sends that prompt (the server would refuse them all), else warn.
 4. The open-file limit covers the users of this process: raise the soft limit
    up to the hard limit, or refuse with the numbers (else connections cap concurrency).
 """
@@ -197,6 +198,7 @@ def probe(
     *,
     retry: Callable[[LLMRequest, RequestRecord], LLMRequest | None] | None = None,
     host: str = "",
+    prompts_vary: bool = False,
 ) -> PreflightReport:
     """Send one small request per user class and report where token counts will come from.
 
@@ -210,9 +212,14 @@ def probe(
             without ``stream_options``), or None to stop.
         host: the ``-H`` URL; its path is named with the request's in a failure
             (the path actually requested) and a doubled ``/v1`` gets a hint.
+        prompts_vary: the run's prompts differ in length (a dataset, a trace,
+            sessions, synthetic lengths): a probe prompt that does not fit the
+            context with ``--max-tokens`` is then a warning, not a stop.
 
     Raises:
-        ConfigError: a probe request failed (the message carries the server's reason).
+        ConfigError: a probe request failed (the message carries the server's
+            reason), or, with one prompt for every request, its prompt tokens
+            + ``--max-tokens`` exceed the context length the server reports.
     """
     report = PreflightReport(model=model)
     client = StreamingClient(transport)
@@ -275,9 +282,19 @@ def probe(
         context = models.context_tokens.get(model)
         prompt = record.prompt_tokens.value
         if context is not None and prompt is not None and prompt + config.max_tokens > context:
+            over = (
+                f"{name}: prompt ({prompt} tokens, the server's count) + --max-tokens ({config.max_tokens}) = "
+                f"{prompt + config.max_tokens} exceeds the model's context length ({context} tokens, "
+                f"max_model_len in GET /v1/models)"
+            )
+            fix = f"pass --max-tokens {context - prompt} or less" if context > prompt else "pass a shorter prompt"
+            if not prompts_vary:
+                raise ConfigError(
+                    f"{over}: the server would refuse (vLLM, SGLang: HTTP 400) or cut short every request. "
+                    f"{fix[:1].upper()}{fix[1:]} (use --skip-preflight to send them anyway)"
+                )
             report.warnings.append(
-                f"{name}: prompt ({prompt} tokens) + --max-tokens ({config.max_tokens}) exceeds the "
-                f"model's context length ({context}); replies will be cut short or refused"
+                f"{over}; requests with a prompt this long will be refused or cut short: {fix} if most are"
             )
     return report
 

@@ -132,6 +132,15 @@ class Workload:
         """True when prompt lengths are tokenizer-checked (a tokenizer was given)."""
         return self._counter is not None
 
+    @property
+    def prompts_vary(self) -> bool:
+        """True when requests' prompts differ in length (dataset, trace, sessions, synthetic); False: one ``--prompt``.
+
+        Conversations (``--turns``) only grow from the first turn's prompt, so they do not vary below it.
+        """
+        config = self.config
+        return bool(self.sessions or self.trace is not None or self.dataset is not None or config.input_tokens)
+
     def describe(self) -> str:
         """One line for the log: the source and whether lengths are exact."""
         config = self.config

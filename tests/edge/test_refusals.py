@@ -15,6 +15,7 @@ from llmload.edge.users import ChatUser, CompletionUser
 from llmload.testing import ScriptedServer, json_reply
 from tests.checks import MODELS, models_route
 from tests.edge.cluster import run_local
+from tests.simserver import serve
 
 NOT_SERVED = json.dumps(
     {"error": {"message": "model 'm' is not served", "type": "NotFoundError", "param": None, "code": 404}}
@@ -88,3 +89,32 @@ def test_nc28_kind_host_naming_another_api_is_refused_before_load(user, path, ap
     own = "/v1/chat/completions" if user is ChatUser else "/v1/completions"
     assert f"Pass the server's root, -H {root} (llmload adds {own})" in err
     assert requests == []  # refused before anything was sent
+
+
+# A new user's run at --max-tokens beyond the model's context: preflight only warned, then every request
+# failed (HTTP 400). With one prompt for every request, the server's max_model_len now stops it first.
+def test_one_prompt_and_max_tokens_beyond_the_served_context_length_is_refused_before_load(capsys) -> None:
+    with serve("--max-model-len", "64") as sim:
+        args = ["--headless", "-H", sim.url, "--num-requests", "4", "--max-tokens", "100", "--prompt", "Say hi."]
+        run = run_local(CompletionUser, sim.url, args, users=1)
+        sent = sim.total("requests_completed", "/v1/completions") + sim.total("requests_rejected", "/v1/completions")
+    assert run.exit_status == 2
+    err = capsys.readouterr().err
+    assert "--max-tokens (100)" in err
+    assert "exceeds the model's context length (64 tokens, max_model_len in GET /v1/models)" in err
+    prompt = int(err.split("CompletionUser: prompt (")[1].split(" tokens")[0])
+    assert f"Pass --max-tokens {64 - prompt} or less (use --skip-preflight to send them anyway)" in err
+    assert sent == 1  # the probe only; no load
+
+
+def test_prompts_of_varied_lengths_beyond_the_context_are_a_warning_not_a_stop(tmp_path, caplog) -> None:
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text('{"prompt": "Say hi."}\n{"prompt": "Say hello."}\n')
+    with serve("--max-model-len", "64") as sim:
+        args = ["--headless", "-H", sim.url, "--num-requests", "2", "--max-tokens", "100", "--dataset", str(dataset),
+                "--max-failure-ratio", "1"]  # fmt: skip
+        run = run_local(CompletionUser, sim.url, args, users=1)
+    assert "exceeds the model's context length (64 tokens" in caplog.text
+    assert "requests with a prompt this long will be refused or cut short" in caplog.text
+    assert run.results is not None
+    assert run.results["requests"]["failed"] == 2  # the load was sent: the user asked for it
