@@ -401,7 +401,7 @@ def format_report(report: dict[str, Any]) -> str:
         cpu = "n/a" if p["cpu_us_per_chunk"] is None else f"{p['cpu_us_per_chunk']:.1f}"
         lines.append(
             f"   read lag P99 {_ms(p['read_lag_p99_s'])} / max {_ms(p['read_lag_max_s'])} ms; "
-            f"requests read > 10 ms late: {p['lagged_requests']}; client_saturated: "
+            f"requests maybe > 10 ms off: {p['lagged_requests']}; client_saturated: "
             f"{str(p['client_saturated']).lower()}; CPU {cpu} us/chunk"
         )
         if p.get("uncovered_requests") is not None:
@@ -414,19 +414,26 @@ def format_report(report: dict[str, Any]) -> str:
     if per_core is None:
         lines.append("streams per core: unknown (the steady phase gave no CPU per chunk; the burst is too short)")
     else:
+        estimate = math.ceil(spec["users"] / per_core) if per_core else None
+        measured = (
+            f" (the estimate alone says {estimate}; {spec['processes']} did not hold them here, see below)"
+            if not report["steady_held"] and estimate is not None and estimate != report["processes_for_users"]
+            else ""
+        )
         lines.append(
-            f"streams per core within the 2 ms read lag at ITL {spec['itl_ms']:g} ms: about {per_core} "
+            f"streams per core at ITL {spec['itl_ms']:g} ms: about {per_core} "
             f"(≈ {report['stream_core_share']:g} x ITL / CPU per chunk); {spec['users']} users need "
-            f"--processes {report['processes_for_users']} or more (one core each)"
+            f"--processes {report['processes_for_users']} or more (one core each){measured}"
         )
     if report["steady_held"]:
         lines.append("steady phase held within the limits")
     else:
         per_process = spec["users"] / spec["processes"]
         lines.append(
-            f"WARNING: the steady phase was flagged (read lag or CPU): {per_process:g} users per process were not "
-            "read in time here, whatever the CPU estimate says (it assumes the client gets its cores; a busy "
-            "machine does not give them; and reads that come late carry several events each, so CPU per chunk "
-            "is lower than keeping up costs): use more --processes, or rerun on a quieter machine"
+            f"WARNING: the steady phase was flagged (read lag or CPU): with {per_process:g} users per process, "
+            "events piled up behind late reads here and their times may be off, whatever the CPU estimate says "
+            "(it assumes the client gets its cores; a busy machine does not give them; and reads that come late "
+            "carry several events each, so CPU per chunk is lower than keeping up costs): use more --processes, "
+            "or rerun on a quieter machine"
         )
     return "\n".join(lines)

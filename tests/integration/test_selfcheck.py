@@ -42,7 +42,7 @@ def test_issue19_selfcheck_quick_reports_error_lag_cpu_and_streams_per_core(tmp_
     assert steady["cpu_us_per_chunk"] > 0
     assert report["streams_per_core"] >= 1
     assert report["processes_for_users"] >= 1
-    assert "streams per core within the 2 ms read lag" in proc.stdout
+    assert "streams per core at ITL" in proc.stdout
     assert "-- steady: 96 requests (0 failed), truth: simulator" in proc.stdout
 
 

@@ -58,8 +58,16 @@ def test_issue19_selfcheck_report_names_truth_error_lag_and_the_processes_needed
     text = format_report(report)
     assert "-- steady: 600 requests (0 failed), truth: capture, 598 requests paired" in text
     assert "client - truth mean +0.70, P99 +3.10, max +12.00 ms" in text
-    assert "requests read > 10 ms late: 1; client_saturated: true; CPU 25.0 us/chunk" in text
+    assert "requests maybe > 10 ms off: 1; client_saturated: true; CPU 25.0 us/chunk" in text
     assert "requests off by more than their own read lag + 1 ms: 0 of 598" in text
     assert "about 280" in text
-    assert "1000 users need --processes 4 or more" in text
-    assert "WARNING: the steady phase was flagged (read lag or CPU): 1000 users per process were not read" in text
+    assert "1000 users need --processes 4 or more (one core each) (the estimate alone says 4" not in text
+    assert "1000 users need --processes 4 or more (one core each)" in text
+    assert (
+        "WARNING: the steady phase was flagged (read lag or CPU): with 1000 users per process, events piled up" in text
+    )
+    # the estimate (32 users at 84 streams per core: one process) and what the run measured (one did not hold)
+    small = {**report, "spec": {**report["spec"], "users": 32}, "streams_per_core": 84, "processes_for_users": 2}
+    assert "32 users need --processes 2 or more (one core each) (the estimate alone says 1; 1 did not hold them" in (
+        format_report(small)
+    )
