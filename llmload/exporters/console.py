@@ -506,10 +506,15 @@ _DRIFT_LINES = (
 
 
 def _drift_lines(drift: Mapping[str, Any] | None) -> list[str]:
-    """The drift block: each metric's first and last stretch, its change, and DRIFT past its tolerance."""
+    """The drift block: each metric's first and last stretch, its change, and DRIFT past its tolerance.
+
+    Nothing for a run too short to judge (fewer intervals than ``min_intervals``): its note stays in the results.
+    """
     if not drift:
         return []
     if not drift.get("judged"):
+        if (drift.get("intervals") or 0) < (drift.get("min_intervals") or 0):
+            return []  # a short run (the results keep the note): no line that reads like a fault
         return [_row("Drift:", str(drift.get("note") or "not judged"))]
     first, last = drift["first"], drift["last"]
     lines = [_section(f"Drift (first vs last {drift['stretch_share']:.0%})")]
