@@ -461,9 +461,9 @@ def _on_test_stop(environment: Environment, **_kw: Any) -> None:
     options = environment.parsed_options
     checkpoints.stop(runtime)  # a checkpoint write in progress finishes before the final results
     end_s = timeline.run_elapsed_s(runtime)
-    # no tick after the end: the last server read below may take seconds, and a row written during it
-    # would cover the end's interval as a whole one (the results cut it at end_s)
-    timeline.stop_timeline(runtime)
+    # the last server read below may take seconds: the ticks meanwhile write only intervals that ended
+    # before end_s (a row written then for the end's interval would cover it as a whole one)
+    timeline.end_timeline(runtime, end_s)
     scraper, runtime.process.server_scraper = runtime.process.server_scraper, None
     # the last server-metrics scrape, after the final reports; its deltas go to the run's last interval
     server = (

@@ -389,6 +389,8 @@ class TimelineState:
         progress_finished: requests finished in the intervals the progress lines covered so far.
         watch: ``--abort-on`` thresholds, or None.
         aborted: the threshold that stopped the run, or None.
+        end_s: the run's end on the time series' clock once the stop took it, else None: from then on
+            the ticks write only the intervals that ended before it (``timeline.end_timeline``).
     """
 
     table: Timeline | None = None
@@ -398,6 +400,7 @@ class TimelineState:
     progress_finished: int = 0
     watch: ThresholdWatch | None = None
     aborted: Breach | None = None
+    end_s: float | None = None
 
     def restart(self) -> None:
         """RESET: checkpoints hold the rows measured after it, and ``--abort-on`` windows start again."""

@@ -40,7 +40,7 @@ from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.servermetrics import SERVER_COLUMNS
 from llmload.settings.thresholds import ThresholdWatch
 
-__all__ = ["finish_timeline", "run_elapsed_s", "start_timeline", "stop_timeline"]
+__all__ = ["end_timeline", "finish_timeline", "run_elapsed_s", "start_timeline"]
 
 log = logging.getLogger("llmload")
 
@@ -65,7 +65,7 @@ def start_timeline(environment: Environment, **_kw: Any) -> None:
     runner = environment.runner
     if isinstance(runner, WorkerRunner) or not runtime.run.run_id:
         return
-    stop_timeline(runtime)
+    _stop_timeline(runtime)
     config = runtime.process.config
     if isinstance(runner, MasterRunner):
         report_s = LIVE_REPORT_INTERVAL_S if config.prometheus_port else WORKER_REPORT_INTERVAL
@@ -129,8 +129,10 @@ def _tick_timeline_forever(environment: Environment, runtime: Runtime) -> None:
     tick_s = min(_TIMELINE_TICK_S, timeline.interval_s / 2) if timeline is not None else _TIMELINE_TICK_S
     while timeline is not None:
         now_s = time.perf_counter() - runtime.run.run_started_s
-        timeline.sample(now_s, _gauges(environment, runtime))
-        rows = timeline.due_rows(runtime.run.series, now_s)
+        end_s = runtime.timeline.end_s
+        if end_s is None:
+            timeline.sample(now_s, _gauges(environment, runtime))
+        rows = timeline.due_rows(runtime.run.series, now_s, end_s=end_s)
         _write(environment, runtime, rows)
         runtime.timeline.rows.extend(rows)
         _check_thresholds(environment, runtime, rows)
@@ -186,12 +188,17 @@ def _write(environment: Environment, runtime: Runtime, rows: list[Row], *, progr
         )
 
 
-def stop_timeline(runtime: Runtime) -> None:
-    """Stop the tick greenlet (no row is written after this); the table stays for ``finish_timeline``.
+def end_timeline(runtime: Runtime, end_s: float) -> None:
+    """The run ended at ``end_s`` (time-series clock): ticks from now on write only intervals that ended before it.
 
-    Called at the run's end before anything that yields (the last server read):
-    a tick after the end would write the end's interval as a whole one.
+    Called at the stop before anything that yields (the last server read, up
+    to its timeout): a tick meanwhile would write the end's interval as a whole
+    one; ``finish_timeline`` writes it, cut at ``end_s``.
     """
+    runtime.timeline.end_s = end_s
+
+
+def _stop_timeline(runtime: Runtime) -> None:
     task, runtime.timeline.task = runtime.timeline.task, None
     if task is not None:
         task.kill(block=True, timeout=_STOP_TIMELINE_TIMEOUT_S)
@@ -212,7 +219,7 @@ def finish_timeline(
     says how many. ``end_s``: the run's end on the time series' clock (default:
     now). The drift section (``llmload.exporters.drift``) is None when no timeline ran.
     """
-    stop_timeline(runtime)
+    _stop_timeline(runtime)
     timeline = runtime.timeline.table
     if timeline is None:
         return [], None

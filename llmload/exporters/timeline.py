@@ -131,8 +131,12 @@ class Timeline:
     def _all_gauges(self) -> dict[int, Gauges]:
         return {i: {**self._gauges.get(i, {}), **self._extra.get(i, {})} for i in self._gauges.keys() | self._extra}
 
-    def due_rows(self, series: IntervalSeries, now_s: float) -> list[Row]:
-        """Rows of the intervals that became due by ``now_s``, each interval once, in order."""
+    def due_rows(self, series: IntervalSeries, now_s: float, *, end_s: float | None = None) -> list[Row]:
+        """Rows of the intervals that became due by ``now_s``, each interval once, in order.
+
+        ``end_s``: the run's end, once known: only intervals that ended by then
+        (the one holding it is written, cut, by ``final_rows``).
+        """
         due = int((now_s - self.grace_s) // self.interval_s)  # intervals [0, due) ended grace_s ago
         if self.extra_wait_s > 0:
             waited = int((now_s - self.grace_s - self.extra_wait_s) // self.interval_s)
@@ -145,6 +149,8 @@ class Timeline:
                     due,
                 )
                 due = max(held, first_pending)
+        if end_s is not None:
+            due = min(due, int(end_s // self.interval_s))  # intervals [0, due) ended by end_s
         if due <= self._next:
             return []
         gauges = self._all_gauges()

@@ -109,3 +109,15 @@ def test_timeline_server_columns_follow_the_gauges_in_every_row() -> None:
 def test_timeline_refuses_bad_interval() -> None:
     with pytest.raises(ValueError, match="--timeseries-interval"):
         Timeline(0.0)
+
+
+def test_timeline_after_the_end_writes_only_the_intervals_that_ended_before_it() -> None:
+    # The stop took the end (3.4 s) and its last server read then took seconds: ticks meanwhile
+    # write intervals 0-2; interval 3 holds the end and is written by final_rows, cut at 3.4 s.
+    timeline = Timeline(1.0, grace_s=0.1)
+    series = IntervalSeries.empty()
+    series.add(3, _ok())
+    assert [r["t"] for r in timeline.due_rows(series, 5.5, end_s=3.4) if r["endpoint"] is None] == [0.0, 1.0, 2.0]
+    assert timeline.due_rows(series, 6.5, end_s=3.4) == []
+    (last,) = [r for r in timeline.final_rows(series, 3.4) if r["endpoint"] is None]
+    assert (last["t"], last["interval_s"], last["succeeded"]) == (3.0, pytest.approx(0.4), 1)
