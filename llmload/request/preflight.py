@@ -283,7 +283,8 @@ def probe(
         prompt = record.prompt_tokens.value
         if context is not None and prompt is not None and prompt + config.max_tokens > context:
             over = (
-                f"{name}: prompt ({prompt} tokens, the server's count) + --max-tokens ({config.max_tokens}) = "
+                f"{name}: prompt ({prompt} token{'' if prompt == 1 else 's'}, the server's count) + --max-tokens "
+                f"({config.max_tokens}) = "
                 f"{prompt + config.max_tokens} exceeds the model's context length ({context} tokens, "
                 f"max_model_len in GET /v1/models)"
             )
