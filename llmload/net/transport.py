@@ -609,10 +609,6 @@ class GeventHTTPTransport:
             where = f"connect to {self._origin}{self._via}"
             raise self._proxy_down(where, exc) or TransportError(f"{where} failed: {describe(exc)}") from exc
         pool.return_socket(sock)
-        # Connections opened together (a spawn) complete in one poll: their sends, each ~0.1 ms, would
-        # all run in that iteration while first tokens wait unread. Past the turn's budget this waits
-        # for a later iteration, before the send time is taken (it counts in connect_s, not TTFT).
-        self._turns.yield_if_turn_over(TURN_BUDGET_NS)
 
     def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> GeventResponse:
         """POST ``body``; return once status and headers are in.

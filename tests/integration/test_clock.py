@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -438,34 +437,6 @@ def test_issue19_greenlets_past_the_turn_budget_go_on_in_order_one_poll_at_a_tim
         assert turns.check_ns == before
     finally:
         turns.close()
-
-
-def test_connections_that_complete_in_one_poll_send_one_poll_at_a_time_past_the_turn_budget(gevent_ready):
-    # Three users open their connections at once (a spawn): the three connects complete in
-    # one poll. Each then has 3 ms of work (its send) against the 2 ms turn budget: past it,
-    # the next user waits for a later poll before its send, so first tokens that arrived
-    # meanwhile are read between them instead of after all the sends.
-    turns = LoopTurns()
-    turns.start()
-    with socket.create_server(("127.0.0.1", 0), backlog=16) as listener:
-        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        transports = [GeventHTTPTransport(url, headers={}, timeouts=FAST, turns=turns) for _ in range(3)]
-        ready: list[int] = []  # check_ns of the iteration each user went on in
-
-        def user(transport: GeventHTTPTransport) -> None:
-            transport.connect()
-            ready.append(turns.check_ns)
-            _block_loop(0.003)
-
-        try:
-            gevent.sleep(0.002)  # a poll noted
-            gevent.joinall([gevent.spawn(user, t) for t in transports], timeout=5, raise_error=True)
-        finally:
-            for transport in transports:
-                transport.close()
-            turns.close()
-    assert len(ready) == 3
-    assert len(set(ready)) == 3  # one send per iteration: the loop polled between them
 
 
 def test_the_request_clock_starts_when_the_request_goes_to_the_kernel_not_while_it_is_built(gevent_ready):
