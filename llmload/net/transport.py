@@ -34,7 +34,7 @@ connection, which acknowledges every segment; on a warm one that delays its
 ACKs, once the older segment is acknowledged), and one read of them all
 carries the newest stamp either way, so the stamp is exact only when the
 client keeps up; events that piled up are timed late. ``read_lag_s`` bounds
-how late: how long before the stamp the oldest bytes of the read may have
+how far off: how long before the stamp the oldest bytes of the read may have
 arrived, i.e. since the socket was last known empty (the start of the
 receive that last emptied it, narrowed by the loop's polls, ``LoopTurns``,
 for body bytes that came with the headers too, ``Stamps.earliest_ns``; while
