@@ -238,6 +238,32 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return not any(path == _EDGE or _EDGE in path.parents for path in asked)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shard",
+        default=None,
+        metavar="K/N",
+        help="run only every N-th collected test starting at the K-th (0-based), so N pytest processes share "
+        "a pass that cannot use pytest-xdist (tests/edge: gevent's patch breaks xdist's worker threads)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--shard K/N``: keep items K, K+N, K+2N, ... of the collected order (round robin, so slow files spread)."""
+    shard = config.getoption("--shard")
+    if shard is None:
+        return
+    try:
+        k, n = (int(part) for part in shard.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--shard {shard!r}: expected K/N with 0 <= K < N, e.g. --shard 0/2") from None
+    if not 0 <= k < n:
+        raise pytest.UsageError(f"--shard {shard!r}: expected K/N with 0 <= K < N, e.g. --shard 0/2")
+    kept = items[k::n]
+    config.hook.pytest_deselected(items=[item for i, item in enumerate(items) if i % n != k])
+    items[:] = kept
+
+
 def _sim_servers() -> Iterator[Callable[..., str]]:
     from tests.simserver import SimThread
 
