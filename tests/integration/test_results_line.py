@@ -66,6 +66,10 @@ def test_num_requests_run_without_time_limit_does_not_say_no_limit_use_ctrl_c(tm
     assert out.returncode == 0, out.stderr[-2000:]
     assert "No run time limit set" not in out.stderr
     assert "llmload: no -t time limit: the run ends when --num-requests 4 requests have finished" in out.stderr
-    assert timed.returncode == 0, timed.stderr[-2000:]
+    # This run is here for its log lines, not its verdict: on a busy machine (the suite spread over more
+    # processes than cores) its one user's first request can outlast the 1 s, and a run with no finished
+    # request fails with exit status 1, rightly.
+    no_request = "FAILED: no request finished" in timed.stdout
+    assert timed.returncode == (1 if no_request else 0), timed.stderr[-2000:]
     assert "Run time limit set to 1 seconds" in timed.stderr
     assert "--num-requests" not in timed.stderr
