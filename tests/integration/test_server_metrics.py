@@ -173,12 +173,7 @@ def test_reset_restarts_the_server_metrics_with_the_clients(tmp_path):
     with web_ui("--request-rate", "20", "--results-json", str(out), "--timeseries-interval", "1") as ui:
         assert ui.swarm(max_tokens="4")["success"] is True
         ui.wait(lambda s: s["stats"] and s["stats"][-1]["num_requests"] >= 20, "20 requests")
-        ui.post("/stats/reset")
-        # Locust memoizes /stats/requests for 2 s (locust.web.DEFAULT_CACHE_TIME) and RESET does not clear that
-        # cache: until it expires, the table answers with the figures from before the RESET, which already hold
-        # 20 requests. On a busy machine the wait below then passed at once, STOP followed the RESET within
-        # milliseconds, and the run held 1 request since it (seen with the suite spread over 3 processes).
-        time.sleep(2.5)
+        ui.reset()
         ui.wait(lambda s: s["stats"] and s["stats"][-1]["num_requests"] >= 10, "10 requests after RESET")
         ui.post("/stop")
         ui.wait(lambda s: s["state"] == "stopped" and final_results_written(out), "the stop and its results")

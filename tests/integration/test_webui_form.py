@@ -110,7 +110,7 @@ def test_b4_reset_resets_llmload_statistics_with_locusts(tmp_path: Path) -> None
     with web_ui("--request-rate", "20", "--results-json", str(results)) as ui:
         assert ui.swarm(max_tokens="4")["success"] is True
         ui.wait(lambda s: s["stats"] and s["stats"][-1]["num_requests"] >= 10, "10 requests")
-        ui.post("/stats/reset")
+        ui.reset()
         ui.wait(lambda s: s["stats"] and s["stats"][-1]["num_requests"] >= 5, "5 requests after RESET")
         ui.post("/stop")
         ui.wait(lambda s: s["state"] == "stopped", "the stop")
