@@ -182,6 +182,9 @@ def _lost_worker_logged_at(stderr: str) -> float:
 
 # Issue 14, P7: the README's lost-worker time ("within about 5 s") is what happens.
 def test_p7_killed_worker_is_flagged_within_the_documented_time_and_run_completes(sim_url, tmp_path):
+    """The run has no time limit that a slow start could use up before the kill is noticed (a -t 14s run
+    once ended before the master's heartbeat check on a busy machine): the test waits for the master's
+    "lost" line, sees the remaining worker go on serving, then stops the run with SIGTERM."""
     out = tmp_path / "r.json"
     port = free_port()
     common = ["-f", "locustfiles/chat.py"]
@@ -193,26 +196,37 @@ def test_p7_killed_worker_is_flagged_within_the_documented_time_and_run_complete
         )
         for _ in range(2)
     ]  # fmt: skip
-    master = subprocess.Popen(
-        [
-            sys.executable, "-m", "locust", *common, "--master", "--master-bind-host", "127.0.0.1",
-            "--master-bind-port", str(port), "--headless", "--only-summary", "--expect-workers", "2",
-            "--prometheus-port", "0",
-            "-H", sim_url, "-u", "64", "-r", "64", "-t", "14s", "--max-tokens", "40", "--skip-preflight",
-            "--results-json", str(out),
-        ],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    log_path = tmp_path / "master.log"
+    with log_path.open("w") as log_file:
+        master = subprocess.Popen(
+            [
+                sys.executable, "-m", "locust", *common, "--master", "--master-bind-host", "127.0.0.1",
+                "--master-bind-port", str(port), "--headless", "--only-summary", "--expect-workers", "2",
+                "--prometheus-port", "0",
+                "-H", sim_url, "-u", "64", "-r", "64", "-t", "300s", "--max-tokens", "40", "--skip-preflight",
+                "--results-json", str(out),
+            ],
+            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=log_file, text=True,
+        )  # fmt: skip
+
+    def served() -> float:
+        return metric_sum(metrics(sim_url), "llmload_sim_requests_completed_total")
+
     try:
-        assert _wait_for(lambda: metric_sum(metrics(sim_url), "llmload_sim_requests_completed_total") > 200, 60)
+        assert _wait_for(lambda: served() > 200, 60)
         time.sleep(3.5)  # past at least one worker report interval (3 s)
         workers[0].kill()
         killed_at = time.time()
-        stdout, stderr = master.communicate(timeout=120)
+        assert _wait_for(lambda: "lost mid-run" in log_path.read_text(), 30), log_path.read_text()[-3000:]
+        at_loss = served()
+        assert _wait_for(lambda: served() > at_loss + 50, 30)  # the run goes on with the other worker
+        master.send_signal(signal.SIGTERM)
+        stdout, _ = master.communicate(timeout=120)
     finally:
         for proc in (master, *workers):
             if proc.poll() is None:
                 proc.kill()
+    stderr = log_path.read_text()
     assert master.returncode == 0, stderr[-3000:]
     results = _results(out)
     assert len(results["lost_workers"]) == 1
