@@ -442,8 +442,15 @@ def _restart_server_metrics(environment: Environment, **_kw: Any) -> None:
 
 
 def _read_server_baseline(runtime: Runtime, scraper: ServerScraper) -> None:
-    """RESET, in its own greenlet: read the server's new baseline, then drop the time series' server columns."""
+    """RESET, in its own greenlet: read the server's new baseline, then drop the time series' server columns.
+
+    How long after the RESET the baseline came, and how many requests the client
+    counted in between (they count on the client only), go to ``server.reset``.
+    """
     scraper.restart()
+    reset_at_unix = runtime.run.reset_at_unix
+    if reset_at_unix is not None:
+        scraper.note_reset(max(0.0, time.time() - reset_at_unix), runtime.run.totals().total().succeeded)
     if runtime.timeline.table is not None:
         runtime.timeline.table.clear_extra()
 

@@ -290,6 +290,8 @@ class ServerScraper:
         """The server columns per interval index."""
         self.notes: list[str] = []
         """What happened to endpoints that were dropped (e.g. no ``/metrics`` on the target)."""
+        self.reset: dict[str, float | int] | None = None
+        """The last RESET's window (``note_reset``), the results' ``server.reset``; None without a RESET."""
 
     @property
     def active(self) -> bool:
@@ -367,6 +369,23 @@ class ServerScraper:
             self.intervals = ServerIntervals()
             self.intervals.baseline(readings)
 
+    def note_reset(self, baseline_after_s: float, client_succeeded: int) -> None:
+        """Record how far the server's new baseline came after a RESET cleared the client's figures.
+
+        The baseline read waits on the network, so requests that finish on the
+        client between the RESET and the read's answer count on the client
+        only: the cross-check's token difference and a client − server request
+        difference up to ``client_succeeded`` come from that window, not from
+        the server.
+
+        Args:
+            baseline_after_s: seconds from the RESET to the baseline read's answer.
+            client_succeeded: successful requests the client had counted since
+                the RESET when the answer came (a master: as far as its workers
+                had reported then).
+        """
+        self.reset = {"baseline_after_s": baseline_after_s, "client_succeeded_before_baseline": client_succeeded}
+
     def finish(self, final_index: int | None = None) -> dict[str, object] | None:
         """Stop the periodic scrapes, read every endpoint once more, and return the ``server`` section.
 
@@ -393,6 +412,7 @@ class ServerScraper:
         if section is not None:
             notes = section.get("notes")
             section["notes"] = [*self.notes, *(notes if isinstance(notes, list) else [])]
+            section["reset"] = self.reset
         for endpoint in self._endpoints:
             if endpoint.failed_scrapes:
                 log.warning(

@@ -143,6 +143,7 @@ def summarise(endpoints: list[Endpoint]) -> dict[str, object] | None:
         ratio = None if mean is None else float(mean)
     return {
         "kind": str(kinds[0]) if kinds else str(ServerKind.UNKNOWN),
+        "reset": None,  # a RESET's window: ServerScraper.finish fills it in
         "complete": all(e.start_ok and e.end_ok for e in endpoints),
         "endpoints": [
             {
@@ -294,6 +295,13 @@ def _token_verdict(server: Mapping[str, object], prompt_diff: float | None, gen_
         )
     else:
         cause = "the client counted more: server counters not final when scraped, or prompt-cache accounting"
+        reset = server.get("reset")
+        if isinstance(reset, Mapping) and reset.get("client_succeeded_before_baseline"):
+            cause = (
+                f"the client counted more: {reset['client_succeeded_before_baseline']:,} request(s) finished "
+                f"between the RESET and the server's new baseline ({reset['baseline_after_s']:.2f} s later) "
+                "count on the client only"
+            )
     if not server.get("complete"):
         cause += "; a start or end scrape failed, so the server deltas miss part of the run"
     return f"{', '.join(parts)}; likely: {cause}"

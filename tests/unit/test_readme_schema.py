@@ -205,6 +205,8 @@ def closed_loop() -> dict[str, Any]:
             run_of(fixture("tgi.txt"), fixture("tgi.txt")),
         ]
     )
+    assert server is not None
+    server["reset"] = {"baseline_after_s": 0.4, "client_succeeded_before_baseline": 3}  # after a RESET
     long_series = IntervalSeries.empty()
     for index in range(12):
         long_series.slot(index).merge_in(stats)

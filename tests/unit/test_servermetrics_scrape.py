@@ -261,6 +261,30 @@ def test_scraper_restart_counts_the_server_from_the_reset_like_the_client():
     assert columns["server_generation_tokens"] == 300
 
 
+def test_scraper_reset_window_is_in_the_section_and_explains_the_token_difference():
+    """A RESET's new baseline is read over the network: requests the client finished meanwhile count on the
+    client only. The CI run of 2026-12-03 had 47 client and 38 server requests since a RESET on a busy
+    machine, with no word of why; the section now says how long the read took and what the client counted."""
+    from llmload.servermetrics import cross_check
+
+    fetch = FakeFetch({AUTO: [vllm(100, 1000), vllm(150, 1500), vllm(170, 1800)]})
+    scraper = ServerScraper(AUTO, (), model="m", fetch=fetch, interval_s=60)
+    scraper.start()
+    section = ServerScraper(AUTO, (), model="m", fetch=FakeFetch({AUTO: [vllm(1, 1)]}), interval_s=60)
+    section.start()
+    assert (section.finish(final_index=0) or {})["reset"] is None  # no RESET, no window
+    scraper.restart()
+    scraper.note_reset(0.45, 9)
+    done = scraper.finish(final_index=0)
+    assert done is not None
+    assert done["reset"] == {"baseline_after_s": 0.45, "client_succeeded_before_baseline": 9}
+    check = cross_check(done, prompt_tokens=20, completion_tokens=390, ttft_mean_s=None, ttft_p50_s=None)
+    assert "generation client +90 vs server" in str(check["tokens"])
+    assert "9 request(s) finished between the RESET and the server's new baseline (0.45 s later)" in str(
+        check["tokens"]
+    )
+
+
 def _big_page(lines: int = 4000) -> str:
     """A vLLM-like page of ``lines`` histogram bucket lines (a real server's page is 100-200 KB)."""
     body = [vllm(1, 1)]
