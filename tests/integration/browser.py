@@ -29,6 +29,7 @@ def chromium(width: int = 1500, height: int = 1000) -> Iterator[Any]:
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={width},{height}"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's console, for failure messages
     driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(WAIT_S)
     try:

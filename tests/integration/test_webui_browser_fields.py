@@ -92,7 +92,17 @@ def test_issue24_browser_saturated_run_shows_the_warning_in_the_llm_tab(browser:
         browser.get(ui.base + "/")
         by_text(browser, "//button[@type='submit']").click()
         by_text(browser, "//button[@role='tab'][normalize-space()='LLM']").click()
-        box = wait(browser, _warning, 90)
+        try:
+            box = wait(browser, _warning, 90)
+        except Exception as exc:  # say what the page and the process showed, not only "timeout"
+            screenshot(browser, "webui-saturated-timeout.png")
+            series = json.loads(ui.get("/llmload/timeseries.json"))
+            raise AssertionError(
+                f"no warning within 90 s: {type(exc).__name__}; url {browser.current_url}; "
+                f"state {ui.stats()['state']}; warnings {series['warnings']}; ended {series['ended']}; "
+                f"rows {len(series['rows'])}; panel {bool(browser.find_elements('id', 'llmload-charts'))}; "
+                f"page {browser.execute_script(_PAGE_STATE)}; console {browser.get_log('browser')[-20:]}"
+            ) from exc
         screenshot(browser, "webui-saturated.png")
         assert "Client saturated" in box
         assert "read lag P99" in box
@@ -100,6 +110,15 @@ def test_issue24_browser_saturated_run_shows_the_warning_in_the_llm_tab(browser:
         document = json.loads(results.read_text())
         assert document["client"]["read_lag_saturated"] is True
         assert document["client"]["read_lag_s"]["p99"] > 0.002
+
+
+_PAGE_STATE = """
+return {chart: typeof Chart, table: !!document.querySelector('.MuiTableContainer-root'),
+        scripts: Array.from(document.scripts).map(function (s) { return s.src; }),
+        tabs: Array.from(document.querySelectorAll("button[role='tab']")).map(function (b) {
+          return b.textContent + ':' + b.getAttribute('aria-selected'); }),
+        text: document.body.innerText.slice(0, 600)};
+"""
 
 
 def _warning(driver: Any) -> str:

@@ -124,6 +124,29 @@ def test_b4_reset_resets_llmload_statistics_with_locusts(tmp_path: Path) -> None
         _clean(ui)
 
 
+def test_stats_poll_right_after_start_reset_and_stop_shows_the_new_state_not_locusts_cached_answer(
+    tmp_path: Path,
+) -> None:
+    """A poll right after Start answered "ready": Locust's cached answer (it caches ``/stats/requests``
+    for 2 s), or the true state while llmload's test_start (the preflight) still ran. The page then
+    showed the start form again and stopped polling, so the run never showed (the browser saturation
+    test on the CI of 2026-12-03: URL on the LLM tab, page at READY, run over). RESET likewise answered
+    with the figures from before it for up to 2 s."""
+    results = tmp_path / "r.json"
+    with web_ui("--request-rate", "20", "--results-json", str(results)) as ui:
+        assert ui.stats()["state"] == "ready"  # the page's first poll: Locust caches this answer
+        assert ui.swarm(max_tokens="4")["success"] is True
+        assert ui.stats()["state"] in {"spawning", "running"}
+        ui.wait(lambda s: s["stats"] and s["stats"][-1]["num_requests"] >= 20, "20 requests")
+        before = ui.aggregated()["num_requests"]  # polled just now: cached for 2 s
+        ui.post("/stats/reset")
+        after = ui.aggregated()["num_requests"]
+        assert after < before, (before, after)
+        ui.post("/stop")
+        ui.wait(lambda s: s["state"] == "stopped" and final_results_written(results), "the stop")
+        _clean(ui)
+
+
 def test_b5_launch_only_prometheus_options_are_not_in_the_form() -> None:
     with web_ui() as ui:
         page = ui.get("/").decode()

@@ -53,14 +53,9 @@ class WebUI:
         return answer
 
     def reset(self) -> None:
-        """Press RESET; return once ``/stats/requests`` can only answer with figures from after it.
-
-        Locust memoizes that route for 2 s (``locust.web.DEFAULT_CACHE_TIME``) and RESET does not clear
-        the cache, so a wait on it right after RESET can pass on the figures from before (a RESET test
-        then stopped the run within milliseconds of the RESET on a busy machine).
-        """
+        """Press RESET (``/stats/requests`` answers with the cleared figures at once: llmload drops
+        Locust's 2 s cache of it at a RESET)."""
         self.post("/stats/reset")
-        time.sleep(2.5)
 
     def stats(self) -> dict[str, Any]:
         answer: dict[str, Any] = json.loads(self.get("/stats/requests"))

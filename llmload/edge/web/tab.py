@@ -17,7 +17,7 @@ the summary, the results file and ``/metrics`` are built from.
 from __future__ import annotations
 
 from locust.env import Environment
-from locust.runners import STATE_STOPPED, STATE_STOPPING, MasterRunner, WorkerRunner
+from locust.runners import STATE_INIT, STATE_SPAWNING, STATE_STOPPED, STATE_STOPPING, MasterRunner, WorkerRunner
 
 import json
 import time
@@ -67,12 +67,17 @@ def install(environment: Environment) -> None:
         if request.endpoint != _STATS_ENDPOINT or response.status_code != 200 or not response.is_json:
             return response
         body = response.get_json()
+        if isinstance(body, dict) and _stale(body, environment):
+            body = _fresh_stats(app) or body
+        if isinstance(body, dict) and _start_under_way(environment):
+            body["state"] = STATE_SPAWNING
         if isinstance(body, dict):
             body["extended_stats"] = extended_stats(environment)
             response.set_data(json.dumps(body))
         return response
 
     app.after_request(add_rows)
+    environment.events.reset_stats.add_listener(lambda **_kw: _clear_stats_cache(app))
 
     def results_json() -> Response:
         results = _results(environment)
@@ -117,6 +122,63 @@ def _results(environment: Environment) -> dict[str, Any] | None:
 def _page_host() -> str:
     """The ``Host`` the web UI was opened on ("" outside a request)."""
     return request.host if has_request_context() else ""
+
+
+def _stats_cache_owner(app: Any) -> Any:
+    """Locust's memoized ``/stats/requests`` view (the one with ``clear_cache``) under its auth wrapper, or None."""
+    view = app.view_functions.get(_STATS_ENDPOINT)
+    while view is not None and not hasattr(view, "clear_cache"):
+        view = getattr(view, "__wrapped__", None)
+    return view
+
+
+def _clear_stats_cache(app: Any) -> None:
+    """Drop Locust's cached ``/stats/requests`` answer, so the next poll is computed afresh.
+
+    Locust memoizes the route for 2 s (``locust.web.DEFAULT_CACHE_TIME``; doubled each time one
+    answer took longer) and neither Start nor RESET clears it. RESET's listeners run before Locust
+    clears its table, with no wait in between, so the next answer has the cleared figures.
+    """
+    owner = _stats_cache_owner(app)
+    if owner is not None:
+        owner.clear_cache()
+
+
+def _stale(body: dict[str, Any], environment: Environment) -> bool:
+    """Whether a ``/stats/requests`` answer shows another runner state than the runner's now (a cached one)."""
+    runner = environment.runner
+    return runner is not None and body.get("state") != str(runner.state)
+
+
+def _start_under_way(environment: Environment) -> bool:
+    """Whether Start was pressed and the runner has not left ``ready`` (or ``stopped``) yet.
+
+    Locust starts the run in a greenlet after answering the Start post, and the
+    state turns ``spawning`` only once every ``test_start`` listener returned:
+    llmload's check of the target (preflight) waits on the network meanwhile.
+    A poll in that window answered ``ready``; the page then showed the start
+    form again and stopped polling, so the run never showed until a reload.
+    """
+    runner = environment.runner
+    if runner is None or runner.state not in (STATE_INIT, STATE_STOPPED):
+        return False
+    starts = (getattr(environment.web_ui, "_swarm_greenlet", None), getattr(runner, "spawning_greenlet", None))
+    return any(g is not None and not g.dead for g in starts)
+
+
+def _fresh_stats(app: Any) -> dict[str, Any] | None:
+    """``/stats/requests`` computed now, past Locust's cache; None when it cannot be.
+
+    A cached answer from before Start says ``ready`` (see ``_start_under_way``
+    for what the page then does); one from before a stop says ``running``.
+    """
+    _clear_stats_cache(app)
+    view = app.view_functions.get(_STATS_ENDPOINT)
+    if view is None:
+        return None
+    answer = view()
+    body = answer.get_json() if isinstance(answer, Response) and answer.is_json else None
+    return body if isinstance(body, dict) else None
 
 
 def extended_stats(environment: Environment) -> list[dict[str, Any]]:
