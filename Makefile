@@ -33,38 +33,41 @@ demo: install
 
 # Three passes. First the timing-accuracy tests (marker `timing`: test_cases_stream's +-5 ms TTFT,
 # test_clock's kernel stamps, the SSE decoder's cost ratio) in one process without tracing, which
-# would shift what they measure. Then everything else under coverage.py, and the edge tests
-# (tests/edge: they import Locust, so a pytest process of their own) last. The gate is in
-# pyproject.toml ([tool.coverage.report] fail_under); the `locust` processes and simulators the tests
-# start are measured too (coverage's subprocess patch), each writing a .coverage.* file that
-# `combine` merges. Every pass always runs and the coverage figure is always printed; the exit status
-# is the first failing pass's (pytest's own code), else the coverage gate's.
-# TEST_PROCESSES=N (default 1) spreads the coverage pass over N pytest-xdist workers and the edge pass
-# over N pytest processes with --shard K/N (tests/conftest.py; gevent's patch breaks xdist's worker
-# threads), whose output is printed in turn when all are done. Not the default yet: with 3 on 2 cores
-# the pass is CPU-bound and some load-sensitive tests fail (docs/contributing.md).
-TEST_PROCESSES ?= 1
+# would shift what they measure, and with nothing else running. Then everything else under
+# coverage.py, and the edge tests (tests/edge: they import Locust, so a pytest process of their own).
+# The gate is in pyproject.toml ([tool.coverage.report] fail_under); the `locust` processes and
+# simulators the tests start are measured too (coverage's subprocess patch), each writing a
+# .coverage.* file that `combine` merges. Every pass always runs and the coverage figure is always
+# printed; the exit status is the first failing pass's (pytest's own code), else the coverage gate's.
+# TEST_PROCESSES=N (default 2, the CI machine's cores) runs the coverage pass on N pytest-xdist
+# workers and, at the same time, the edge tests as ceil(N/2) pytest processes with --shard K/M
+# (tests/conftest.py; gevent's patch breaks xdist's worker threads), whose output is printed when all
+# are done. TEST_PROCESSES=1: the three passes one after the other in one process each.
+TEST_PROCESSES ?= 2
 
 test: install
 	@rm -f .coverage .coverage.* .edge-shard-*.log
 	@status=0; started=$$(date +%s); n=$(TEST_PROCESSES); \
-	if [ "$$n" -gt 1 ] 2>/dev/null; then xdist="-n $$n --dist worksteal"; else n=1; xdist="-p no:xdist"; fi; \
+	if [ "$$n" -gt 1 ] 2>/dev/null; then xdist="-n $$n --dist worksteal"; m=$$(( (n + 1) / 2 )); else n=1; m=0; xdist="-p no:xdist"; fi; \
 	echo "$(PY) -m pytest -q --durations=25 -m timing"; \
 	$(PY) -m pytest -q --durations=25 -m timing || status=$$?; \
+	pids=""; \
+	if [ $$m -gt 0 ]; then \
+		echo "$(PY) -m coverage run -m pytest -q --durations=10 tests/edge --shard K/$$m, K = 0..$$((m - 1)), beside the next pass"; \
+		for k in $$(seq 0 $$((m - 1))); do \
+			$(PY) -m coverage run -m pytest -q --durations=10 -p no:cacheprovider tests/edge --shard $$k/$$m \
+				> .edge-shard-$$k.log 2>&1 & pids="$$pids $$!"; \
+		done; \
+	fi; \
 	echo "$(PY) -m coverage run -m pytest -q $$xdist --durations=25 -m \"not timing\""; \
 	$(PY) -m coverage run -m pytest -q $$xdist --durations=25 -m "not timing" || { test $$status -ne 0 || status=$$?; }; \
-	if [ $$n -eq 1 ]; then \
+	if [ $$m -eq 0 ]; then \
 		echo "$(PY) -m coverage run -m pytest -q --durations=10 tests/edge"; \
 		$(PY) -m coverage run -m pytest -q --durations=10 tests/edge || { test $$status -ne 0 || status=$$?; }; \
 	else \
-		echo "$(PY) -m coverage run -m pytest -q --durations=10 tests/edge --shard K/$$n, K = 0..$$((n - 1))"; \
-		pids=""; for k in $$(seq 0 $$((n - 1))); do \
-			$(PY) -m coverage run -m pytest -q --durations=10 -p no:cacheprovider tests/edge --shard $$k/$$n \
-				> .edge-shard-$$k.log 2>&1 & pids="$$pids $$!"; \
-		done; \
 		k=0; for pid in $$pids; do \
 			wait $$pid || { test $$status -ne 0 || status=$$?; }; \
-			echo "== tests/edge --shard $$k/$$n"; cat .edge-shard-$$k.log; rm -f .edge-shard-$$k.log; k=$$((k + 1)); \
+			echo "== tests/edge --shard $$k/$$m"; cat .edge-shard-$$k.log; rm -f .edge-shard-$$k.log; k=$$((k + 1)); \
 		done; \
 	fi; \
 	$(PY) -m coverage combine -q || true; \
