@@ -37,6 +37,10 @@ def _scheduled_rate(rate: float, n: int, seed: int, rank: int = 0) -> float:
 
 
 # Case BC-23: an absolute schedule from a monotonic start does not drift below the target.
+# Timing: it asserts the generator kept its schedule within 2 % and 0.25 s, which needs a client and a
+# simulator that keep 4-token replies far under the 0.4 s that 48 users at 120/s allow; beside the
+# parallel coverage pass (2026-12-04) E2E p99 rose to 0.48 s, the users ran out and a send waited 1.45 s.
+@pytest.mark.timing
 def test_bc23_poisson_rate_is_followed_without_drift(tmp_path):
     url, sim = start_sim("--decode-step-ms", "1", "--decode-ms-per-seq", "0", "--prefill-base-ms", "0")
     n, rate, seed = 2400, 120.0, 7
