@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -27,15 +26,24 @@ TIMEOUT_S = 90
 THINK_S = 0.3
 
 
+def received_s(server: ScriptedServer) -> dict[int, float]:
+    """``id(request) -> when the server had received it`` (perf_counter s): the time its reply's schedule starts from.
+
+    Read inside the server's ``with`` block. A time taken in the script instead comes later, by however
+    long the server's thread waited to call it: on a busy machine, enough to shrink a gap by tens of ms.
+    """
+    return {id(request): server.send_log(k).arrived_s for k, request in enumerate(server.requests)}
+
+
 class SessionScript:
-    """Answers chat POSTs (after 5 ms) and keeps each one's arrival time, session header and history length.
+    """Answers chat POSTs (after 5 ms) and keeps each request with its session header and history length.
 
     ``fail_turn``: answer HTTP 500 to every request of that turn (1 = first).
     """
 
     def __init__(self, fail_turn: int | None = None) -> None:
         self.fail_turn = fail_turn
-        self.seen: list[tuple[float, str | None, int]] = []
+        self.seen: list[tuple[ReceivedRequest, str | None, int]] = []
         self._lock = threading.Lock()
 
     def __call__(self, request: ReceivedRequest) -> Reply:
@@ -44,7 +52,7 @@ class SessionScript:
         messages = request.json()["messages"]
         turn = (len(messages) + 1) // 2
         with self._lock:
-            self.seen.append((time.monotonic(), request.headers.get("x-session-id"), turn))
+            self.seen.append((request, request.headers.get("x-session-id"), turn))
         if turn == self.fail_turn:
             return json_reply(500, '{"error": {"message": "scripted failure"}}')
         return Reply([W(5, sse(C({"content": f"reply to turn {turn}"}), CF("stop"), U(10 * turn, 4), "[DONE]"))])
@@ -69,10 +77,11 @@ def test_issue21_sessions_send_their_header_hold_think_times_and_report_turns(tm
     spread = ("--processes", "2", "-u", "2", "-r", "10") if processes == 2 else ("-u", "1")
     with ScriptedServer(script) as server:
         proc = _run(server, out, *spread, "--num-requests", "12", "--think-time", str(THINK_S))
+        received = received_s(server)
     assert proc.returncode == 0, proc.stderr[-3000:]
     by_session: dict[str | None, list[tuple[float, int]]] = defaultdict(list)
-    for at, session, turn in script.seen:
-        by_session[session].append((at, turn))
+    for request, session, turn in script.seen:
+        by_session[session].append((received[id(request)], turn))
     assert None not in by_session  # the header is on every request
     assert len(by_session) == 4  # 12 requests: 4 sessions of 3 turns, each its own value
     for requests in by_session.values():
@@ -117,17 +126,17 @@ def test_issue21_a_session_failing_mid_way_is_counted_failed(tmp_path):
 
 
 class AgentScript:
-    """Answers chat POSTs and keeps each one's arrival time, session header and messages."""
+    """Answers chat POSTs and keeps each request with its session header and messages."""
 
     def __init__(self) -> None:
-        self.seen: list[tuple[float, str | None, list[dict[str, Any]]]] = []
+        self.seen: list[tuple[ReceivedRequest, str | None, list[dict[str, Any]]]] = []
         self._lock = threading.Lock()
 
     def __call__(self, request: ReceivedRequest) -> Reply:
         if request.method == "GET":
             return json_reply(200, json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}))
         with self._lock:
-            self.seen.append((time.monotonic(), request.headers.get("x-session-id"), request.json()["messages"]))
+            self.seen.append((request, request.headers.get("x-session-id"), request.json()["messages"]))
         return Reply([W(2, sse(C({"content": "server reply"}), CF("stop"), U(10, 2), "[DONE]"))])
 
 
@@ -145,10 +154,11 @@ def test_issue21_agentic_session_file_sends_tool_turns_after_their_delays(tmp_pa
             users=1,
             timeout_s=TIMEOUT_S,
         )  # fmt: skip
+        received = received_s(server)
     assert proc.returncode == 0, proc.stderr[-3000:]
     by_session: dict[str | None, list[tuple[float, list[dict[str, Any]]]]] = defaultdict(list)
-    for at, session, messages in script.seen:
-        by_session[session].append((at, messages))
+    for request, session, messages in script.seen:
+        by_session[session].append((received[id(request)], messages))
     agent, support = sorted(by_session.values(), key=len, reverse=True)
     assert [[m["role"] for m in msgs] for _, msgs in agent] == [
         ["system", "user"],
