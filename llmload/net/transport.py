@@ -7,15 +7,25 @@ connection, reused while the server keeps it alive), the same client Locust's
 Why this reaches into geventhttpclient internals: ``HTTPSocketResponse.read(n)``
 and its iterator block until ``n`` bytes (default 4 KiB) have arrived or the
 body ends, so SSE events would be held back and timestamped late; that
-defeats TTFT/ITL measurement. ``GeventResponse.read_some`` therefore returns
-whatever body bytes the response parser has already buffered
-(``_body_buffer``, filled by the llhttp ``_on_body`` callback), and otherwise
-performs exactly one receive and ``feed``. Only ``_body_buffer``, ``_sock``,
-``message_complete``, ``feed`` and ``release`` are used; the dependency is
-pinned to geventhttpclient 2.x in ``pyproject.toml`` and covered by the
-integration tests in ``tests/integration``. On plain TCP the receive also
-uses three attributes of gevent's socket (``_sock``, ``_read_event``,
-``hub``) to skip gevent's per-call timeout; see ``GeventResponse._recv``.
+defeats TTFT/ITL measurement. ``GeventResponse`` therefore receives the body
+itself and feeds each receive to the response parser, taking the body bytes
+from the parser's buffer (``_body_buffer``, filled by the llhttp ``_on_body``
+callback). Only ``_body_buffer``, ``_sock``, ``message_complete``, ``feed``
+and ``release`` are used; the dependency is pinned to geventhttpclient 2.x in
+``pyproject.toml`` and covered by the integration tests in
+``tests/integration``. On plain TCP the body is received by the loop (the
+hub), not by the user greenlet: an I/O watcher on the OS socket (gevent's
+socket's ``_sock`` and ``hub``) calls ``GeventResponse._on_readable`` as soon
+as a poll finds bytes, which does one ``recvmsg``, feeds the parser and
+queues the body bytes with the times of their receive; ``read_some`` hands
+them to the user greenlet, which is woken at the end of the body, after
+``BATCH_READS`` receives or ``BATCH_S`` after the first that waits
+(``llmload.net.sockets``). So a receive never waits behind another user's
+work, and a token costs no greenlet switch: at 256 users and 10 ms ITL the
+client's CPU per token fell by a third (``docs/benchmarks.md``). While users
+wait for bytes, the loop holds each poll until ``PACE_NS`` (0.5 ms) after the
+last, so that one wake-up collects the segments of that time instead of one
+each; the receive stamps keep their times.
 
 Receive stamps (Linux): the transport turns on ``SO_TIMESTAMPNS`` on each
 plain-TCP socket (``llmload.net.sockets.StampedSocket``) and reads with
@@ -36,9 +46,10 @@ carries the newest stamp either way, so the stamp is exact only when the
 client keeps up; events that piled up are timed late. ``read_lag_s`` bounds
 how far off: how long before the stamp the oldest bytes of the read may have
 arrived, i.e. since the socket was last known empty (the start of the
-receive that last emptied it, narrowed by the loop's polls, ``LoopTurns``,
-for body bytes that came with the headers too, ``Stamps.earliest_ns``; while
-a user waits no poll blocks beyond ``POLL_TICK_S``). How long the read then
+receive that last emptied it, or the last poll that watched the socket and
+did not report it, ``LoopTurns``; for body bytes that came with the headers
+too, ``Stamps.earliest_ns``; while a user waits no poll blocks beyond
+``POLL_TICK_S``). How long the read then
 waited for the client is no error (the stamp says when the bytes came) and
 does not count. The client keeps 0 instead for a read that completes one
 event and carries no bytes past it, whose stamp is that event's own (bytes
@@ -87,6 +98,7 @@ from __future__ import annotations
 import _socket
 import functools
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http.client import HTTPException
@@ -97,6 +109,7 @@ import gevent
 import gevent.lock
 import gevent.socket
 import gevent.ssl
+from gevent.hub import Waiter
 from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 
@@ -110,6 +123,7 @@ from llmload.errors import (
 )
 from llmload.net.protocols import foreign_protocol, not_http1_message, starts_like_http1
 from llmload.net.sockets import (
+    BATCH_READS,
     CMSG_BYTES,
     TURN_BUDGET_NS,
     AddressCache,
@@ -128,6 +142,8 @@ from llmload.settings.proxies import ProxyChoice
 
 __all__ = ["GeventHTTPTransport", "GeventResponse", "HTTPResult"]
 
+_time_ns = time.time_ns  # module aliases: the receive runs once per token
+_monotonic = time.monotonic
 _RECV_BYTES = 16 * 1024  # one recv per read_some; SSE events are ~100-500 bytes
 _GET_BODY_BYTES = 8 * 1024 * 1024
 _USER_AGENT = "llmload"
@@ -147,26 +163,38 @@ class _IdleTimeout(Exception):  # noqa: N818 - a signal thrown into the reading 
 
 
 class GeventResponse:
-    """A ``client.Response`` over a geventhttpclient response whose headers have arrived."""
+    """A ``client.Response`` over a geventhttpclient response whose headers have arrived.
+
+    On plain TCP the body is received by the loop itself: an I/O watcher on
+    the socket calls ``_on_readable`` in the hub as soon as a poll finds bytes,
+    which does one ``recvmsg``, feeds the HTTP parser and queues the body bytes
+    with the times of their receive (kernel stamp, the bounds of when they
+    arrived). ``read_some`` hands out one queued receive at a time with those
+    times; the user greenlet is woken at the end of the body, after
+    ``BATCH_READS`` receives or ``BATCH_S`` after the first one that waits
+    (``llmload.net.sockets``), not for every token, and at once in
+    ``read_within`` and ``drain``, which wait on time. So no receive waits for
+    a busy user greenlet, and the token stream costs no greenlet switch per
+    token. TLS is read by the user greenlet (``_receive_here``).
+    """
 
     __slots__ = (
-        "_ceiling_ns",
+        "_cb_check_ns",
         "_drained_ns",
-        "_earliest_ns",
-        "_floor_ns",
-        "_greenlet",
+        "_eager",
+        "_entries",
+        "_error",
         "_hub",
         "_idle_s",
         "_last_read_s",
-        "_last_stamp_ns",
         "_raw",
-        "_read_ceiling_ns",
-        "_read_event",
         "_resp",
         "_sent_s",
         "_timer",
         "_turns",
-        "_waiting",
+        "_waiter",
+        "_watch_ns",
+        "_watcher",
         "_where",
         "content_type",
         "on_close",
@@ -191,7 +219,7 @@ class GeventResponse:
         turns: LoopTurns | None = None,
         sent_s: float = 0.0,
     ) -> None:
-        """Wrap ``resp``.
+        """Wrap ``resp`` and, on plain TCP, start receiving its body in the loop.
 
         Args:
             resp: the response, headers read.
@@ -221,31 +249,40 @@ class GeventResponse:
         self.content_type = _media_type(resp.get("content-type"))
         retry_after = resp.get("retry-after")
         self.retry_after: str | None = retry_after[-1] if isinstance(retry_after, list) else retry_after
-        # Plain TCP reads through _recv; TLS through gevent's recv (_recv_gevent).
-        sock: Any = resp._sock  # None if the whole message came with the headers
-        self._raw: _socket.socket | None = None
-        if type(sock) is StampedSocket:
-            self._raw = sock._sock
-            self._read_event: Any = sock._read_event
-            self._hub: Any = sock.hub
-        self._timer: Any = None  # the idle timer, armed lazily by _wait_readable
-        self._greenlet: Any = None
-        self._waiting = False  # True only while blocked in _wait_readable
-        self._last_read_s = time.monotonic()  # when bytes last arrived (headers included)
-        # kernel receive stamp (CLOCK_REALTIME ns) of the last receive (the headers' for body bytes
-        # that came with them); 0 = none
-        self._last_stamp_ns = stamp_ns
-        # CLOCK_REALTIME ns: the bytes of the last receive arrived after _earliest_ns (body bytes that
-        # came with the headers: after the send); bytes not yet received, after _drained_ns (the start
-        # of the last receive that emptied the socket) and after _floor_ns (see _wait_readable)
-        self._earliest_ns = earliest_ns if earliest_ns > sent_ns else sent_ns
-        self._drained_ns = drained_ns or sent_ns
-        self._floor_ns = 0
-        self._ceiling_ns = 0  # set by _wait_readable: the poll that found the socket readable returned by then
-        self._read_ceiling_ns = 0  # the oldest bytes of the last receive arrived by then; 0 = unknown
         self._turns = turns
         if turns is not None:
             turns.start()
+        self._timer: Any = None  # the idle timer, armed lazily by _wait
+        self._waiter: Any = None  # the user greenlet's Waiter while it waits for receives (_wait)
+        self._eager = False  # True while read_within or drain wait: wake at the first receive
+        self._error: BaseException | None = None  # raised once the queued receives are handed out
+        self._last_read_s = time.monotonic()  # when bytes last arrived (headers included)
+        # the receives not yet handed out: (body bytes, kernel stamp ns or 0, earliest ns or 0, ceiling ns
+        # or 0, time.monotonic() of the receive), all CLOCK_REALTIME ns but the last (see read_some)
+        self._entries: deque[tuple[bytes, int, int, int, float]] = deque()
+        # bytes not yet received arrived after _drained_ns (the start of the last receive that emptied
+        # the socket; before any, the send)
+        self._drained_ns = drained_ns or sent_ns
+        self._cb_check_ns = 0  # the poll (check_ns) of the iteration of the last loop receive
+        self._watch_ns = 0  # when the watcher started (CLOCK_REALTIME ns)
+        self._watcher: Any = None
+        self._raw: _socket.socket | None = None
+        self._hub: Any = None
+        buf = resp._body_buffer
+        if buf:  # body bytes that came with the headers, stamped with the headers' receive
+            self._entries.append(
+                (bytes(buf), stamp_ns, earliest_ns if earliest_ns > sent_ns else sent_ns, 0, self._last_read_s)
+            )
+            buf.clear()
+        sock: Any = resp._sock  # None if the whole message came with the headers
+        if type(sock) is StampedSocket and not resp.message_complete:
+            raw = self._raw = sock._sock
+            hub = self._hub = sock.hub
+            self._watch_ns = time.time_ns()
+            watcher = self._watcher = hub.loop.io(raw.fileno(), 1)  # 1: EV_READ
+            watcher.start(self._on_readable)
+            if turns is not None:
+                turns.waits_begin()
         self.read_age_s = 0.0
         self.read_first_age_s = 0.0
         self.read_lag_s = 0.0
@@ -261,23 +298,27 @@ class GeventResponse:
         return age_s if age_s > 0.0 else 0.0
 
     def read_some(self) -> bytes:
-        """Return the next body bytes as soon as any arrive; b"" at the clean end of the body.
+        """Return the body bytes of the next receive, in order; b"" at the clean end of the body.
 
-        Sets, for every non-empty return, ``read_age_s`` (seconds since the
-        newest returned bytes arrived: the kernel stamp when ``read_stamped``,
-        else when the receive call returned), ``read_first_age_s`` (seconds
-        since the oldest of them had arrived at the latest: the return of the
-        poll that found the socket readable, when that was before the stamp;
-        else ``read_age_s``) and ``read_lag_s``: how many seconds before the
-        stamp the oldest of them may have arrived, a bound of how far any time
-        given to them is off (>= 0). The kernel stamps a receive with its
-        newest segment and merges segments that queue behind an unread one
-        into one buffer carrying the newest stamp; a reader cannot see where
-        they split, so the bytes may have queued one after another since the
-        socket was last known empty (``_earliest_ns``), and the lag counts
-        from then. When a read completes one event and holds nothing past it,
-        its stamp is that event's arrival: the client, whose decoder counts
-        the events, then keeps 0 (``StreamingClient``), so no byte is scanned
+        The bytes may be handed out a little after they arrived (up to
+        ``BATCH_S``; see the class docstring): the times set here are those of
+        their receive. Sets, for every non-empty return, ``read_age_s``
+        (seconds since the newest returned bytes arrived: the kernel stamp
+        when ``read_stamped``, else when the receive returned),
+        ``read_first_age_s`` (seconds since the oldest of them had arrived at
+        the latest: the return of the poll that found the socket readable,
+        when that was before the stamp; else ``read_age_s``) and
+        ``read_lag_s``: how many seconds before the stamp the oldest of them
+        may have arrived, a bound of how far any time given to them is off
+        (>= 0). The kernel stamps a receive with its newest segment and
+        merges segments that queue behind an unread one into one buffer
+        carrying the newest stamp; a reader cannot see where they split, so
+        the bytes may have queued one after another since the socket was last
+        known empty (the start of the last receive that emptied it, or the
+        last poll that did not find it readable), and the lag counts from
+        then. When a read completes one event and holds nothing past it, its
+        stamp is that event's arrival: the client, whose decoder counts the
+        events, then keeps 0 (``StreamingClient``), so no byte is scanned
         here. Unstamped reads (TLS, other platforms) are timed when their
         receive returned, and their lag is the time since then.
 
@@ -286,48 +327,33 @@ class GeventResponse:
             ConnectionClosedError: the peer closed the connection mid-body.
             TransportError: reset or malformed HTTP framing.
         """
-        resp = self._resp
-        buf = resp._body_buffer
-        while not buf:
+        entries = self._entries
+        while not entries:
+            error = self._error
+            if error is not None:
+                raise error
+            resp = self._resp
             if resp.message_complete:
                 return b""
-            if resp._sock is None:
+            if self._watcher is not None:
+                self._wait()
+            elif resp._sock is None:
                 raise ConnectionClosedError(f"{self._where}: connection released before the end of the body")
-            try:
-                data = self._recv() if self._raw is not None else self._recv_gevent()
-            except _IdleTimeout as exc:
-                resp.release()
-                raise RequestTimeout(f"{self._where}: no bytes for {self._idle_s:g} s (read idle timeout)") from exc
-            except OSError as exc:
-                resp.release()
-                raise TransportError(f"{self._where}: read failed: {describe(exc)}") from exc
-            try:
-                resp.feed(data)  # b"" signals EOF: completes a read-until-close body, else raises
-            except HTTPParseError as exc:
-                resp.release()
-                if not data:
-                    raise ConnectionClosedError(f"{self._where}: connection closed mid-body") from exc
-                raise TransportError(f"{self._where}: malformed HTTP body ({_parse_error(exc)})") from exc
-            if not data and not resp.message_complete:
-                resp.release()
-                raise ConnectionClosedError(f"{self._where}: connection closed mid-body")
-        data = bytes(buf)
-        buf.clear()
-        stamp_ns = self._last_stamp_ns
+            else:
+                self._receive_here()
+        data, stamp_ns, earliest_ns, ceiling_ns, received_s = entries.popleft()
         if stamp_ns:
             self.read_stamped = True
             now_ns = time.time_ns()
             age_ns = now_ns - stamp_ns
             self.read_age_s = age_ns * 1e-9 if age_ns > 0 else 0.0
-            earliest_ns = self._earliest_ns
             lag_ns = stamp_ns - earliest_ns if earliest_ns else 0
             self.read_lag_s = lag_ns * 1e-9 if lag_ns > 0 else 0.0
-            ceiling_ns = self._read_ceiling_ns
             first_ns = now_ns - ceiling_ns if ceiling_ns else 0
             self.read_first_age_s = first_ns * 1e-9 if first_ns > age_ns else self.read_age_s
         else:
             self.read_stamped = False
-            lag_s = time.monotonic() - self._last_read_s
+            lag_s = time.monotonic() - received_s
             self.read_age_s = self.read_lag_s = self.read_first_age_s = lag_s if lag_s > 0.0 else 0.0
         return data
 
@@ -340,9 +366,13 @@ class GeventResponse:
 
     def read_within(self, within_s: float) -> bytes | None:
         """As ``read_some``, but None when no bytes arrive within ``within_s`` seconds (the body stays open)."""
-        # As in drain: gevent.Timeout interrupts only the wait for the socket (no bytes are lost).
-        with gevent.Timeout(within_s, False):
-            return self.read_some()
+        # As in drain: gevent.Timeout interrupts only the wait (no bytes are lost).
+        self._eager = True
+        try:
+            with gevent.Timeout(within_s, False):
+                return self.read_some()
+        finally:
+            self._eager = False
         return None
 
     def drain(self, within_s: float, limit_bytes: int) -> bool:
@@ -355,98 +385,152 @@ class GeventResponse:
         connection, and the next request opens a new one at once.
         """
         resp = self._resp
-        if resp.message_complete:
-            resp._body_buffer.clear()
-            return True
+        if resp.message_complete and not self._entries:
+            return self._error is None
         size = 0
-        # gevent.Timeout interrupts the wait for the socket inside read_some (raised, then
-        # swallowed by the with block); the idle timer then finds no waiter and is dropped.
-        with gevent.Timeout(within_s, False):
-            try:
+        self._eager = True
+        # gevent.Timeout interrupts the wait inside read_some (raised, then swallowed by the with
+        # block); the idle timer then finds no waiter and is dropped.
+        try:
+            with gevent.Timeout(within_s, False):
                 while size <= limit_bytes:
                     data = self.read_some()
                     if not data:
                         return True
                     size += len(data)
-            except TransportError:
-                return False
+        except TransportError:
+            return False
+        finally:
+            self._eager = False
         return False
 
     def close(self) -> None:
         """Return the connection to the pool if the message was complete, else close it. Idempotent."""
+        self._unwatch()
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.stop()
             timer.close()
+        self._entries.clear()
         resp = self._resp
-        reusable = resp.message_complete and not resp.should_close()
+        reusable = resp.message_complete and not resp.should_close() and self._error is None
         resp.release()
         if self.on_close is not None:
             self.on_close(reusable)
             self.on_close = None
 
-    # ── reading ──────────────────────────────────────────────────────────
-    # gevent's socket.recv tries recv(2) first and, on EAGAIN, waits for the fd
-    # under a new gevent.Timeout (the socket timeout). While streaming, the
-    # kernel buffer is nearly always empty when we ask, so each chunk costs a
-    # failed syscall plus a Timeout object and a libev timer started and
-    # stopped: measured ~16 us per wake-up against ~6.5 us for the path below
-    # (256 sockets, one write each per 1 ms turn, writer included). The
-    # plain-TCP path waits on the socket's own read watcher first
-    # (level-triggered, so it returns at the next loop turn if bytes are
-    # already pending), then calls recv(2) once on the non-blocking OS socket,
-    # and enforces the idle timeout with one timer per request that is re-armed
-    # only when it fires (see _on_idle_timer). TLS keeps gevent's recv: its
-    # SSL layer may hold decrypted bytes that the fd no longer signals.
-    def _recv(self) -> bytes:
-        """Wait for the socket, then one recvmsg(2); raise _IdleTimeout after ``idle_s`` without bytes.
-
-        Keeps the kernel receive stamp of the bytes (0 when the socket sends none).
-        """
+    # ── receiving ────────────────────────────────────────────────────────
+    # gevent's socket.recv tries recv(2) first and, on EAGAIN, waits for the fd under a new
+    # gevent.Timeout (the socket timeout), then switches back to the greenlet: per token, a failed
+    # system call, a Timeout object, a libev timer started and stopped and two greenlet switches. On
+    # plain TCP the body is received in the hub instead (_on_readable, one recvmsg per poll that finds
+    # bytes), and the idle timeout is one timer per request, re-armed only when it fires
+    # (_on_idle_timer). TLS keeps gevent's recv in the user greenlet: its SSL layer may hold decrypted
+    # bytes that the fd no longer signals.
+    def _on_readable(self) -> None:
+        """Hub, I/O watcher: one recvmsg(2), fed to the parser, queued with its times; wake the user when due."""
         raw = self._raw
-        assert raw is not None
-        while True:
-            self._wait_readable()
-            before_ns = time.time_ns()
-            try:
-                data, ancillary, _flags, _address = raw.recvmsg(_RECV_BYTES, CMSG_BYTES)
-            except BlockingIOError:
-                continue  # a spurious wake-up: nothing to read after all
-            self._last_read_s = time.monotonic()
-            self._last_stamp_ns = stamp_ns(ancillary) if ancillary else 0
-            floor_ns, self._floor_ns = self._floor_ns, 0
-            self._read_ceiling_ns, self._ceiling_ns = self._ceiling_ns, 0
-            drained_ns = self._drained_ns
-            self._earliest_ns = floor_ns if floor_ns > drained_ns else drained_ns
-            if len(data) < _RECV_BYTES:
-                self._drained_ns = before_ns  # the socket was empty at some instant after this
-            return data
+        if raw is None:
+            return
+        before_ns = _time_ns()
+        try:
+            data, ancillary, _flags, _address = raw.recvmsg(_RECV_BYTES, CMSG_BYTES)
+        except BlockingIOError:
+            return  # a spurious wake-up: nothing to read after all
+        except OSError as exc:
+            error = TransportError(f"{self._where}: read failed: {describe(exc)}")
+            error.__cause__ = exc
+            self._stop(error)
+            return
+        self._last_read_s = received_s = _monotonic()
+        kernel_ns = stamp_ns(ancillary) if ancillary else 0
+        # when the bytes arrived at the earliest: after the start of the last receive that emptied the
+        # socket, and after the previous poll when that poll watched the socket and did not report it
+        # (it would have called this; LoopTurns); by this iteration's poll at the latest, which found it
+        turns = self._turns
+        earliest_ns = self._drained_ns
+        ceiling_ns = 0
+        if turns is not None:
+            check_ns = turns.check_ns
+            prev_ns = turns.prev_check_ns
+            if prev_ns > self._cb_check_ns and prev_ns > self._watch_ns and prev_ns > earliest_ns:
+                earliest_ns = prev_ns
+            if check_ns > self._watch_ns:
+                ceiling_ns = check_ns
+            self._cb_check_ns = check_ns
+        if len(data) < _RECV_BYTES:
+            self._drained_ns = before_ns  # the socket was empty at some instant after this
+        self._take(data, kernel_ns, earliest_ns, ceiling_ns, received_s)
 
-    def _wait_readable(self) -> None:
-        """Block until the socket is readable; raise _IdleTimeout after ``idle_s`` without bytes.
+    def _take(self, data: bytes, kernel_ns: int, earliest_ns: int, ceiling_ns: int, received_s: float) -> None:
+        """Feed one receive to the parser and queue its body bytes; on the end or a failure stop receiving."""
+        resp = self._resp
+        try:
+            resp.feed(data)  # b"" signals EOF: completes a read-until-close body, else raises
+        except HTTPParseError as exc:
+            if not data:
+                error: TransportError = ConnectionClosedError(f"{self._where}: connection closed mid-body")
+            else:
+                error = TransportError(f"{self._where}: malformed HTTP body ({_parse_error(exc)})")
+            error.__cause__ = exc
+            self._stop(error)
+            return
+        entries = self._entries
+        buf = resp._body_buffer
+        if buf:
+            entries.append((bytes(buf), kernel_ns, earliest_ns, ceiling_ns, received_s))
+            buf.clear()
+        if resp.message_complete:
+            self._stop(None)
+            return
+        if not data:
+            self._stop(ConnectionClosedError(f"{self._where}: connection closed mid-body"))
+            return
+        waiter = self._waiter
+        if waiter is not None:
+            if self._eager or len(entries) >= BATCH_READS:
+                self._waiter = None
+                self._hub.loop.run_callback(waiter.switch, None)
+            elif len(entries) == 1 and self._turns is not None:
+                self._turns.wake_later(waiter)
 
-        Notes when the loop's polls say the bytes arrived at the earliest
-        (``_floor_ns``, ``LoopTurns.floor_ns``).
+    def _stop(self, error: BaseException | None) -> None:
+        """Stop receiving in the loop (end of the body, or ``error`` to raise after the queued bytes); wake the user."""
+        if error is not None:
+            self._error = error
+            self._resp.release()
+        self._unwatch()
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            self._hub.loop.run_callback(waiter.switch, None)
+
+    def _unwatch(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.stop()
+            watcher.close()
+            if self._turns is not None:
+                self._turns.waiting -= 1
+
+    def _wait(self) -> None:
+        """Block the user greenlet until receives are queued, the body ended or failed; raise RequestTimeout on idle.
+
+        Then waits for a later loop iteration when this one has run its turn
+        budget (``LoopTurns.yield_if_turn_over``).
         """
         if self._timer is None:
-            self._greenlet = gevent.getcurrent()
             self._start_timer(self._idle_s - (time.monotonic() - self._last_read_s))
-        turns = self._turns
-        wait_ns = 0
-        if turns is not None:
-            wait_ns = time.time_ns()
-            turns.waits_begin()
-        self._waiting = True
+        waiter = self._waiter = Waiter(self._hub)
         try:
-            self._hub.wait(self._read_event)
+            waiter.get()
+        except _IdleTimeout as exc:
+            self._resp.release()
+            self._unwatch()
+            raise RequestTimeout(f"{self._where}: no bytes for {self._idle_s:g} s (read idle timeout)") from exc
         finally:
-            self._waiting = False
-            if turns is not None:
-                turns.waiting -= 1
+            self._waiter = None
+        turns = self._turns
         if turns is not None:
-            self._floor_ns = turns.floor_ns(wait_ns)
-            check_ns = turns.check_ns
-            self._ceiling_ns = check_ns if check_ns > wait_ns else 0
             turns.yield_if_turn_over(TURN_BUDGET_NS)
 
     def _start_timer(self, after_s: float) -> None:
@@ -454,7 +538,7 @@ class GeventResponse:
         timer.start(self._on_idle_timer)
 
     def _on_idle_timer(self) -> None:
-        """Runs in the hub when the idle timer expires: time out a stalled read, else re-arm.
+        """Runs in the hub when the idle timer expires: time out a stalled wait, else re-arm.
 
         Bytes that arrived since the timer was armed push the deadline to
         ``last read + idle_s``. If the greenlet is not waiting for bytes (it is
@@ -464,24 +548,30 @@ class GeventResponse:
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.close()
-        if not self._waiting:
+        waiter = self._waiter
+        if waiter is None:
             return
         remaining_s = self._idle_s - (time.monotonic() - self._last_read_s)
         if remaining_s > 0:
             self._start_timer(remaining_s)
             return
-        self._greenlet.throw(_IdleTimeout())
+        self._waiter = None
+        waiter.throw(_IdleTimeout())
 
-    def _recv_gevent(self) -> bytes:
-        """One recv through gevent's socket (TLS): its own timeout bounds the wait."""
+    def _receive_here(self) -> None:
+        """One recv through gevent's socket in the user greenlet (TLS), fed and queued as ``_take`` does."""
         sock = self._resp._sock
         assert sock is not None
         try:
             data: bytes = sock.recv(_RECV_BYTES)
         except TimeoutError as exc:
-            raise _IdleTimeout from exc
+            self._resp.release()
+            raise RequestTimeout(f"{self._where}: no bytes for {self._idle_s:g} s (read idle timeout)") from exc
+        except OSError as exc:
+            self._resp.release()
+            raise TransportError(f"{self._where}: read failed: {describe(exc)}") from exc
         self._last_read_s = time.monotonic()
-        return data
+        self._take(data, 0, 0, 0, self._last_read_s)
 
 
 class GeventHTTPTransport:

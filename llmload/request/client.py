@@ -167,7 +167,13 @@ class Response(Protocol):
     retry_after: str | None  # the Retry-After header's value; None if absent
 
     def read_some(self) -> bytes:
-        """Return the next body bytes as soon as any arrive; b"" at the clean end of the body.
+        """Return the body bytes of the next receive, in order; b"" at the clean end of the body.
+
+        A transport may hand bytes out a little after they arrived (the
+        production one batches them, ``llmload.net.transport``): the ``read_*``
+        times say when they arrived, so no measured time depends on when this
+        returns. ``read_within`` and ``drain``, which wait on time, return at the
+        first bytes.
 
         Raises:
             RequestTimeout: no bytes within the idle timeout.

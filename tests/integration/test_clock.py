@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ import pytest
 
 from llmload.exporters.console import summary_lines
 from llmload.exporters.results import RunOutcome, build_results
-from llmload.net.sockets import POLL_TICK_S, LoopTurns
+from llmload.net.sockets import PACE_NS, POLL_TICK_S, LoopTurns
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request.client import StreamingClient
 from llmload.request.payloads import LLMRequest, build_completion_request
@@ -459,3 +460,97 @@ def test_the_request_clock_starts_when_the_request_goes_to_the_kernel_not_while_
     assert record.ttft_s == pytest.approx(0.05, abs=0.01)
     assert record.connect_s is not None
     assert record.connect_s >= 0.03
+
+
+def test_issue19_a_user_busy_elsewhere_does_not_delay_the_receives_each_event_keeps_its_own_stamp(gevent_ready):
+    # Five events 10 ms apart while the user greenlet is away for 100 ms (the loop runs): the loop
+    # receives each as it arrives, so every read the user gets later holds one event, timed by its
+    # own stamp (lag 0). A user that received its own bytes would read all five merged under the
+    # newest stamp.
+    writes = [W(20 + 10 * i, sse(T(f" t{i}"))) for i in range(5)]
+    with ScriptedServer(Reply([*writes, W(120, sse(TF("length"), "[DONE]"))])) as server:
+        transport = GeventHTTPTransport(server.base_url, headers={}, timeouts=FAST)
+        response = transport.post("/v1/completions", b"{}", {})
+        gevent.sleep(0.1)  # the user is away; the loop is free
+        arrivals_s: list[float] = []
+        lags_s: list[float] = []
+        reads: list[bytes] = []
+        while data := response.read_some():
+            arrivals_s.append(time.perf_counter() - response.read_age_s)
+            lags_s.append(response.read_lag_s)
+            reads.append(data)
+        response.close()
+        transport.close()
+        log = server.send_log(0)
+    assert reads[:5] == [sse(T(f" t{i}")) for i in range(5)]  # one event per receive
+    for arrived_s, written_s in zip(arrivals_s[:5], log.writes_s[:5], strict=True):
+        assert arrived_s == pytest.approx(written_s, abs=0.001)
+    # no byte of these reads queued behind another: the lag bound stays the loop's poll spacing
+    assert max(lags_s[:5]) < 2 * POLL_TICK_S + 0.001
+
+
+def test_issue19_the_user_is_woken_for_the_end_of_the_body_not_for_every_token(gevent_ready):
+    # Twenty events 2 ms apart, then the end: the user waiting for them is woken once (at the end of
+    # the body, within BATCH_READS and BATCH_S), and gets every event with the time it arrived.
+    writes = [W(20 + 2 * i, sse(T(f" t{i}"))) for i in range(20)]
+    with ScriptedServer(Reply([*writes, W(70, sse(TF("length"), "[DONE]"))])) as server:
+        transport = GeventHTTPTransport(server.base_url, headers={}, timeouts=FAST)
+        response = transport.post("/v1/completions", b"{}", {})
+        returned_s: list[float] = []
+        arrivals_s: list[float] = []
+        while response.read_some():
+            now = time.perf_counter()
+            returned_s.append(now)
+            arrivals_s.append(now - response.read_age_s)
+        response.close()
+        transport.close()
+        log = server.send_log(0)
+    assert len(returned_s) >= 20
+    assert returned_s[-1] - returned_s[0] < 0.005  # handed out together, after the last one arrived
+    assert returned_s[0] >= log.writes_s[-1] - 0.001
+    for arrived_s, written_s in zip(arrivals_s[:20], log.writes_s[:20], strict=True):
+        assert arrived_s == pytest.approx(written_s, abs=0.001)
+
+
+def test_issue19_read_within_returns_at_the_first_bytes_not_after_the_batch_time(gevent_ready):
+    with ScriptedServer(Reply([W(50, sse(T("a"))), W(400, sse(TF("length"), "[DONE]"))])) as server:
+        transport = GeventHTTPTransport(server.base_url, headers={}, timeouts=FAST)
+        response = transport.post("/v1/completions", b"{}", {})
+        data = response.read_within(1.0)
+        returned_s = time.perf_counter()
+        nothing = response.read_within(0.05)  # the next write is 350 ms away: None, the body stays open
+        response.close()
+        transport.close()
+        log = server.send_log(0)
+    assert data == sse(T("a"))
+    assert log.writes_s[0] <= returned_s < log.writes_s[0] + 0.01
+    assert nothing is None
+
+
+class _NotedPolls(LoopTurns):
+    """Loop turns that keep every poll's return (CLOCK_REALTIME ns) and how many users waited for bytes then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.polls: list[tuple[int, int]] = []
+
+    def _checked(self) -> None:
+        super()._checked()
+        self.polls.append((self.check_ns, self.waiting))
+
+
+def test_issue19_while_a_user_waits_for_bytes_polls_are_paced_half_a_millisecond_apart(gevent_ready):
+    # 200 segments 0.1 ms apart: without pacing nearly every one would wake the loop on its own; with
+    # it, while the body is received, one poll's return follows the last by PACE_NS at least.
+    writes = [W(20 + 0.1 * i, sse(T(f" t{i}"))) for i in range(200)]
+    turns = _NotedPolls()
+    with ScriptedServer(Reply([*writes, W(60, sse(TF("length"), "[DONE]"))])) as server:
+        transport = GeventHTTPTransport(server.base_url, headers={}, timeouts=FAST, turns=turns)
+        record = StreamingClient(transport).run(build_completion_request(model="m", prompt="p", max_tokens=201))
+        transport.close()
+    turns.close()
+    assert record.outcome is Outcome.OK
+    assert len(record.token_times_s) == 200
+    paced = [(now - before) for (before, waiting), (now, _) in itertools.pairwise(turns.polls) if waiting > 0]
+    assert len(paced) >= 20
+    assert min(paced) >= PACE_NS - 60_000  # a sleep under 50 µs is skipped; the clock reads around it

@@ -9,14 +9,13 @@ import time
 import pytest
 
 from llmload.errors import ConfigError, TransportError
-from llmload.net.sockets import AddressCache
+from llmload.net.sockets import BATCH_S, AddressCache
 from llmload.net.transport import GeventHTTPTransport
 from llmload.request.client import StreamingClient
 from llmload.request.payloads import build_chat_request
 from llmload.request.record import Outcome
 from llmload.settings.config import Timeouts
 from llmload.testing import CF, ROLE, C, Ending, Framing, Reply, ScriptedServer, W, json_reply, sse
-from tests.conftest import near
 
 pytestmark = pytest.mark.integration
 
@@ -29,22 +28,28 @@ def transport_for(server: ScriptedServer, timeouts: Timeouts = FAST, **kwargs) -
     return GeventHTTPTransport(server.base_url, headers={}, timeouts=timeouts, **kwargs)
 
 
-def test_transport_read_some_returns_bytes_as_soon_as_they_arrive(gevent_ready):
+def test_transport_read_some_times_bytes_when_they_arrived_and_hands_them_out_within_the_batch_time(gevent_ready):
     with ScriptedServer(Reply([W(100, b"data: 1\n\n"), W(300, b"data: 2\n\n")])) as server:
         transport = transport_for(server)
         t0 = time.perf_counter()
         response = transport.post("/v1/completions", b"{}", {})
         first = response.read_some()
         first_s = time.perf_counter() - t0
+        first_arrived_s = first_s - response.read_age_s
         second = response.read_some()
         second_s = time.perf_counter() - t0
+        second_arrived_s = second_s - response.read_age_s
         end = response.read_some()
         response.close()
         transport.close()
         log = server.send_log(0)
     assert (first, second, end) == (b"data: 1\n\n", b"data: 2\n\n", b"")
-    assert first_s == near(log.writes_s[0] - t0)  # ~100 ms, not held back until 4 KiB arrived
-    assert second_s == near(log.writes_s[1] - t0)
+    # timed when they arrived (~100 and ~300 ms), not when the user was woken to decode them
+    assert first_arrived_s == pytest.approx(log.writes_s[0] - t0, abs=0.002)
+    assert second_arrived_s == pytest.approx(log.writes_s[1] - t0, abs=0.002)
+    # handed out within the batch time, not held back until 4 KiB arrived; the end of the body at once
+    assert log.writes_s[0] - t0 <= first_s <= log.writes_s[0] - t0 + BATCH_S + 0.01
+    assert log.writes_s[1] - t0 <= second_s <= log.writes_s[1] - t0 + 0.01
 
 
 def test_transport_reuses_one_connection_for_sequential_requests(gevent_ready):
