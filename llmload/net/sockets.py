@@ -40,6 +40,7 @@ __all__ = [
     "BATCH_S",
     "CMSG_BYTES",
     "KERNEL_STAMPS",
+    "LOOK_NS",
     "PACE_NS",
     "POLL_TICK_S",
     "TURN_BUDGET_NS",
@@ -119,6 +120,8 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
         collection during it).
         """
         stamps = self._stamps
+        if stamps.turns is not None:
+            stamps.turns.observe()
         if not stamps.sent_s:
             stamps.sent_s = time.perf_counter()
         super().sendall(data, flags)
@@ -154,6 +157,7 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
         if turns is None:
             self._wait(self._read_event)
             return 0
+        turns.observe()
         wait_ns = time.time_ns()
         turns.waits_begin()
         try:
@@ -200,8 +204,24 @@ what the user does with the bytes (a total-timeout check, the start of a finish 
 BATCH_READS = 32
 """The number of waiting reads that wakes a reply's user at once (``BATCH_S``)."""
 
+LOOK_NS = 1_000_000
+"""How long after the loop last looked at the reply sockets a checkpoint looks again (``LoopTurns.observe``): 1 ms.
+
+An iteration can run long before the next poll: at a spawn, 40 connections that complete in one poll each build and
+send a request (0.1-1.4 ms each), 20 ms in all. Replies that arrive meanwhile would wait for that poll, and a first
+token still unread when the next one comes is merged with it under the later stamp (a whole token interval late).
+Every waiting point of a user (a send, a connect, a wait for headers or bytes) is a checkpoint: past this time it
+asks the kernel which reply sockets are readable (one ``epoll_wait`` with no timeout) and receives them at once, so
+no reply waits longer than about this plus the longest single step of a user."""
+
 
 _PACE_MIN_SLEEP_NS = 50_000  # a shorter sleep than this costs more than the wake-ups it saves
+_EPOLLIN = 0x001  # select.EPOLLIN (Linux)
+
+
+def _epoll_class() -> Any:
+    """The standard library's ``select.epoll`` (gevent leaves it unpatched; Linux only)."""
+    return gevent.monkey.get_original("select", "epoll")
 
 
 class LoopTurns:
@@ -226,20 +246,30 @@ class LoopTurns:
     runs after gevent's callbacks, right before the poll) holds the next poll
     until ``PACE_NS`` after the last one returned (``PACE_NS`` says why), and
     ``wake_later`` wakes a reply's user ``BATCH_S`` after its first waiting read.
+
+    Between polls, ``observe`` looks at the reply sockets registered with
+    ``watch`` when the loop has not for ``LOOK_NS`` (``look_ns``: when it last
+    did; ``prev_look_ns``: the time before): a look, like a poll, tells which
+    were empty then and receives the others at once.
     """
 
     __slots__ = (
+        "_epoll",
         "_flush",
         "_gate",
         "_later",
         "_loop",
         "_pacer",
         "_queued",
+        "_readers",
         "_sleep",
         "_tick",
         "_watcher",
         "check_ns",
+        "look_ns",
+        "observed_ns",
         "prev_check_ns",
+        "prev_look_ns",
         "waiting",
     )
 
@@ -257,6 +287,11 @@ class LoopTurns:
         self._sleep: Callable[[float], None] = time.sleep  # the unpatched sleep, set by start
         self._later: list[Any] = []  # waiters to wake when the flush timer fires (wake_later)
         self._flush: Any = None  # that one-shot timer, while waiters are listed
+        self._epoll: Any = None  # the reply sockets to look at between polls (observe), made on first watch
+        self._readers: dict[int, Callable[[int], None]] = {}  # fd -> what receives its bytes, given the look's time
+        self.look_ns = 0  # the last look returned (CLOCK_REALTIME ns); 0 = none
+        self.prev_look_ns = 0  # the look before it
+        self.observed_ns = 0  # the later of check_ns and look_ns: when the loop last learned which sockets held bytes
 
     def start(self) -> None:
         """Start noting loop iterations on the current hub (idempotent)."""
@@ -286,7 +321,11 @@ class LoopTurns:
         later, self._later = self._later, []
         for waiter in later:
             gevent.get_hub().loop.run_callback(waiter.switch, None)
-        self.check_ns = self.prev_check_ns = 0
+        self.check_ns = self.prev_check_ns = self.observed_ns = 0
+        self._readers.clear()
+        epoll, self._epoll = self._epoll, None
+        if epoll is not None:
+            epoll.close()
         tick, self._tick = self._tick, None
         if tick is not None:
             tick.close()
@@ -329,6 +368,7 @@ class LoopTurns:
         on in order while that iteration is within the budget, at least one
         per iteration, so none starves. No-op until ``start``.
         """
+        self.observe()
         check_ns = self.check_ns
         if not check_ns or time.time_ns() - check_ns <= budget_ns:
             return
@@ -359,9 +399,56 @@ class LoopTurns:
             queued.popleft()
             first = False
             resume(None)
+            self.observe()
         if queued:
             gate = self._gate = gevent.get_hub().loop.timer(0.0)
             gate.start(self._let_go)
+
+    def watch(self, fd: int, reader: Callable[[int], None]) -> None:
+        """Look at socket ``fd`` between polls (``observe``): ``reader(look_ns)`` receives its bytes when it holds some.
+
+        Raises:
+            OSError: the kernel refused the registration (``epoll_ctl``).
+        """
+        epoll = self._epoll
+        if epoll is None:
+            if not KERNEL_STAMPS:  # no epoll: replies wait for the next poll
+                return
+            epoll = self._epoll = _epoll_class()()
+        epoll.register(fd, _EPOLLIN)
+        self._readers[fd] = reader
+
+    def unwatch(self, fd: int) -> None:
+        """Stop looking at socket ``fd`` (before it is closed; a closed one has left the kernel's set already)."""
+        if self._readers.pop(fd, None) is not None and self._epoll is not None:
+            with contextlib.suppress(OSError):
+                self._epoll.unregister(fd)
+
+    def observe(self) -> None:
+        """A checkpoint: look at the watched sockets if the loop has not for ``LOOK_NS`` (a no-op otherwise).
+
+        Call only where no reply's receive is under way (a user's waiting point, or the hub between callbacks).
+        """
+        if self._readers and time.time_ns() - self.observed_ns >= LOOK_NS:
+            self._look()
+
+    def _look(self) -> None:
+        """Ask the kernel which watched sockets are readable now and have each one's reader receive its bytes."""
+        readers = self._readers
+        epoll = self._epoll
+        if epoll is None:
+            return
+        ready = epoll.poll(0, len(readers))  # at most one event per socket: never cut short
+        look_ns = time.time_ns()
+        self.prev_look_ns, self.look_ns = self.look_ns, look_ns
+        self.observed_ns = look_ns
+        for fd, _events in ready:
+            reader = readers.get(fd)
+            if reader is not None:
+                try:
+                    reader(look_ns)
+                except Exception:  # a receive's fault must not land in the user that happened to look
+                    gevent.get_hub().handle_error(reader, *sys.exc_info())
 
     def wake_later(self, waiter: Any) -> None:
         """Wake ``waiter`` (a ``gevent.hub.Waiter``; with None) ``BATCH_S`` from now at the latest, after the reads.
@@ -395,7 +482,7 @@ class LoopTurns:
 
     def _checked(self) -> None:
         self.prev_check_ns = self.check_ns
-        self.check_ns = time.time_ns()
+        self.check_ns = self.observed_ns = time.time_ns()
 
     def _ticked(self) -> None:
         """Timer callback: nothing to do (the poll it ended is noted by ``_checked``); stops when no user waits."""

@@ -179,16 +179,17 @@ class GeventResponse:
     """
 
     __slots__ = (
-        "_cb_check_ns",
         "_drained_ns",
         "_eager",
         "_entries",
         "_error",
+        "_fd",
         "_hub",
         "_idle_s",
         "_last_read_s",
         "_raw",
         "_resp",
+        "_seen_ns",
         "_sent_s",
         "_timer",
         "_turns",
@@ -263,9 +264,10 @@ class GeventResponse:
         # bytes not yet received arrived after _drained_ns (the start of the last receive that emptied
         # the socket; before any, the send)
         self._drained_ns = drained_ns or sent_ns
-        self._cb_check_ns = 0  # the poll (check_ns) of the iteration of the last loop receive
+        self._seen_ns = 0  # when the poll or look that found the bytes of the last receive returned
         self._watch_ns = 0  # when the watcher started (CLOCK_REALTIME ns)
         self._watcher: Any = None
+        self._fd = -1  # the socket's file descriptor while watched
         self._raw: _socket.socket | None = None
         self._hub: Any = None
         buf = resp._body_buffer
@@ -279,10 +281,12 @@ class GeventResponse:
             raw = self._raw = sock._sock
             hub = self._hub = sock.hub
             self._watch_ns = time.time_ns()
-            watcher = self._watcher = hub.loop.io(raw.fileno(), 1)  # 1: EV_READ
+            fd = self._fd = raw.fileno()
+            watcher = self._watcher = hub.loop.io(fd, 1)  # 1: EV_READ
             watcher.start(self._on_readable)
             if turns is not None:
                 turns.waits_begin()
+                turns.watch(fd, self._on_readable)
         self.read_age_s = 0.0
         self.read_first_age_s = 0.0
         self.read_lag_s = 0.0
@@ -427,8 +431,13 @@ class GeventResponse:
     # bytes), and the idle timeout is one timer per request, re-armed only when it fires
     # (_on_idle_timer). TLS keeps gevent's recv in the user greenlet: its SSL layer may hold decrypted
     # bytes that the fd no longer signals.
-    def _on_readable(self) -> None:
-        """Hub, I/O watcher: one recvmsg(2), fed to the parser, queued with its times; wake the user when due."""
+    def _on_readable(self, look_ns: int = 0) -> None:
+        """One recvmsg(2), fed to the parser, queued with its times; wake the user when due.
+
+        Called in the hub by the socket's I/O watcher after a poll found it
+        readable, or by ``LoopTurns.observe`` after a look (``look_ns``: when the
+        look returned) found it readable between polls.
+        """
         raw = self._raw
         if raw is None:
             return
@@ -444,20 +453,28 @@ class GeventResponse:
             return
         self._last_read_s = received_s = _monotonic()
         kernel_ns = stamp_ns(ancillary) if ancillary else 0
-        # when the bytes arrived at the earliest: after the start of the last receive that emptied the
-        # socket, and after the previous poll when that poll watched the socket and did not report it
-        # (it would have called this; LoopTurns); by this iteration's poll at the latest, which found it
+        # When the bytes arrived: by the poll or look that found them at the latest; at the earliest,
+        # after the start of the last receive that emptied the socket, and after an earlier poll or look
+        # that watched the socket and did not find it (the one before the latest poll: the latest may
+        # have found it with its receive still to come; the latest look, or the one before a look that
+        # found it), unless a receive came since.
         turns = self._turns
         earliest_ns = self._drained_ns
         ceiling_ns = 0
         if turns is not None:
-            check_ns = turns.check_ns
-            prev_ns = turns.prev_check_ns
-            if prev_ns > self._cb_check_ns and prev_ns > self._watch_ns and prev_ns > earliest_ns:
-                earliest_ns = prev_ns
-            if check_ns > self._watch_ns:
-                ceiling_ns = check_ns
-            self._cb_check_ns = check_ns
+            if look_ns:
+                found_ns, looked_ns = look_ns, turns.prev_look_ns
+            else:
+                found_ns, looked_ns = turns.check_ns, turns.look_ns
+            seen_ns = self._seen_ns if self._seen_ns > self._watch_ns else self._watch_ns
+            polled_ns = turns.prev_check_ns
+            if polled_ns > seen_ns and polled_ns > earliest_ns:
+                earliest_ns = polled_ns
+            if looked_ns > seen_ns and looked_ns > earliest_ns:
+                earliest_ns = looked_ns
+            if found_ns > self._watch_ns:
+                ceiling_ns = found_ns
+            self._seen_ns = found_ns
         if len(data) < _RECV_BYTES:
             self._drained_ns = before_ns  # the socket was empty at some instant after this
         self._take(data, kernel_ns, earliest_ns, ceiling_ns, received_s)
@@ -496,10 +513,10 @@ class GeventResponse:
 
     def _stop(self, error: BaseException | None) -> None:
         """Stop receiving in the loop (end of the body, or ``error`` to raise after the queued bytes); wake the user."""
+        self._unwatch()
         if error is not None:
             self._error = error
             self._resp.release()
-        self._unwatch()
         waiter, self._waiter = self._waiter, None
         if waiter is not None:
             self._hub.loop.run_callback(waiter.switch, None)
@@ -511,6 +528,7 @@ class GeventResponse:
             watcher.close()
             if self._turns is not None:
                 self._turns.waiting -= 1
+                self._turns.unwatch(self._fd)
 
     def _wait(self) -> None:
         """Block the user greenlet until receives are queued, the body ended or failed; raise RequestTimeout on idle.
@@ -518,6 +536,11 @@ class GeventResponse:
         Then waits for a later loop iteration when this one has run its turn
         budget (``LoopTurns.yield_if_turn_over``).
         """
+        turns = self._turns
+        if turns is not None:
+            turns.observe()  # may receive this reply's own bytes, its end or a failure: then no wait
+            if self._entries or self._error is not None or self._watcher is None:
+                return
         if self._timer is None:
             self._start_timer(self._idle_s - (time.monotonic() - self._last_read_s))
         waiter = self._waiter = Waiter(self._hub)
@@ -529,7 +552,6 @@ class GeventResponse:
             raise RequestTimeout(f"{self._where}: no bytes for {self._idle_s:g} s (read idle timeout)") from exc
         finally:
             self._waiter = None
-        turns = self._turns
         if turns is not None:
             turns.yield_if_turn_over(TURN_BUDGET_NS)
 
@@ -683,6 +705,7 @@ class GeventHTTPTransport:
             RequestTimeout: no connection within ``connect_s``.
             TransportError: refused, DNS or TLS failure.
         """
+        self._turns.observe()
         kept = self._stamps.sock
         if self._reusable and kept is not None and idle_and_open(never_known_open, kept):
             return  # the kept-alive connection in the pool is still open: post() writes at once
@@ -699,6 +722,10 @@ class GeventHTTPTransport:
             where = f"connect to {self._origin}{self._via}"
             raise self._proxy_down(where, exc) or TransportError(f"{where} failed: {describe(exc)}") from exc
         pool.return_socket(sock)
+        # Connections opened together (a spawn) complete in one poll, and every user would then build
+        # and send its request in that one iteration (~0.3 ms each) while replies wait unread: past
+        # the turn budget, a user waits for a later iteration first (counted in its connect_s).
+        self._turns.yield_if_turn_over(TURN_BUDGET_NS)
 
     def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> GeventResponse:
         """POST ``body``; return once status and headers are in.
