@@ -554,3 +554,29 @@ def test_issue19_while_a_user_waits_for_bytes_polls_are_paced_half_a_millisecond
     paced = [(now - before) for (before, waiting), (now, _) in itertools.pairwise(turns.polls) if waiting > 0]
     assert len(paced) >= 20
     assert min(paced) >= PACE_NS - 60_000  # a sleep under 50 µs is skipped; the clock reads around it
+
+
+def test_issue19_a_long_iteration_whose_steps_look_at_the_sockets_receives_each_token_on_its_own(gevent_ready):
+    # Two tokens 10 ms apart arrive while the loop runs one long iteration (60 ms of steps of 2 ms,
+    # as a spawn's users building and sending requests): no poll comes, but each step ends at a
+    # checkpoint that looks at the reply sockets (LoopTurns.observe), so each token is received on
+    # its own, stamped when it arrived, before the next one could merge with it.
+    turns = LoopTurns()
+    reply = Reply([W(30, sse(T("a"))), W(40, sse(T(" b"))), W(150, sse(TF("length"), "[DONE]"))])
+    with ScriptedServer(reply) as server:
+        transport = GeventHTTPTransport(server.base_url, headers={}, timeouts=FAST, turns=turns)
+        response = transport.post("/v1/completions", b"{}", {})
+        steps_until = time.monotonic() + 0.06
+        while time.monotonic() < steps_until:  # one iteration: the loop does not poll
+            _block_loop(0.002)
+            turns.observe()
+        reads: list[tuple[bytes, float]] = []
+        while data := response.read_some():
+            reads.append((data, time.perf_counter() - response.read_age_s))
+        response.close()
+        transport.close()
+        log = server.send_log(0)
+    turns.close()
+    assert [data for data, _ in reads[:2]] == [sse(T("a")), sse(T(" b"))]  # not merged
+    assert reads[0][1] == pytest.approx(log.writes_s[0], abs=0.001)  # each timed by its own stamp
+    assert reads[1][1] == pytest.approx(log.writes_s[1], abs=0.001)
