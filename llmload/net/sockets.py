@@ -450,6 +450,11 @@ class LoopTurns:
                 except Exception:  # a receive's fault must not land in the user that happened to look
                     gevent.get_hub().handle_error(reader, *sys.exc_info())
 
+    @property
+    def behind(self) -> bool:
+        """True while users wait at the turn gate for a later iteration: the process cannot keep up just now."""
+        return bool(self._queued)
+
     def wake_later(self, waiter: Any) -> None:
         """Wake ``waiter`` (a ``gevent.hub.Waiter``; with None) ``BATCH_S`` from now at the latest, after the reads.
 

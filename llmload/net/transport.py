@@ -144,7 +144,8 @@ __all__ = ["GeventHTTPTransport", "GeventResponse", "HTTPResult"]
 
 _time_ns = time.time_ns  # module aliases: the receive runs once per token
 _monotonic = time.monotonic
-_RECV_BYTES = 16 * 1024  # one recv per read_some; SSE events are ~100-500 bytes
+_RECV_BYTES = 16 * 1024  # the most one receive takes; SSE events are ~100-500 bytes
+_BEHIND_READS = 4  # queued receives of a user behind in a saturated process that pause its receiving (_pause)
 _GET_BODY_BYTES = 8 * 1024 * 1024
 _USER_AGENT = "llmload"
 
@@ -187,6 +188,7 @@ class GeventResponse:
         "_hub",
         "_idle_s",
         "_last_read_s",
+        "_paused",
         "_raw",
         "_resp",
         "_seen_ns",
@@ -268,6 +270,7 @@ class GeventResponse:
         self._watch_ns = 0  # when the watcher started (CLOCK_REALTIME ns)
         self._watcher: Any = None
         self._fd = -1  # the socket's file descriptor while watched
+        self._paused = False  # receiving stopped while the user is behind in a saturated process (_pause)
         self._raw: _socket.socket | None = None
         self._hub: Any = None
         buf = resp._body_buffer
@@ -340,6 +343,8 @@ class GeventResponse:
             if resp.message_complete:
                 return b""
             if self._watcher is not None:
+                if self._paused:
+                    self._resume()
                 self._wait()
             elif resp._sock is None:
                 raise ConnectionClosedError(f"{self._where}: connection released before the end of the body")
@@ -510,6 +515,35 @@ class GeventResponse:
                 self._hub.loop.run_callback(waiter.switch, None)
             elif len(entries) == 1 and self._turns is not None:
                 self._turns.wake_later(waiter)
+        elif len(entries) >= _BEHIND_READS and self._turns is not None and self._turns.behind:
+            self._pause()  # the user was woken, or is busy, and has not come for them: it is behind
+
+    def _pause(self) -> None:
+        """Stop receiving until the user has taken every queued receive (``read_some`` resumes).
+
+        Only while the process cannot keep up (users wait at the turn gate,
+        ``LoopTurns.behind``): the times of a saturated process are flagged
+        anyway (read lag, ``client_saturated``), and a receive per segment for
+        a user who is not there to decode it costs the CPU that would let it
+        catch up. The bytes wait in the kernel, which merges them into fewer
+        receives; their lag says how far their times may be off.
+        """
+        watcher = self._watcher
+        if watcher is not None and not self._paused:
+            self._paused = True
+            watcher.stop()
+            if self._turns is not None:
+                self._turns.unwatch(self._fd)
+
+    def _resume(self) -> None:
+        """Receive again after ``_pause``: polls and looks before now did not watch the socket."""
+        watcher = self._watcher
+        if watcher is not None and self._paused:
+            self._paused = False
+            self._watch_ns = _time_ns()
+            watcher.start(self._on_readable)
+            if self._turns is not None:
+                self._turns.watch(self._fd, self._on_readable)
 
     def _stop(self, error: BaseException | None) -> None:
         """Stop receiving in the loop (end of the body, or ``error`` to raise after the queued bytes); wake the user."""

@@ -580,3 +580,41 @@ def test_issue19_a_long_iteration_whose_steps_look_at_the_sockets_receives_each_
     assert [data for data, _ in reads[:2]] == [sse(T("a")), sse(T(" b"))]  # not merged
     assert reads[0][1] == pytest.approx(log.writes_s[0], abs=0.001)  # each timed by its own stamp
     assert reads[1][1] == pytest.approx(log.writes_s[1], abs=0.001)
+
+
+class _Behind(LoopTurns):
+    """Loop turns of a process that cannot keep up: users wait at the turn gate."""
+
+    @property
+    def behind(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("turns_class", [LoopTurns, _Behind])
+def test_issue19_a_saturated_process_stops_receiving_for_a_user_four_receives_behind(gevent_ready, turns_class):
+    # Eight tokens 5 ms apart while the user is away for 100 ms. A process that keeps up receives
+    # each on its own. One that cannot (users wait at the turn gate) stops receiving for this user
+    # after four: the other four wait in the kernel and come in one receive when the user is back,
+    # timed by the newest stamp with a lag that covers how far the older ones may be off.
+    turns = turns_class()
+    writes = [W(20 + 5 * i, sse(T(f" t{i}"))) for i in range(8)]
+    with ScriptedServer(Reply([*writes, W(200, sse(TF("length"), "[DONE]"))])) as server:
+        transport = GeventHTTPTransport(server.base_url, headers={}, timeouts=FAST, turns=turns)
+        response = transport.post("/v1/completions", b"{}", {})
+        gevent.sleep(0.1)
+        reads: list[tuple[bytes, float]] = []
+        while len(reads) < 8 and (data := response.read_some()):
+            reads.append((data, response.read_lag_s))
+        response.close()
+        transport.close()
+        log = server.send_log(0)
+    turns.close()
+    tokens = b"".join(data for data, _ in reads)
+    assert tokens.startswith(b"".join(sse(T(f" t{i}")) for i in range(8)))
+    if turns_class is LoopTurns:
+        assert [data for data, _ in reads[:8]] == [sse(T(f" t{i}")) for i in range(8)]
+    else:
+        assert [data for data, _ in reads[:4]] == [sse(T(f" t{i}")) for i in range(4)]
+        merged, lag_s = reads[4]
+        assert merged == b"".join(sse(T(f" t{i}")) for i in range(4, 8))
+        assert lag_s >= log.writes_s[7] - log.writes_s[4] - 0.001
