@@ -38,7 +38,8 @@ from llmload.exporters.timeseries import Row
 from llmload.exporters.timeseries_files import TimeseriesLog
 from llmload.exporters.window import SlidingWindow
 from llmload.net.scrape import ServerScraper
-from llmload.net.sockets import AddressCache, LoopTurns
+from llmload.net.sockets import AddressCache
+from llmload.net.turns import LoopTurns
 from llmload.request.degenerate import SameTextWatch
 from llmload.request.preflight import not_streamed_warning
 from llmload.request.record import RequestRecord

@@ -34,8 +34,8 @@ from gevent import GreenletExit
 from llmload.edge.replay import TracedRequest, finish_trace_line, take_trace_line
 from llmload.edge.run_parts import WarmupGate
 from llmload.edge.runtime import Runtime, runtime_of
-from llmload.net.sockets import TURN_BUDGET_NS
 from llmload.net.transport import GeventHTTPTransport
+from llmload.net.turns import TURN_BUDGET_NS
 from llmload.request.client import StreamingClient
 from llmload.request.failures import grouped_error, skip_pause_s, throttle_pause_s
 from llmload.request.payloads import LLMRequest, build_chat_request, build_completion_request

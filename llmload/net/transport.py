@@ -20,7 +20,7 @@ as a poll finds bytes, which does one ``recvmsg``, feeds the parser and
 queues the body bytes with the times of their receive; ``read_some`` hands
 them to the user greenlet, which is woken at the end of the body, after
 ``BATCH_READS`` receives or ``BATCH_S`` after the first that waits
-(``llmload.net.sockets``). So a receive never waits behind another user's
+(``llmload.net.turns``). So a receive never waits behind another user's
 work, and a token costs no greenlet switch: at 256 users and 10 ms ITL the
 client's CPU per token fell by a third (``docs/benchmarks.md``). While users
 wait for bytes, the loop holds each poll until ``PACE_NS`` (0.5 ms) after the
@@ -123,11 +123,8 @@ from llmload.errors import (
 )
 from llmload.net.protocols import foreign_protocol, not_http1_message, starts_like_http1
 from llmload.net.sockets import (
-    BATCH_READS,
     CMSG_BYTES,
-    TURN_BUDGET_NS,
     AddressCache,
-    LoopTurns,
     StampedSocket,
     Stamps,
     describe,
@@ -136,6 +133,7 @@ from llmload.net.sockets import (
     stamp_ns,
     unverified_context,
 )
+from llmload.net.turns import BATCH_READS, TURN_BUDGET_NS, LoopTurns
 from llmload.settings.config import Timeouts
 from llmload.settings.credentials import public_query, public_url
 from llmload.settings.proxies import ProxyChoice
@@ -173,7 +171,7 @@ class GeventResponse:
     arrived). ``read_some`` hands out one queued receive at a time with those
     times; the user greenlet is woken at the end of the body, after
     ``BATCH_READS`` receives or ``BATCH_S`` after the first one that waits
-    (``llmload.net.sockets``), not for every token, and at once in
+    (``llmload.net.turns``), not for every token, and at once in
     ``read_within`` and ``drain``, which wait on time. So no receive waits for
     a busy user greenlet, and the token stream costs no greenlet switch per
     token. TLS is read by the user greenlet (``_receive_here``).

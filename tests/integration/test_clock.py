@@ -13,8 +13,8 @@ import pytest
 
 from llmload.exporters.console import summary_lines
 from llmload.exporters.results import RunOutcome, build_results
-from llmload.net.sockets import PACE_NS, POLL_TICK_S, LoopTurns
 from llmload.net.transport import GeventHTTPTransport
+from llmload.net.turns import PACE_NS, POLL_TICK_S, LoopTurns
 from llmload.request.client import StreamingClient
 from llmload.request.payloads import LLMRequest, build_completion_request
 from llmload.request.record import Outcome, RequestRecord

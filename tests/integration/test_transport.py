@@ -9,8 +9,9 @@ import time
 import pytest
 
 from llmload.errors import ConfigError, TransportError
-from llmload.net.sockets import BATCH_S, AddressCache
+from llmload.net.sockets import AddressCache
 from llmload.net.transport import GeventHTTPTransport
+from llmload.net.turns import BATCH_S
 from llmload.request.client import StreamingClient
 from llmload.request.payloads import build_chat_request
 from llmload.request.record import Outcome
