@@ -508,7 +508,7 @@ class GeventResponse:
             return
         waiter = self._waiter
         if waiter is not None:
-            if self._eager or len(entries) >= BATCH_READS:
+            if self._eager or len(entries) >= BATCH_READS or _ends_a_reply(data):
                 self._waiter = None
                 self._hub.loop.run_callback(waiter.switch, None)
             elif len(entries) == 1 and self._turns is not None:
@@ -875,6 +875,16 @@ class GeventHTTPTransport:
 
     def _note_reusable(self, reusable: bool) -> None:
         self._reusable = reusable
+
+
+def _ends_a_reply(data: bytes) -> bool:
+    """True when received bytes hold what ends a streamed reply: ``data: [DONE]`` or a final typed event.
+
+    A server may hold the body open after it (the client then drains it for a
+    bounded time): the user is woken at once for it, not at the batch time, so
+    its next request is not held back.
+    """
+    return b"[DONE]" in data or b"message_stop" in data or b"response.completed" in data
 
 
 def _parse_error(exc: HTTPParseError) -> str:

@@ -242,3 +242,19 @@ def test_transport_replaces_connection_pool_methods_that_geventhttpclient_still_
     if sys.platform.startswith("linux"):
         assert records[0].unstamped_reads == 0  # _create_tcp_socket made the stamping socket
         assert records[0].read_lags_s
+
+
+def test_issue19_a_reply_whose_body_stays_open_after_done_ends_at_done_not_at_the_batch_time(gevent_ready):
+    # The body is held open after [DONE] (some servers do): the user is woken for [DONE] at once,
+    # drains the rest for DRAIN_S and goes on; it does not wait for the batch time (BATCH_S).
+    reply = Reply([W(10, sse(C({"content": "a"}))), W(30, sse(CF("stop"), "[DONE]"))], ending=Ending.STALL)
+    with ScriptedServer(reply) as server:
+        transport = transport_for(server)
+        started = time.perf_counter()
+        record = StreamingClient(transport).run(CHAT)
+        returned_s = time.perf_counter() - started
+        transport.close()
+        log = server.send_log(0)
+    assert record.outcome is Outcome.OK
+    assert returned_s < log.writes_s[1] - started + 0.03  # [DONE], then DRAIN_S (5 ms) and the close
+    assert BATCH_S > 0.05  # the test would not tell the two apart otherwise
