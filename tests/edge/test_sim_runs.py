@@ -7,8 +7,11 @@ start a ``locust`` process each.
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
+from llmload.edge.cluster import YOUNG_COLLECTION_THRESHOLD
 from llmload.edge.users import ChatUser
 from tests.edge.cluster import run_local
 from tests.simserver import InProcessSim, serve
@@ -94,3 +97,17 @@ def test_sim_run_with_short_replies_warns_that_ignore_eos_was_ignored(capsys: py
         f"WARNING: the server ignored the requested length (ignore_eos / min_tokens): {int(short)} of 20 replies "
         "ended early, on average 8.0 of 16.0 tokens"
     ) in capsys.readouterr().out
+
+
+def test_issue19_a_run_collects_the_youngest_generation_every_20000_allocations_not_700() -> None:
+    """The cyclic collector's young threshold is raised at the run's start (``YOUNG_COLLECTION_THRESHOLD``)."""
+    before = gc.get_threshold()
+    gc.set_threshold(700, *before[1:])
+    try:
+        with serve(*FAST_SIM) as sim:
+            run = run_local(ChatUser, sim.url, _args("--num-requests", "4", "--max-tokens", "4"), users=2)
+        assert run.results is not None
+        assert run.results["requests"]["succeeded"] == 4
+        assert gc.get_threshold() == (YOUNG_COLLECTION_THRESHOLD, *before[1:])
+    finally:
+        gc.set_threshold(*before)
