@@ -579,8 +579,8 @@ class GeventResponse:
         try:
             waiter.get()
         except _IdleTimeout as exc:
+            self._unwatch()  # before the release closes the socket
             self._resp.release()
-            self._unwatch()
             raise RequestTimeout(f"{self._where}: no bytes for {self._idle_s:g} s (read idle timeout)") from exc
         finally:
             self._waiter = None
