@@ -13,7 +13,7 @@ line (SSH ``SSH-2.0-…``, Redis ``-ERR …``, SMTP/FTP ``220 …``):
 
 from __future__ import annotations
 
-__all__ = ["H2_MESSAGE", "foreign_protocol", "not_http1_message", "starts_like_http1"]
+__all__ = ["H2_MESSAGE", "foreign_protocol", "not_http1_message", "not_tls_message", "starts_like_http1"]
 
 H2_MESSAGE = "the server answered with HTTP/2 frames, not HTTP/1.1 (a gRPC or h2c-only port?)"
 _H2_FIX = (
@@ -78,6 +78,30 @@ def not_http1_message(head: bytes) -> str:
         if head.startswith(start):
             return f"the port answered like {what}, not HTTP/1.1 (it began {head[:40]!r}): {_PORT_FIX}"
     return f"the answer is not HTTP/1.1, it began {head[:40]!r}: {_PORT_FIX}"
+
+
+# OpenSSL's reasons when the answer to a ClientHello is no TLS record (plain HTTP, another service);
+# "record layer failure" is how OpenSSL 3.2+ reports what earlier versions call a wrong version number
+_NOT_TLS_REASONS = frozenset(
+    {"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "UNKNOWN_PROTOCOL"}
+)
+
+
+def not_tls_message(reason: str | None) -> str | None:
+    """What an ``https://`` URL met when the TLS handshake failed for OpenSSL ``reason``, if the port is not TLS.
+
+    The mirror of a TLS answer to plain HTTP (``foreign_protocol``): an
+    ``https://`` URL pointed at a plain-HTTP port gets an HTTP answer (or
+    nothing TLS) to its ClientHello, which OpenSSL reports as e.g.
+    ``WRONG_VERSION_NUMBER``. Returns None for other handshake failures
+    (certificates, protocol versions), whose own text says what failed.
+    """
+    if reason not in _NOT_TLS_REASONS:
+        return None
+    return (
+        f"the server did not answer the TLS handshake with TLS (OpenSSL: {reason}): the port speaks plain HTTP "
+        "(or another protocol); for plain HTTP pass -H http://…"
+    )
 
 
 def starts_like_http1(head: bytes) -> bool:

@@ -276,7 +276,13 @@ def never_known_open(_sock: Any) -> bool:
 
 
 def describe(exc: BaseException) -> str:
-    """An OS error as text that names its errno symbol (``ECONNREFUSED [Errno 111] ...``)."""
+    """An OS error as text that names its errno symbol (``ECONNREFUSED [Errno 111] ...``).
+
+    A TLS error (``ssl.SSLError``) keeps its own text: its errno is OpenSSL's
+    error code, which would name an unrelated system error (1: EPERM).
+    """
+    if isinstance(exc, ssl.SSLError):
+        return str(exc) or type(exc).__name__
     code = getattr(exc, "errno", None)
     name = errno.errorcode.get(code, "") if isinstance(code, int) else ""
     text = str(exc) or type(exc).__name__

@@ -121,7 +121,7 @@ from llmload.errors import (
     TransportError,
     WrongProtocolError,
 )
-from llmload.net.protocols import foreign_protocol, not_http1_message, starts_like_http1
+from llmload.net.protocols import foreign_protocol, not_http1_message, not_tls_message, starts_like_http1
 from llmload.net.sockets import (
     CMSG_BYTES,
     AddressCache,
@@ -752,7 +752,7 @@ class GeventHTTPTransport:
         except (OSError, RuntimeError) as exc:
             # RuntimeError also carries a refused CONNECT ("Proxy CONNECT failed: HTTP/1.1 407 ...")
             where = f"connect to {self._origin}{self._via}"
-            raise self._proxy_down(where, exc) or TransportError(f"{where} failed: {describe(exc)}") from exc
+            raise self._failed(where, exc) from exc
         pool.return_socket(sock)
         # Connections opened together (a spawn) complete in one poll, and every user would then build
         # and send its request in that one iteration (~0.3 ms each) while replies wait unread: past
@@ -832,7 +832,7 @@ class GeventHTTPTransport:
             raise TransportError(f"{where} failed: malformed HTTP/1.1 answer ({_parse_error(exc)})") from exc
         except (OSError, HTTPException, RuntimeError, ValueError) as exc:
             # RuntimeError: name did not resolve to any address; ValueError: invalid path or header.
-            raise self._proxy_down(where, exc) or TransportError(f"{where} failed: {describe(exc)}") from exc
+            raise self._failed(where, exc) from exc
         stamps = self._stamps
         response = GeventResponse(
             resp,
@@ -873,8 +873,22 @@ class GeventHTTPTransport:
             return ""
         return f"; the connection is to the proxy {proxy.public} (from {proxy.variable}): is it up?"
 
+    def _failed(self, where: str, exc: BaseException) -> TransportError:
+        """The error for a connection or request that failed with ``exc``: a non-TLS port, a proxy down, or else."""
+        known = _not_tls(where, exc) or self._proxy_down(where, exc)
+        return known or TransportError(f"{where} failed: {describe(exc)}")
+
     def _note_reusable(self, reusable: bool) -> None:
         self._reusable = reusable
+
+
+def _not_tls(where: str, exc: BaseException) -> WrongProtocolError | None:
+    """The error for a TLS handshake that met no TLS (an ``https://`` URL on a plain-HTTP port); else None."""
+    if isinstance(exc, gevent.ssl.SSLError):
+        message = not_tls_message(getattr(exc, "reason", None))
+        if message is not None:
+            return WrongProtocolError(f"{where}: {message}")
+    return None
 
 
 def _ends_a_reply(data: bytes) -> bool:

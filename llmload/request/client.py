@@ -384,9 +384,16 @@ class StreamingClient:
                             self.reply_end = ReplyEnd.FINISH_WAIT
                             break
                         data = got
-                except ConnectionClosedError:
+                except ConnectionClosedError as closed:
+                    if acc.finish_reason is None and reader.has_partial_event:
+                        # the last event, its blank line never sent before the close, may carry the finish
+                        try:
+                            reader.finish(t)
+                        except ReplyFailure as failure:
+                            if failure.outcome is Outcome.SERVER_ERROR:
+                                raise  # an error object in that event says more than the close
                     if acc.finish_reason is None:
-                        raise
+                        raise closed
                     reader.finish(t)  # a close after the finish ends the reply; a cut event still fails
                     self.reply_end = ReplyEnd.CLOSE
                     break
@@ -598,13 +605,26 @@ class StreamingClient:
     ) -> tuple[bytes, float]:
         """The whole body (at most ``limit`` bytes) and when its last bytes arrived (seconds after send).
 
-        ``first``: body bytes already read (at ``first_s``), if any.
+        ``first``: body bytes already read (at ``first_s``), if any. A body
+        that already holds one whole JSON reply (``_whole_reply``) and gets
+        nothing more within ``DRAIN_S`` ends there (a server or proxy may keep
+        it open, as some do after ``[DONE]``): its end is the arrival of the
+        reply's last bytes, and the connection, its message unfinished, is
+        dropped at ``close``. Bytes that do come are read on, so a longer body
+        (JSON lines) is judged whole.
         """
         parts = [first] if first else []
         size = len(first)
         t = first_s
+        data = first
         while True:
-            data = response.read_some()
+            if data and data.rstrip()[-1:] == b"}":  # may end a JSON reply: the body's end is due
+                got = response.read_within(DRAIN_S)
+                if got is None and _whole_reply(parts):
+                    return b"".join(parts), t  # held open after a whole JSON reply
+                data = response.read_some() if got is None else got
+            else:
+                data = response.read_some()
             if not data:
                 return b"".join(parts), t if parts else self._clock() - t0
             t = self._arrived(response, record, t0, t, 0.0)  # one body: its end is the newest stamp, exact
@@ -642,6 +662,24 @@ class StreamingClient:
 
 
 # ── helpers ──────────────────────────────────────────────────────────────
+def _whole_reply(parts: list[bytes]) -> bool:
+    """True when the bytes read so far are one JSON object that is a whole reply, not the first of a stream.
+
+    A whole reply: any object but a streaming chunk (``choices[].delta``, an
+    ``object`` ending in ``chunk``) or a JSON line that says more follow
+    (``"done": false``, Ollama's native stream), whose next lines a server
+    may send later than ``DRAIN_S``.
+    """
+    try:
+        obj = json.loads(b"".join(parts))
+    except ValueError:
+        return False
+    if type(obj) is not dict or obj.get("done") is False or str(obj.get("object", "")).endswith("chunk"):
+        return False
+    choices = obj.get("choices")
+    return not (type(choices) is list and choices and type(choices[0]) is dict and "delta" in choices[0])
+
+
 def _is_json(content_type: str) -> bool:
     return content_type == "application/json" or content_type.endswith("+json")
 

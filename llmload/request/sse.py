@@ -36,12 +36,22 @@ import codecs
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["SSEDecoder", "SSEEvent"]
+__all__ = ["SSEDecoder", "SSEEvent", "is_done"]
 
 _DONE_LINE_CHARS = len("data: [DONE]")  # the longest spelling of the end-of-stream sentinel line
 
 _BOM = "\ufeff"
 _Utf8Decoder = codecs.getincrementaldecoder("utf-8")
+
+
+def is_done(payload: str) -> bool:
+    """True for the OpenAI end-of-stream sentinel ``[DONE]``, whitespace around it allowed.
+
+    A data field ``[DONE] `` (a trailing space) ends the stream for
+    openai-python, which tests the prefix; a strict comparison would read it
+    as invalid JSON and fail a reply that had finished.
+    """
+    return payload == "[DONE]" or (len(payload) < _DONE_LINE_CHARS and payload.strip() == "[DONE]")
 
 
 @dataclass(frozen=True, slots=True)

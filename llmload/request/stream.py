@@ -28,7 +28,7 @@ from typing import Any
 from llmload.errors import SSEProtocolError
 from llmload.request.chunks import ChunkDelta, ReplyAccumulator, parse_chunk, read_server_error
 from llmload.request.record import Outcome
-from llmload.request.sse import SSEDecoder, SSEEvent
+from llmload.request.sse import SSEDecoder, SSEEvent, is_done
 
 __all__ = ["DeltaTemplate", "ReplyFailure", "ReplyReader"]
 
@@ -305,7 +305,7 @@ class ReplyReader:
                     acc.add_token(text, t, template.has_content)
                     self.finish_at_s = None
                     continue
-            if payload == "[DONE]":
+            if is_done(payload):
                 acc.done = True
                 return
             if not payload:

@@ -46,7 +46,7 @@ from llmload.errors import SSEProtocolError
 from llmload.request.chunks import ChunkDelta, ReplyAccumulator, first_detail, read_server_error
 from llmload.request.record import Outcome
 from llmload.request.shapes import describe
-from llmload.request.sse import SSEDecoder, SSEEvent
+from llmload.request.sse import SSEDecoder, SSEEvent, is_done
 from llmload.request.stream import ReplyFailure
 
 __all__ = [
@@ -160,7 +160,7 @@ class TypedReplyReader:
             if acc.done:
                 return
             payload = event.data
-            if payload == "[DONE]":
+            if is_done(payload):
                 acc.done = True
                 return
             if not payload:

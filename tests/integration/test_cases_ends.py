@@ -6,8 +6,12 @@ run-level cases run in process: ``tests/edge/test_cases_ends.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -273,6 +277,38 @@ def test_nc27_last_event_without_blank_line_is_dispatched(run_scripted, tail):
     assert record.ttft_s == run.at(30)
 
 
+@pytest.mark.parametrize("tail", [b"\n", b"", b"\r\n"], ids=["lf-only", "no-line-end", "crlf-only"])
+def test_nc27_last_event_without_blank_line_then_a_close_is_dispatched(run_scripted, tail):
+    # found by a new-user run: the finish and usage came in that last event, yet the close was judged
+    # before it was read ("closed mid-body ... no finish_reason")
+    run = run_scripted(replace(_unterminated_last_event(tail), ending=Ending.CLOSE))
+    record = run.record
+    assert record.outcome is Outcome.OK, record.error
+    assert record.finish_reason == "stop"
+    assert record.completion_tokens.value == 2
+    assert record.completion_tokens.source is TokenSource.SERVER
+    assert record.e2e_s == run.at(50)
+
+
+def test_nc27_kind_cut_event_then_a_close_before_any_finish_says_closed_mid_body(run_scripted):
+    writes = [W(20, sse(ROLE)), W(30, sse(C({"content": "Hi"}))), W(40, b'data: {"id":"c1","choices":[{"ind')]
+    record = run_scripted(Reply(writes=writes, ending=Ending.CLOSE)).record
+    assert record.outcome in (Outcome.TRANSPORT_ERROR, Outcome.STREAM_ERROR)
+    assert record.error is not None
+    assert "closed mid-body" in record.error.message
+    assert "no finish_reason" in record.error.message
+
+
+@pytest.mark.parametrize("done", [b"data: [DONE] \n\n", b"data:  [DONE]\n\n", b"data: [DONE]\t\r\n\r\n"])
+def test_nc27_kind_done_with_whitespace_around_it_ends_the_reply(run_scripted, done):
+    # found by a new-user run: "data: [DONE] " failed a finished reply as invalid JSON; openai-python
+    # ends the stream at any data field that starts with [DONE]
+    writes = [*_normal_writes(), W(50, sse(CF("stop"), U(5, 2)) + done)]
+    record = run_scripted(Reply(writes=writes)).record
+    assert record.outcome is Outcome.OK, record.error
+    assert record.completion_tokens.value == 2
+
+
 def test_nc27_cut_short_last_event_says_so_and_what_was_seen(run_scripted):
     writes = [W(20, sse(ROLE)), W(30, sse(C({"content": "Hi"}))), W(40, b'data: {"id":"c1","choices":[{"ind')]
     record = run_scripted(Reply(writes=writes)).record
@@ -387,6 +423,65 @@ def test_nc31_streamed_request_answered_with_one_json_body(run_scripted):
     assert record.e2e_s == pytest.approx(0.4, abs=0.05)
 
 
+# ── NC-21 kind on a JSON reply: the body stays open after the whole JSON ──
+def _json_held_open(ctype: str) -> Reply:
+    headers = {"Content-Type": ctype} if ctype else {}
+    return Reply(writes=[W(50, _COMPLETION), W(50 + HOLD_MS, b"")], headers=headers, headers_at_ms=50)
+
+
+@pytest.mark.parametrize(
+    ("stream", "ctype"),
+    [(False, "application/json"), (True, "application/json"), (True, "text/plain"), (True, "")],
+    ids=["no-stream", "stream-answered-json", "stream-answered-text-plain", "stream-answered-no-type"],
+)
+def test_nc21_kind_json_reply_held_open_after_its_json_does_not_hold_the_user(gevent_ready, stream, ctype):
+    # found by a new-user run: the reply was timed at its JSON (0.5 ms) while the user waited out the
+    # 15 s hold, so one request in a 20 s run printed "2058 req/s" and PASSED
+    request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8, stream=stream)
+    with ScriptedServer(_json_held_open(ctype)) as srv:
+        client, transport = _client(srv.base_url)
+        try:
+            started = time.perf_counter()
+            records = [client.run(request) for _ in range(3)]
+            elapsed_s = time.perf_counter() - started
+        finally:
+            transport.close()
+        connections = srv.connections_accepted
+    assert [r.outcome for r in records] == [Outcome.OK] * 3, records[0].error
+    assert [r.completion_tokens.value for r in records] == [4, 4, 4]
+    assert all(r.streamed is False for r in records)
+    for record in records:
+        assert record.e2e_s is not None
+        assert 0.045 < record.e2e_s < 0.1  # the JSON's arrival (50 ms), not the end of the held body
+    assert elapsed_s < 1.5, f"3 requests took {elapsed_s:.2f} s: the user waited for the held body"
+    assert connections == 3  # a body still open after the drain loses its connection
+
+
+def test_nc21_kind_json_reply_whose_end_comes_soon_after_keeps_the_connection(gevent_ready):
+    reply = Reply(writes=[W(50, _COMPLETION), W(52, b"")], headers={"Content-Type": "application/json"})
+    request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8, stream=False)
+    with ScriptedServer(reply) as srv:
+        client, transport = _client(srv.base_url)
+        try:
+            records = [client.run(request) for _ in range(3)]
+        finally:
+            transport.close()
+        connections = srv.connections_accepted
+    assert [r.outcome for r in records] == [Outcome.OK] * 3, records[0].error
+    assert connections == 1
+
+
+@pytest.mark.parametrize("gap_ms", [20, 0], ids=["lines-20ms-apart", "lines-together"])
+def test_nc31_kind_json_lines_are_not_taken_for_one_reply(run_scripted, gap_ms):
+    # streaming chunks as JSON lines (no data: fields): the first line is whole JSON, but not a reply
+    lines = [C({"content": "Hi"}), C({"content": " there"}), CF("stop")]
+    writes = [W(50 + gap_ms * i, (line + "\n").encode()) for i, line in enumerate(lines)]
+    record = run_scripted(Reply(writes=writes, headers={"Content-Type": "application/x-ndjson"})).record
+    assert record.outcome is Outcome.STREAM_ERROR, (record.outcome, record.completion_tokens)
+    assert record.error is not None
+    assert "not an event stream and not valid JSON" in record.error.message
+
+
 # ── NC-29: the port speaks HTTP/2 only ───────────────────────────────────
 _H2_SETTINGS = bytes.fromhex("000006040000000000") + bytes.fromhex("000300000064")  # MAX_CONCURRENT_STREAMS 100
 _H2_GOAWAY = bytes.fromhex("000008070000000000") + bytes.fromhex("00000000") + bytes.fromhex("00000001")
@@ -447,6 +542,46 @@ def test_nc29_other_protocols_are_named_in_the_preflight(gevent_ready, answer, n
     assert named in message
     assert "Is the server up" not in message
     assert "Expected HTTP/" not in message  # no parser exception in the sentence
+
+
+def _plain_http_port() -> socket.socket:
+    """A listening port that answers anything (a TLS ClientHello too) with a plain HTTP/1.1 400, then closes."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):  # the test closed the listener
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(4096)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+def test_nc29_kind_https_url_on_a_plain_http_port_is_named_before_load_and_per_request(gevent_ready):
+    # found by a new-user run: "EPERM [SSL: WRONG_VERSION_NUMBER] ... Is the server up and -H right?"
+    # (OpenSSL's error code 1 read as the system's errno EPERM)
+    from llmload.errors import ConfigError
+    from llmload.request.preflight import fetch_models
+
+    listener = _plain_http_port()
+    url = f"https://127.0.0.1:{listener.getsockname()[1]}"
+    transport = GeventHTTPTransport(url, headers={}, timeouts=Timeouts(connect_s=5, idle_s=5, total_s=10))
+    try:
+        with pytest.raises(ConfigError) as refused:
+            fetch_models(url, transport.get, "OPENAI_API_KEY")
+        record = StreamingClient(transport).run(CHAT)
+    finally:
+        transport.close()
+        listener.close()
+    for message in (str(refused.value), record.error.message if record.error else ""):
+        assert "did not answer the TLS handshake with TLS (OpenSSL: " in message
+        assert "pass -H http://" in message
+        assert "EPERM" not in message
+        assert "Is the server up" not in message
+    assert record.outcome is Outcome.TRANSPORT_ERROR
 
 
 def test_nc29_a_malformed_header_of_a_real_http1_answer_is_not_called_another_protocol(gevent_ready):

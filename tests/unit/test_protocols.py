@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmload.net.protocols import H2_MESSAGE, foreign_protocol, not_http1_message
+from llmload.net.protocols import H2_MESSAGE, foreign_protocol, not_http1_message, not_tls_message
 
 SETTINGS = bytes.fromhex("00000c040000000000000300000064000400100000")
 SETTINGS_EMPTY = bytes.fromhex("000000040000000000")
@@ -55,3 +55,16 @@ def test_nc29_banner_kind_other_services_are_named_without_parser_details(head, 
     message = not_http1_message(head)
     assert named in message
     assert "Expected" not in message
+
+
+@pytest.mark.parametrize("reason", ["WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"])
+def test_nc29_kind_https_url_on_a_plain_http_port_is_named(reason):
+    message = not_tls_message(reason)
+    assert message is not None
+    assert f"did not answer the TLS handshake with TLS (OpenSSL: {reason})" in message
+    assert message.endswith("pass -H http://…")
+
+
+@pytest.mark.parametrize("reason", ["CERTIFICATE_VERIFY_FAILED", "TLSV1_ALERT_PROTOCOL_VERSION", None])
+def test_nc29_kind_other_tls_failures_keep_their_own_text(reason):
+    assert not_tls_message(reason) is None

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from llmload.request.sse import SSEDecoder, SSEEvent
+from llmload.request.sse import SSEDecoder, SSEEvent, is_done
 from llmload.request.stream import ReplyReader
 
 
@@ -237,3 +237,18 @@ def test_nc21_sse_decoder_pending_done_only_for_a_lone_done_line():
         decoder = SSEDecoder()
         decoder.feed(stream)
         assert not decoder.pending_done, stream
+
+
+@pytest.mark.parametrize(
+    ("payload", "done"),
+    [
+        ("[DONE]", True),
+        ("[DONE] ", True),
+        (" [DONE]\t", True),
+        ("[DONE]x", False),
+        ("", False),
+        ('{"a": "[DONE]"}', False),
+    ],
+)
+def test_nc27_kind_is_done_allows_whitespace_around_the_sentinel_only(payload, done):
+    assert is_done(payload) is done
