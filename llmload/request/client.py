@@ -141,6 +141,7 @@ class ReplyEnd(Enum):
 # Enum members read as module globals on the per-request path (``llmload.request.record`` says why)
 _SEND, _STREAM, _BODY = Phase.SEND, Phase.STREAM, Phase.BODY
 _END_DONE, _END_USAGE = ReplyEnd.DONE, ReplyEnd.USAGE
+_REPLY_FIELDS = frozenset({"choices", "content", "output", "data"})  # chat/completions, messages, responses, embeddings
 _CHUNK_ENDPOINTS = frozenset({"chat", "completions"})  # replies of OpenAI completion chunks (``ReplyReader``)
 _STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -492,7 +493,8 @@ class StreamingClient:
             if body.lstrip()[:1] == b"<" or body.startswith(GZIP_MAGIC):  # a proxy's page, or a compressed body
                 raise ValueError(f"not JSON but {summarize_body(body, response.content_type)}") from exc
             raise ValueError(f"{exc}: {body[:120]!r}") from exc
-        error = read_server_error(obj, None)
+        # FastAPI's {"detail": ...} is an error in a 2xx body too when nothing of a reply came with it
+        error = read_server_error(obj, None, http_body=type(obj) is dict and not _REPLY_FIELDS.intersection(obj))
         if error is not None:
             raise ReplyFailure(Outcome.SERVER_ERROR, error.category, error.message, response.status)
         acc = ReplyAccumulator()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import resource
 import signal
 import socket
@@ -145,8 +146,8 @@ def run(argv: list[str] | None = None) -> int:
     (flushed), with the port the kernel chose when ``--port 0``.
 
     Returns:
-        0 after a signal, 1 if the address cannot be bound or the engine
-        loop failed, 2 on a bad option.
+        0 after a signal, 1 if the engine loop failed, 2 on a bad option or
+        an address that cannot be bound (in use, or not this machine's).
     """
     try:
         config = parse_config(argv)
@@ -156,18 +157,21 @@ def run(argv: list[str] | None = None) -> int:
     return serve(config)
 
 
+def _listen_fix(exc: OSError) -> str:
+    """What to change when listening failed with ``exc``: the port (in use, not allowed) or the host."""
+    if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+        return "--host must be an address of this machine (127.0.0.1, 0.0.0.0 for all, or one of its own)"
+    return "pick another --port, or --port 0 for any free port"
+
+
 def serve(config: SimConfig) -> int:
     """Serve ``config`` until SIGTERM or SIGINT; see ``run``."""
     _raise_open_file_limit(8192)
     try:
         listener = listen(config.host, config.port, config.backlog)
     except OSError as exc:
-        print(
-            f"llmload sim: cannot listen on {config.host}:{config.port}: {exc}; "
-            "pick another --port, or --port 0 for any free port",
-            file=sys.stderr,
-        )
-        return 1
+        print(f"llmload sim: cannot listen on {config.host}:{config.port}: {exc}; {_listen_fix(exc)}", file=sys.stderr)
+        return 2
     registry = CollectorRegistry()
     engine = Engine(config)
     metrics = SimMetrics(

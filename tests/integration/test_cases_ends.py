@@ -601,6 +601,16 @@ def test_nc29_a_malformed_header_of_a_real_http1_answer_is_not_called_another_pr
     assert "', " not in str(refused.value)  # the parser's reason, not its (reason, code) tuple
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "no-stream"])
+def test_status_200_json_with_only_a_fastapi_detail_is_a_server_error_that_quotes_it(run_scripted, stream):
+    # found by a new-user run: filed as "empty response: no generated token" without the server's words
+    request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8, stream=stream)
+    record = run_scripted(json_reply(200, '{"detail": "Internal error: CUDA out of memory"}'), request).record
+    assert record.outcome is Outcome.SERVER_ERROR
+    assert record.error is not None
+    assert record.error.message == "Internal error: CUDA out of memory"
+
+
 def test_gateway_error_object_wrapping_a_proxy_page_is_one_line(run_scripted):
     wrapped = {"error": {"message": _CLOUDFLARE_502.decode(), "type": "APIError", "param": None, "code": "502"}}
     record = run_scripted(json_reply(502, json.dumps(wrapped))).record

@@ -516,3 +516,24 @@ def test_sim_serves_1024_concurrent_streams(sim: Any) -> None:
     assert [b.count(b'"text":" ') for b in buffers.values()] == [n_tokens] * n_streams
     assert all(b.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n") for b in buffers.values())
     assert metrics(url)[("llmload_sim_requests_completed_total", (("endpoint", "/v1/completions"),))] == n_streams
+
+
+@pytest.mark.parametrize(
+    ("args", "fix"),
+    [
+        (["--port", "{busy}"], "pick another --port, or --port 0 for any free port"),
+        (["--host", "nosuchhost.invalid", "--port", "0"], "--host must be an address of this machine"),
+    ],
+    ids=["port-in-use", "host-not-here"],
+)
+def test_sim_that_cannot_listen_names_the_option_to_change_and_exits_2(capsys, args, fix) -> None:
+    # found by a new-user run: exit 1, and "pick another --port" for a --host that is not this machine's
+    from llmload.sim.server import run
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        argv = [a.format(busy=busy.getsockname()[1]) for a in args]
+        status = run(argv)
+    err = capsys.readouterr().err
+    assert status == 2
+    assert "llmload sim: cannot listen on " in err
+    assert fix in err
