@@ -388,11 +388,13 @@ class StreamingClient:
                 except ConnectionClosedError as closed:
                     if acc.finish_reason is None and reader.has_partial_event:
                         # the last event, its blank line never sent before the close, may carry the finish
+                        unread = acc.unread_events
                         try:
                             reader.finish(t)
                         except ReplyFailure as failure:
                             if failure.outcome is Outcome.SERVER_ERROR:
                                 raise  # an error object in that event says more than the close
+                            acc.unread_events = unread  # a cut event is no event the close's message counts
                     if acc.finish_reason is None:
                         raise closed
                     reader.finish(t)  # a close after the finish ends the reply; a cut event still fails
@@ -618,15 +620,22 @@ class StreamingClient:
         parts = [first] if first else []
         size = len(first)
         t = first_s
-        data = first
+        closes = first.rstrip()[-1:] == b"}"  # the last byte but whitespace read so far may end a JSON reply
         while True:
-            if data and data.rstrip()[-1:] == b"}":  # may end a JSON reply: the body's end is due
-                got = response.read_within(DRAIN_S)
+            if closes:  # the body's end is due; whitespace may come first
+                try:
+                    got = response.read_within(DRAIN_S)
+                except ConnectionClosedError:
+                    if not _whole_reply(parts):
+                        raise
+                    return b"".join(parts), t  # closed right after a whole JSON reply, as when held a while
                 if got is None and _whole_reply(parts):
                     return b"".join(parts), t  # held open after a whole JSON reply
                 data = response.read_some() if got is None else got
             else:
                 data = response.read_some()
+            if data.strip():
+                closes = data.rstrip()[-1:] == b"}"
             if not data:
                 return b"".join(parts), t if parts else self._clock() - t0
             t = self._arrived(response, record, t0, t, 0.0)  # one body: its end is the newest stamp, exact
@@ -665,21 +674,31 @@ class StreamingClient:
 
 # ── helpers ──────────────────────────────────────────────────────────────
 def _whole_reply(parts: list[bytes]) -> bool:
-    """True when the bytes read so far are one JSON object that is a whole reply, not the first of a stream.
+    """True when the bytes read so far are one JSON object that is a whole reply, not the first line of a stream.
 
-    A whole reply: any object but a streaming chunk (``choices[].delta``, an
-    ``object`` ending in ``chunk``) or a JSON line that says more follow
-    (``"done": false``, Ollama's native stream), whose next lines a server
-    may send later than ``DRAIN_S``.
+    A whole reply is known by its shape, not by what it lacks: a chat or
+    completions reply (``choices`` whose first entry has a ``message`` or a
+    ``text``), a Messages reply (``type: message``), a Responses reply
+    (``object: response``), an embeddings list (``object: list``), or an
+    error object (``error``, ``object: error``, FastAPI's ``detail``). JSON
+    lines that stream (chunks, ``type: response.created``, a filter-results
+    line, Ollama's ``done: false``) are none of these; their next lines may
+    come later than ``DRAIN_S``.
     """
     try:
         obj = json.loads(b"".join(parts))
     except ValueError:
         return False
-    if type(obj) is not dict or obj.get("done") is False or str(obj.get("object", "")).endswith("chunk"):
+    if type(obj) is not dict:
         return False
+    kind = obj.get("object")
+    if kind in ("response", "list", "error") or obj.get("type") == "message" or obj.get("error") is not None:
+        return True
     choices = obj.get("choices")
-    return not (type(choices) is list and choices and type(choices[0]) is dict and "delta" in choices[0])
+    if type(choices) is list and choices:
+        first = choices[0]
+        return type(first) is dict and "delta" not in first and ("message" in first or "text" in first)
+    return choices is None and obj.get("detail") is not None and not _REPLY_FIELDS.intersection(obj)
 
 
 def _is_json(content_type: str) -> bool:

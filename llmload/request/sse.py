@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 __all__ = ["SSEDecoder", "SSEEvent", "is_done"]
 
-_DONE_LINE_CHARS = len("data: [DONE]")  # the longest spelling of the end-of-stream sentinel line
+_DONE_LINE_CHARS = 24  # the longest end-of-stream sentinel line read as one ("data: [DONE]", whitespace around)
 
 _BOM = "\ufeff"
 _Utf8Decoder = codecs.getincrementaldecoder("utf-8")
@@ -131,12 +131,14 @@ class SSEDecoder:
             return False
         tail = self._tail
         if not tail:
-            return self._data == ["[DONE]"]
+            data = self._data
+            return len(data) == 1 and is_done(data[0])
         # O(1) whatever the pending line's length (called on every read that ends mid-event, so a
-        # 16 MiB event must not be re-joined per read): the sentinel line is at most 12 characters.
+        # 16 MiB event must not be re-joined per read): the sentinel line is short.
         if self._data or len(tail) > _DONE_LINE_CHARS or sum(map(len, tail)) > _DONE_LINE_CHARS:
             return False
-        return "".join(tail) in ("data: [DONE]", "data:[DONE]")
+        line = "".join(tail)
+        return line[:5] == "data:" and is_done(line[5:])
 
     @property
     def at_event_boundary(self) -> bool:

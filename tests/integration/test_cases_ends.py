@@ -69,7 +69,11 @@ def test_nc21_body_held_open_after_done_does_not_hold_the_user(gevent_ready, pin
     assert connections == 3  # a body still open after the drain loses its connection
 
 
-@pytest.mark.parametrize("done", [b"data: [DONE]\n", b"data: [DONE]", b"data:[DONE]\r\n"], ids=["lf", "none", "crlf"])
+@pytest.mark.parametrize(
+    "done",
+    [b"data: [DONE]\n", b"data: [DONE]", b"data:[DONE]\r\n"],
+    ids=["lf", "none", "crlf"],
+)
 def test_nc21_done_without_its_blank_line_then_held_open_ends_the_reply(gevent_ready, done):
     writes = [*_normal_writes(), W(50, sse(CF("stop"), U(5, 2)) + done), W(50 + HOLD_MS, b"")]
     with ScriptedServer(Reply(writes=writes)) as srv:
@@ -82,6 +86,22 @@ def test_nc21_done_without_its_blank_line_then_held_open_ends_the_reply(gevent_r
             transport.close()
     assert [r.outcome for r in records] == [Outcome.OK] * 2
     assert [r.completion_tokens.value for r in records] == [2, 2]
+    assert elapsed_s < 1.0
+
+
+@pytest.mark.parametrize("done", [b"data: [DONE] \n", b"data:  [DONE]", b"data: [DONE]\t"])
+def test_nc21_done_with_whitespace_without_its_blank_line_then_held_open_ends_the_reply(gevent_ready, done):
+    # no usage chunk: only the [DONE] line can end the reply before the hold
+    writes = [*_normal_writes(), W(50, sse(CF("stop")) + done), W(50 + HOLD_MS, b"")]
+    with ScriptedServer(Reply(writes=writes)) as srv:
+        client, transport = _client(srv.base_url)
+        try:
+            started = time.perf_counter()
+            records = [client.run(CHAT) for _ in range(2)]
+            elapsed_s = time.perf_counter() - started
+        finally:
+            transport.close()
+    assert [r.outcome for r in records] == [Outcome.OK] * 2, records[0].error
     assert elapsed_s < 1.0
 
 
@@ -296,6 +316,7 @@ def test_nc27_kind_cut_event_then_a_close_before_any_finish_says_closed_mid_body
     assert record.outcome in (Outcome.TRANSPORT_ERROR, Outcome.STREAM_ERROR)
     assert record.error is not None
     assert "closed mid-body" in record.error.message
+    assert "seen: 2 events (1 with tokens)" in record.error.message  # the cut one is not counted
     assert "no finish_reason" in record.error.message
 
 
@@ -424,21 +445,36 @@ def test_nc31_streamed_request_answered_with_one_json_body(run_scripted):
 
 
 # ── NC-21 kind on a JSON reply: the body stays open after the whole JSON ──
-def _json_held_open(ctype: str) -> Reply:
+def _json_held_open(ctype: str, after: bytes) -> Reply:
     headers = {"Content-Type": ctype} if ctype else {}
-    return Reply(writes=[W(50, _COMPLETION), W(50 + HOLD_MS, b"")], headers=headers, headers_at_ms=50)
+    writes = [W(50, _COMPLETION), *([W(52, after)] if after else []), W(50 + HOLD_MS, b"")]
+    return Reply(writes=writes, headers=headers, headers_at_ms=50)
 
 
 @pytest.mark.parametrize(
-    ("stream", "ctype"),
-    [(False, "application/json"), (True, "application/json"), (True, "text/plain"), (True, "")],
-    ids=["no-stream", "stream-answered-json", "stream-answered-text-plain", "stream-answered-no-type"],
+    ("stream", "ctype", "after"),
+    [
+        (False, "application/json", b""),
+        (True, "application/json", b""),
+        (True, "text/plain", b""),
+        (True, "", b""),
+        (False, "application/json", b"\n"),  # a line end in a segment of its own, then the hold
+        (True, "application/json", b"\r\n"),
+    ],
+    ids=[
+        "no-stream",
+        "stream-answered-json",
+        "stream-answered-text-plain",
+        "stream-answered-no-type",
+        "no-stream-newline-apart",
+        "stream-crlf-apart",
+    ],
 )
-def test_nc21_kind_json_reply_held_open_after_its_json_does_not_hold_the_user(gevent_ready, stream, ctype):
+def test_nc21_kind_json_reply_held_open_after_its_json_does_not_hold_the_user(gevent_ready, stream, ctype, after):
     # found by a new-user run: the reply was timed at its JSON (0.5 ms) while the user waited out the
     # 15 s hold, so one request in a 20 s run printed "2058 req/s" and PASSED
     request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8, stream=stream)
-    with ScriptedServer(_json_held_open(ctype)) as srv:
+    with ScriptedServer(_json_held_open(ctype, after)) as srv:
         client, transport = _client(srv.base_url)
         try:
             started = time.perf_counter()
@@ -471,10 +507,49 @@ def test_nc21_kind_json_reply_whose_end_comes_soon_after_keeps_the_connection(ge
     assert connections == 1
 
 
-@pytest.mark.parametrize("gap_ms", [20, 0], ids=["lines-20ms-apart", "lines-together"])
-def test_nc31_kind_json_lines_are_not_taken_for_one_reply(run_scripted, gap_ms):
+_FILTER_LINE = json.dumps({"choices": [], "object": "", "prompt_filter_results": [{"prompt_index": 0}]})
+
+
+@pytest.mark.parametrize("framing", [Framing.CHUNKED, Framing.CONTENT_LENGTH], ids=["chunked", "content-length"])
+def test_nc21_kind_json_reply_whose_connection_closes_right_after_it_counts(run_scripted, framing):
+    # a body cut right after a whole JSON reply counts as when it is held a while, then dropped
+    reply = Reply(
+        writes=[W(50, _COMPLETION)],
+        headers={"Content-Type": "application/json"},
+        framing=framing,
+        content_length=len(_COMPLETION) + 100 if framing is Framing.CONTENT_LENGTH else None,
+        ending=Ending.CLOSE,
+    )
+    request = build_chat_request(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=8, stream=False)
+    record = run_scripted(reply, request).record
+    assert record.outcome is Outcome.OK, record.error
+    assert record.completion_tokens.value == 4
+
+
+def test_nc21_kind_error_json_held_open_after_a_line_end_is_quoted_at_once(gevent_ready):
+    error = json.dumps({"error": {"message": "overloaded, retry later", "type": "server_error", "code": 503}})
+    writes = [W(5, error), W(7, b"\n"), W(5 + HOLD_MS, b"")]
+    reply = Reply(writes=writes, status=503, headers={"Content-Type": "application/json"})
+    with ScriptedServer(reply) as srv:
+        client, transport = _client(srv.base_url)
+        try:
+            started = time.perf_counter()
+            record = client.run(CHAT)
+            elapsed_s = time.perf_counter() - started
+        finally:
+            transport.close()
+    assert record.outcome is Outcome.HTTP_ERROR
+    assert record.error is not None
+    assert record.error.message == "overloaded, retry later"
+    assert elapsed_s < 1.0
+
+
+@pytest.mark.parametrize("first", ["chunk", "filter-results"])
+@pytest.mark.parametrize("gap_ms", [300, 0], ids=["lines-300ms-apart", "lines-together"])
+def test_nc31_kind_json_lines_are_not_taken_for_one_reply(run_scripted, gap_ms, first):
     # streaming chunks as JSON lines (no data: fields): the first line is whole JSON, but not a reply
-    lines = [C({"content": "Hi"}), C({"content": " there"}), CF("stop")]
+    # (Azure's first chunk carries only prompt_filter_results)
+    lines = [C({"content": "Hi"}) if first == "chunk" else _FILTER_LINE, C({"content": " there"}), CF("stop")]
     writes = [W(50 + gap_ms * i, (line + "\n").encode()) for i, line in enumerate(lines)]
     record = run_scripted(Reply(writes=writes, headers={"Content-Type": "application/x-ndjson"})).record
     assert record.outcome is Outcome.STREAM_ERROR, (record.outcome, record.completion_tokens)
