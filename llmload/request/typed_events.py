@@ -147,7 +147,10 @@ class TypedReplyReader:
             ReplyFailure: a failure event (``SERVER_ERROR``) or invalid JSON (``STREAM_ERROR``).
             llmload.errors.SSEProtocolError: an event whose data is not an object.
         """
-        self._events(self._decoder.feed(data), t)
+        decoder = self._decoder
+        self._events(decoder.feed(data), t)
+        if not self.acc.done and not decoder.at_event_boundary and decoder.pending_done:
+            self._events(decoder.flush(), t)  # a [DONE] line still waiting for its blank line: the body may stay open
 
     def finish(self, t: float) -> None:
         """The body ended: account an event still pending without its blank line, as arrived at ``t``."""

@@ -282,3 +282,17 @@ def test_embeddings_wrong_or_empty_vectors_fail(run_scripted, vectors, category)
     assert record.outcome is Outcome.SERVER_ERROR
     assert record.error is not None
     assert record.error.category == category
+
+
+@pytest.mark.parametrize(
+    "done", [b"data: [DONE]\n", b"data: [DONE] \n", b"data:  [DONE]"], ids=["lf", "space-lf", "none"]
+)
+def test_nc21_kind_messages_stream_ended_by_a_done_line_without_its_blank_line_then_held_open(run_scripted, done):
+    # found by a breaker run: a gateway's [DONE] in place of message_stop, its blank line never sent,
+    # left the user waiting out the read timeout (chat streams already ended there)
+    writes = [*_messages_writes()[:-1], W(110, done), W(15_110, b"")]
+    run = run_scripted(Reply(writes), messages_request())
+    record = run.record
+    assert record.outcome is Outcome.OK, record.error
+    assert record.e2e_s == run.at(110)
+    assert record.completion_tokens.value == 3
