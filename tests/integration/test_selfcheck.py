@@ -59,6 +59,9 @@ def test_issue19_selfcheck_refuses_more_processes_than_users():
     assert "--processes must be between 1 and --users (2), got 3" in proc.stderr
 
 
+# In the timing pass: it asserts how well the client's times match the wire. Beside the parallel pass
+# and a CPU hog (2026-12-07) 2 of 32 paired requests were off by more than their read lag + 1 ms.
+@pytest.mark.timing
 @pytest.mark.skipif(not capture_available(), reason="needs tcpdump and root to capture loopback")
 def test_issue19_selfcheck_against_a_packet_capture_pairs_requests_and_the_lag_bounds_their_error(tmp_path):
     out = tmp_path / "selfcheck.json"
