@@ -69,30 +69,15 @@ def test_nc21_body_held_open_after_done_does_not_hold_the_user(gevent_ready, pin
     assert connections == 3  # a body still open after the drain loses its connection
 
 
+@pytest.mark.parametrize("usage", [True, False], ids=["usage", "no-usage"])  # without: only [DONE] ends it
 @pytest.mark.parametrize(
     "done",
-    [b"data: [DONE]\n", b"data: [DONE]", b"data:[DONE]\r\n"],
-    ids=["lf", "none", "crlf"],
+    [b"data: [DONE]\n", b"data: [DONE]", b"data:[DONE]\r\n", b"data: [DONE] \n", b"data:  [DONE]", b"data: [DONE]\t"],
+    ids=["lf", "none", "crlf", "space-lf", "two-spaces-none", "tab-none"],
 )
-def test_nc21_done_without_its_blank_line_then_held_open_ends_the_reply(gevent_ready, done):
-    writes = [*_normal_writes(), W(50, sse(CF("stop"), U(5, 2)) + done), W(50 + HOLD_MS, b"")]
-    with ScriptedServer(Reply(writes=writes)) as srv:
-        client, transport = _client(srv.base_url)
-        try:
-            started = time.perf_counter()
-            records = [client.run(CHAT) for _ in range(2)]
-            elapsed_s = time.perf_counter() - started
-        finally:
-            transport.close()
-    assert [r.outcome for r in records] == [Outcome.OK] * 2
-    assert [r.completion_tokens.value for r in records] == [2, 2]
-    assert elapsed_s < 1.0
-
-
-@pytest.mark.parametrize("done", [b"data: [DONE] \n", b"data:  [DONE]", b"data: [DONE]\t"])
-def test_nc21_done_with_whitespace_without_its_blank_line_then_held_open_ends_the_reply(gevent_ready, done):
-    # no usage chunk: only the [DONE] line can end the reply before the hold
-    writes = [*_normal_writes(), W(50, sse(CF("stop")) + done), W(50 + HOLD_MS, b"")]
+def test_nc21_done_without_its_blank_line_then_held_open_ends_the_reply(gevent_ready, done, usage):
+    last = sse(CF("stop"), U(5, 2)) if usage else sse(CF("stop"))
+    writes = [*_normal_writes(), W(50, last + done), W(50 + HOLD_MS, b"")]
     with ScriptedServer(Reply(writes=writes)) as srv:
         client, transport = _client(srv.base_url)
         try:
@@ -102,6 +87,7 @@ def test_nc21_done_with_whitespace_without_its_blank_line_then_held_open_ends_th
         finally:
             transport.close()
     assert [r.outcome for r in records] == [Outcome.OK] * 2, records[0].error
+    assert [r.completion_tokens.value for r in records] == [2, 2]
     assert elapsed_s < 1.0
 
 
