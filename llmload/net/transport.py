@@ -11,14 +11,15 @@ defeats TTFT/ITL measurement. ``GeventResponse`` therefore receives the body
 itself and feeds each receive to the response parser, taking the body bytes
 from the parser's buffer (``_body_buffer``, filled by the llhttp ``_on_body``
 callback). Only ``_body_buffer``, ``_sock``, ``message_complete``, ``feed``
-and ``release`` are used; the dependency is pinned to geventhttpclient 2.x in
-``pyproject.toml`` and covered by the integration tests in
-``tests/integration``. On plain TCP the body is received by the loop (the
+(the C parser's ``HTTPResponseParser.feed``) and ``release`` are used; the
+dependency is pinned to geventhttpclient 2.x in ``pyproject.toml`` and
+covered by the integration tests in ``tests/integration``. On plain TCP the body is received by the loop (the
 hub), not by the user greenlet: an I/O watcher on the OS socket (gevent's
 socket's ``_sock`` and ``hub``) calls ``GeventResponse._on_readable`` as soon
 as a poll finds bytes, which does one ``recvmsg``, feeds the parser and
-queues the body bytes with the times of their receive; ``read_some`` hands
-them to the user greenlet, which is woken at the end of the body, after
+queues the body bytes with the times of their receive (or hands them to the
+reader's ``consumer``, which accounts a plain token event there and then);
+``read_some`` hands them to the user greenlet, which is woken at the end of the body, after
 ``BATCH_READS`` receives or ``BATCH_S`` after the first that waits
 (``llmload.net.turns``). So a receive never waits behind another user's
 work, and a token costs no greenlet switch: at 256 users and 10 ms ITL the
@@ -99,7 +100,7 @@ import _socket
 import functools
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.client import HTTPException
 from typing import Any
@@ -111,6 +112,7 @@ import gevent.socket
 import gevent.ssl
 from gevent.hub import Waiter
 from geventhttpclient import HTTPClient
+from geventhttpclient._parser import HTTPResponseParser
 from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 
 from llmload.errors import (
@@ -142,6 +144,9 @@ __all__ = ["GeventHTTPTransport", "GeventResponse", "HTTPResult"]
 
 _time_ns = time.time_ns  # module aliases: the receive runs once per token
 _monotonic = time.monotonic
+# The parser's own feed: geventhttpclient's HTTPResponse.feed wraps it only to forgive a body after the headers
+# of a reply to HEAD, a method this transport never sends (one Python frame less per receive).
+_parse = HTTPResponseParser.feed
 _RECV_BYTES = 16 * 1024  # the most one receive takes; SSE events are ~100-500 bytes
 _BEHIND_READS = 4  # queued receives of a user behind in a saturated process that pause its receiving (_pause)
 _GET_BODY_BYTES = 8 * 1024 * 1024
@@ -175,6 +180,15 @@ class GeventResponse:
     ``read_within`` and ``drain``, which wait on time. So no receive waits for
     a busy user greenlet, and the token stream costs no greenlet switch per
     token. TLS is read by the user greenlet (``_receive_here``).
+
+    A reader may also set ``consumer``: a callable given the body bytes of a
+    kernel-stamped receive and its stamp (CLOCK_REALTIME ns), called in the
+    hub while no receive is queued and no ``read_within`` or ``drain`` waits.
+    When it returns True it has accounted those bytes, which are then not
+    queued and wake no one: the streaming client accounts a whole plain token
+    event this way (``llmload.request.stream.LoopTokens``), so such an event
+    is neither queued, handed out nor decoded by the user greenlet. It must
+    not switch greenlets or raise.
     """
 
     __slots__ = (
@@ -197,6 +211,7 @@ class GeventResponse:
         "_watch_ns",
         "_watcher",
         "_where",
+        "consumer",
         "content_type",
         "on_close",
         "read_age_s",
@@ -246,6 +261,8 @@ class GeventResponse:
         self._where = where
         self._idle_s = idle_s
         self.on_close: Any = None  # called with True when the connection went back to the pool
+        # set by the reader: accounts a stamped receive in the loop, as it comes (see the class docstring)
+        self.consumer: Callable[[bytes, int], bool] | None = None
         self.status: int = resp.status_code
         self.content_type = _media_type(resp.get("content-type"))
         retry_after = resp.get("retry-after")
@@ -435,7 +452,7 @@ class GeventResponse:
     # (_on_idle_timer). TLS keeps gevent's recv in the user greenlet: its SSL layer may hold decrypted
     # bytes that the fd no longer signals.
     def _on_readable(self, look_ns: int = 0) -> None:
-        """One recvmsg(2), fed to the parser, queued with its times; wake the user when due.
+        """One recvmsg(2), fed to the parser, accounted by ``consumer`` or queued with its times; wake the user if due.
 
         Called in the hub by the socket's I/O watcher after a poll found it
         readable, or by ``LoopTurns.observe`` after a look (``look_ns``: when the
@@ -460,52 +477,73 @@ class GeventResponse:
         # after the start of the last receive that emptied the socket, and after an earlier poll or look
         # that watched the socket and did not find it (the one before the latest poll: the latest may
         # have found it with its receive still to come; the latest look, or the one before a look that
-        # found it), unless a receive came since.
-        turns = self._turns
-        earliest_ns = self._drained_ns
-        ceiling_ns = 0
-        if turns is not None:
-            if look_ns:
-                found_ns, looked_ns = look_ns, turns.prev_look_ns
-            else:
-                found_ns, looked_ns = turns.check_ns, turns.look_ns
-            seen_ns = self._seen_ns if self._seen_ns > self._watch_ns else self._watch_ns
-            polled_ns = turns.prev_check_ns
-            if polled_ns > seen_ns and polled_ns > earliest_ns:
-                earliest_ns = polled_ns
-            if looked_ns > seen_ns and looked_ns > earliest_ns:
-                earliest_ns = looked_ns
-            if found_ns > self._watch_ns:
-                ceiling_ns = found_ns
-            self._seen_ns = found_ns
+        # found it), unless a receive came since. Worked out below only for bytes that are queued.
+        drained_ns = self._drained_ns
         if len(data) < _RECV_BYTES:
             self._drained_ns = before_ns  # the socket was empty at some instant after this
-        self._take(data, kernel_ns, earliest_ns, ceiling_ns, received_s)
-
-    def _take(self, data: bytes, kernel_ns: int, earliest_ns: int, ceiling_ns: int, received_s: float) -> None:
-        """Feed one receive to the parser and queue its body bytes; on the end or a failure stop receiving."""
+        turns = self._turns
+        seen_ns = found_ns = 0
+        if turns is not None:
+            found_ns = look_ns or turns.check_ns
+            seen_ns = self._seen_ns
+            self._seen_ns = found_ns
         resp = self._resp
         try:
-            resp.feed(data)  # b"" signals EOF: completes a read-until-close body, else raises
+            _parse(resp, data)  # b"" signals EOF: completes a read-until-close body, else raises
         except HTTPParseError as exc:
-            if not data:
-                error: TransportError = ConnectionClosedError(f"{self._where}: connection closed mid-body")
-            else:
-                error = TransportError(f"{self._where}: malformed HTTP body ({_parse_error(exc)})")
-            error.__cause__ = exc
-            self._stop(error)
+            self._parse_failed(data, exc)
             return
-        entries = self._entries
         buf = resp._body_buffer
+        consumed = False
         if buf:
-            entries.append((bytes(buf), kernel_ns, earliest_ns, ceiling_ns, received_s))
+            body = bytes(buf)
             buf.clear()
-        if resp.message_complete:
+            consumer = self.consumer
+            if consumer is not None and kernel_ns and not self._entries and not self._eager:
+                consumed = consumer(body, kernel_ns)
+            if not consumed:
+                earliest_ns = drained_ns
+                ceiling_ns = 0
+                if turns is not None:
+                    looked_ns = turns.prev_look_ns if look_ns else turns.look_ns
+                    watch_ns = self._watch_ns
+                    if seen_ns < watch_ns:  # noqa: PLR1730 - plain comparisons, once per receive
+                        seen_ns = watch_ns
+                    polled_ns = turns.prev_check_ns
+                    if polled_ns > seen_ns and polled_ns > earliest_ns:
+                        earliest_ns = polled_ns
+                    if looked_ns > seen_ns and looked_ns > earliest_ns:
+                        earliest_ns = looked_ns
+                    if found_ns > watch_ns:
+                        ceiling_ns = found_ns
+                self._entries.append((body, kernel_ns, earliest_ns, ceiling_ns, received_s))
+        if consumed and not resp.message_complete:
+            return  # accounted in the loop: nothing for the user greenlet to do
+        self._settle(data, consumed)
+
+    def _parse_failed(self, data: bytes, exc: HTTPParseError) -> None:
+        """Stop on a parser failure for ``data`` (b"": the peer closed mid-body)."""
+        if not data:
+            error: TransportError = ConnectionClosedError(f"{self._where}: connection closed mid-body")
+        else:
+            error = TransportError(f"{self._where}: malformed HTTP body ({_parse_error(exc)})")
+        error.__cause__ = exc
+        self._stop(error)
+
+    def _settle(self, data: bytes, consumed: bool) -> None:
+        """After a receive (``data``): stop at the body's end, else wake the user when due.
+
+        ``consumed``: the ``consumer`` accounted its body bytes (none queued).
+        """
+        if self._resp.message_complete:
             self._stop(None)
             return
         if not data:
             self._stop(ConnectionClosedError(f"{self._where}: connection closed mid-body"))
             return
+        if consumed:
+            return  # accounted in the loop: nothing for the user greenlet to do
+        entries = self._entries
         waiter = self._waiter
         if waiter is not None:
             if self._eager or len(entries) >= BATCH_READS or _ends_a_reply(data):
@@ -613,7 +651,7 @@ class GeventResponse:
         waiter.throw(_IdleTimeout())
 
     def _receive_here(self) -> None:
-        """One recv through gevent's socket in the user greenlet (TLS), fed and queued as ``_take`` does."""
+        """One recv through gevent's socket in the user greenlet (TLS), fed and queued as ``_on_readable`` does."""
         sock = self._resp._sock
         assert sock is not None
         try:
@@ -624,8 +662,18 @@ class GeventResponse:
         except OSError as exc:
             self._resp.release()
             raise TransportError(f"{self._where}: read failed: {describe(exc)}") from exc
-        self._last_read_s = time.monotonic()
-        self._take(data, 0, 0, 0, self._last_read_s)
+        self._last_read_s = received_s = time.monotonic()
+        resp = self._resp
+        try:
+            _parse(resp, data)
+        except HTTPParseError as exc:
+            self._parse_failed(data, exc)
+            return
+        buf = resp._body_buffer
+        if buf:
+            self._entries.append((bytes(buf), 0, 0, 0, received_s))
+            buf.clear()
+        self._settle(data, False)
 
 
 class GeventHTTPTransport:

@@ -19,7 +19,10 @@
   ``RequestRecord.read_lags_s``) is how long before the read's stamp its
   oldest byte may have arrived: it bounds how far any event time of the read
   can be off. A read of one event and nothing past it is timed by that
-  event's own stamp: its lag is 0, however late the client read it.
+  event's own stamp: its lag is 0, however late the client read it. Once
+  the first token is timed, a receive that is exactly one plain token event
+  is accounted by that rule as the loop receives it (``LoopTokens``); the
+  user greenlet reads and decodes the rest.
 - Token-bearing events carry non-empty ``content``/``text``,
   ``reasoning_content``/``reasoning`` or a ``tool_calls`` delta; role-only
   and usage-only chunks do not count (vllm PR #3768, sglang PR #29251).
@@ -59,7 +62,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
 
 from llmload.errors import ConnectionClosedError, TransportError
 from llmload.request.chunks import ReplyAccumulator, parse_chunk, read_server_error
@@ -86,7 +89,7 @@ from llmload.request.finish import abnormal_finish_category, is_normal_finish
 from llmload.request.payloads import LLMRequest
 from llmload.request.record import ErrorInfo, Outcome, RequestRecord, TokenCount, TokenSource, UsageNote
 from llmload.request.seen import StreamSeen
-from llmload.request.stream import ReplyFailure, ReplyReader, new_scanner
+from llmload.request.stream import LoopTokens, ReplyFailure, ReplyReader, new_scanner
 from llmload.request.tokens import TokenCounter, resolve_output_tokens, resolve_prompt_tokens
 from llmload.request.typed_events import (
     TypedReplyReader,
@@ -148,7 +151,14 @@ _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json
 
 
 class Response(Protocol):
-    """An HTTP response whose status and headers have arrived."""
+    """An HTTP response whose status and headers have arrived.
+
+    A transport's response may also take a ``consumer`` attribute (None until
+    set): a callable it gives the body bytes of each kernel-stamped receive as
+    it comes, before queuing them for ``read_some`` (``GeventResponse``). The
+    client sets it to account plain token events there (``LoopTokens``); a
+    response without the attribute hands every receive to ``read_some``.
+    """
 
     status: int
     content_type: str  # lower-cased media type without parameters; "" if absent
@@ -373,11 +383,25 @@ class StreamingClient:
         size = 0
         json_head = b""
         first_pending = True
+        # after the first token, plain token events are accounted in the loop as they arrive (LoopTokens):
+        # the transport must take a consumer, and the reader must be one of completion chunks
+        tap: LoopTokens | None = None
+        takes: Any = response  # a transport's response that takes a consumer (GeventResponse.consumer), if it does
+        tappable = type(reader) is ReplyReader and getattr(takes, "consumer", False) is None
         try:
             while True:
+                if tap is not None:
+                    tap.t = t
                 try:
                     if reader.finish_at_s is None or reader.has_partial_event:
-                        data = read()
+                        if first_pending and tappable:  # woken at each receive until the first token (then: tap)
+                            wait_s = deadline_s - (clock() - t0)
+                            got = response.read_within(wait_s) if wait_s > 0 else None
+                            if got is None:
+                                raise TotalTimeout(f"no complete reply within {deadline_s:g} s")
+                            data = got
+                        else:
+                            data = read()
                     else:  # a finish chunk was the last event: wait a bounded time for usage, [DONE] or the end
                         wait_s = reader.finish_at_s + FINISH_WAIT_S - t  # t: the last read's arrival
                         got = response.read_within(wait_s) if wait_s > 0 else None
@@ -386,6 +410,8 @@ class StreamingClient:
                             break
                         data = got
                 except ConnectionClosedError as closed:
+                    if tap is not None and tap.t > t:
+                        t = tap.t
                     if acc.finish_reason is None and reader.has_partial_event:
                         # the last event, its blank line never sent before the close, may carry the finish
                         unread = acc.unread_events
@@ -400,6 +426,8 @@ class StreamingClient:
                     reader.finish(t)  # a close after the finish ends the reply; a cut event still fails
                     self.reply_end = ReplyEnd.CLOSE
                     break
+                if tap is not None and tap.t > t:
+                    t = tap.t  # tokens accounted in the loop while this read waited
                 if not data:
                     seen.body_ended = True
                     reader.finish(t)  # an event pending without its blank line arrived with the last read
@@ -427,6 +455,9 @@ class StreamingClient:
                 feed(data, t)
                 if first_pending and acc.token_times_s:
                     first_pending = False
+                    if tappable:
+                        tap = LoopTokens(reader, lags, clock, t0, deadline_s)  # type: ignore[arg-type]
+                        takes.consumer = tap.take
                     first_age_s = response.read_first_age_s
                     if (
                         stamped
@@ -455,6 +486,10 @@ class StreamingClient:
                 if t > deadline_s:
                     raise TotalTimeout(f"no complete reply within {deadline_s:g} s")
         finally:
+            if tap is not None:
+                takes.consumer = None
+                size += tap.size
+                t = max(t, tap.t)
             seen.size = size
             self._fill(record, acc, request)
             record.end_s = t

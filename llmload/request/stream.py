@@ -22,6 +22,8 @@ have escaped, takes the full path, so both paths account exactly the same.
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +32,7 @@ from llmload.request.chunks import ChunkDelta, ReplyAccumulator, parse_chunk, re
 from llmload.request.record import Outcome
 from llmload.request.sse import SSEDecoder, SSEEvent, is_done
 
-__all__ = ["DeltaTemplate", "ReplyFailure", "ReplyReader"]
+__all__ = ["DeltaTemplate", "LoopTokens", "ReplyFailure", "ReplyReader"]
 
 _TEMPLATE_TRIES = 8  # events a reply may take to offer a plain token delta to learn from
 # A learned template stops matching when the server changes a field of its deltas (llama-server
@@ -87,8 +89,11 @@ class DeltaTemplate:
         "_head_chars",
         "_one_event_chars",
         "_tail_chars",
+        "event_bytes_max",
         "event_head",
+        "event_head_bytes",
         "event_tail",
+        "event_tail_bytes",
         "has_content",
         "prefix",
         "separator",
@@ -104,6 +109,9 @@ class DeltaTemplate:
         self._head_chars, self._tail_chars = len(self.event_head), len(self.event_tail)
         # the longest block that may be one event (split_run's shortcut)
         self._one_event_chars = self._head_chars + self._tail_chars + _ONE_EVENT_TEXT_CHARS
+        # the same as UTF-8 bytes, for a receive matched before it is decoded (LoopTokens)
+        self.event_head_bytes, self.event_tail_bytes = self.event_head.encode(), self.event_tail.encode()
+        self.event_bytes_max = len(self.event_head_bytes) + len(self.event_tail_bytes) + 4 * _ONE_EVENT_TEXT_CHARS
 
     @classmethod
     def learn(cls, payload: str, obj: Any, delta: ChunkDelta, scan: Scan) -> DeltaTemplate | None:
@@ -348,3 +356,139 @@ class ReplyReader:
                 elif template is not None and acc.events >= self._learn_after:
                     self._learn_after = acc.events + _RELEARN_EVENTS
                     template = self._template = DeltaTemplate.learn(payload, obj, delta, scan) or template
+
+
+class LoopTokens:
+    """Accounts a receive that is one whole plain token event as it is received, in the loop.
+
+    The streaming client sets its ``take`` as ``GeventResponse.consumer`` once
+    its reader has timed the first token. The transport calls it in the hub with
+    the body bytes of each kernel-stamped receive while no earlier receive
+    waits to be handed out, so the reply's events stay in order. When the
+    bytes are exactly one event of the reader's learned ``DeltaTemplate``
+    around plain text (UTF-8, no quote, backslash or non-printable
+    character), it accounts that token as ``ReplyReader.feed`` would at the
+    receive's arrival, with a read lag of 0 (one event and nothing past it:
+    the stamp is its own arrival, as ``StreamingClient`` rules), and returns
+    True; anything else, or any state in which the reply is not plainly
+    streaming tokens (no template yet, a pending partial event, a finish
+    chunk last, the usage chunk seen, the total timeout passed), returns
+    False and the bytes take the user greenlet's path. So both paths account
+    exactly the same, and a streamed token costs no queue entry, hand-off or
+    decode call.
+
+    Attributes:
+        t: the latest arrival accounted, seconds after ``t0`` (the reply's
+            read loop and this share it: each sets it before the other runs).
+        size: body bytes accounted here.
+    """
+
+    __slots__ = (
+        "_acc",
+        "_clock",
+        "_deadline_s",
+        "_has_content",
+        "_head",
+        "_lags",
+        "_match_ascii",
+        "_reader",
+        "_t0",
+        "_tail",
+        "_template",
+        "size",
+        "t",
+    )
+
+    def __init__(
+        self, reader: ReplyReader, lags: list[float], clock: Callable[[], float], t0: float, deadline_s: float
+    ) -> None:
+        """For ``reader``'s reply, sent at ``clock()`` = ``t0``; ``lags`` gets a 0.0 per event accounted.
+
+        ``deadline_s``: the total timeout, in seconds after ``t0``; an event
+        arriving after it is left to the read loop, which raises it.
+        """
+        self._reader, self._acc, self._lags = reader, reader.acc, lags
+        self._clock, self._t0, self._deadline_s = clock, t0, deadline_s
+        self._template: DeltaTemplate | None = None  # the reader's, when the fields below were made from it
+        self._head = self._tail = b""
+        self._has_content = False
+        self._match_ascii: Callable[[bytes, int], re.Match[bytes] | None] = _never
+        self.t = 0.0
+        self.size = 0
+
+    def take(self, data: bytes, stamp_ns: int) -> bool:
+        """Account ``data`` (one receive's body bytes, kernel-stamped ``stamp_ns``, CLOCK_REALTIME ns) if plain.
+
+        The consumer the transport calls (a bound method: cheaper to call than an instance).
+        """
+        reader = self._reader
+        if reader._template is not self._template:
+            template = self._template = reader._template
+            if template is None:
+                return False
+            self._head, self._tail = template.event_head_bytes, template.event_tail_bytes
+            self._has_content = template.has_content
+            self._match_ascii = _ascii_text_before(template.event_tail_bytes)
+        elif self._template is None:
+            return False
+        if reader.finish_at_s is not None or reader.usage_ended or not reader._decoder._idle:
+            return False
+        head = self._head
+        if not data.startswith(head):
+            return False
+        match = self._match_ascii(data, len(head))
+        if match is not None:  # printable ASCII: the usual token (one C call checks it and the tail)
+            text = match[1].decode("ascii")
+        else:
+            text = self._other_text(data)
+            if text is None:
+                return False
+        age_ns = time.time_ns() - stamp_ns
+        arrived_s = self._clock() - self._t0 - (age_ns * 1e-9 if age_ns > 0 else 0.0)
+        t = self.t
+        if arrived_s > t:  # noqa: PLR1730 - a plain comparison, once per token
+            t = arrived_s
+        if t > self._deadline_s:
+            return False
+        self.t = t
+        self.size += len(data)
+        self._lags.append(0.0)
+        self._acc.add_token(text, t, self._has_content)
+        return True
+
+    def _other_text(self, data: bytes) -> str | None:
+        """The text of ``data`` (an event starting with the head) when it is plain but not ASCII, else None."""
+        tail = self._tail
+        if len(data) > len(self._head) + len(tail) + 4 * _ONE_EVENT_TEXT_CHARS or not data.endswith(tail):
+            return None
+        raw = data[len(self._head) : len(data) - len(tail)]
+        if not raw or b'"' in raw or b"\\" in raw:
+            return None
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError:
+            return None
+        return text if text.isprintable() else None
+
+
+def _never(data: bytes, pos: int) -> None:
+    """A matcher that matches nothing (before a template is known)."""
+    pass
+
+
+_ASCII_TEXT_BEFORE: dict[bytes, Callable[[bytes, int], re.Match[bytes] | None]] = {}
+_ASCII_TEXT_BEFORE_MAX = 64  # tails kept (a server sends one; a run may meet a few models and APIs)
+
+
+def _ascii_text_before(tail: bytes) -> Callable[[bytes, int], re.Match[bytes] | None]:
+    """``fullmatch(data, pos)``: printable ASCII text but quote and backslash from ``pos``, then ``tail``, to the end.
+
+    Group 1 is the text. Compiled once per tail: the part of an event after
+    its text holds no reply id, so every reply of a server shares it.
+    """
+    matcher = _ASCII_TEXT_BEFORE.get(tail)
+    if matcher is None:
+        if len(_ASCII_TEXT_BEFORE) >= _ASCII_TEXT_BEFORE_MAX:
+            _ASCII_TEXT_BEFORE.clear()
+        matcher = _ASCII_TEXT_BEFORE[tail] = re.compile(rb"([ !#-\[\]-~]+)" + re.escape(tail)).fullmatch
+    return matcher

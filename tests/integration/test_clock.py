@@ -13,7 +13,7 @@ import pytest
 
 from llmload.exporters.console import summary_lines
 from llmload.exporters.results import RunOutcome, build_results
-from llmload.net.transport import GeventHTTPTransport
+from llmload.net.transport import GeventHTTPTransport, GeventResponse
 from llmload.net.turns import PACE_NS, POLL_TICK_S, LoopTurns
 from llmload.request.client import StreamingClient
 from llmload.request.payloads import LLMRequest, build_completion_request
@@ -68,7 +68,7 @@ def _run_with_the_loop_held(reply: Reply, request: LLMRequest, hold_s: float) ->
 
 def _client(server: ScriptedServer, clock: SendClock | None = None) -> tuple[StreamingClient, GeventHTTPTransport]:
     transport = GeventHTTPTransport(server.base_url, headers={}, timeouts=FAST)
-    return StreamingClient(transport, clock=clock or time.perf_counter), transport
+    return StreamingClient(transport, clock=clock or time.perf_counter, keep_text=True), transport
 
 
 def _run(reply: Reply) -> RequestRecord:
@@ -618,3 +618,61 @@ def test_issue19_a_saturated_process_stops_receiving_for_a_user_four_receives_be
         merged, lag_s = reads[4]
         assert merged == b"".join(sse(T(f" t{i}")) for i in range(4, 8))
         assert lag_s >= log.writes_s[7] - log.writes_s[4] - 0.001
+
+
+def _counting_hand_outs(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every body read ``GeventResponse.read_some`` hands to a user from now on (the list fills as they come)."""
+    handed: list[bytes] = []
+    read_some = GeventResponse.read_some
+
+    def counted(self: GeventResponse) -> bytes:
+        data = read_some(self)
+        handed.append(data)
+        return data
+
+    monkeypatch.setattr(GeventResponse, "read_some", counted)
+    return handed
+
+
+def test_issue19_plain_token_events_are_accounted_in_the_loop_not_handed_to_the_user(run_scripted, monkeypatch):
+    # Forty token events 2 ms apart. The reader times the first token and learns its template; each
+    # later one is accounted in the loop as it is received (LoopTokens), so the user is handed only
+    # the first token, the finish and the end of the body, not a receive per token; and every token
+    # keeps the time it arrived.
+    handed = _counting_hand_outs(monkeypatch)
+    writes = [W(20 + 2 * i, sse(T(f" t{i}"))) for i in range(40)]
+    reply = Reply([*writes, W(110, sse(TF("length"), "[DONE]"))])
+    run = run_scripted(reply, build_completion_request(model="m", prompt="p", max_tokens=40))
+    record = run.record
+    assert record.outcome is Outcome.OK
+    assert len(record.token_times_s) == 40
+    assert len(handed) <= 6, [data[:40] for data in handed]  # without it: 41 and the end
+    for i, arrived_s in enumerate(record.token_times_s):
+        assert arrived_s == pytest.approx(run.sent(20 + 2 * i), abs=0.001)
+    assert record.read_lags_s == [0.0] * len(record.read_lags_s)  # one event per receive, each its own stamp
+    assert record.end_s == run.at(110)
+
+
+def test_issue19_tokens_received_after_one_the_user_must_decode_wait_behind_it_in_order(run_scripted, monkeypatch):
+    # A token with an escaped quote (not plain: queued for the user, who is woken for it within the
+    # batch time) at 30 ms, and plain ones every 2 ms after it: those that arrive before the user has
+    # taken it are queued behind it, not accounted in the loop ahead of it.
+    handed = _counting_hand_outs(monkeypatch)
+    texts = [" a", " b", ' "q"', *[f" t{i}" for i in range(30)]]
+    writes = [W(10, sse(T(texts[0]))), W(20, sse(T(texts[1]))), W(30, sse(T(texts[2])))]
+    writes += [W(32 + 2 * i, sse(T(text))) for i, text in enumerate(texts[3:])]
+    reply = Reply([*writes, W(120, sse(TF("length"), "[DONE]"))])
+    request = build_completion_request(model="m", prompt="p", max_tokens=len(texts))
+    with ScriptedServer(reply) as server:
+        client, transport = _client(server)
+        record = client.run(request)
+        log = server.send_log(0)
+    transport.close()
+    assert record.outcome is Outcome.OK
+    assert record.output_text == "".join(texts)
+    assert sse(T(' "q"')) in handed  # the user decoded it
+    assert sse(T(" t0")) in handed  # and the plain token after it, queued behind it
+    assert record.token_times_s == sorted(record.token_times_s)
+    assert len(record.token_times_s) == len(log.writes_s) - 1
+    for arrived_s, written_s in zip(record.token_times_s, log.writes_s, strict=False):
+        assert arrived_s >= written_s - log.arrived_s - 0.001  # never before the server wrote it

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from llmload.request.record import Outcome
-from llmload.request.stream import ReplyFailure, ReplyReader
+from llmload.request.stream import LoopTokens, ReplyFailure, ReplyReader
 from llmload.testing import CF, TF, C, T, U, sse
 
 
@@ -104,3 +106,73 @@ def test_nc32_kind_finish_wait_starts_only_after_a_finish_chunk_without_a_token(
     assert reader.finish_at_s == 0.5
     reader.feed(sse(C({"content": "c"})), 0.6)
     assert reader.finish_at_s is None
+
+
+# ── LoopTokens: whole plain token events accounted in the loop, as ReplyReader.feed would ──
+_NOW_S = 100.0  # the client clock's reading in these tests (t0 = 90 s: arrivals are ~10 s after the send)
+
+
+def _loop_tokens(reader: ReplyReader, deadline_s: float = 1e9) -> tuple[LoopTokens, list[float]]:
+    lags: list[float] = []
+    return LoopTokens(reader, lags, lambda: _NOW_S, 90.0, deadline_s), lags
+
+
+@pytest.mark.parametrize("token", [T, lambda text: C({"content": text})], ids=["completions", "chat"])
+def test_issue19_loop_tokens_account_a_plain_event_as_feed_does_at_its_stamp(token):
+    fed, tapped = ReplyReader(), ReplyReader()
+    for reader in (fed, tapped):
+        reader.feed(sse(token("a")), 1.0)  # learns the template
+    tap, lags = _loop_tokens(tapped)
+    stamp_ns = time.time_ns() - 5_000_000  # arrived 5 ms ago
+    texts = [" b", " ünï", " ✓ c", " 1,2;3"]
+    for text in texts:
+        assert tap.take(sse(token(text)), stamp_ns)
+        fed.feed(sse(token(text)), 9.995)
+    assert tapped.acc.pieces == fed.acc.pieces == ["a", *texts]
+    assert tapped.acc.events == fed.acc.events
+    assert tapped.acc.first_content_s == fed.acc.first_content_s
+    assert tapped.acc.token_times_s[0] == 1.0
+    assert tapped.acc.token_times_s[1:] == pytest.approx([9.995] * 4, abs=0.002)  # _NOW_S - t0 - 5 ms
+    assert tap.t == tapped.acc.token_times_s[-1]
+    assert lags == [0.0] * 4  # one event and nothing past it: the stamp is its own arrival
+    assert tap.size == sum(len(sse(token(text))) for text in texts)
+
+
+def test_issue19_loop_tokens_leave_every_other_receive_to_the_reader():
+    reader = ReplyReader()
+    stamp_ns = time.time_ns()
+    tap, lags = _loop_tokens(reader)
+    assert not tap.take(sse(T("a")), stamp_ns)  # no template learned yet: the reader times the first token
+    reader.feed(sse(T("a")), 1.0)
+    declined = [
+        sse(T(" b"), T(" c")),  # two events: the reader splits them and rules their lag
+        sse(T(' "q"')),  # escaped text
+        sse(T("back\\slash")),
+        sse(T("line\u2028sep")),  # not printable (sent unescaped: JSON allows it)
+        sse(T(" b")) + b"data: ",  # bytes past the event
+        sse(T(" b"))[:-1],  # the blank line still to come
+        sse(TF("length")),  # a finish chunk
+        sse(T(" b")).replace(b"data: ", b"data:"),  # another spelling of the field
+        sse(T(" b")).replace(b" b", b" \xff"),  # not UTF-8
+        sse(T("")),  # no text
+    ]
+    for data in declined:
+        assert not tap.take(data, stamp_ns), data
+    assert reader.acc.pieces == ["a"]
+    assert lags == []
+    reader.feed(b"data: {", 2.0)  # a partial event pending in the decoder: the next bytes complete it
+    assert not tap.take(sse(T(" b")), stamp_ns)
+
+
+def test_issue19_loop_tokens_leave_tokens_after_a_finish_or_past_the_total_timeout_to_the_reader():
+    reader = ReplyReader()
+    reader.feed(sse(T("a"), TF("length")), 1.0)
+    assert reader.finish_at_s == 1.0  # the read loop waits a bounded time for usage or [DONE]
+    tap, _ = _loop_tokens(reader)
+    assert not tap.take(sse(T(" b")), time.time_ns())
+    late = ReplyReader()
+    late.feed(sse(T("a")), 1.0)
+    tap, lags = _loop_tokens(late, deadline_s=5.0)  # arrivals here are ~10 s after the send
+    assert not tap.take(sse(T(" b")), time.time_ns())  # the read loop raises the total timeout for it
+    assert late.acc.pieces == ["a"]
+    assert lags == []
