@@ -183,7 +183,8 @@ class GeventResponse:
 
     A reader may also set ``consumer``: a callable given the body bytes of a
     kernel-stamped receive and its stamp (CLOCK_REALTIME ns), called in the
-    hub while no receive is queued and no ``read_within`` or ``drain`` waits.
+    hub while no receive is queued, no ``read_within`` or ``drain`` waits and
+    the process keeps up (``LoopTurns.behind`` is false).
     When it returns True it has accounted those bytes, which are then not
     queued and wake no one: the streaming client accounts a whole plain token
     event this way (``llmload.request.stream.LoopTokens``), so such an event
@@ -499,7 +500,15 @@ class GeventResponse:
             body = bytes(buf)
             buf.clear()
             consumer = self.consumer
-            if consumer is not None and kernel_ns and not self._entries and not self._eager:
+            # not while the process is behind (users wait at the turn gate): then the queue and _pause let
+            # the kernel merge what this user is not there to take, fewer receives for the same bytes
+            if (
+                consumer is not None
+                and kernel_ns
+                and not self._entries
+                and not self._eager
+                and not (turns is not None and turns.behind)
+            ):
                 consumed = consumer(body, kernel_ns)
             if not consumed:
                 earliest_ns = drained_ns

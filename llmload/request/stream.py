@@ -439,6 +439,8 @@ class LoopTokens:
         match = self._match_ascii(data, len(head))
         if match is not None:  # printable ASCII: the usual token (one C call checks it and the tail)
             text = match[1].decode("ascii")
+        elif data.isascii():
+            return False  # several events, escaped or other text: no more to check
         else:
             text = self._other_text(data)
             if text is None:
