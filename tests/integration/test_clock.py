@@ -676,3 +676,24 @@ def test_issue19_tokens_received_after_one_the_user_must_decode_wait_behind_it_i
     assert len(record.token_times_s) == len(log.writes_s) - 1
     for arrived_s, written_s in zip(record.token_times_s, log.writes_s, strict=False):
         assert arrived_s >= written_s - log.arrived_s - 0.001  # never before the server wrote it
+
+
+def test_issue19_a_process_behind_leaves_plain_tokens_to_its_users_so_the_kernel_can_merge_them(
+    gevent_ready, monkeypatch
+):
+    # The same forty tokens as above in a process whose users wait at the turn gate: the loop does not
+    # account them itself (it would receive every segment for a user who is not there to need it), so
+    # the user is handed them, queued, and the tokens are as exact as ever.
+    handed = _counting_hand_outs(monkeypatch)
+    turns = _Behind()
+    writes = [W(20 + 2 * i, sse(T(f" t{i}"))) for i in range(40)]
+    with ScriptedServer(Reply([*writes, W(110, sse(TF("length"), "[DONE]"))])) as server:
+        transport = GeventHTTPTransport(server.base_url, headers={}, timeouts=FAST, turns=turns)
+        record = StreamingClient(transport, keep_text=True).run(
+            build_completion_request(model="m", prompt="p", max_tokens=40)
+        )
+        transport.close()
+    turns.close()
+    assert record.outcome is Outcome.OK
+    assert record.output_text == "".join(f" t{i}" for i in range(40))
+    assert sum(data.count(b"data: ") for data in handed) >= 40  # every token went through the user
