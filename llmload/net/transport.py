@@ -186,7 +186,8 @@ class GeventResponse:
     hub while no receive is queued, no ``read_within`` or ``drain`` waits and
     the process keeps up (``LoopTurns.behind`` is false).
     When it returns True it has accounted those bytes, which are then not
-    queued and wake no one: the streaming client accounts a whole plain token
+    queued and wake no one (False: queued as usual; None: queued, and the
+    user is woken at once): the streaming client accounts a whole plain token
     event this way (``llmload.request.stream.LoopTokens``), so such an event
     is neither queued, handed out nor decoded by the user greenlet. It must
     not switch greenlets or raise.
@@ -263,7 +264,7 @@ class GeventResponse:
         self._idle_s = idle_s
         self.on_close: Any = None  # called with True when the connection went back to the pool
         # set by the reader: accounts a stamped receive in the loop, as it comes (see the class docstring)
-        self.consumer: Callable[[bytes, int], bool] | None = None
+        self.consumer: Callable[[bytes, int], bool | None] | None = None
         self.status: int = resp.status_code
         self.content_type = _media_type(resp.get("content-type"))
         retry_after = resp.get("retry-after")
@@ -495,7 +496,7 @@ class GeventResponse:
             self._parse_failed(data, exc)
             return
         buf = resp._body_buffer
-        consumed = False
+        consumed = hurry = False
         if buf:
             body = bytes(buf)
             buf.clear()
@@ -509,7 +510,9 @@ class GeventResponse:
                 and not self._eager
                 and not (turns is not None and turns.behind)
             ):
-                consumed = consumer(body, kernel_ns)
+                verdict = consumer(body, kernel_ns)
+                consumed = verdict is True
+                hurry = verdict is None
             if not consumed:
                 earliest_ns = drained_ns
                 ceiling_ns = 0
@@ -528,7 +531,7 @@ class GeventResponse:
                 self._entries.append((body, kernel_ns, earliest_ns, ceiling_ns, received_s))
         if consumed and not resp.message_complete:
             return  # accounted in the loop: nothing for the user greenlet to do
-        self._settle(data, consumed)
+        self._settle(data, consumed, hurry)
 
     def _parse_failed(self, data: bytes, exc: HTTPParseError) -> None:
         """Stop on a parser failure for ``data`` (b"": the peer closed mid-body)."""
@@ -539,10 +542,11 @@ class GeventResponse:
         error.__cause__ = exc
         self._stop(error)
 
-    def _settle(self, data: bytes, consumed: bool) -> None:
+    def _settle(self, data: bytes, consumed: bool, hurry: bool = False) -> None:
         """After a receive (``data``): stop at the body's end, else wake the user when due.
 
-        ``consumed``: the ``consumer`` accounted its body bytes (none queued).
+        ``consumed``: the ``consumer`` accounted its body bytes (none queued);
+        ``hurry``: it left them to the user at once (queued; wake now).
         """
         if self._resp.message_complete:
             self._stop(None)
@@ -555,7 +559,7 @@ class GeventResponse:
         entries = self._entries
         waiter = self._waiter
         if waiter is not None:
-            if self._eager or len(entries) >= BATCH_READS or _ends_a_reply(data):
+            if self._eager or hurry or len(entries) >= BATCH_READS or _ends_a_reply(data):
                 self._waiter = None
                 self._hub.loop.run_callback(waiter.switch, None)
             elif len(entries) == 1 and self._turns is not None:

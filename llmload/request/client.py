@@ -145,6 +145,7 @@ class ReplyEnd(Enum):
 _SEND, _STREAM, _BODY = Phase.SEND, Phase.STREAM, Phase.BODY
 _END_DONE, _END_USAGE = ReplyEnd.DONE, ReplyEnd.USAGE
 _REPLY_FIELDS = frozenset({"choices", "content", "output", "data"})  # chat/completions, messages, responses, embeddings
+_FOREVER_S = float("inf")  # a read_within that waits as read_some does, but is woken at the first bytes
 _CHUNK_ENDPOINTS = frozenset({"chat", "completions"})  # replies of OpenAI completion chunks (``ReplyReader``)
 _STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -394,14 +395,12 @@ class StreamingClient:
                     tap.t = t
                 try:
                     if reader.finish_at_s is None or reader.has_partial_event:
-                        if first_pending and tappable:  # woken at each receive until the first token (then: tap)
-                            wait_s = deadline_s - (clock() - t0)
-                            got = response.read_within(wait_s) if wait_s > 0 else None
-                            if got is None:
-                                raise TotalTimeout(f"no complete reply within {deadline_s:g} s")
-                            data = got
-                        else:
-                            data = read()
+                        # woken at each receive until the first token (LoopTokens then take the plain ones); the
+                        # total timeout is judged by arrival times, as for every read, not by the clock here
+                        got = response.read_within(_FOREVER_S) if first_pending and tappable else read()
+                        if got is None:
+                            continue  # not for _FOREVER_S: the read timeout comes first
+                        data = got
                     else:  # a finish chunk was the last event: wait a bounded time for usage, [DONE] or the end
                         wait_s = reader.finish_at_s + FINISH_WAIT_S - t  # t: the last read's arrival
                         got = response.read_within(wait_s) if wait_s > 0 else None

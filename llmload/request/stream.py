@@ -372,8 +372,9 @@ class LoopTokens:
     the stamp is its own arrival, as ``StreamingClient`` rules), and returns
     True; anything else, or any state in which the reply is not plainly
     streaming tokens (no template yet, a pending partial event, a finish
-    chunk last, the usage chunk seen, the total timeout passed), returns
-    False and the bytes take the user greenlet's path. So both paths account
+    chunk last, the usage chunk seen), returns False and the bytes take the
+    user greenlet's path (None past the total timeout: that user is woken at
+    once to raise it). So both paths account
     exactly the same, and a streamed token costs no queue entry, hand-off or
     decode call.
 
@@ -416,10 +417,13 @@ class LoopTokens:
         self.t = 0.0
         self.size = 0
 
-    def take(self, data: bytes, stamp_ns: int) -> bool:
+    def take(self, data: bytes, stamp_ns: int) -> bool | None:
         """Account ``data`` (one receive's body bytes, kernel-stamped ``stamp_ns``, CLOCK_REALTIME ns) if plain.
 
-        The consumer the transport calls (a bound method: cheaper to call than an instance).
+        The consumer the transport calls (a bound method: cheaper to call than
+        an instance). Returns True when accounted; False when left to the
+        reader; None when left to it at once: a token past the total timeout,
+        which the read loop raises (the user is not kept waiting for a batch).
         """
         reader = self._reader
         if reader._template is not self._template:
@@ -451,7 +455,7 @@ class LoopTokens:
         if arrived_s > t:  # noqa: PLR1730 - a plain comparison, once per token
             t = arrived_s
         if t > self._deadline_s:
-            return False
+            return None
         self.t = t
         self.size += len(data)
         self._lags.append(0.0)

@@ -697,3 +697,47 @@ def test_issue19_a_process_behind_leaves_plain_tokens_to_its_users_so_the_kernel
     assert record.outcome is Outcome.OK
     assert record.output_text == "".join(f" t{i}" for i in range(40))
     assert sum(data.count(b"data: ") for data in handed) >= 40  # every token went through the user
+
+
+def test_issue19_a_total_timeout_while_plain_tokens_stream_ends_the_request_when_it_passes(run_scripted):
+    # Tokens every 10 ms, total timeout 0.1 s: the first token past it is left to the user at once,
+    # who raises the timeout then, not a batch time (0.1 s) later. (Found by a breaker run: 0.2 s.)
+    writes = [W(10 + 10 * i, sse(T(f" t{i}"))) for i in range(40)]
+    request = build_completion_request(model="m", prompt="p", max_tokens=41)
+    run = run_scripted(Reply([*writes, W(500, sse(TF("length"), "[DONE]"))]), request, total_timeout_s=0.1)
+    record = run.record
+    assert record.outcome is Outcome.TIMEOUT
+    assert record.end_s is not None
+    assert 0.1 <= record.end_s < 0.14
+
+
+class _BusyAfterPost:
+    """A transport whose process is busy elsewhere (the whole loop held) right after the headers came."""
+
+    def __init__(self, inner: GeventHTTPTransport, busy_s: float) -> None:
+        self.inner, self.busy_s = inner, busy_s
+
+    def connect(self) -> None:
+        self.inner.connect()
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> object:
+        response = self.inner.post(path, body, headers)
+        _block_loop(self.busy_s)
+        return response
+
+
+def test_issue19_a_reply_that_arrived_in_time_counts_though_the_client_reads_it_after_the_total_timeout(
+    gevent_ready,
+):
+    # The whole reply arrives at 50 ms; the client's process is busy until ~150 ms; the total timeout
+    # is 0.1 s. Arrival times say the reply was complete in time: it is a success, timed by its stamps,
+    # not a timeout judged by when the client came to read. (Found by a breaker run.)
+    reply = Reply([W(50, sse(T("a"), T(" b"), TF("length"), "[DONE]"))])
+    with ScriptedServer(reply) as server:
+        transport = GeventHTTPTransport(server.base_url, headers={}, timeouts=FAST)
+        client = StreamingClient(_BusyAfterPost(transport, 0.15), keep_text=True, total_timeout_s=0.1)  # type: ignore[arg-type]
+        record = client.run(build_completion_request(model="m", prompt="p", max_tokens=4))
+    transport.close()
+    assert record.outcome is Outcome.OK, record.error
+    assert record.output_text == "a b"
+    assert record.ttft_s == pytest.approx(0.05, abs=0.02)

@@ -157,7 +157,7 @@ def test_issue19_loop_tokens_leave_every_other_receive_to_the_reader():
         sse(T("")),  # no text
     ]
     for data in declined:
-        assert not tap.take(data, stamp_ns), data
+        assert tap.take(data, stamp_ns) is False, data
     assert reader.acc.pieces == ["a"]
     assert lags == []
     reader.feed(b"data: {", 2.0)  # a partial event pending in the decoder: the next bytes complete it
@@ -173,6 +173,6 @@ def test_issue19_loop_tokens_leave_tokens_after_a_finish_or_past_the_total_timeo
     late = ReplyReader()
     late.feed(sse(T("a")), 1.0)
     tap, lags = _loop_tokens(late, deadline_s=5.0)  # arrivals here are ~10 s after the send
-    assert not tap.take(sse(T(" b")), time.time_ns())  # the read loop raises the total timeout for it
+    assert tap.take(sse(T(" b")), time.time_ns()) is None  # the read loop raises the total timeout: wake it now
     assert late.acc.pieces == ["a"]
     assert lags == []
