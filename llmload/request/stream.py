@@ -391,7 +391,6 @@ class LoopTokens:
         "_has_content",
         "_head",
         "_lags",
-        "_match_ascii",
         "_reader",
         "_t0",
         "_tail",
@@ -413,7 +412,6 @@ class LoopTokens:
         self._template: DeltaTemplate | None = None  # the reader's, when the fields below were made from it
         self._head = self._tail = b""
         self._has_content = False
-        self._match_ascii: Callable[[bytes, int], re.Match[bytes] | None] = _never
         self.t = 0.0
         self.size = 0
 
@@ -432,23 +430,23 @@ class LoopTokens:
                 return False
             self._head, self._tail = template.event_head_bytes, template.event_tail_bytes
             self._has_content = template.has_content
-            self._match_ascii = _ascii_text_before(template.event_tail_bytes)
         elif self._template is None:
             return False
         if reader.finish_at_s is not None or reader.usage_ended or not reader._decoder._idle:
             return False
-        head = self._head
+        head, tail = self._head, self._tail
         if not data.startswith(head):
             return False
-        match = self._match_ascii(data, len(head))
-        if match is not None:  # printable ASCII: the usual token (one C call checks it and the tail)
-            text = match[1].decode("ascii")
+        match = _ascii_text(data, len(head))
+        if match is not None and match.end() == len(data) - len(tail) and data.endswith(tail):
+            text = match[0].decode("ascii")  # printable ASCII up to the tail: the usual token
         elif data.isascii():
             return False  # several events, escaped or other text: no more to check
         else:
-            text = self._other_text(data)
-            if text is None:
+            other = self._other_text(data)
+            if other is None:
                 return False
+            text = other
         age_ns = time.time_ns() - stamp_ns
         arrived_s = self._clock() - self._t0 - (age_ns * 1e-9 if age_ns > 0 else 0.0)
         t = self.t
@@ -477,24 +475,5 @@ class LoopTokens:
         return text if text.isprintable() else None
 
 
-def _never(data: bytes, pos: int) -> None:
-    """A matcher that matches nothing (before a template is known)."""
-    pass
-
-
-_ASCII_TEXT_BEFORE: dict[bytes, Callable[[bytes, int], re.Match[bytes] | None]] = {}
-_ASCII_TEXT_BEFORE_MAX = 64  # tails kept (a server sends one; a run may meet a few models and APIs)
-
-
-def _ascii_text_before(tail: bytes) -> Callable[[bytes, int], re.Match[bytes] | None]:
-    """``fullmatch(data, pos)``: printable ASCII text but quote and backslash from ``pos``, then ``tail``, to the end.
-
-    Group 1 is the text. Compiled once per tail: the part of an event after
-    its text holds no reply id, so every reply of a server shares it.
-    """
-    matcher = _ASCII_TEXT_BEFORE.get(tail)
-    if matcher is None:
-        if len(_ASCII_TEXT_BEFORE) >= _ASCII_TEXT_BEFORE_MAX:
-            _ASCII_TEXT_BEFORE.clear()
-        matcher = _ASCII_TEXT_BEFORE[tail] = re.compile(rb"([ !#-\[\]-~]+)" + re.escape(tail)).fullmatch
-    return matcher
+# printable ASCII but quote and backslash: a token's text the JSON encoder wrote as is (one C scan per token)
+_ascii_text = re.compile(rb"[ !#-\[\]-~]+").match

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -117,7 +118,22 @@ def _loop_tokens(reader: ReplyReader, deadline_s: float = 1e9) -> tuple[LoopToke
     return LoopTokens(reader, lags, lambda: _NOW_S, 90.0, deadline_s), lags
 
 
-@pytest.mark.parametrize("token", [T, lambda text: C({"content": text})], ids=["completions", "chat"])
+def _llama_server_chunk(text: str) -> str:
+    """A chat chunk laid out as llama-server writes it: choices first, the reply's id and second after the text."""
+    chunk = {
+        "choices": [{"finish_reason": None, "index": 0, "delta": {"content": text}}],
+        "created": 1733423456,
+        "id": "chatcmpl-5QYb2kq",
+        "model": "m",
+        "system_fingerprint": "b4100",
+        "object": "chat.completion.chunk",
+    }
+    return json.dumps(chunk, separators=(",", ":"), ensure_ascii=False)
+
+
+@pytest.mark.parametrize(
+    "token", [T, lambda text: C({"content": text}), _llama_server_chunk], ids=["completions", "chat", "llama-server"]
+)
 def test_issue19_loop_tokens_account_a_plain_event_as_feed_does_at_its_stamp(token):
     fed, tapped = ReplyReader(), ReplyReader()
     for reader in (fed, tapped):
