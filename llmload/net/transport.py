@@ -182,12 +182,12 @@ class GeventResponse:
     token. TLS is read by the user greenlet (``_receive_here``).
 
     A reader may also set ``consumer``: a callable given the body bytes of a
-    kernel-stamped receive and its stamp (CLOCK_REALTIME ns), called in the
-    hub while no receive is queued, no ``read_within`` or ``drain`` waits and
-    the process keeps up (``LoopTurns.behind`` is false).
-    When it returns True it has accounted those bytes, which are then not
-    queued and wake no one (False: queued as usual; None: queued, and the
-    user is woken at once): the streaming client accounts a whole plain token
+    kernel-stamped receive, its stamp (CLOCK_REALTIME ns) and whether earlier
+    receives are queued (then it must leave the bytes to the reader), called
+    in the hub while no ``read_within`` or ``drain`` waits and the process
+    keeps up (``LoopTurns.behind`` is false). When it returns True it has
+    accounted those bytes, which are then not queued and wake no one (False:
+    queued as usual; None: queued, and the user is woken at once): the streaming client accounts a whole plain token
     event this way (``llmload.request.stream.LoopTokens``), so such an event
     is neither queued, handed out nor decoded by the user greenlet. It must
     not switch greenlets or raise.
@@ -264,7 +264,7 @@ class GeventResponse:
         self._idle_s = idle_s
         self.on_close: Any = None  # called with True when the connection went back to the pool
         # set by the reader: accounts a stamped receive in the loop, as it comes (see the class docstring)
-        self.consumer: Callable[[bytes, int], bool | None] | None = None
+        self.consumer: Callable[[bytes, int, bool], bool | None] | None = None
         self.status: int = resp.status_code
         self.content_type = _media_type(resp.get("content-type"))
         retry_after = resp.get("retry-after")
@@ -503,14 +503,8 @@ class GeventResponse:
             consumer = self.consumer
             # not while the process is behind (users wait at the turn gate): then the queue and _pause let
             # the kernel merge what this user is not there to take, fewer receives for the same bytes
-            if (
-                consumer is not None
-                and kernel_ns
-                and not self._entries
-                and not self._eager
-                and not (turns is not None and turns.behind)
-            ):
-                verdict = consumer(body, kernel_ns)
+            if consumer is not None and kernel_ns and not self._eager and not (turns is not None and turns.behind):
+                verdict = consumer(body, kernel_ns, bool(self._entries))  # queued behind others: never accounted
                 consumed = verdict is True
                 hurry = verdict is None
             if not consumed:

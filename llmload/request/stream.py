@@ -374,7 +374,8 @@ class LoopTokens:
     streaming tokens (no template yet, a pending partial event, a finish
     chunk last, the usage chunk seen), returns False and the bytes take the
     user greenlet's path (None past the total timeout: that user is woken at
-    once to raise it). So both paths account
+    once to raise it; asked about bytes queued behind others, it only says
+    that). So both paths account
     exactly the same, and a streamed token costs no queue entry, hand-off or
     decode call.
 
@@ -415,37 +416,41 @@ class LoopTokens:
         self.t = 0.0
         self.size = 0
 
-    def take(self, data: bytes, stamp_ns: int) -> bool | None:
+    def take(self, data: bytes, stamp_ns: int, queued: bool = False) -> bool | None:
         """Account ``data`` (one receive's body bytes, kernel-stamped ``stamp_ns``, CLOCK_REALTIME ns) if plain.
 
         The consumer the transport calls (a bound method: cheaper to call than
         an instance). Returns True when accounted; False when left to the
-        reader; None when left to it at once: a token past the total timeout,
-        which the read loop raises (the user is not kept waiting for a batch).
+        reader; None when left to it at once: bytes that arrived past the
+        total timeout, which the read loop raises (the user is not kept waiting
+        for a batch). ``queued``: earlier bytes wait for the reader, so these
+        are only left to it (at once if past the total timeout).
         """
+        if queued:
+            return self._left(stamp_ns)
         reader = self._reader
         if reader._template is not self._template:
             template = self._template = reader._template
             if template is None:
-                return False
+                return self._left(stamp_ns)
             self._head, self._tail = template.event_head_bytes, template.event_tail_bytes
             self._has_content = template.has_content
         elif self._template is None:
-            return False
+            return self._left(stamp_ns)
         if reader.finish_at_s is not None or reader.usage_ended or not reader._decoder._idle:
-            return False
+            return self._left(stamp_ns)
         head, tail = self._head, self._tail
         if not data.startswith(head):
-            return False
+            return self._left(stamp_ns)
         match = _ascii_text(data, len(head))
         if match is not None and match.end() == len(data) - len(tail) and data.endswith(tail):
             text = match[0].decode("ascii")  # printable ASCII up to the tail: the usual token
         elif data.isascii():
-            return False  # several events, escaped or other text: no more to check
+            return self._left(stamp_ns)  # several events, escaped or other text: no more to check
         else:
             other = self._other_text(data)
             if other is None:
-                return False
+                return self._left(stamp_ns)
             text = other
         age_ns = time.time_ns() - stamp_ns
         arrived_s = self._clock() - self._t0 - (age_ns * 1e-9 if age_ns > 0 else 0.0)
@@ -459,6 +464,12 @@ class LoopTokens:
         self._lags.append(0.0)
         self._acc.add_token(text, t, self._has_content)
         return True
+
+    def _left(self, stamp_ns: int) -> bool | None:
+        """Bytes left to the reader: False, or None (wake it at once) when they arrived past the total timeout."""
+        age_ns = time.time_ns() - stamp_ns
+        arrived_s = self._clock() - self._t0 - (age_ns * 1e-9 if age_ns > 0 else 0.0)
+        return None if arrived_s > self._deadline_s or self.t > self._deadline_s else False
 
     def _other_text(self, data: bytes) -> str | None:
         """The text of ``data`` (an event starting with the head) when it is plain but not ASCII, else None."""

@@ -741,3 +741,20 @@ def test_issue19_a_reply_that_arrived_in_time_counts_though_the_client_reads_it_
     assert record.outcome is Outcome.OK, record.error
     assert record.output_text == "a b"
     assert record.ttft_s == pytest.approx(0.05, abs=0.02)
+
+
+@pytest.mark.parametrize("before", [sse(T(' "q"')), sse(T(" x"), T(" y"))], ids=["escaped", "two-events"])
+def test_issue19_a_total_timeout_while_tokens_queue_behind_one_for_the_user_ends_the_request_when_it_passes(
+    run_scripted, before
+):
+    # One receive the loop leaves to the user (an escaped token, or two events in one receive) just
+    # before the total timeout (0.1 s), plain tokens every 10 ms past it: those queue behind it, and
+    # the first past the timeout still wakes the user at once. (Found by a second breaker run: 0.197 s.)
+    writes = [W(10 + 10 * i, sse(T(f" t{i}"))) for i in range(8)]
+    writes += [W(95, before)] + [W(105 + 10 * i, sse(T(f" u{i}"))) for i in range(30)]
+    request = build_completion_request(model="m", prompt="p", max_tokens=64)
+    run = run_scripted(Reply([*writes, W(600, sse(TF("length"), "[DONE]"))]), request, total_timeout_s=0.1)
+    record = run.record
+    assert record.outcome is Outcome.TIMEOUT
+    assert record.end_s is not None
+    assert 0.1 <= record.end_s < 0.14

@@ -190,5 +190,9 @@ def test_issue19_loop_tokens_leave_tokens_after_a_finish_or_past_the_total_timeo
     late.feed(sse(T("a")), 1.0)
     tap, lags = _loop_tokens(late, deadline_s=5.0)  # arrivals here are ~10 s after the send
     assert tap.take(sse(T(" b")), time.time_ns()) is None  # the read loop raises the total timeout: wake it now
+    assert tap.take(sse(T(' "q"')), time.time_ns()) is None  # anything it leaves to the reader, past the timeout
+    assert tap.take(sse(T(" b")), time.time_ns(), queued=True) is None  # queued behind earlier bytes too
+    in_time, _ = _loop_tokens(late)
+    assert in_time.take(sse(T(" b")), time.time_ns(), queued=True) is False  # behind earlier bytes: never taken
     assert late.acc.pieces == ["a"]
     assert lags == []
