@@ -13,17 +13,18 @@ from the parser's buffer (``_body_buffer``, filled by the llhttp ``_on_body``
 callback). Only ``_body_buffer``, ``_sock``, ``message_complete``, ``feed``
 (the C parser's ``HTTPResponseParser.feed``) and ``release`` are used; the
 dependency is pinned to geventhttpclient 2.x in ``pyproject.toml`` and
-covered by the integration tests in ``tests/integration``. On plain TCP the body is received by the loop (the
-hub), not by the user greenlet: an I/O watcher on the OS socket (gevent's
-socket's ``_sock`` and ``hub``) calls ``GeventResponse._on_readable`` as soon
-as a poll finds bytes, which does one ``recvmsg``, feeds the parser and
-queues the body bytes with the times of their receive (or hands them to the
-reader's ``consumer``, which accounts a plain token event there and then);
-``read_some`` hands them to the user greenlet, which is woken at the end of the body, after
-``BATCH_READS`` receives or ``BATCH_S`` after the first that waits
-(``llmload.net.turns``). So a receive never waits behind another user's
-work, and a token costs no greenlet switch: at 256 users and 10 ms ITL the
-client's CPU per token fell by a third (``docs/benchmarks.md``). While users
+covered by the integration tests in ``tests/integration``. On plain TCP the
+body is received by the loop (the hub), not by the user greenlet: an I/O
+watcher on the OS socket (gevent's socket's ``_sock`` and ``hub``) calls
+``GeventResponse._on_readable`` as soon as a poll finds bytes, which does one
+``recvmsg``, feeds the parser and queues the body bytes with the times of
+their receive (or hands them to the reader's ``consumer``, which accounts a
+plain token event there and then); ``read_some`` hands them to the user
+greenlet, which is woken at the end of the body, after ``BATCH_READS``
+receives or ``BATCH_S`` after the first that waits (``llmload.net.turns``).
+So a receive never waits behind another user's work, and a token costs no
+greenlet switch: at 256 users and 10 ms ITL the client's CPU per token fell
+by a third (``docs/benchmarks.md``). While users
 wait for bytes, the loop holds each poll until ``PACE_NS`` (0.5 ms) after the
 last, so that one wake-up collects the segments of that time instead of one
 each; the receive stamps keep their times.
@@ -187,10 +188,11 @@ class GeventResponse:
     in the hub while no ``read_within`` or ``drain`` waits and the process
     keeps up (``LoopTurns.behind`` is false). When it returns True it has
     accounted those bytes, which are then not queued and wake no one (False:
-    queued as usual; None: queued, and the user is woken at once): the streaming client accounts a whole plain token
-    event this way (``llmload.request.stream.LoopTokens``), so such an event
-    is neither queued, handed out nor decoded by the user greenlet. It must
-    not switch greenlets or raise.
+    queued as usual; None: queued, and the user is woken at once). The
+    streaming client accounts a whole plain token event this way
+    (``llmload.request.stream.LoopTokens``), so such an event is neither
+    queued, handed out nor decoded by the user greenlet. It must not switch
+    greenlets or raise.
     """
 
     __slots__ = (
