@@ -89,7 +89,6 @@ class DeltaTemplate:
         "_head_chars",
         "_one_event_chars",
         "_tail_chars",
-        "event_bytes_max",
         "event_head",
         "event_head_bytes",
         "event_tail",
@@ -111,7 +110,6 @@ class DeltaTemplate:
         self._one_event_chars = self._head_chars + self._tail_chars + _ONE_EVENT_TEXT_CHARS
         # the same as UTF-8 bytes, for a receive matched before it is decoded (LoopTokens)
         self.event_head_bytes, self.event_tail_bytes = self.event_head.encode(), self.event_tail.encode()
-        self.event_bytes_max = len(self.event_head_bytes) + len(self.event_tail_bytes) + 4 * _ONE_EVENT_TEXT_CHARS
 
     @classmethod
     def learn(cls, payload: str, obj: Any, delta: ChunkDelta, scan: Scan) -> DeltaTemplate | None:
