@@ -374,6 +374,7 @@ class LLMUser(User):
         intended_s = runtime.run.schedule_start_s + schedule.next_offset_s()
         delay_s = intended_s - time.perf_counter()
         if delay_s > 0:
+            runtime.process.turns.due(time.time_ns() + int(delay_s * 1e9))  # the loop holds no poll past it
             gevent.sleep(delay_s)
         return intended_s
 

@@ -25,9 +25,10 @@ receives or ``BATCH_S`` after the first that waits (``llmload.net.turns``).
 So a receive never waits behind another user's work, and a token costs no
 greenlet switch: at 256 users and 10 ms ITL the client's CPU per token fell
 by a third (``docs/benchmarks.md``). While users
-wait for bytes, the loop holds each poll until ``PACE_NS`` (0.5 ms) after the
-last, so that one wake-up collects the segments of that time instead of one
-each; the receive stamps keep their times.
+wait for bytes, the loop holds each poll 0.5 to 2 ms after the last
+(``PACE_NS``, ``PACE_MAX_NS``: a quarter of the shortest time between two
+receives of one reply), so that one wake-up collects the segments of that time
+instead of one each; the receive stamps keep their times.
 
 Receive stamps (Linux): the transport turns on ``SO_TIMESTAMPNS`` on each
 plain-TCP socket (``llmload.net.sockets.StampedSocket``) and reads with
@@ -209,6 +210,7 @@ class GeventResponse:
         "_resp",
         "_seen_ns",
         "_sent_s",
+        "_stamp_ns",
         "_timer",
         "_turns",
         "_waiter",
@@ -286,6 +288,7 @@ class GeventResponse:
         # the socket; before any, the send)
         self._drained_ns = drained_ns or sent_ns
         self._seen_ns = 0  # when the poll or look that found the bytes of the last receive returned
+        self._stamp_ns = 0  # the kernel stamp of the last body receive (the loop's, LoopTurns.gap_ns); 0 = none
         self._watch_ns = 0  # when the watcher started (CLOCK_REALTIME ns)
         self._watcher: Any = None
         self._fd = -1  # the socket's file descriptor while watched
@@ -491,6 +494,12 @@ class GeventResponse:
             found_ns = look_ns or turns.check_ns
             seen_ns = self._seen_ns
             self._seen_ns = found_ns
+            # the time since this reply's last receive bounds how long the loop holds its polls (unstamped: the
+            # receive's time is the clock's, so the least hold)
+            gap_ns = kernel_ns - self._stamp_ns if kernel_ns else 0
+            self._stamp_ns = kernel_ns
+            if gap_ns < turns.gap_ns:  # noqa: PLR1730 - a plain comparison, once per receive
+                turns.gap_ns = gap_ns
         resp = self._resp
         try:
             _parse(resp, data)  # b"" signals EOF: completes a read-until-close body, else raises
@@ -672,6 +681,8 @@ class GeventResponse:
             self._resp.release()
             raise TransportError(f"{self._where}: read failed: {describe(exc)}") from exc
         self._last_read_s = received_s = time.monotonic()
+        if self._turns is not None:
+            self._turns.gap_ns = 0  # timed by the clock when the user reads: the loop holds its polls the least
         resp = self._resp
         try:
             _parse(resp, data)

@@ -11,6 +11,7 @@ what the loop received (``BATCH_S``), and keeps each iteration's work short
 from __future__ import annotations
 
 import contextlib
+import heapq
 import sys
 import time
 from collections import deque
@@ -21,7 +22,18 @@ import gevent
 import gevent.monkey
 from gevent.hub import Waiter
 
-__all__ = ["BATCH_READS", "BATCH_S", "LOOK_NS", "PACE_NS", "POLL_TICK_S", "TURN_BUDGET_NS", "LoopTurns"]
+__all__ = [
+    "BATCH_READS",
+    "BATCH_S",
+    "GAP_WINDOW_NS",
+    "LOOK_NS",
+    "PACE_GAP_SHARE",
+    "PACE_MAX_NS",
+    "PACE_NS",
+    "POLL_TICK_S",
+    "TURN_BUDGET_NS",
+    "LoopTurns",
+]
 
 _EPOLL = sys.platform.startswith("linux")  # select.epoll exists (the looks between polls)
 
@@ -39,9 +51,28 @@ PACE_NS = 500_000
 
 A process that keeps up is otherwise woken by nearly every segment that arrives, one context switch each (on a
 2-core VM at 256 users and 10 ms ITL, 0.7 polls per token, a sixth of the client's CPU in the switches). Holding
-the next poll collects the segments of that half millisecond into one wake-up. Bytes that wait are still timed by
-their kernel stamps; only events of one stream less than 0.5 ms apart can then share a read (and its stamp), which
-the read lag bounds."""
+the next poll collects the segments of that time into one wake-up. Bytes that wait are still timed by their kernel
+stamps; only segments of one stream that come closer together than the hold can then share a read (and its
+stamp), which the read lag bounds. So the hold follows the streams (``PACE_MAX_NS``)."""
+
+PACE_MAX_NS = 2_000_000
+"""The longest hold between polls: 2 ms, taken while no stream's receives come closer than ``PACE_GAP_SHARE`` times it.
+
+The hold is a quarter of the shortest time between two stamped receives of one reply seen in the last
+``GAP_WINDOW_NS`` to ``2 * GAP_WINDOW_NS`` (``gap_ns``; ``GeventResponse`` notes every receive), between
+``PACE_NS`` and this, so one stream's segments keep a poll each; ``PACE_NS`` while no gap was seen. Every hold
+is a blocking sleep, which on a virtual machine costs about 20 us of CPU (``docs/benchmarks.md``): at 256 users
+and 10 ms ITL this hold takes a quarter of the polls of a fixed 0.5 ms one. A stream that speeds up is caught
+within a poll: its segments merge into one read, whose gap from the last is shorter than that poll's hold, and
+the next hold shortens. A process behind (``behind``) holds ``PACE_NS``, and no hold runs past a time a user is
+due to send (``due``). A stream faster than a quarter of the others' gaps can share the first hold's read with
+its next event; the read lag covers it, as for a merge under ``PACE_NS``."""
+
+PACE_GAP_SHARE = 4
+"""The hold is at most the shortest receive gap of one reply divided by this (``PACE_MAX_NS``)."""
+
+GAP_WINDOW_NS = 100_000_000
+"""How long a receive gap counts for the hold (``PACE_MAX_NS``): from 100 to 200 ms after it was seen."""
 
 BATCH_S = 0.1
 """How long a reply's bytes, received and stamped, may wait before its user is woken to decode them: 100 ms.
@@ -66,6 +97,7 @@ no reply waits longer than about this plus the longest single step of a user."""
 
 
 _PACE_MIN_SLEEP_NS = 50_000  # a shorter sleep than this costs more than the wake-ups it saves
+_NO_GAP_NS = 1 << 62  # no receive gap seen in a window
 _EPOLLIN = 0x001  # select.EPOLLIN (Linux)
 
 
@@ -94,7 +126,10 @@ class LoopTurns:
 
     While users wait for bytes, a prepare watcher of the lowest priority (it
     runs after gevent's callbacks, right before the poll) holds the next poll
-    until ``PACE_NS`` after the last one returned (``PACE_NS`` says why), and
+    until ``PACE_NS`` to ``PACE_MAX_NS`` after the last one returned
+    (``PACE_NS`` says why, ``PACE_MAX_NS`` how long: ``gap_ns`` is the
+    shortest time between two receives of one reply, noted by the
+    transports; ``due`` notes when a user is due to send), and
     ``wake_later`` wakes a reply's user ``BATCH_S`` after its first waiting read.
 
     Between polls, ``observe`` looks at the reply sockets registered with
@@ -104,18 +139,22 @@ class LoopTurns:
     """
 
     __slots__ = (
+        "_due",
         "_epoll",
         "_flush",
+        "_gap_window_ns",
         "_gate",
         "_later",
         "_loop",
         "_pacer",
+        "_prev_gap_ns",
         "_queued",
         "_readers",
         "_sleep",
         "_tick",
         "_watcher",
         "check_ns",
+        "gap_ns",
         "look_ns",
         "observed_ns",
         "prev_check_ns",
@@ -142,6 +181,10 @@ class LoopTurns:
         self.look_ns = 0  # the last look returned (CLOCK_REALTIME ns); 0 = none
         self.prev_look_ns = 0  # the look before it
         self.observed_ns = 0  # the later of check_ns and look_ns: when the loop last learned which sockets held bytes
+        self.gap_ns = _NO_GAP_NS  # the shortest time between two stamped receives of one reply in this gap window
+        self._prev_gap_ns = _NO_GAP_NS  # the same in the window before
+        self._gap_window_ns = 0  # when this gap window ends (CLOCK_REALTIME ns); 0 = none begun
+        self._due: list[int] = []  # a heap of times (CLOCK_REALTIME ns) users are due to send (due)
 
     def start(self) -> None:
         """Start noting loop iterations on the current hub (idempotent)."""
@@ -172,6 +215,9 @@ class LoopTurns:
         for waiter in later:
             gevent.get_hub().loop.run_callback(waiter.switch, None)
         self.check_ns = self.prev_check_ns = self.observed_ns = 0
+        self.gap_ns = self._prev_gap_ns = _NO_GAP_NS
+        self._gap_window_ns = 0
+        self._due.clear()
         self._readers.clear()
         epoll, self._epoll = self._epoll, None
         if epoll is not None:
@@ -328,12 +374,37 @@ class LoopTurns:
             if waiter.greenlet is not None:  # still waiting (None: woken meanwhile, or left)
                 run_callback(waiter.switch, None)
 
+    def due(self, at_ns: int) -> None:
+        """Note that a user is due to send at ``at_ns`` (CLOCK_REALTIME ns): no poll is held past it (``_pace``)."""
+        due = self._due
+        now_ns = time.time_ns()
+        while due and due[0] <= now_ns:  # times past: dropped here too, so none pile up while no poll is held
+            heapq.heappop(due)
+        heapq.heappush(due, at_ns)
+
     def _pace(self) -> None:
-        """Prepare watcher, before the poll: while users wait for bytes, sleep until ``PACE_NS`` after the last poll."""
+        """Prepare watcher, before the poll: while users wait for bytes, hold it (``PACE_NS``, ``PACE_MAX_NS``)."""
         if self.waiting > 0:
-            left_ns = self.check_ns + PACE_NS - time.time_ns()
+            now_ns = time.time_ns()
+            if now_ns >= self._gap_window_ns:
+                self._prev_gap_ns, self.gap_ns = self.gap_ns, _NO_GAP_NS
+                self._gap_window_ns = now_ns + GAP_WINDOW_NS
+            gap_ns = self.gap_ns if self.gap_ns < self._prev_gap_ns else self._prev_gap_ns
+            pace_ns = PACE_NS  # also while behind, and with no gap seen (say, streams' first tokens)
+            if gap_ns != _NO_GAP_NS and not self._queued:
+                pace_ns = gap_ns // PACE_GAP_SHARE
+                if pace_ns > PACE_MAX_NS:
+                    pace_ns = PACE_MAX_NS
+                elif pace_ns < PACE_NS:
+                    pace_ns = PACE_NS
+            left_ns = self.check_ns + pace_ns - now_ns
+            due = self._due
+            while due and due[0] <= now_ns:
+                heapq.heappop(due)
+            if due and due[0] - now_ns < left_ns:
+                left_ns = due[0] - now_ns
             if left_ns > _PACE_MIN_SLEEP_NS:
-                self._sleep((left_ns if left_ns < PACE_NS else PACE_NS) * 1e-9)
+                self._sleep((left_ns if left_ns < pace_ns else pace_ns) * 1e-9)
 
     def _checked(self) -> None:
         self.prev_check_ns = self.check_ns

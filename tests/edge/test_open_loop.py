@@ -8,6 +8,7 @@ runs (BC-23's drift and split, P3, the sweeps) stay process tests in ``tests/int
 from __future__ import annotations
 
 import json
+import time
 
 import gevent
 import pytest
@@ -99,3 +100,24 @@ def test_bc23_inf_rate_is_bounded_by_max_concurrency(tmp_path):
     assert results["load"]["unlimited_rate"] is True
     # 2 processes x 64 users = -u 128 over the run, above --max-concurrency 64: the cap is what bound the load
     assert (results["load"]["in_flight_cap"], results["load"]["in_flight_cap_by"]) == (64, "max_concurrency")
+
+
+def test_issue19_an_open_loop_user_due_to_send_caps_the_loops_hold(monkeypatch):
+    # The loop holds its polls up to 2 ms while users wait for bytes (LoopTurns._pace); a user asleep
+    # until its arrival tells the loop when it is due, so no hold runs past its send time.
+    from llmload.edge.runtime import Runtime
+    from llmload.edge.users import CompletionUser
+    from llmload.net.turns import LoopTurns
+    from llmload.settings.config import RunConfig
+    from llmload.workload.arrivals import Arrival, ArrivalSchedule
+
+    runtime = Runtime(config=RunConfig())
+    runtime.run.schedule = ArrivalSchedule(rate=50.0, arrival=Arrival.CONSTANT)  # offsets 0, 20 ms, 40 ms
+    noted: list[int] = []
+    monkeypatch.setattr(LoopTurns, "due", lambda _turns, at_ns: noted.append(at_ns))
+    started_ns = time.time_ns()
+    intended = [CompletionUser._wait_for_arrival(runtime) for _ in range(3)]
+    assert intended[2] - intended[0] == pytest.approx(0.04)
+    assert len(noted) == 2  # the first arrival was due at once: nothing to note
+    for due_ns, expected_s in zip(noted, (0.02, 0.04), strict=True):
+        assert due_ns - started_ns == pytest.approx(expected_s * 1e9, abs=3e6)

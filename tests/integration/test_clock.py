@@ -14,7 +14,7 @@ import pytest
 from llmload.exporters.console import summary_lines
 from llmload.exporters.results import RunOutcome, build_results
 from llmload.net.transport import GeventHTTPTransport, GeventResponse
-from llmload.net.turns import PACE_NS, POLL_TICK_S, LoopTurns
+from llmload.net.turns import PACE_MAX_NS, PACE_NS, POLL_TICK_S, LoopTurns
 from llmload.request.client import StreamingClient
 from llmload.request.payloads import LLMRequest, build_completion_request
 from llmload.request.record import Outcome, RequestRecord
@@ -554,6 +554,58 @@ def test_issue19_while_a_user_waits_for_bytes_polls_are_paced_half_a_millisecond
     paced = [(now - before) for (before, waiting), (now, _) in itertools.pairwise(turns.polls) if waiting > 0]
     assert len(paced) >= 20
     assert min(paced) >= PACE_NS - 60_000  # a sleep under 50 µs is skipped; the clock reads around it
+
+
+def _held_polls(writes: list[W], end_ms: float) -> tuple[RequestRecord, list[float], list[int]]:
+    """One streamed reply of ``writes`` (a token each) then its end: the record, each token's write time
+    (the client's clock) and the time from each poll's return to the next while the user waited for bytes."""
+    turns = _NotedPolls()
+    clock = SendClock()
+    with ScriptedServer(Reply([*writes, W(end_ms, sse(TF("length"), "[DONE]"))])) as server:
+        transport = GeventHTTPTransport(server.base_url, headers={}, timeouts=FAST, turns=turns)
+        client = StreamingClient(transport, clock=clock, keep_text=True)
+        record = client.run(build_completion_request(model="m", prompt="p", max_tokens=len(writes)))
+        transport.close()
+        log = server.send_log(0)
+    turns.close()
+    # the server's perf_counter is the client's (one process): each write's time after the client's send
+    written_s = [written - clock.send_s(record) for written in log.writes_s[: len(writes)]]
+    held = [(now - before) for (before, waiting), (now, _) in itertools.pairwise(turns.polls) if waiting > 0]
+    return record, written_s, held
+
+
+def test_issue19_tokens_10_ms_apart_let_the_loop_hold_its_polls_longest_each_token_timed_on_its_own(gevent_ready):
+    # Forty tokens 10 ms apart: once the loop has seen their gaps, it holds each poll PACE_MAX_NS
+    # (a quarter of 10 ms is past it), fewer wake-ups than PACE_NS; every token is still received
+    # on its own and timed by its own stamp. Without the gap-led hold, the holds are PACE_NS.
+    writes = [W(20 + 10 * i, sse(T(f" t{i}"))) for i in range(40)]
+    record, written_s, held = _held_polls(writes, 430)
+    assert record.outcome is Outcome.OK
+    assert record.output_text == "".join(f" t{i}" for i in range(40))
+    assert sorted(held)[len(held) // 2] >= PACE_MAX_NS - 100_000, held[:20]
+    for arrived_s, sent_s in zip(record.token_times_s, written_s, strict=True):
+        assert arrived_s == pytest.approx(sent_s, abs=0.001)
+    assert record.read_lags_s == [0.0] * len(record.read_lags_s)  # one event per receive, each its own stamp
+
+
+def test_issue19_a_stream_that_speeds_up_shortens_the_hold_within_a_poll(gevent_ready):
+    # Ten tokens 10 ms apart (holds of PACE_MAX_NS), then forty 1 ms apart. The last slow one and the
+    # first fast ones may share a receive (held 2 ms), whose gap from the last is shorter than the hold:
+    # the next hold is PACE_NS, and from there each token is received on its own. Those that shared one
+    # are timed by its stamp, never before they were written, and the read lag covers them.
+    writes = [W(20 + 10 * i, sse(T(f" s{i}"))) for i in range(10)]
+    writes += [W(111 + i, sse(T(f" f{i}"))) for i in range(40)]
+    record, written_s, held = _held_polls(writes, 200)
+    assert record.outcome is Outcome.OK
+    assert len(record.token_times_s) == 50
+    assert sorted(held[-20:])[10] < PACE_NS + 400_000, held[-20:]  # the fast part's holds: PACE_NS
+    for i, (arrived_s, sent_s) in enumerate(zip(record.token_times_s, written_s, strict=True)):
+        assert arrived_s >= sent_s - 0.0005  # never early
+        if i < 9 or i >= 16:  # the slow part, and the fast part after its first few: each on its own
+            assert arrived_s == pytest.approx(sent_s, abs=0.001), i
+        else:
+            assert arrived_s - sent_s <= PACE_MAX_NS * 1e-9 + 0.001, i  # late by one hold at most
+    assert max(record.read_lags_s) <= PACE_MAX_NS * 1e-9 + 0.001
 
 
 def test_issue19_a_long_iteration_whose_steps_look_at_the_sockets_receives_each_token_on_its_own(gevent_ready):

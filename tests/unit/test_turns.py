@@ -1,0 +1,91 @@
+"""How long the loop holds a poll while users wait for bytes (``LoopTurns._pace``), with the sleep recorded."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from llmload.net.turns import GAP_WINDOW_NS, PACE_MAX_NS, PACE_NS, LoopTurns
+
+_SLACK_NS = 200_000  # the clock moves between the test's read and _pace's
+
+
+def _paced(gap_ns: int | None = None, *, due_in_ns: int | None = None, behind: bool = False) -> float:
+    """The one sleep ``_pace`` takes right after a poll, seconds (0.0: none), with a user waiting for bytes."""
+    turns = LoopTurns()
+    slept: list[float] = []
+    turns._sleep = slept.append
+    turns.waiting = 1
+    if gap_ns is not None:
+        turns.gap_ns = gap_ns
+    if behind:
+        turns._queued.append((lambda _value: None, 0))
+    now_ns = time.time_ns()
+    if due_in_ns is not None:
+        turns.due(now_ns + due_in_ns)
+    turns.check_ns = now_ns
+    turns._pace()
+    assert len(slept) <= 1
+    return slept[0] if slept else 0.0
+
+
+def test_issue19_no_receive_gap_seen_holds_the_shortest():
+    assert (PACE_NS - _SLACK_NS) * 1e-9 <= _paced() <= PACE_NS * 1e-9
+
+
+@pytest.mark.parametrize(
+    ("gap_ns", "hold_ns"),
+    [
+        (10_000_000, PACE_MAX_NS),  # tokens 10 ms apart: a quarter is past the longest hold
+        (3_000_000, 750_000),  # a quarter of the gap
+        (1_000_000, PACE_NS),  # a quarter is under the shortest hold
+        (0, PACE_NS),  # an unstamped receive (its time is the clock's when it is read)
+    ],
+)
+def test_issue19_the_hold_is_a_quarter_of_the_shortest_receive_gap_of_one_reply(gap_ns, hold_ns):
+    assert (hold_ns - _SLACK_NS) * 1e-9 <= _paced(gap_ns) <= hold_ns * 1e-9
+
+
+def test_issue19_no_hold_runs_past_a_time_a_user_is_due_to_send():
+    slow_ns = 10_000_000  # receives 10 ms apart: the longest hold, 2 ms
+    assert 0.0 < _paced(slow_ns, due_in_ns=600_000) <= 600_000 * 1e-9
+    assert _paced(slow_ns, due_in_ns=20_000) == 0.0  # too soon to sleep for
+    assert _paced(slow_ns, due_in_ns=-1_000) >= (PACE_MAX_NS - _SLACK_NS) * 1e-9  # a time past is dropped
+
+
+def test_issue19_a_process_behind_holds_the_shortest():
+    assert (PACE_NS - _SLACK_NS) * 1e-9 <= _paced(10_000_000, behind=True) <= PACE_NS * 1e-9
+
+
+def test_issue19_no_hold_while_no_user_waits_for_bytes():
+    turns = LoopTurns()
+    slept: list[float] = []
+    turns._sleep = slept.append
+    turns.check_ns = time.time_ns()
+    turns._pace()
+    assert slept == []
+
+
+def test_issue19_a_receive_gap_counts_for_one_to_two_windows():
+    turns = LoopTurns()
+    slept: list[float] = []
+    turns._sleep = slept.append
+    turns.waiting = 1
+
+    def pace(window_over: bool = False) -> None:
+        if window_over:
+            turns._gap_window_ns = time.time_ns()
+        turns.check_ns = time.time_ns()
+        turns._pace()
+
+    pace()  # opens a window, no gap seen yet: the shortest hold
+    turns.gap_ns = 3_000_000  # a receive 3 ms after the last of its reply, in this window
+    pace()
+    pace(window_over=True)  # the 3 ms gap's window is now the one before: still counted
+    turns.gap_ns = 20_000_000  # a receive 20 ms after the last of its reply, in this window
+    pace(window_over=True)  # two windows on, the 3 ms gap is forgotten: the 20 ms one counts
+    pace(window_over=True)  # no gap in the last two windows
+    holds = [round(s * 1e9 / 50_000) * 50_000 for s in slept]
+    assert holds == [PACE_NS, 750_000, 750_000, PACE_MAX_NS, PACE_NS]
+    assert GAP_WINDOW_NS >= 50 * PACE_MAX_NS  # a window holds many polls
