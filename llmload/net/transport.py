@@ -494,12 +494,13 @@ class GeventResponse:
             found_ns = look_ns or turns.check_ns
             seen_ns = self._seen_ns
             self._seen_ns = found_ns
-            # the time since this reply's last receive bounds how long the loop holds its polls (unstamped: the
-            # receive's time is the clock's, so the least hold)
-            gap_ns = kernel_ns - self._stamp_ns if kernel_ns else 0
-            self._stamp_ns = kernel_ns
-            if gap_ns < turns.gap_ns:  # noqa: PLR1730 - a plain comparison, once per receive
-                turns.gap_ns = gap_ns
+            # the time since this reply's last receive bounds how long the loop holds its polls (none for its
+            # first; unstamped: the receive's time is the clock's, so the least hold)
+            last_ns, self._stamp_ns = self._stamp_ns, kernel_ns
+            if not kernel_ns:
+                turns.gap_ns = 0
+            elif last_ns and kernel_ns - last_ns < turns.gap_ns:
+                turns.gap_ns = kernel_ns - last_ns
         resp = self._resp
         try:
             _parse(resp, data)  # b"" signals EOF: completes a read-until-close body, else raises

@@ -588,6 +588,20 @@ def test_issue19_tokens_10_ms_apart_let_the_loop_hold_its_polls_longest_each_tok
     assert record.read_lags_s == [0.0] * len(record.read_lags_s)  # one event per receive, each its own stamp
 
 
+def test_issue19_a_fast_stream_keeps_its_first_tokens_apart_no_gap_seen_is_the_shortest_hold(gevent_ready):
+    # Thirty tokens 0.7 ms apart from the first: a reply's first receive has no gap to note, so the
+    # loop holds PACE_NS until the second, and no token shares a read with the next. (The first
+    # receive counted as a gap since the epoch made the first hold PACE_MAX_NS: the second token
+    # merged with the third, 1.4 ms late.)
+    writes = [W(20 + 0.7 * i, sse(T(f" t{i}"))) for i in range(30)]
+    record, written_s, _held = _held_polls(writes, 60)
+    assert record.outcome is Outcome.OK
+    assert record.output_text == "".join(f" t{i}" for i in range(30))
+    for i, (arrived_s, sent_s) in enumerate(zip(record.token_times_s, written_s, strict=True)):
+        assert arrived_s == pytest.approx(sent_s, abs=0.0005), i
+    assert record.read_lags_s == [0.0] * len(record.read_lags_s)
+
+
 def test_issue19_a_stream_that_speeds_up_shortens_the_hold_within_a_poll(gevent_ready):
     # Ten tokens 10 ms apart (holds of PACE_MAX_NS), then forty 1 ms apart. The last slow one and the
     # first fast ones may share a receive (held 2 ms), whose gap from the last is shorter than the hold:
