@@ -71,8 +71,11 @@ its next event; the read lag covers it, as for a merge under ``PACE_NS``."""
 PACE_GAP_SHARE = 4
 """The hold is at most the shortest receive gap of one reply divided by this (``PACE_MAX_NS``)."""
 
-GAP_WINDOW_NS = 100_000_000
-"""How long a receive gap counts for the hold (``PACE_MAX_NS``): from 100 to 200 ms after it was seen."""
+GAP_WINDOW_NS = 1_000_000_000
+"""How long a receive gap counts for the hold (``PACE_MAX_NS``): from 1 to 2 s after it was seen.
+
+Long enough that a stream whose tokens now and then come in close pairs (every 250 ms, say) keeps the hold under
+them, short enough that a burst of short gaps at a spawn does not keep the hold short for the run."""
 
 BATCH_S = 0.1
 """How long a reply's bytes, received and stamped, may wait before its user is woken to decode them: 100 ms.
