@@ -29,14 +29,14 @@ if TYPE_CHECKING:
 
 __all__ = ["SessionOrder", "TracedRequest", "finish_trace_line", "take_trace_line"]
 
-# A timer wakes up to ~1 ms late (libev rounds epoll's timeout up to whole ms): the sender wakes this
-# much early and yields with gevent.idle() until the line is due. Not gevent.sleep(0): that resumes
-# before the loop polls sockets or runs timers, so a spin of it would leave every other user's reads
-# waiting for the whole spin; idle() resumes once the loop has polled (timeout 0) and run what was ready. Measured
-# on 2 cores shared with other jobs (load average 4-9), 300 lines 20 ms apart over 2 workers: send lag
-# p50 0.9-1.2 ms -> 0.1-0.3 ms; the p99 (2-87 ms either way) follows the machine's load, not the timer.
-# Cost: at most this much CPU per line while nothing else is ready.
-_SPIN_S = 0.002
+# A timer wakes up to ~1 ms late (libev rounds epoll's timeout up to whole ms): the sender sleeps until this
+# much before the line is due, then for the rest. The loop knows the line's due time (LoopTurns.due) and holds
+# its last poll before it until just past it, so that second timer fires on time (within ~0.1 ms; the loop's
+# holds between polls would otherwise delay it by up to 2 ms). Before the loop knew due times, the sender
+# yielded with gevent.idle() for the last 2 ms instead (send lag p50 0.9-1.2 ms -> 0.1-0.3 ms); an idle
+# watcher runs only in an iteration with nothing else pending, which a loop that holds its polls 1 ms or more
+# never has while users stream (a breaker run saw sends a second late).
+_EARLY_S = 0.002
 
 
 class SessionOrder:
@@ -110,10 +110,11 @@ def take_trace_line(runtime: Runtime) -> TracedRequest | None:
     delay_s = intended_s - time.perf_counter()
     if delay_s > 0:
         runtime.process.turns.due(time.time_ns() + int(delay_s * 1e9))  # the loop holds no poll past it
-    if delay_s > _SPIN_S:
-        gevent.sleep(delay_s - _SPIN_S)
-    while time.perf_counter() < intended_s:  # the last moments yielding, never before it is due
-        gevent.idle()
+    if delay_s > _EARLY_S:
+        gevent.sleep(delay_s - _EARLY_S)
+    left_s = intended_s - time.perf_counter()
+    if left_s > 0:
+        gevent.sleep(left_s)  # never before it is due
     return traced
 
 

@@ -101,6 +101,8 @@ no reply waits longer than about this plus the longest single step of a user."""
 
 _PACE_MIN_SLEEP_NS = 50_000  # a shorter sleep than this costs more than the wake-ups it saves
 _NO_GAP_NS = 1 << 62  # no receive gap seen in a window
+_DUE_PAST_NS = 50_000  # a hold for a due time ends this long past it: the user's timer (started after due()) expired
+_DUE_KEEP_NS = 1_000_000  # a due time is kept this long after it, in case its timer had not expired at the first poll
 _EPOLLIN = 0x001  # select.EPOLLIN (Linux)
 
 
@@ -378,17 +380,28 @@ class LoopTurns:
                 run_callback(waiter.switch, None)
 
     def due(self, at_ns: int) -> None:
-        """Note that a user is due to send at ``at_ns`` (CLOCK_REALTIME ns): no poll is held past it (``_pace``)."""
+        """Note that a user is due to send at ``at_ns`` (CLOCK_REALTIME ns), right before it sleeps until then.
+
+        The loop then holds no poll past it: a hold that would end later ends
+        ``_DUE_PAST_NS`` after it, and while no user waits for bytes the
+        last hold before it does the same (``_pace``), so the poll after it
+        runs the user's timer on time (libev rounds a poll's timeout up to
+        whole milliseconds).
+        """
         due = self._due
         now_ns = time.time_ns()
-        while due and due[0] <= now_ns:  # times past: dropped here too, so none pile up while no poll is held
+        while due and due[0] + _DUE_KEEP_NS <= now_ns:  # past: dropped here too, so none pile up
             heapq.heappop(due)
         heapq.heappush(due, at_ns)
 
     def _pace(self) -> None:
         """Prepare watcher, before the poll: while users wait for bytes, hold it (``PACE_NS``, ``PACE_MAX_NS``)."""
+        now_ns = time.time_ns()
+        due = self._due
+        while due and due[0] + _DUE_KEEP_NS <= now_ns:  # the user due then has been woken
+            heapq.heappop(due)
+        until_due_ns = due[0] + _DUE_PAST_NS - now_ns if due else _NO_GAP_NS  # <= 0: due just now
         if self.waiting > 0:
-            now_ns = time.time_ns()
             if now_ns >= self._gap_window_ns:
                 self._prev_gap_ns, self.gap_ns = self.gap_ns, _NO_GAP_NS
                 self._gap_window_ns = now_ns + GAP_WINDOW_NS
@@ -401,13 +414,15 @@ class LoopTurns:
                 elif pace_ns < PACE_NS:
                     pace_ns = PACE_NS
             left_ns = self.check_ns + pace_ns - now_ns
-            due = self._due
-            while due and due[0] <= now_ns:
-                heapq.heappop(due)
-            if due and due[0] - now_ns < left_ns:
-                left_ns = due[0] - now_ns
-            if left_ns > _PACE_MIN_SLEEP_NS:
-                self._sleep((left_ns if left_ns < pace_ns else pace_ns) * 1e-9)
+            if left_ns > pace_ns:  # noqa: PLR1730 - a plain comparison, once per poll
+                left_ns = pace_ns
+            if until_due_ns < left_ns:  # a user is due first: hold until just past it, however short
+                if until_due_ns > 0:
+                    self._sleep(until_due_ns * 1e-9)
+            elif left_ns > _PACE_MIN_SLEEP_NS:
+                self._sleep(left_ns * 1e-9)
+        elif 0 < until_due_ns <= PACE_MAX_NS:  # no hold, but a user is due within one: its timer on time
+            self._sleep(until_due_ns * 1e-9)
 
     def _checked(self) -> None:
         self.prev_check_ns = self.check_ns

@@ -11,19 +11,21 @@ from llmload.net.turns import GAP_WINDOW_NS, PACE_MAX_NS, PACE_NS, LoopTurns
 _SLACK_NS = 200_000  # the clock moves between the test's read and _pace's
 
 
-def _paced(gap_ns: int | None = None, *, due_in_ns: int | None = None, behind: bool = False) -> float:
-    """The one sleep ``_pace`` takes right after a poll, seconds (0.0: none), with a user waiting for bytes."""
+def _paced(
+    gap_ns: int | None = None, *, due_in_ns: int | None = None, behind: bool = False, waiting: int = 1
+) -> float:
+    """The one sleep ``_pace`` takes right after a poll, seconds (0.0: none); ``waiting`` users wait for bytes."""
     turns = LoopTurns()
     slept: list[float] = []
     turns._sleep = slept.append
-    turns.waiting = 1
+    turns.waiting = waiting
     if gap_ns is not None:
         turns.gap_ns = gap_ns
     if behind:
         turns._queued.append((lambda _value: None, 0))
     now_ns = time.time_ns()
     if due_in_ns is not None:
-        turns.due(now_ns + due_in_ns)
+        turns._due.append(now_ns + due_in_ns)
     turns.check_ns = now_ns
     turns._pace()
     assert len(slept) <= 1
@@ -48,10 +50,21 @@ def test_issue19_the_hold_is_a_quarter_of_the_shortest_receive_gap_of_one_reply(
 
 
 def test_issue19_no_hold_runs_past_a_time_a_user_is_due_to_send():
+    # a hold that would end later ends just past the due time (50 µs: the user's timer, started right
+    # after it noted the time, has expired when the loop polls), however short
     slow_ns = 10_000_000  # receives 10 ms apart: the longest hold, 2 ms
-    assert 0.0 < _paced(slow_ns, due_in_ns=600_000) <= 600_000 * 1e-9
-    assert _paced(slow_ns, due_in_ns=20_000) == 0.0  # too soon to sleep for
-    assert _paced(slow_ns, due_in_ns=-1_000) >= (PACE_MAX_NS - _SLACK_NS) * 1e-9  # a time past is dropped
+    assert 0.60e-3 <= _paced(slow_ns, due_in_ns=600_000) <= 0.65e-3
+    assert 0.0 < _paced(slow_ns, due_in_ns=20_000) <= 0.07e-3
+    assert 0.0 < _paced(slow_ns, due_in_ns=-20_000) <= 0.03e-3  # just past: its timer may not have fired yet
+    assert _paced(slow_ns, due_in_ns=-2_000_000) >= (PACE_MAX_NS - _SLACK_NS) * 1e-9  # long past: dropped
+    assert _paced(slow_ns, due_in_ns=30_000_000) >= (PACE_MAX_NS - _SLACK_NS) * 1e-9  # later than the hold
+
+
+def test_issue19_with_no_user_waiting_for_bytes_the_loop_still_wakes_on_time_for_one_due_within_a_hold():
+    # libev rounds a poll's timeout up to whole ms: without this the user due in 0.6 ms would wake at 1 ms
+    assert 0.60e-3 <= _paced(due_in_ns=600_000, waiting=0) <= 0.65e-3
+    assert _paced(due_in_ns=5_000_000, waiting=0) == 0.0  # not within a hold: the loop polls (and blocks) as usual
+    assert _paced(waiting=0) == 0.0
 
 
 def test_issue19_a_process_behind_holds_the_shortest():
