@@ -395,6 +395,19 @@ class GeventResponse:
             return value[-1] if value else None
         return value
 
+    def note_several_events(self) -> None:
+        """The reader found more than one event in the last read (or one cut short): hold the loop's polls the least.
+
+        Such a read cannot be told from segments merged while the loop held
+        its polls, and its lag spans a whole hold (``read_lag_s``): a server
+        that writes several events at once (a role delta with the first
+        token, several tokens per write) would get every such read's lag near
+        ``PACE_MAX_NS``, over the read-lag limit, on an idle machine. So the
+        loop holds ``PACE_NS`` for the next 1 to 2 s (``LoopTurns.gap_ns``).
+        """
+        if self._turns is not None:
+            self._turns.gap_ns = 0
+
     def read_within(self, within_s: float) -> bytes | None:
         """As ``read_some``, but None when no bytes arrive within ``within_s`` seconds (the body stays open)."""
         # As in drain: gevent.Timeout interrupts only the wait (no bytes are lost).

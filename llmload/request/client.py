@@ -471,12 +471,13 @@ class StreamingClient:
                                 acc.first_content_s = acc.token_times_s[0]
                 # one timed event and no bytes past it (a later segment's would own the stamp; the read
                 # then ends inside an event): the stamp is that event's own arrival, not a pile-up's
-                if (
-                    stamped
-                    and acc.events - events <= (2 if reader.usage_ended else 1)
-                    and (data[-2:] == b"\n\n" or data[-4:] == b"\r\n\r\n")  # a slice: cheaper than endswith
-                ):
-                    lags[-1] = 0.0
+                if stamped:
+                    if acc.events - events <= (2 if reader.usage_ended else 1) and (
+                        data[-2:] == b"\n\n" or data[-4:] == b"\r\n\r\n"  # a slice: cheaper than endswith
+                    ):
+                        lags[-1] = 0.0
+                    elif tappable:  # several events in one read: its lag spans the loop's hold, so hold the least
+                        takes.note_several_events()
                 if acc.done:
                     break
                 if reader.usage_ended:

@@ -11,9 +11,7 @@ from llmload.net.turns import GAP_WINDOW_NS, PACE_MAX_NS, PACE_NS, LoopTurns
 _SLACK_NS = 200_000  # the clock moves between the test's read and _pace's
 
 
-def _paced(
-    gap_ns: int | None = None, *, due_in_ns: int | None = None, behind: bool = False, waiting: int = 1
-) -> float:
+def _paced(gap_ns: int | None = None, *, due_in_ns: int | None = None, behind: bool = False, waiting: int = 1) -> float:
     """The one sleep ``_pace`` takes right after a poll, seconds (0.0: none); ``waiting`` users wait for bytes."""
     turns = LoopTurns()
     slept: list[float] = []
