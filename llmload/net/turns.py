@@ -402,10 +402,11 @@ class LoopTurns:
         while due and due[0] + _DUE_KEEP_NS <= now_ns:  # the user due then has been woken
             heapq.heappop(due)
         until_due_ns = due[0] + _DUE_PAST_NS - now_ns if due else _NO_GAP_NS  # <= 0: due just now
+        if now_ns >= self._gap_window_ns:  # a new gap window; the last one counts unless it ended a window ago
+            recent = not self._gap_window_ns or now_ns < self._gap_window_ns + GAP_WINDOW_NS
+            self._prev_gap_ns, self.gap_ns = self.gap_ns if recent else _NO_GAP_NS, _NO_GAP_NS
+            self._gap_window_ns = now_ns + GAP_WINDOW_NS
         if self.waiting > 0:
-            if now_ns >= self._gap_window_ns:
-                self._prev_gap_ns, self.gap_ns = self.gap_ns, _NO_GAP_NS
-                self._gap_window_ns = now_ns + GAP_WINDOW_NS
             gap_ns = self.gap_ns if self.gap_ns < self._prev_gap_ns else self._prev_gap_ns
             pace_ns = PACE_NS  # also while behind, and with no gap seen (say, streams' first tokens)
             if gap_ns != _NO_GAP_NS and not self._queued:

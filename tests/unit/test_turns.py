@@ -100,3 +100,22 @@ def test_issue19_a_receive_gap_counts_for_one_to_two_windows():
     holds = [round(s * 1e9 / 50_000) * 50_000 for s in slept]
     assert holds == [PACE_NS, 750_000, 750_000, PACE_MAX_NS, PACE_NS]
     assert GAP_WINDOW_NS >= 50 * PACE_MAX_NS  # a window holds many polls
+
+
+def test_issue19_a_gap_seen_before_an_idle_spell_of_two_windows_is_forgotten():
+    turns = LoopTurns()
+    slept: list[float] = []
+    turns._sleep = slept.append
+    turns.waiting = 1
+    turns.check_ns = time.time_ns()
+    turns._pace()  # opens a window
+    turns.gap_ns = 20_000_000  # receives 20 ms apart: the longest hold
+    turns.check_ns = time.time_ns()
+    turns._pace()
+    turns.waiting = 0  # no user waits; the loop blocks in its poll for more than two windows
+    turns._gap_window_ns = time.time_ns() - GAP_WINDOW_NS - 1
+    turns.waiting = 1
+    turns.check_ns = time.time_ns()
+    turns._pace()
+    holds = [round(s * 1e9 / 50_000) * 50_000 for s in slept]
+    assert holds == [PACE_NS, PACE_MAX_NS, PACE_NS]
