@@ -64,7 +64,8 @@ The hold is a quarter of the shortest time between two stamped receives of one r
 is a blocking sleep, which on a virtual machine costs about 20 us of CPU (``docs/benchmarks.md``): at 256 users
 and 10 ms ITL this hold takes a quarter of the polls of a fixed 0.5 ms one. A stream that speeds up is caught
 within a poll: its segments merge into one read, whose gap from the last is shorter than that poll's hold, and
-the next hold shortens. A process behind (``behind``) holds ``PACE_NS``, so does one whose reader found several
+the next hold shortens. A process behind (``behind``) holds ``PACE_NS``, so does one whose last iteration worked
+longer than ``PACE_NS`` since its poll (the longer hold is for a loop with little to do), one whose reader found several
 events in one read in the last 1 to 2 s (``GeventResponse.note_several_events``), and no hold runs past a time a
 user is due to send (``due``). A stream faster than a quarter of the others' gaps can share the first hold's read with
 its next event; the read lag covers it, as for a merge under ``PACE_NS``."""
@@ -408,8 +409,10 @@ class LoopTurns:
             self._gap_window_ns = now_ns + GAP_WINDOW_NS
         if self.waiting > 0:
             gap_ns = self.gap_ns if self.gap_ns < self._prev_gap_ns else self._prev_gap_ns
-            pace_ns = PACE_NS  # also while behind, and with no gap seen (say, streams' first tokens)
-            if gap_ns != _NO_GAP_NS and not self._queued:
+            # PACE_NS also while behind, with no gap seen (say, streams' first tokens), and after an iteration that
+            # worked longer than PACE_NS since its poll: a longer hold would only stretch a busy loop's turns
+            pace_ns = PACE_NS
+            if gap_ns != _NO_GAP_NS and not self._queued and now_ns - self.check_ns < PACE_NS:
                 pace_ns = gap_ns // PACE_GAP_SHARE
                 if pace_ns > PACE_MAX_NS:
                     pace_ns = PACE_MAX_NS

@@ -119,3 +119,19 @@ def test_issue19_a_gap_seen_before_an_idle_spell_of_two_windows_is_forgotten():
     turns._pace()
     holds = [round(s * 1e9 / 50_000) * 50_000 for s in slept]
     assert holds == [PACE_NS, PACE_MAX_NS, PACE_NS]
+
+
+def test_issue19_after_an_iteration_that_worked_longer_than_the_shortest_hold_the_hold_is_the_shortest():
+    # receives 10 ms apart would allow 2 ms, but the loop's last iteration ran 0.6 ms of work since its
+    # poll: the hold stays PACE_NS from that poll, so none is left (a busy loop's turns are not stretched)
+    turns = LoopTurns()
+    slept: list[float] = []
+    turns._sleep = slept.append
+    turns.waiting = 1
+    turns.gap_ns = 10_000_000
+    turns.check_ns = time.time_ns() - 600_000
+    turns._pace()
+    assert slept == []
+    turns.check_ns = time.time_ns() - 300_000  # a light iteration: the long hold, less the work
+    turns._pace()
+    assert (PACE_MAX_NS - 300_000 - _SLACK_NS) * 1e-9 <= slept[0] <= (PACE_MAX_NS - 300_000) * 1e-9
