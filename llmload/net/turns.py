@@ -390,11 +390,7 @@ class LoopTurns:
         runs the user's timer on time (libev rounds a poll's timeout up to
         whole milliseconds).
         """
-        due = self._due
-        now_ns = time.time_ns()
-        while due and due[0] + _DUE_KEEP_NS <= now_ns:  # past: dropped here too, so none pile up
-            heapq.heappop(due)
-        heapq.heappush(due, at_ns)
+        heapq.heappush(self._due, at_ns)  # dropped once past by _pace, which runs every loop iteration
 
     def _pace(self) -> None:
         """Prepare watcher, before the poll: while users wait for bytes, hold it (``PACE_NS``, ``PACE_MAX_NS``)."""
