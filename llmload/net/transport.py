@@ -9,10 +9,11 @@ and its iterator block until ``n`` bytes (default 4 KiB) have arrived or the
 body ends, so SSE events would be held back and timestamped late; that
 defeats TTFT/ITL measurement. ``GeventResponse`` therefore receives the body
 itself and feeds each receive to the response parser, taking the body bytes
-from the parser's buffer (``_body_buffer``, filled by the llhttp ``_on_body``
-callback). Only ``_body_buffer``, ``_sock``, ``message_complete``, ``feed``
-(the C parser's ``HTTPResponseParser.feed``) and ``release`` are used; the
-dependency is pinned to geventhttpclient 2.x in ``pyproject.toml`` and
+from the parser: the llhttp ``_on_body`` callback, which the transport points
+at a list of its own once the headers are read (``_body_buffer`` before).
+Only ``_body_buffer``, ``_sock``, ``message_complete``, ``feed`` (the C
+parser's ``HTTPResponseParser.feed``), ``_on_body`` (set per response to a
+list's ``append``) and ``release`` are used; the dependency is pinned to geventhttpclient 2.x in ``pyproject.toml`` and
 covered by the integration tests in ``tests/integration``. On plain TCP the
 body is received by the loop (the hub), not by the user greenlet: an I/O
 watcher on the OS socket (gevent's socket's ``_sock`` and ``hub``) calls
@@ -128,6 +129,8 @@ from llmload.errors import (
 from llmload.net.protocols import foreign_protocol, not_http1_message, not_tls_message, starts_like_http1
 from llmload.net.sockets import (
     CMSG_BYTES,
+    SO_TIMESTAMPNS,
+    TIMESPEC_BYTES,
     AddressCache,
     StampedSocket,
     Stamps,
@@ -135,6 +138,7 @@ from llmload.net.sockets import (
     idle_and_open,
     never_known_open,
     stamp_ns,
+    unpack_timespec,
     unverified_context,
 )
 from llmload.net.turns import BATCH_READS, TURN_BUDGET_NS, LoopTurns
@@ -187,7 +191,7 @@ class GeventResponse:
     kernel-stamped receive, its stamp (CLOCK_REALTIME ns) and whether earlier
     receives are queued (then it must leave the bytes to the reader), called
     in the hub while no ``read_within`` or ``drain`` waits and the process
-    keeps up (``LoopTurns.behind`` is false). When it returns True it has
+    keeps up (``LoopTurns.queued`` is empty). When it returns True it has
     accounted those bytes, which are then not queued and wake no one (False:
     queued as usual; None: queued, and the user is woken at once). The
     streaming client accounts a whole plain token event this way
@@ -205,6 +209,7 @@ class GeventResponse:
         "_hub",
         "_idle_s",
         "_last_read_s",
+        "_parts",
         "_paused",
         "_raw",
         "_resp",
@@ -301,6 +306,11 @@ class GeventResponse:
                 (bytes(buf), stamp_ns, earliest_ns if earliest_ns > sent_ns else sent_ns, 0, self._last_read_s)
             )
             buf.clear()
+        # From here the parser hands each body span (a bytearray) to this list's append, a C call, instead of
+        # its Python _on_body, which appends to _body_buffer: one Python frame and one copy less per receive.
+        parts: list[bytearray] = []
+        self._parts = parts
+        resp._on_body = parts.append  # type: ignore[method-assign,assignment]
         sock: Any = resp._sock  # None if the whole message came with the headers
         if type(sock) is StampedSocket and not resp.message_complete:
             raw = self._raw = sock._sock
@@ -492,7 +502,14 @@ class GeventResponse:
             self._stop(error)
             return
         self._last_read_s = received_s = _monotonic()
-        kernel_ns = stamp_ns(ancillary) if ancillary else 0
+        kernel_ns = 0
+        if ancillary:  # the one control message asked for (SO_TIMESTAMPNS), read here: one call less per token
+            _level, kind, value = ancillary[0]
+            if kind == SO_TIMESTAMPNS and len(value) >= TIMESPEC_BYTES:
+                seconds, nanoseconds = unpack_timespec(value)
+                kernel_ns = seconds * 1_000_000_000 + nanoseconds
+            else:
+                kernel_ns = stamp_ns(ancillary)
         # When the bytes arrived: by the poll or look that found them at the latest; at the earliest,
         # after the start of the last receive that emptied the socket, and after an earlier poll or look
         # that watched the socket and did not find it (the one before the latest poll: the latest may
@@ -520,15 +537,15 @@ class GeventResponse:
         except HTTPParseError as exc:
             self._parse_failed(data, exc)
             return
-        buf = resp._body_buffer
+        parts = self._parts
         consumed = hurry = False
-        if buf:
-            body = bytes(buf)
-            buf.clear()
+        if parts:
+            body = bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+            parts.clear()
             consumer = self.consumer
             # not while the process is behind (users wait at the turn gate): then the queue and _pause let
             # the kernel merge what this user is not there to take, fewer receives for the same bytes
-            if consumer is not None and kernel_ns and not self._eager and not (turns is not None and turns.behind):
+            if consumer is not None and kernel_ns and not self._eager and not (turns is not None and turns.queued):
                 verdict = consumer(body, kernel_ns, bool(self._entries))  # queued behind others: never accounted
                 consumed = verdict is True
                 hurry = verdict is None
@@ -583,14 +600,14 @@ class GeventResponse:
                 self._hub.loop.run_callback(waiter.switch, None)
             elif len(entries) == 1 and self._turns is not None:
                 self._turns.wake_later(waiter)
-        elif len(entries) >= _BEHIND_READS and self._turns is not None and self._turns.behind:
+        elif len(entries) >= _BEHIND_READS and self._turns is not None and self._turns.queued:
             self._pause()  # the user was woken, or is busy, and has not come for them: it is behind
 
     def _pause(self) -> None:
         """Stop receiving until the user has taken every queued receive (``read_some`` resumes).
 
         Only while the process cannot keep up (users wait at the turn gate,
-        ``LoopTurns.behind``): the times of a saturated process are flagged
+        ``LoopTurns.queued`` not empty): the times of a saturated process are flagged
         anyway (read lag, ``client_saturated``), and a receive per segment for
         a user who is not there to decode it costs the CPU that would let it
         catch up. The bytes wait in the kernel, which merges them into fewer
@@ -703,10 +720,10 @@ class GeventResponse:
         except HTTPParseError as exc:
             self._parse_failed(data, exc)
             return
-        buf = resp._body_buffer
-        if buf:
-            self._entries.append((bytes(buf), 0, 0, 0, received_s))
-            buf.clear()
+        parts = self._parts
+        if parts:
+            self._entries.append((bytes(parts[0]) if len(parts) == 1 else b"".join(parts), 0, 0, 0, received_s))
+            parts.clear()
         self._settle(data, False)
 
 

@@ -155,7 +155,6 @@ class LoopTurns:
         "_loop",
         "_pacer",
         "_prev_gap_ns",
-        "_queued",
         "_readers",
         "_sleep",
         "_tick",
@@ -166,6 +165,7 @@ class LoopTurns:
         "observed_ns",
         "prev_check_ns",
         "prev_look_ns",
+        "queued",
         "waiting",
     )
 
@@ -173,7 +173,9 @@ class LoopTurns:
         """Create the clock; no watcher runs until ``start``."""
         self._watcher: Any = None
         self._gate: Any = None  # the timer that resumes queued greenlets (yield_if_turn_over)
-        self._queued: deque[tuple[Callable[[Any], Any], int]] = deque()
+        # greenlets waiting at the turn gate for a later iteration, with their budgets; non-empty: the process
+        # cannot keep up just now (read it, never change it)
+        self.queued: deque[tuple[Callable[[Any], Any], int]] = deque()
         self.check_ns = 0  # the current iteration returned from its poll; 0 = unknown
         self.prev_check_ns = 0  # the iteration before returned from its poll
         self._tick: Any = None  # the repeating timer that bounds a poll while users wait (waits_begin)
@@ -236,8 +238,8 @@ class LoopTurns:
         if gate is not None:
             gate.close()
         hub = gevent.get_hub()
-        while self._queued:
-            resume, _budget_ns = self._queued.popleft()
+        while self.queued:
+            resume, _budget_ns = self.queued.popleft()
             hub.loop.run_callback(resume, None)
 
     def floor_ns(self, wait_ns: int) -> int:
@@ -277,7 +279,7 @@ class LoopTurns:
             return
         waiter: Any = Waiter()
         entry = (waiter.switch, budget_ns)
-        self._queued.append(entry)
+        self.queued.append(entry)
         if self._gate is None:
             gate = self._gate = gevent.get_hub().loop.timer(0.0)
             gate.start(self._let_go)
@@ -285,7 +287,7 @@ class LoopTurns:
             waiter.get()
         except BaseException:  # killed while queued (the stop): never resumed later
             with contextlib.suppress(ValueError):
-                self._queued.remove(entry)
+                self.queued.remove(entry)
             raise
 
     def _let_go(self) -> None:
@@ -293,7 +295,7 @@ class LoopTurns:
         gate, self._gate = self._gate, None
         if gate is not None:
             gate.close()
-        queued = self._queued
+        queued = self.queued
         first = True
         while queued:
             resume, budget_ns = queued[0]
@@ -353,11 +355,6 @@ class LoopTurns:
                 except Exception:  # a receive's fault must not land in the user that happened to look
                     gevent.get_hub().handle_error(reader, *sys.exc_info())
 
-    @property
-    def behind(self) -> bool:
-        """True while users wait at the turn gate for a later iteration: the process cannot keep up just now."""
-        return bool(self._queued)
-
     def wake_later(self, waiter: Any) -> None:
         """Wake ``waiter`` (a ``gevent.hub.Waiter``; with None) ``BATCH_S`` from now at the latest, after the reads.
 
@@ -408,7 +405,7 @@ class LoopTurns:
             # PACE_NS also while behind, with no gap seen (say, streams' first tokens), and after an iteration that
             # worked longer than PACE_NS since its poll: a longer hold would only stretch a busy loop's turns
             pace_ns = PACE_NS
-            if gap_ns != _NO_GAP_NS and not self._queued and now_ns - self.check_ns < PACE_NS:
+            if gap_ns != _NO_GAP_NS and not self.queued and now_ns - self.check_ns < PACE_NS:
                 pace_ns = gap_ns // PACE_GAP_SHARE
                 if pace_ns > PACE_MAX_NS:
                     pace_ns = PACE_MAX_NS

@@ -440,9 +440,9 @@ class LoopTokens:
         head, tail = self._head, self._tail
         if not data.startswith(head):
             return self._left(stamp_ns)
-        match = _ascii_text(data, len(head))
-        if match is not None and match.end() == len(data) - len(tail) and data.endswith(tail):
-            text = match[0].decode("ascii")  # printable ASCII up to the tail: the usual token
+        match = _ascii_text(data, len(head), len(data) - len(tail))
+        if match is not None and data.endswith(tail):
+            text = match[0].decode("ascii")  # printable ASCII from the head to the tail: the usual token
         elif data.isascii():
             return self._left(stamp_ns)  # several events, escaped or other text: no more to check
         else:
@@ -484,5 +484,6 @@ class LoopTokens:
         return text if text.isprintable() else None
 
 
-# printable ASCII but quote and backslash: a token's text the JSON encoder wrote as is (one C scan per token)
-_ascii_text = re.compile(rb"[ !#-\[\]-~]+").match
+# printable ASCII but quote and backslash, all of data[pos:endpos]: a token's text the JSON encoder wrote as is
+# (one C scan per token)
+_ascii_text = re.compile(rb"[ !#-\[\]-~]+").fullmatch

@@ -667,11 +667,14 @@ def test_issue19_a_long_iteration_whose_steps_look_at_the_sockets_receives_each_
 
 
 class _Behind(LoopTurns):
-    """Loop turns of a process that cannot keep up: users wait at the turn gate."""
+    """Loop turns of a process that cannot keep up: a user waits at the turn gate, and stays there."""
 
-    @property
-    def behind(self) -> bool:
-        return True
+    def __init__(self) -> None:
+        super().__init__()
+        self.queued.append((lambda _value: None, 0))
+
+    def yield_if_turn_over(self, budget_ns: int) -> None:
+        """Never lets the gate's timer run: the queued user would leave it."""
 
 
 @pytest.mark.parametrize("turns_class", [LoopTurns, _Behind])

@@ -20,7 +20,7 @@ def _paced(gap_ns: int | None = None, *, due_in_ns: int | None = None, behind: b
     if gap_ns is not None:
         turns.gap_ns = gap_ns
     if behind:
-        turns._queued.append((lambda _value: None, 0))
+        turns.queued.append((lambda _value: None, 0))
     now_ns = time.time_ns()
     if due_in_ns is not None:
         turns._due.append(now_ns + due_in_ns)
