@@ -1,7 +1,7 @@
 """`make bench`: llmload beside a plain Locust locustfile, both against `llmload sim` (figures, not a test).
 
     python bench/run_bench.py [A B C D ...] [--requests-scale F] [--markdown] [--repo PATH] [--sim-repo PATH] [--wire]
-                              [--prompt-tokens N] [--server-cmd CMD]
+                              [--prompt-tokens N] [--server-cmd CMD] [--rounds N]
 
 Scenarios (max_tokens 128, ignore_eos, the same ≈ 100-token prompt, sim ``--max-num-seqs 1024``):
 
@@ -56,6 +56,14 @@ Per client run:
   when the request's bytes reached its kernel.
 - read lag p99: llmload's ``client.read_lag_s.p99`` when its results carry it.
 
+``--rounds N``: run each scenario's clients N times, the order swapped every
+round (llmload first, then plain first, ...), and print each round's CPU ratio
+(llmload / plain, both of that round) with their median and range. On a shared
+machine one client's run can be slowed by a neighbour while the other's is
+not: plain Locust's own CPU per chunk has varied by a fifth between runs
+minutes apart, so one round's ratio is one draw, and the median of several is
+the figure to compare.
+
 ``--wire`` (root and ``tcpdump``): every load run is also captured on
 loopback (``llmload.capture``, tcpdump pinned to the simulator's core), and a
 second table compares each client with the wire: client − wire TTFT as
@@ -79,6 +87,7 @@ import resource
 import shlex
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -192,6 +201,12 @@ class Row:
     server_ttft_mean_s: float | None
     server_ttft_p99_s: float | None
     wire: WireFigures | None = None
+    round: int = 1  # which round of --rounds
+
+    @property
+    def label(self) -> str:
+        """The client's name in the tables, with the round after the first (``--rounds``)."""
+        return self.client if self.round == 1 else f"{self.client} #{self.round}"
 
     @property
     def cpu_us_per_chunk(self) -> float | None:
@@ -469,10 +484,10 @@ class Bench:
         self.sim_repo = sim_repo or repo
         self.base_cpu: dict[tuple[str, int, bool, tuple[str, ...]], float] = {}
 
-    def run(self, sc: Scenario, client: str, label: str, extra: tuple[str, ...] = ()) -> Row:
+    def run(self, sc: Scenario, client: str, label: str, extra: tuple[str, ...] = (), round_: int = 1) -> Row:
         """One client run against a fresh simulator: base run (once per client shape), then the load run."""
         requests = max(sc.processes, round(sc.requests * self.scale))
-        stem = self.tmp / f"{sc.key}-{label}".replace(" ", "_")
+        stem = self.tmp / f"{sc.key}-{label}-{round_}".replace(" ", "_")
         with Path(f"{stem}-sim.log").open("w") as sim_log:
             core = 1 if sc.pinned else None
             if self.server_cmd is not None:
@@ -550,10 +565,12 @@ class Bench:
             server_ttft_mean_s=delta[f"{TTFT}_sum"] / count if count else None,
             server_ttft_p99_s=_server_quantile(delta, TTFT, 0.99),
             wire=wire,
+            round=round_,
         )
         r = row.result
+        which = f"{label} (round {round_})" if round_ > 1 else label
         print(
-            f"  {sc.key} {label}: {r.requests} requests ({r.failures} failed), chunks {r.chunks} (sim Δ"
+            f"  {sc.key} {which}: {r.requests} requests ({r.failures} failed), chunks {r.chunks} (sim Δ"
             f" {row.sim_chunks:.0f}), CPU {usage.cpu_s:.2f} s − base {row.base_cpu_s:.2f} s, load wall"
             f" {r.wall_s:.1f} s",
             flush=True,
@@ -612,7 +629,7 @@ def table_cells(row: Row) -> list[str]:
     cpu = row.cpu_us_per_chunk
     return [
         SCENARIOS[row.scenario].title,
-        row.client,
+        row.label,
         "n/a" if cpu is None else f"{cpu:.2f}",
         f"{r.chunks / r.wall_s:,.0f}" if r.wall_s > 0 else "n/a",
         f"{row.usage.peak_rss_mib:.0f}",
@@ -650,7 +667,7 @@ def wire_cells(row: Row) -> list[str]:
     flagged = "n/a" if r.client_saturated is None else f"{r.lagged_requests} / {'yes' if r.client_saturated else 'no'}"
     return [
         SCENARIOS[row.scenario].title,
-        row.client,
+        row.label,
         f"{_ms(r.ttft_mean_s)} / {_ms(r.ttft_p99_s)}",
         f"{_ms(w.wire_ttft_mean_s)} / {_ms(w.wire_ttft_p99_s)}",
         f"{_diff_ms(r.ttft_mean_s, w.wire_ttft_mean_s)} / {_diff_ms(r.ttft_p99_s, w.wire_ttft_p99_s)}",
@@ -675,6 +692,37 @@ def render(rows: list[list[str]], markdown: bool, headers: list[str] = HEADERS) 
         "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
         for cells in [headers, *rows]
     )
+
+
+def ratio_lines(rows: list[Row], keys: list[str]) -> list[str]:
+    """Per scenario and llmload row: CPU per chunk and peak RSS over plain Locust's of the same round.
+
+    One round: its two ratios. Several: each round's CPU ratio, their median
+    and range, and the median RSS ratio.
+    """
+    by = {(row.scenario, row.client, row.round): row for row in rows}
+    rounds = max((row.round for row in rows), default=1)
+    lines: list[str] = []
+    for key in keys:
+        for label in ("llmload", "llmload --tokenizer"):
+            cpu: list[float] = []
+            rss: list[float] = []
+            for round_ in range(1, rounds + 1):
+                mine, plain = by.get((key, label, round_)), by.get((key, "plain Locust", round_))
+                if mine and plain and mine.cpu_us_per_chunk and plain.cpu_us_per_chunk:
+                    cpu.append(mine.cpu_us_per_chunk / plain.cpu_us_per_chunk)
+                    rss.append(mine.usage.peak_rss_mib / plain.usage.peak_rss_mib)
+            if not cpu:
+                continue
+            if len(cpu) == 1:
+                lines.append(f"{key}: {label} / plain: CPU per chunk {cpu[0]:.2f}x, peak RSS {rss[0]:.2f}x")
+                continue
+            each = " ".join(f"{ratio:.2f}" for ratio in cpu)
+            lines.append(
+                f"{key}: {label} / plain, {len(cpu)} rounds: CPU per chunk median {statistics.median(cpu):.2f}x"
+                f" ({min(cpu):.2f}-{max(cpu):.2f}x; by round {each}), peak RSS median {statistics.median(rss):.2f}x"
+            )
+    return lines
 
 
 def main() -> int:
@@ -715,7 +763,16 @@ def main() -> int:
         " 'python stub.py --port {port} --ttft-ms 50 --itl-ms 10' (its own TTFT/ITL apply; the server"
         " columns read n/a without a llmload sim /metrics page)",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each scenario's clients N times, the order swapped every round, and print the median CPU ratio",
+    )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
     if args.server_cmd is not None and "{port}" not in args.server_cmd:
         parser.error(f"--server-cmd must contain {{port}} (the free port it is to listen on), got {args.server_cmd!r}")
     if args.prompt_tokens is not None and args.prompt_tokens < 1:
@@ -751,18 +808,20 @@ def main() -> int:
         for key in keys:
             sc = SCENARIOS[key]
             print(f"{sc.title}: {max(sc.processes, round(sc.requests * args.requests_scale))} requests", flush=True)
-            rows.append(bench.run(sc, "llmload", "llmload"))
-            rows.append(bench.run(sc, "plain", "plain Locust"))
+            runs: list[tuple[str, str, tuple[str, ...]]] = [("llmload", "llmload", ()), ("plain", "plain Locust", ())]
             if key == "B" or args.tokenizer_rows:
                 tokenizer = tiny_tokenizer_json(tmp)
                 if tokenizer is None:
                     tokenizer_note = "B with --tokenizer skipped: the tokenizers library is not installed."
                 else:
-                    rows.append(bench.run(sc, "llmload", "llmload --tokenizer", ("--tokenizer", str(tokenizer))))
+                    runs.append(("llmload", "llmload --tokenizer", ("--tokenizer", str(tokenizer))))
                     tokenizer_note = (
                         "llmload --tokenizer: a 300-token BPE tokenizer.json trained offline as in the tests;"
                         " its RSS shows the tokenizers library's cost, not that of a real vocabulary."
                     )
+            for round_ in range(1, args.rounds + 1):
+                for client, label, extra in runs if round_ % 2 else runs[::-1]:
+                    rows.append(bench.run(sc, client, label, extra, round_))
     print()
     print(render([table_cells(row) for row in rows], args.markdown))
     print()
@@ -775,15 +834,8 @@ def main() -> int:
             " token − the wire's, paired requests only."
         )
         print()
-    by = {(row.scenario, row.client): row for row in rows}
-    for key in keys:
-        plain = by.get((key, "plain Locust"))
-        for label in ("llmload", "llmload --tokenizer"):
-            mine = by.get((key, label))
-            if mine and plain and mine.cpu_us_per_chunk and plain.cpu_us_per_chunk:
-                ratio = mine.cpu_us_per_chunk / plain.cpu_us_per_chunk
-                rss = mine.usage.peak_rss_mib / plain.usage.peak_rss_mib
-                print(f"{key}: {label} / plain: CPU per chunk {ratio:.2f}x, peak RSS {rss:.2f}x")
+    for line in ratio_lines(rows, keys):
+        print(line)
     if tokenizer_note:
         print(tokenizer_note)
     print(
