@@ -13,8 +13,9 @@ from the parser: the llhttp ``_on_body`` callback, which the transport points
 at a list of its own once the headers are read (``_body_buffer`` before).
 Only ``_body_buffer``, ``_sock``, ``message_complete``, ``feed`` (the C
 parser's ``HTTPResponseParser.feed``), ``_on_body`` (set per response to a
-list's ``append``) and ``release`` are used; the dependency is pinned to geventhttpclient 2.x in ``pyproject.toml`` and
-covered by the integration tests in ``tests/integration``. On plain TCP the
+list's ``append``) and ``release`` are used; the dependency is pinned to
+geventhttpclient 2.x in ``pyproject.toml`` and covered by the integration
+tests in ``tests/integration``. On plain TCP the
 body is received by the loop (the hub), not by the user greenlet: an I/O
 watcher on the OS socket (gevent's socket's ``_sock`` and ``hub``) calls
 ``GeventResponse._on_readable`` as soon as a poll finds bytes, which does one
