@@ -104,7 +104,7 @@ import _socket
 import functools
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from http.client import HTTPException
 from typing import Any
@@ -117,7 +117,7 @@ import gevent.ssl
 from gevent.hub import Waiter
 from geventhttpclient import HTTPClient
 from geventhttpclient._parser import HTTPResponseParser
-from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
+from geventhttpclient.response import HTTPParseError, HTTPResponse, HTTPSocketPoolResponse
 
 from llmload.errors import (
     ConfigError,
@@ -155,6 +155,56 @@ _monotonic = time.monotonic
 # of a reply to HEAD, a method this transport never sends (one Python frame less per receive).
 _parse = HTTPResponseParser.feed
 _RECV_BYTES = 16 * 1024  # the most one receive takes; SSE events are ~100-500 bytes
+
+
+class _BufferParts:
+    """The parser's ``_body_buffer`` seen as the list of body spans ``GeventResponse`` reads (one span or none).
+
+    For a geventhttpclient whose parser does not call an ``_on_body`` set on
+    the response (``_INSTANCE_BODY_HOOK`` false): receives then read the
+    library's buffer, as the transport did before it set the hook.
+    """
+
+    __slots__ = ("_buf",)
+
+    def __init__(self, buf: bytearray) -> None:
+        self._buf = buf
+
+    def __bool__(self) -> bool:
+        return bool(self._buf)
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> bytearray:
+        return self._buf
+
+    def __iter__(self) -> Iterator[bytearray]:
+        return iter((self._buf,))
+
+    def clear(self) -> None:
+        self._buf.clear()
+
+
+def _parser_calls_instance_on_body() -> bool:
+    """Whether the installed parser looks ``_on_body`` up on the response, so that one can be set per response.
+
+    geventhttpclient 2.3 to 2.6 do (its C ``on_body`` calls
+    ``getattr(response, "_on_body")`` for every span); a release that bound
+    the method once would send the body to its own buffer instead, and the
+    transport must then read that buffer (``_BufferParts``), or lose the body.
+    """
+    probe = HTTPResponse(method="GET")
+    spans: list[bytearray] = []
+    probe._on_body = spans.append  # type: ignore[method-assign,assignment]
+    try:
+        _parse(probe, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    except HTTPParseError:
+        return False
+    return spans == [bytearray(b"ok")] and not probe._body_buffer
+
+
+_INSTANCE_BODY_HOOK = _parser_calls_instance_on_body()
 _BEHIND_READS = 4  # queued receives of a user behind in a saturated process that pause its receiving (_pause)
 _GET_BODY_BYTES = 8 * 1024 * 1024
 _USER_AGENT = "llmload"
@@ -309,9 +359,12 @@ class GeventResponse:
             buf.clear()
         # From here the parser hands each body span (a bytearray) to this list's append, a C call, instead of
         # its Python _on_body, which appends to _body_buffer: one Python frame and one copy less per receive.
-        parts: list[bytearray] = []
-        self._parts = parts
-        resp._on_body = parts.append  # type: ignore[method-assign,assignment]
+        if _INSTANCE_BODY_HOOK:
+            parts: list[bytearray] = []
+            self._parts: list[bytearray] | _BufferParts = parts
+            resp._on_body = parts.append  # type: ignore[method-assign,assignment]
+        else:
+            self._parts = _BufferParts(buf)
         sock: Any = resp._sock  # None if the whole message came with the headers
         if type(sock) is StampedSocket and not resp.message_complete:
             raw = self._raw = sock._sock
