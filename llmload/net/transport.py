@@ -201,7 +201,26 @@ def _parser_calls_instance_on_body() -> bool:
         _parse(probe, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
     except HTTPParseError:
         return False
-    return spans == [bytearray(b"ok")] and not probe._body_buffer
+    if spans != [bytearray(b"ok")] or probe._body_buffer:
+        return False
+    probe._on_message_begin = _another_message  # type: ignore[method-assign,assignment]
+    try:  # the parser must refuse a message after the first through the response's own hook
+        _parse(probe, b"HTTP/1.1 200 OK\r\n")
+    except HTTPParseError:
+        return probe.message_complete
+    return False
+
+
+def _another_message() -> bool:
+    """Set as a reply's ``_on_message_begin`` once its headers are in: any message after it is refused.
+
+    The server sent bytes past the end of the reply that no request asked
+    for. A truthy return makes the parser fail there, before it resets the
+    reply's state for a new message (and would hand that message's body to
+    this reply): the reply keeps what came before, the transport drops the
+    rest and closes the connection (``GeventResponse._parse_failed``).
+    """
+    return True
 
 
 _INSTANCE_BODY_HOOK = _parser_calls_instance_on_body()
@@ -363,6 +382,7 @@ class GeventResponse:
             parts: list[bytearray] = []
             self._parts: list[bytearray] | _BufferParts = parts
             resp._on_body = parts.append  # type: ignore[method-assign,assignment]
+            resp._on_message_begin = _another_message  # type: ignore[method-assign,assignment]
         else:
             self._parts = _BufferParts(buf)
         sock: Any = resp._sock  # None if the whole message came with the headers
@@ -589,8 +609,8 @@ class GeventResponse:
         try:
             _parse(resp, data)  # b"" signals EOF: completes a read-until-close body, else raises
         except HTTPParseError as exc:
-            self._parse_failed(data, exc)
-            return
+            if not self._parse_failed(data, exc, kernel_ns, drained_ns, received_s):
+                return
         parts = self._parts
         consumed = hurry = False
         if parts:
@@ -623,14 +643,35 @@ class GeventResponse:
             return  # accounted in the loop: nothing for the user greenlet to do
         self._settle(data, consumed, hurry)
 
-    def _parse_failed(self, data: bytes, exc: HTTPParseError) -> None:
-        """Stop on a parser failure for ``data`` (b"": the peer closed mid-body)."""
+    def _parse_failed(
+        self, data: bytes, exc: HTTPParseError, stamp_ns: int, earliest_ns: int, received_s: float
+    ) -> bool:
+        """After a parser failure for ``data`` (b"": the peer closed mid-body): True when the reply had ended.
+
+        Bytes past the end of the reply (``_another_message``): it keeps what
+        came, its end is handled as any end (True), and the connection is
+        closed, not reused. Else the body bytes the parser took before the
+        failure are queued with this receive's times (``stamp_ns`` kernel
+        stamp or 0, ``earliest_ns``, ``received_s`` as ``_entries``), and the
+        error is raised once they are handed out (False).
+        """
+        resp = self._resp
+        if resp.message_complete:
+            resp._trailing_data_dropped = True  # geventhttpclient's own mark: release() closes the connection
+            return True
+        parts = self._parts
+        if parts:
+            self._entries.append(
+                (bytes(parts[0]) if len(parts) == 1 else b"".join(parts), stamp_ns, earliest_ns, 0, received_s)
+            )
+            parts.clear()
         if not data:
             error: TransportError = ConnectionClosedError(f"{self._where}: connection closed mid-body")
         else:
             error = TransportError(f"{self._where}: malformed HTTP body ({_parse_error(exc)})")
         error.__cause__ = exc
         self._stop(error)
+        return False
 
     def _settle(self, data: bytes, consumed: bool, hurry: bool = False) -> None:
         """After a receive (``data``): stop at the body's end, else wake the user when due.
@@ -772,8 +813,8 @@ class GeventResponse:
         try:
             _parse(resp, data)
         except HTTPParseError as exc:
-            self._parse_failed(data, exc)
-            return
+            if not self._parse_failed(data, exc, 0, 0, received_s):
+                return
         parts = self._parts
         if parts:
             self._entries.append((bytes(parts[0]) if len(parts) == 1 else b"".join(parts), 0, 0, 0, received_s))
