@@ -81,7 +81,10 @@ transport's own pool (``HTTPClient._connection_pool``): ``_create_tcp_socket``
 the loop between the send time and the send, and that does not take a TLS 1.3
 session ticket for a sign of a dead connection) and ``_resolve`` (the shared
 ``AddressCache``). ``tests/integration/test_transport.py`` fails if a new
-geventhttpclient no longer calls them.
+geventhttpclient no longer calls them. After an interim 1xx reply the
+connection is taken back from the pool's ``_socket_queue`` (and its
+``_semaphore``) for the final reply's body (``_take_back``;
+``tests/integration/test_interim_replies.py``).
 
 End of body: ``read_some`` returns ``b""`` only at the clean end of the HTTP
 message (last chunk, full Content-Length, or close of a read-until-close
@@ -112,6 +115,7 @@ from urllib.parse import urlsplit
 
 import gevent
 import gevent.lock
+import gevent.queue
 import gevent.socket
 import gevent.ssl
 from gevent.hub import Waiter
@@ -1027,6 +1031,8 @@ class GeventHTTPTransport:
         except (OSError, HTTPException, RuntimeError, ValueError) as exc:
             # RuntimeError: name did not resolve to any address; ValueError: invalid path or header.
             raise self._failed(where, exc) from exc
+        if resp._sock is None and not resp.message_complete:
+            self._take_back(resp)
         stamps = self._stamps
         response = GeventResponse(
             resp,
@@ -1041,6 +1047,26 @@ class GeventHTTPTransport:
         )
         response.on_close = self._note_reusable
         return response
+
+    def _take_back(self, resp: HTTPSocketPoolResponse) -> None:
+        """Give ``resp`` back the connection geventhttpclient released while its body is still to come.
+
+        An interim 1xx reply (``100 Continue``, ``103 Early Hints``) before
+        the final one ends a message: geventhttpclient's response then returns
+        the connection to the pool (``HTTPSocketResponse._on_message_complete``)
+        and reads the final headers through a reference of its own, leaving
+        the response without a socket for the body. The pool's queue holds
+        that connection (one per transport: ``concurrency=1``); taking it out
+        as ``ConnectionPool.get_socket`` would, without its check, which calls
+        a connection with bytes to read dead and closes it.
+        """
+        pool: Any = self._client._connection_pool
+        try:
+            sock = pool._socket_queue.get(block=False)
+        except gevent.queue.Empty:
+            return  # not pooled: the body is read as cut short, and the reply fails as such
+        pool._semaphore.acquire(blocking=False)  # return_socket released it
+        resp._sock, resp._pool = sock, pool
 
     def _proxy_down(self, where: str, exc: BaseException) -> ProxyUnreachableError | None:
         """The error for a connection the forward proxy refused or whose name did not resolve; else None.
