@@ -37,8 +37,6 @@ from llmload.net.turns import LoopTurns
 __all__ = [
     "CMSG_BYTES",
     "KERNEL_STAMPS",
-    "SO_TIMESTAMPNS",
-    "TIMESPEC_BYTES",
     "AddressCache",
     "StampedSocket",
     "Stamps",
@@ -47,17 +45,16 @@ __all__ = [
     "never_known_open",
     "stamp_ns",
     "tls_idle_and_open",
-    "unpack_timespec",
     "unverified_context",
 ]
 
 # SO_TIMESTAMPNS (Linux asm-generic/socket.h; the same value on x86 and arm): receive
 # stamps as a struct timespec in an SCM_TIMESTAMPNS control message. Python does not
 # export the constant.
-SO_TIMESTAMPNS = 35
+_SO_TIMESTAMPNS = 35
 _TIMESPEC = struct.Struct("@ll")
-TIMESPEC_BYTES = _TIMESPEC.size  # an SCM_TIMESTAMPNS message's data: seconds, nanoseconds (C longs)
-unpack_timespec = _TIMESPEC.unpack_from
+_TIMESPEC_BYTES = _TIMESPEC.size
+_unpack_timespec = _TIMESPEC.unpack_from
 CMSG_BYTES = 64  # room for one timespec control message
 KERNEL_STAMPS = sys.platform.startswith("linux")
 
@@ -104,7 +101,7 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
         stamps.sock = self
         if KERNEL_STAMPS:
             with contextlib.suppress(OSError):  # no stamps then: reads fall back to the monotonic clock
-                self._sock.setsockopt(_socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                self._sock.setsockopt(_socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
 
     def sendall(self, data: Any, flags: int = 0) -> None:
         """``sendall`` as gevent does it, noting when the request's first bytes went to the kernel (``Stamps.sent_s``).
@@ -165,8 +162,8 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]
 def stamp_ns(ancillary: list[tuple[int, int, bytes]]) -> int:
     """The SCM_TIMESTAMPNS stamp in ``ancillary`` as CLOCK_REALTIME nanoseconds; 0 if none."""
     for _level, kind, value in ancillary:
-        if kind == SO_TIMESTAMPNS and len(value) >= TIMESPEC_BYTES:
-            seconds, nanoseconds = unpack_timespec(value)
+        if kind == _SO_TIMESTAMPNS and len(value) >= _TIMESPEC_BYTES:
+            seconds, nanoseconds = _unpack_timespec(value)
             return seconds * 1_000_000_000 + nanoseconds  # type: ignore[no-any-return]
     return 0
 

@@ -134,8 +134,6 @@ from llmload.errors import (
 from llmload.net.protocols import foreign_protocol, not_http1_message, not_tls_message, starts_like_http1
 from llmload.net.sockets import (
     CMSG_BYTES,
-    SO_TIMESTAMPNS,
-    TIMESPEC_BYTES,
     AddressCache,
     StampedSocket,
     Stamps,
@@ -143,7 +141,6 @@ from llmload.net.sockets import (
     idle_and_open,
     never_known_open,
     stamp_ns,
-    unpack_timespec,
     unverified_context,
 )
 from llmload.net.turns import BATCH_READS, TURN_BUDGET_NS, LoopTurns
@@ -580,14 +577,7 @@ class GeventResponse:
             self._stop(error)
             return
         self._last_read_s = received_s = _monotonic()
-        kernel_ns = 0
-        if ancillary:  # the one control message asked for (SO_TIMESTAMPNS), read here: one call less per token
-            _level, kind, value = ancillary[0]
-            if kind == SO_TIMESTAMPNS and len(value) >= TIMESPEC_BYTES:
-                seconds, nanoseconds = unpack_timespec(value)
-                kernel_ns = seconds * 1_000_000_000 + nanoseconds
-            else:
-                kernel_ns = stamp_ns(ancillary)
+        kernel_ns = stamp_ns(ancillary) if ancillary else 0
         # When the bytes arrived: by the poll or look that found them at the latest; at the earliest,
         # after the start of the last receive that emptied the socket, and after an earlier poll or look
         # that watched the socket and did not find it (the one before the latest poll: the latest may
@@ -617,7 +607,7 @@ class GeventResponse:
                 return
         parts = self._parts
         consumed = hurry = False
-        if parts:
+        if parts:  # _take_body, inline: once per token
             body = bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
             parts.clear()
             consumer = self.consumer
@@ -647,6 +637,13 @@ class GeventResponse:
             return  # accounted in the loop: nothing for the user greenlet to do
         self._settle(data, consumed, hurry)
 
+    def _take_body(self) -> bytes:
+        """The body bytes the parser handed over since the last call (``_parts``), as one ``bytes``; empties it."""
+        parts = self._parts
+        body = bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        return body
+
     def _parse_failed(
         self, data: bytes, exc: HTTPParseError, stamp_ns: int, earliest_ns: int, received_s: float
     ) -> bool:
@@ -663,12 +660,8 @@ class GeventResponse:
         if resp.message_complete:
             resp._trailing_data_dropped = True  # geventhttpclient's own mark: release() closes the connection
             return True
-        parts = self._parts
-        if parts:
-            self._entries.append(
-                (bytes(parts[0]) if len(parts) == 1 else b"".join(parts), stamp_ns, earliest_ns, 0, received_s)
-            )
-            parts.clear()
+        if self._parts:
+            self._entries.append((self._take_body(), stamp_ns, earliest_ns, 0, received_s))
         if not data:
             error: TransportError = ConnectionClosedError(f"{self._where}: connection closed mid-body")
         else:
@@ -819,10 +812,8 @@ class GeventResponse:
         except HTTPParseError as exc:
             if not self._parse_failed(data, exc, 0, 0, received_s):
                 return
-        parts = self._parts
-        if parts:
-            self._entries.append((bytes(parts[0]) if len(parts) == 1 else b"".join(parts), 0, 0, 0, received_s))
-            parts.clear()
+        if self._parts:
+            self._entries.append((self._take_body(), 0, 0, 0, received_s))
         self._settle(data, False)
 
 

@@ -64,11 +64,12 @@ The hold is a quarter of the shortest time between two stamped receives of one r
 is a blocking sleep, which on a virtual machine costs about 20 us of CPU (``docs/benchmarks.md``): at 256 users
 and 10 ms ITL this hold takes a quarter of the polls of a fixed 0.5 ms one. A stream that speeds up is caught
 within a poll: its segments merge into one read, whose gap from the last is shorter than that poll's hold, and
-the next hold shortens. A process behind (``behind``) holds ``PACE_NS``, so does one whose last iteration worked
-longer than ``PACE_NS`` since its poll (the longer hold is for a loop with little to do), one whose reader found several
-events in one read in the last 1 to 2 s (``GeventResponse.note_several_events``), and no hold runs past a time a
-user is due to send (``due``). A stream faster than a quarter of the others' gaps can share the first hold's read with
-its next event; the read lag covers it, as for a merge under ``PACE_NS``."""
+the next hold shortens. A process behind (users at the turn gate, ``queued``) holds ``PACE_NS``, so does one
+whose last iteration worked longer than ``PACE_NS`` since its poll (the longer hold is for a loop with little to
+do), one whose reader found several events in one read in the last 1 to 2 s
+(``GeventResponse.note_several_events``), and no hold runs past a time a user is due to send (``due``). A stream
+faster than a quarter of the others' gaps can share the first hold's read with its next event; the read lag
+covers it, as for a merge under ``PACE_NS``."""
 
 PACE_GAP_SHARE = 4
 """The hold is at most the shortest receive gap of one reply divided by this (``PACE_MAX_NS``)."""
