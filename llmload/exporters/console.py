@@ -90,7 +90,7 @@ def format_summary(results: Mapping[str, Any]) -> str:
         share = f" ({throttled / req['total'] * 100:.1f}% of finished)" if req["total"] else ""
         lines.append(_line("Throttled (429/503):", f"{throttled}{share}"))
     lines.extend(_reply_lines(req))
-    lines.append(_line("Cancelled at stop:", str(req["cancelled"])))
+    lines.append(_line("Cancelled at stop (not counted):", str(req["cancelled"])))
     if req.get("skipped"):
         lines.append(_line("Skipped (client fault, not sent):", str(req["skipped"])))
     lines.append(_line("Wall time (s):", _num(results["duration_s"])))

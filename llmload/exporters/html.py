@@ -122,7 +122,7 @@ _ROWS: tuple[tuple[str, str, str, float], ...] = (
     ("Requests", "Finished requests", "requests.total", 1),
     ("Requests", "Succeeded", "requests.succeeded", 1),
     ("Requests", "Failed", "requests.failed", 1),
-    ("Requests", "Cancelled at stop", "requests.cancelled", 1),
+    ("Requests", "Cancelled at stop (not counted)", "requests.cancelled", 1),
     ("Requests", "Skipped (client fault)", "requests.skipped", 1),
     ("Requests", "Failure ratio (%)", "requests.failure_ratio", 100),
     ("Throughput", "Duration (s)", "duration_s", 1),

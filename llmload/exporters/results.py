@@ -321,18 +321,21 @@ def judge(results: dict[str, Any]) -> Verdict:
         return Verdict(1, f"FAILED: {subject} failed; exit status 1")
     ratio = failed / finished
     shown, shown_limit = _percents(ratio, limit)
+    # requests cut off in flight by the run's end are in neither count: say so beside the fraction
+    cancelled = requests.get("cancelled", 0)
+    cut = f"; {cancelled} cancelled at the stop, not counted" if cancelled else ""
     if ratio > limit:
         return Verdict(
             1,
             f"FAILED: {failed}/{finished} requests failed (failure ratio {shown} > --max-failure-ratio "
-            f"{shown_limit}); exit status 1",
+            f"{shown_limit}){cut}; exit status 1",
         )
     stopped_by = (results.get("run") or {}).get("stopped_by")
     early = f"; stopped early by {stopped_by}" if stopped_by else ""
     return Verdict(
         0,
         f"PASSED: {succeeded}/{finished} requests succeeded (failure ratio {shown} <= --max-failure-ratio "
-        f"{shown_limit}){early}; exit status 0",
+        f"{shown_limit}){early}{cut}; exit status 0",
     )
 
 

@@ -16,7 +16,7 @@ def test_summary_shows_counts_rates_and_latencies_in_ms() -> None:
     text = format_summary(_results(_scenario()))
     lines = text.splitlines()
     assert any(line.startswith("Successful requests:") and line.endswith("2/3 (33.3% failed)") for line in lines)
-    assert any(line.startswith("Cancelled at stop:") and line.endswith(" 2") for line in lines)
+    assert any(line.startswith("Cancelled at stop (not counted):") and line.endswith(" 2") for line in lines)
     assert any(line.startswith("Wall time (s):") and line.endswith("2.00") for line in lines)
     assert any(line.startswith("Request throughput (req/s):") and line.endswith("1.00") for line in lines)
     assert any(line.startswith("Output token throughput (tok/s):") and line.endswith("3.00") for line in lines)

@@ -400,6 +400,20 @@ def test_p5_passing_run_states_its_ratio_within_the_limit():
     )
 
 
+def test_verdict_says_the_requests_cancelled_at_the_stop_are_not_in_its_fraction():
+    passed = _verdict_of(succeeded=3689, cancelled=255)
+    assert passed.passed
+    assert passed.text == (
+        "PASSED: 3689/3689 requests succeeded (failure ratio 0.0% <= --max-failure-ratio 1.0%); "
+        "255 cancelled at the stop, not counted; exit status 0"
+    )
+    failed = _verdict_of(succeeded=90, failed=10, cancelled=3, limit=0.01)
+    assert failed.text == (
+        "FAILED: 10/100 requests failed (failure ratio 10.0% > --max-failure-ratio 1.0%); "
+        "3 cancelled at the stop, not counted; exit status 1"
+    )
+
+
 def test_client_saturation_is_one_rule_of_cpu_streak_or_read_lag() -> None:
     calm = LatencyHistogram.empty()
     for _ in range(100):
