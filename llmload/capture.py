@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = ["PAIR_WITHIN_S", "Capture", "Pairs", "WireRequest", "capture_available", "pair_requests", "wire_requests"]
 
@@ -211,11 +212,18 @@ class Pairs:
     late_s: list[float] = field(default_factory=list)
     """Per pair: when the client says its first token arrived − when it crossed the wire (s)."""
     lag_s: list[float | None] = field(default_factory=list)
-    """Per pair: the request's largest read lag (``read_lag_max_s``; None: no stamped read)."""
+    """Per pair: the request's own bound of its error: the larger of its largest read lag (``read_lag_max_s``) and
+    its send lag (``send_lag_s``); None: neither known."""
     notes: list[str] = field(default_factory=list)
 
 
-_Logged = tuple[float, float | None, float | None, float | None]  # send (s), TTFT, E2E, largest read lag
+_Logged = tuple[float, float | None, float | None, float | None]  # send (s), TTFT, E2E, own lag bound
+
+
+def _own_lag_s(row: dict[str, Any]) -> float | None:
+    """A ``--requests-log`` line's bound of its own error (s): the larger of read_lag_max_s and send_lag_s."""
+    lags = [lag for lag in (row.get("read_lag_max_s"), row.get("send_lag_s")) if lag is not None]
+    return max(lags) if lags else None
 
 
 def _near(wire: list[WireRequest], sends: list[float], sent: float, e2e: float | None, within_s: float) -> list[int]:
@@ -267,7 +275,7 @@ def pair_requests(pcap: Path, port: int, requests_logs: Sequence[Path]) -> Pairs
             row = json.loads(line)
             # the wall-clock stamp is taken before the connection is made ready; the POST follows it
             sent = row["started_at_unix"] + (row.get("connect_s") or 0.0)
-            rows.append((sent, row.get("ttft_s"), row.get("e2e_s"), row.get("read_lag_max_s")))
+            rows.append((sent, row.get("ttft_s"), row.get("e2e_s"), _own_lag_s(row)))
         offset_s = _clock_offset_s(rows, wire, sends) if len(requests_logs) > 1 else 0.0
         if abs(offset_s) > 0.001:
             pairs.notes.append(

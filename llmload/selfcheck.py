@@ -12,8 +12,8 @@ reports:
   its own packets; else the simulator's TTFT histogram (request bytes'
   kernel receive stamp → first token written), compared as distributions
   (the mean exactly, the P99 to the 1 ms bucket). With a capture, the requests
-  whose error exceeds their own read lag (``read_lag_max_s``) + 1 ms are
-  counted (``uncovered_requests``): 0 means the read lag bounded every error. The simulator's TTFT omits
+  whose error exceeds their own lag (``read_lag_max_s``, or ``send_lag_s`` when larger) + 1 ms are
+  counted (``uncovered_requests``): 0 means the lags bounded every error. The simulator's TTFT omits
   the loopback transit and its own write, so client − simulator is an upper
   bound of the client's error.
 - the read lag (``client.read_lag_s`` P99 and max) and the requests read

@@ -217,10 +217,11 @@ class EndpointStats:
             0 for a read of one event and nothing past it (its own stamp).
             How long bytes then waited for the client is no error and does
             not count (``llmload.net.transport``).
-        request_lag_s: over finished requests with a kernel-stamped read: the
-            request's largest read lag, which bounds how far any of its times
-            (TTFT, ITL, E2E) can be off.
-        lagged_requests: finished requests whose largest read lag exceeds
+        request_lag_s: over finished requests with a kernel-stamped read or a
+            timed send: the larger of the request's largest read lag and its
+            send lag (``RequestRecord.send_lag_s``), which bounds how far any
+            of its times (TTFT, ITL, E2E) can be off.
+        lagged_requests: finished requests whose request lag exceeds
             ``REQUEST_LAG_LIMIT_S``.
         connect_s: over finished requests: time to have a connection ready
             before the send (connection set-up plus client delay; outside
@@ -426,9 +427,11 @@ class EndpointStats:
         elif outcome is _OK and record.endpoint != "embeddings":  # embeddings have no finish reason
             self.no_finish_reason_requests += 1
         lags = record.read_lags_s
-        if lags:
-            self.read_lag_s.add_many(lags)
-            worst = max(lags)
+        send_lag_s = record.send_lag_s
+        if lags or send_lag_s is not None:
+            if lags:
+                self.read_lag_s.add_many(lags)
+            worst = max(max(lags, default=0.0), send_lag_s or 0.0)
             self.request_lag_s.add(worst)
             if worst > REQUEST_LAG_LIMIT_S:
                 self.lagged_requests += 1

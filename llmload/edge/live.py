@@ -108,7 +108,9 @@ def _run_view(environment: Environment, runtime: Runtime, pause: Callable[[], No
     if export is not None and export.final_stats is not None:
         stats = export.final_stats
     window = export.window.view() if export is not None else None
-    lags = saturation_read_lag(stats, window, ended=export is None or export.final_stats is not None)
+    ended = export is None or export.final_stats is not None
+    lags = saturation_read_lag(stats, window, ended=ended)
+    request_lags = saturation_read_lag(stats, window, ended=ended, name="request_lag_s")
     return RunView(
         stats=stats,
         window=window,
@@ -121,7 +123,9 @@ def _run_view(environment: Environment, runtime: Runtime, pause: Callable[[], No
         version=__version__,
         started_at_unix=runtime.run.started_at_unix or None,
         client_saturated=client_saturated(
-            max(runtime.run.cpu_saturated_s, runtime.process.cpu.saturated_s if runtime.process.cpu else 0.0), lags
+            max(runtime.run.cpu_saturated_s, runtime.process.cpu.saturated_s if runtime.process.cpu else 0.0),
+            lags,
+            request_lags,
         ),
         lost_workers=len(runtime.master.lost_workers),
     )

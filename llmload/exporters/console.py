@@ -473,20 +473,20 @@ def _client_lines(results: dict[str, Any]) -> list[str]:
                 f"{lagged} of {per_request.get('count') or lagged}",
             )
         )
-    if client.get("read_lag_saturated"):
-        p99_s = lag["p99"] if lag["p99"] > client["read_lag_limit_s"] else None
+    if client.get("read_lag_saturated") or lagged:
+        p99_s = lag["p99"] if lag.get("p99") is not None and lag["p99"] > client["read_lag_limit_s"] else None
         if p99_s is not None:
             # one decimal, or two where one would round down onto the limit ("2.0 ms" above a 2 ms limit)
             digits = 1 if round(p99_s * 1e3, 1) > client["read_lag_limit_s"] * 1e3 else 2
             head = f"latencies may include up to {p99_s * 1e3:.{digits}f} ms (P99; max {lag['max'] * 1e3:.1f} ms)"
         else:
-            head = (
-                f"{lagged} request(s) may have TTFT, ITL or E2E off by up to {lag['max'] * 1e3:.1f} ms "
-                f"(max; P99 {lag['p99'] * 1e3:.1f} ms)"
-            )
+            worst_s = (client.get("request_lag_s") or {}).get("max") or lag["max"]
+            head = f"{lagged} request(s) may have TTFT, ITL or E2E off by up to {worst_s * 1e3:.1f} ms (max"
+            head += f"; read lag P99 {lag['p99'] * 1e3:.1f} ms)" if lag.get("p99") is not None else ")"
         lines.append(
             f"WARNING: {head} "
-            f"of client delay: events piled up behind late reads, and share the newest one's kernel stamp "
+            f"of client delay: events piled up behind late reads, and share the newest one's kernel stamp, or the "
+            "kernel held the client while it sent "
             f"(limit {client['read_lag_limit_s'] * 1e3:g} ms P99, "
             f"{client.get('request_lag_limit_s', 0.01) * 1e3:g} ms for any request; a late read of one event "
             "is still timed exactly). Give the client more CPU: more worker "

@@ -66,6 +66,7 @@ class RequestsLog:
             "finish_reason": record.finish_reason,
             "connect_s": record.connect_s,
             "read_lag_max_s": max(record.read_lags_s, default=None),
+            "send_lag_s": record.send_lag_s,
             "dispatch_delay_s": record.dispatch_delay_s,
             **_usage_fields(record),
         }

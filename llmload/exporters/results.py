@@ -219,7 +219,7 @@ def build_results(outcome: RunOutcome) -> dict[str, Any]:
         results["lost_workers"] = list(outcome.lost_workers)
     if outcome.blocked:
         results["blocked"] = outcome.blocked
-    results["client_saturated"] = client_saturated(outcome.cpu_saturated_s, total.read_lag_s)
+    results["client_saturated"] = client_saturated(outcome.cpu_saturated_s, total.read_lag_s, total.request_lag_s)
     results["client_cpu_saturated_s"] = outcome.cpu_saturated_s
     results["load"] = load_section(config, results, outcome.sends)
     results["sessions"] = sessions_section(total, config)

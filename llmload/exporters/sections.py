@@ -65,16 +65,23 @@ def read_lag_saturated(read_lag: LatencyHistogram) -> bool:
     return p99 is not None and p99 > READ_LAG_LIMIT_S
 
 
-def client_saturated(cpu_saturated_s: float, read_lag: LatencyHistogram) -> bool:
-    """The one saturation rule: CPU above 90% for ``CPU_SATURATION_S`` or more, or a late client (read lag).
+def client_saturated(
+    cpu_saturated_s: float, read_lag: LatencyHistogram, request_lag: LatencyHistogram | None = None
+) -> bool:
+    """The one saturation rule: CPU above 90% for ``CPU_SATURATION_S`` or more, or a late client (read or send lag).
 
     Decides the results' ``client_saturated`` and the live ``llmload_client_saturated`` gauge.
 
     Args:
         cpu_saturated_s: longest CPU saturation streak of any load-generating process (s).
         read_lag: the client's read lag over the run so far.
+        request_lag: the requests' lags over the same span (the larger of each request's read and
+            send lag): any above ``REQUEST_LAG_LIMIT_S`` flags the run too; None: not judged.
     """
-    return cpu_saturated_s >= CPU_SATURATION_S or read_lag_saturated(read_lag)
+    if cpu_saturated_s >= CPU_SATURATION_S or read_lag_saturated(read_lag):
+        return True
+    worst = request_lag.max if request_lag is not None else None
+    return worst is not None and worst > REQUEST_LAG_LIMIT_S
 
 
 def summarize(hist: LatencyHistogram) -> dict[str, Any]:

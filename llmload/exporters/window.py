@@ -105,7 +105,7 @@ def live_send_delay_s(now_unix: float, worker_index: int, interval_s: float) -> 
 SLOT_S = 0.5
 """Granularity of the window in seconds: deltas are merged per slot of arrival time as they arrive."""
 
-WINDOW_HISTOGRAM_NAMES = ("ttft_s", "itl_s", "tpot_s", "e2e_s", "read_lag_s")
+WINDOW_HISTOGRAM_NAMES = ("ttft_s", "itl_s", "tpot_s", "e2e_s", "read_lag_s", "request_lag_s")
 """The histograms the window keeps (``EndpointStats`` attributes): what the live gauges read."""
 
 _Entry = tuple[Any, ...]  # (arrived_s, slot, source, then key id, tokens, successes for each key counted)
@@ -336,13 +336,15 @@ class RunView:
     started_at_unix: float | None = None
 
 
-def saturation_read_lag(stats: LLMStats, window: WindowView | None, *, ended: bool) -> LatencyHistogram:
-    """The read lags the live ``llmload_client_saturated`` gauge judges (``sections.client_saturated``).
+def saturation_read_lag(
+    stats: LLMStats, window: WindowView | None, *, ended: bool, name: str = "read_lag_s"
+) -> LatencyHistogram:
+    """The read lags (``name="request_lag_s"``: the request lags) the live ``llmload_client_saturated`` gauge judges.
 
-    While the run goes on: those of the live window (its last ``DEFAULT_WINDOW_S`` s), so one late
-    read does not hold the gauge at 1 for the rest of the run. Once it ended (or without a window):
-    the whole run's, as the results' ``client_saturated``.
+    See ``sections.client_saturated``. While the run goes on: those of the live window (its last
+    ``DEFAULT_WINDOW_S`` s), so one late read does not hold the gauge at 1 for the rest of the run.
+    Once it ended (or without a window): the whole run's, as the results' ``client_saturated``.
     """
-    if ended or window is None:
-        return stats.total().read_lag_s
-    return window.stats.total().read_lag_s
+    total = stats.total() if ended or window is None else window.stats.total()
+    lags: LatencyHistogram = getattr(total, name)
+    return lags

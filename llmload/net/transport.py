@@ -301,6 +301,7 @@ class GeventResponse:
         "read_lag_s",
         "read_stamped",
         "retry_after",
+        "send_lag_s",
         "status",
     )
 
@@ -316,6 +317,7 @@ class GeventResponse:
         drained_ns: int = 0,
         turns: LoopTurns | None = None,
         sent_s: float = 0.0,
+        send_s: float = 0.0,
     ) -> None:
         """Wrap ``resp`` and, on plain TCP, start receiving its body in the loop.
 
@@ -337,9 +339,12 @@ class GeventResponse:
                 bytes could have arrived (``LoopTurns``); None: not used.
             sent_s: ``time.perf_counter()`` right before the request went to
                 the kernel (``Stamps.sent_s``); 0 = not known.
+            send_s: how long that hand-over took (``Stamps.send_s``): the
+                request went on the wire within it; 0 = not timed.
         """
         self._resp = resp
         self._sent_s = sent_s
+        self.send_lag_s = send_s if sent_s else 0.0
         self._where = where
         self._idle_s = idle_s
         self.on_close: Any = None  # called with True when the connection went back to the pool
@@ -991,7 +996,7 @@ class GeventHTTPTransport:
         where = f"{method} {self._origin}{shown}{self._via}"
         reused, self._reusable = self._reusable, False
         self._stamps.ns = self._stamps.earliest_ns = 0
-        self._stamps.sent_s = 0.0
+        self._stamps.sent_s = self._stamps.send_s = 0.0
         self._stamps.first = b""
         self._turns.start()  # idempotent: the loop's polls bound the arrival of the headers' bytes too
         sent_ns = self._stamps.drained_ns = time.time_ns()  # no byte of the reply comes before the request
@@ -1005,7 +1010,7 @@ class GeventHTTPTransport:
                 # connection (the pool dropped the dead one). A fresh connection is never retried.
                 if not reused:
                     raise
-                self._stamps.sent_s = 0.0  # the request's clock starts at this second send
+                self._stamps.sent_s = self._stamps.send_s = 0.0  # the request's clock starts at this second send
                 resp = self._client.request(method, target, body=body, headers=headers)
         except TimeoutError as exc:
             raise RequestTimeout(
@@ -1035,6 +1040,7 @@ class GeventHTTPTransport:
             drained_ns=stamps.drained_ns,
             turns=self._turns,
             sent_s=stamps.sent_s,
+            send_s=stamps.send_s,
         )
         response.on_close = self._note_reusable
         return response

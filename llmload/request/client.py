@@ -176,6 +176,9 @@ class Response(Protocol):
     def sent_age_s(self) -> float:
         """Seconds since the request was handed to the kernel, read when post returned (>= 0); 0 = not known."""
 
+    # how long that hand-over took (the request went on the wire within it; seconds); 0 = not timed
+    send_lag_s: float
+
     retry_after: str | None  # the Retry-After header's value; None if absent
 
     def read_some(self) -> bytes:
@@ -326,6 +329,9 @@ class StreamingClient:
                 if t_sent > t0:
                     record.connect_s = (record.connect_s or 0.0) + (t_sent - t0)
                     t0 = t_sent
+                # the clock starts before the hand-over: a kernel that held the client inside it made
+                # every time of this request up to that much long (a bound, like a read lag)
+                record.send_lag_s = response.send_lag_s or None
             record.headers_s = t_headers - t0
             try:
                 status, ctype = response.status, response.content_type

@@ -203,6 +203,11 @@ class RequestRecord:
             kept-alive one; client delay included); None if never measured.
         read_lags_s: for every body read with a kernel receive stamp, how long
             its bytes had waited before the client read them (seconds).
+        send_lag_s: how long the request's hand-over to the kernel took (its
+            first ``send(2)``; seconds): the request went on the wire within
+            it, so its clock may have started up to that much early. About
+            20 µs; more when the kernel preempted the client inside the call.
+            None when not timed (TLS, other transports).
         unstamped_reads: body reads timed by the monotonic clock alone (no
             kernel stamp: TLS, non-Linux, bytes that came with the headers).
         retry_after_s: throttled replies only: the server's ``Retry-After``
@@ -255,6 +260,7 @@ class RequestRecord:
     output_text: str | None = None
     connect_s: float | None = None
     read_lags_s: list[float] = field(default_factory=list)
+    send_lag_s: float | None = None
     unstamped_reads: int = 0
     retry_after_s: float | None = None
     reasoning_tokens: int | None = None

@@ -143,3 +143,28 @@ def test_issue19_worker_logs_with_shifted_stamps_are_put_back_on_the_wire_clock(
     assert sorted(pairs.errors_s) == pytest.approx([0.0] * 11 + [0.002], abs=1e-6)
     assert any("requests.w1.jsonl: its send stamps are +40.0 ms off" in note for note in pairs.notes)
     assert not any("requests.w0.jsonl" in note for note in pairs.notes)
+
+
+def test_issue19_a_pair_is_bounded_by_its_send_lag_when_larger_than_its_read_lag(tmp_path):
+    # a request whose clock started 1.7 ms before its POST left (the kernel held the client inside
+    # the send) with every read on time: its own bound is the send lag, not the read lag of 0
+    pcap = _pcap(tmp_path / "c.pcap", [(0.0, 40001, PORT, REQUEST), (50.0, PORT, 40001, TOKEN)])
+    log = tmp_path / "requests.jsonl"
+    t0 = T0_NS / 1e9
+    rows = [
+        {
+            "started_at_unix": t0 - 0.0017,
+            "connect_s": 0.0,
+            "ttft_s": 0.0517,
+            "read_lag_max_s": 0.0,
+            "send_lag_s": 0.0018,
+        },
+    ]
+    log.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    pairs = pair_requests(pcap, PORT, [log])
+    assert pairs.errors_s == pytest.approx([0.0017], abs=1e-9)
+    assert pairs.lag_s == [0.0018]
+    log.write_text(json.dumps({**rows[0], "send_lag_s": None}) + "\n")  # TLS: no send lag, the read lag alone
+    assert pair_requests(pcap, PORT, [log]).lag_s == [0.0]
+    log.write_text(json.dumps({**rows[0], "read_lag_max_s": None, "send_lag_s": None}) + "\n")
+    assert pair_requests(pcap, PORT, [log]).lag_s == [None]

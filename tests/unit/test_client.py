@@ -27,6 +27,7 @@ class FakeResponse:
     read_age_s = 0.0
     read_first_age_s = 0.0
     sent_age_s = 0.0
+    send_lag_s = 0.0
     read_stamped = False
     retry_after = None
 

@@ -90,7 +90,22 @@ def test_issue19_summary_warns_when_one_request_was_read_late_with_a_low_p99():
     stats.add(_with_reads([0.0002, 0.1], 0))
     text = "\n".join(summary_lines(_results(stats)))
     assert "Requests maybe > 10 ms off:             1 of 200" in text
-    assert "WARNING: 1 request(s) may have TTFT, ITL or E2E off by up to 100.0 ms (max; P99 0.3 ms)" in text
+    assert "WARNING: 1 request(s) may have TTFT, ITL or E2E off by up to 100.0 ms (max; read lag P99 0.3 ms)" in text
+
+
+def test_issue19_summary_warns_of_a_request_whose_send_the_kernel_held_with_every_read_on_time():
+    stats = LLMStats.empty()
+    for _ in range(199):
+        stats.add(_with_reads([0.0002, 0.0003], 0))
+    held = _with_reads([0.0002, 0.0003], 0)
+    held.send_lag_s = 0.015
+    stats.add(held)
+    results = _results(stats)
+    assert results["client"]["read_lag_saturated"] is False  # the reads were on time
+    text = "\n".join(summary_lines(results))
+    assert "Requests maybe > 10 ms off:             1 of 200" in text
+    assert "WARNING: 1 request(s) may have TTFT, ITL or E2E off by up to 15.0 ms (max; read lag P99 0.3 ms)" in text
+    assert "or the kernel held the client while it sent" in text
 
 
 def test_issue19_summary_of_a_run_read_in_time_has_no_lag_warning():

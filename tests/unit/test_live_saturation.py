@@ -44,3 +44,31 @@ def test_one_late_read_sets_the_live_gauge_only_while_it_is_in_the_window():
     # the whole run still had the late read: the results (and the gauge once the run ended) say so
     assert client_saturated(0.0, saturation_read_lag(run, window.view(), ended=True))
     assert client_saturated(0.0, saturation_read_lag(run, None, ended=False))
+
+
+def test_a_send_the_kernel_held_sets_the_live_gauge_by_the_request_lags():
+    """Issue 19: a request whose hand-over to the kernel took 12 ms (reads on time) saturates the gauge too."""
+    now = [0.0]
+    window = SlidingWindow(clock=lambda: now[0])
+    run = LLMStats.empty()
+    run.add(
+        RequestRecord(
+            endpoint="completions",
+            model="m",
+            started_at_unix=1000.0,
+            token_times_s=[0.05, 0.06],
+            first_content_s=0.05,
+            end_s=0.07,
+            completion_tokens=TokenCount(2, TokenSource.SERVER),
+            read_lags_s=[0.0001, 0.0002],
+            send_lag_s=0.012,
+        )
+    )
+    window.add(run, "local")
+    reads = saturation_read_lag(run, window.view(), ended=False)
+    requests = saturation_read_lag(run, window.view(), ended=False, name="request_lag_s")
+    assert reads.max == 0.0002
+    assert requests.max is not None
+    assert requests.max > 0.0119
+    assert not client_saturated(0.0, reads)  # judged by the reads alone, it would pass
+    assert client_saturated(0.0, reads, requests)

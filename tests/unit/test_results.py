@@ -339,6 +339,28 @@ def test_issue19_one_request_far_off_flags_the_run_however_low_the_p99():
     assert build_results(RunOutcome(stats))["client_saturated"] is True
 
 
+def test_issue19_a_send_the_kernel_held_counts_in_the_request_lag_like_a_read_lag():
+    # every read on time, but one request's hand-over to the kernel took 12 ms: its clock may have
+    # started 12 ms before the request left, so the run is not clean
+    held = _with_reads([0.0, 0.0002], 0)
+    held.send_lag_s = 0.012
+    normal = [_with_reads([0.0, 0.0002], 0) for _ in range(199)]
+    for record in normal:
+        record.send_lag_s = 0.00002
+    stats = stats_of(*normal, held)
+    client = _results(stats)["client"]
+    assert client["read_lag_s"]["max"] == pytest.approx(0.0002, rel=0.02)  # the reads are not blamed
+    assert client["request_lag_s"]["count"] == 200
+    assert client["request_lag_s"]["max"] == pytest.approx(0.012, rel=0.02)
+    assert client["lagged_requests"] == 1
+    assert build_results(RunOutcome(stats))["client_saturated"] is True
+    # a send timed with no stamped read (unstamped reads) still has its request lag
+    alone = _with_reads([], 1)
+    alone.send_lag_s = 0.003
+    assert _client_section(alone)["request_lag_s"]["max"] == pytest.approx(0.003, rel=0.02)
+    assert _client_section(_with_reads([], 1))["request_lag_s"]["count"] == 0  # neither: no lag known
+
+
 def test_issue19_a_request_just_within_the_limit_leaves_the_run_clean():
     client = _client_section(*[_with_reads([0.0002, 0.0095], 0) for _ in range(2)], _with_reads([0.0002] * 400, 0))
     assert client["lagged_requests"] == 0
