@@ -475,12 +475,13 @@ def _client_lines(results: dict[str, Any]) -> list[str]:
         )
     if client.get("read_lag_saturated") or lagged:
         p99_s = lag["p99"] if lag.get("p99") is not None and lag["p99"] > client["read_lag_limit_s"] else None
+        # the largest bound of any request: its read lags, or its send lag when larger
+        worst_s = max((client.get("request_lag_s") or {}).get("max") or 0.0, lag.get("max") or 0.0)
         if p99_s is not None:
             # one decimal, or two where one would round down onto the limit ("2.0 ms" above a 2 ms limit)
             digits = 1 if round(p99_s * 1e3, 1) > client["read_lag_limit_s"] * 1e3 else 2
-            head = f"latencies may include up to {p99_s * 1e3:.{digits}f} ms (P99; max {lag['max'] * 1e3:.1f} ms)"
+            head = f"latencies may include up to {p99_s * 1e3:.{digits}f} ms (P99; max {worst_s * 1e3:.1f} ms)"
         else:
-            worst_s = (client.get("request_lag_s") or {}).get("max") or lag["max"]
             head = f"{lagged} request(s) may have TTFT, ITL or E2E off by up to {worst_s * 1e3:.1f} ms (max"
             head += f"; read lag P99 {lag['p99'] * 1e3:.1f} ms)" if lag.get("p99") is not None else ")"
         lines.append(

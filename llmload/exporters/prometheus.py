@@ -129,11 +129,12 @@ _TOKEN_TIMES = frozenset({"ttft_s", "itl_s", "tpot_s"})
 
 _SATURATED_HELP = (
     f"1 when a load-generating process ran above 90% CPU for {CPU_SATURATION_S:g} s or more, or the client's "
-    f"P99 read lag exceeds {READ_LAG_LIMIT_S * 1e3:g} ms or any read's {REQUEST_LAG_LIMIT_S * 1e3:g} ms "
-    "(events piled up behind late reads; over the live window while the run goes on, the whole run once it ended): "
+    f"P99 read lag exceeds {READ_LAG_LIMIT_S * 1e3:g} ms or any request's read or send lag "
+    f"{REQUEST_LAG_LIMIT_S * 1e3:g} ms (events piled up behind late reads, or a send the kernel held; over the live "
+    "window while the run goes on, the whole run once it ended): "
     "latencies may be the client's"
 )
-"""HELP of ``llmload_client_saturated``: the gauge follows ``sections.client_saturated`` (CPU or read lag)."""
+"""HELP of ``llmload_client_saturated``: the gauge follows ``sections.client_saturated`` (CPU, read or send lag)."""
 
 _READ_LAG = (
     "read_lag_s",

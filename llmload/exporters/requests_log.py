@@ -31,7 +31,9 @@ class RequestsLog:
     Fields: ``started_at_unix``, ``endpoint``, ``model``, ``outcome``, ``error`` (category) and
     ``status``, ``ttft_s``, ``ttfc_s``, ``tpot_s``, ``e2e_s`` (seconds, null = unknown),
     ``dispatch_delay_s`` (open loop or trace: sent this long after it was due; null = closed loop),
-    ``prompt_tokens``/``completion_tokens`` with ``*_source``, ``finish_reason``;
+    ``prompt_tokens``/``completion_tokens`` with ``*_source``, ``finish_reason``, ``connect_s``,
+    ``read_lag_max_s`` (the largest read lag; null: no kernel-stamped read) and ``send_lag_s`` (the
+    hand-over of the request's first bytes to the kernel; null: not timed, e.g. TLS);
     usage's ``reasoning_tokens`` and ``cached_prompt_tokens`` (null: the
     server did not say), ``streamed_tokens`` (what TPOT is over) and
     ``usage_notes``.

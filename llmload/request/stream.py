@@ -377,6 +377,15 @@ class LoopTokens:
     exactly the same, and a streamed token costs no queue entry, hand-off or
     decode call.
 
+    The first receive it leaves after one it accounted (events the kernel
+    merged while the process was busy, a chunk of another shape) also gets
+    None: the user is woken at once to decode it, so the receives after it
+    are accounted here again. Woken at the batch time instead, that user
+    would have every receive of the next ``BATCH_S`` queued behind it and
+    decoded in its own greenlet, the costlier path, and more of them the
+    busier the process. A reply whose receives are left one after another
+    (several events per write) keeps the batched wake-up.
+
     Attributes:
         t: the latest arrival accounted, seconds after ``t0`` (the reply's
             read loop and this share it: each sets it before the other runs).
@@ -393,6 +402,7 @@ class LoopTokens:
         "_reader",
         "_t0",
         "_tail",
+        "_taking",
         "_template",
         "size",
         "t",
@@ -411,6 +421,7 @@ class LoopTokens:
         self._template: DeltaTemplate | None = None  # the reader's, when the fields below were made from it
         self._head = self._tail = b""
         self._has_content = False
+        self._taking = False  # the last receive asked about was accounted here
         self.t = 0.0
         self.size = 0
 
@@ -421,34 +432,36 @@ class LoopTokens:
         an instance). Returns True when accounted; False when left to the
         reader; None when left to it at once: bytes that arrived past the
         total timeout, which the read loop raises (the user is not kept waiting
-        for a batch). ``queued``: earlier bytes wait for the reader, so these
-        are only left to it (at once if past the total timeout).
+        for a batch), or the first bytes left after bytes accounted here (see
+        the class docstring). ``queued``: earlier bytes wait for the reader,
+        so these are only left to it (at once if past the total timeout).
         """
         if queued:
-            return self._left(stamp_ns)
+            return self._left(stamp_ns, False)
+        taking, self._taking = self._taking, False
         reader = self._reader
         if reader._template is not self._template:
             template = self._template = reader._template
             if template is None:
-                return self._left(stamp_ns)
+                return self._left(stamp_ns, taking)
             self._head, self._tail = template.event_head_bytes, template.event_tail_bytes
             self._has_content = template.has_content
         elif self._template is None:
-            return self._left(stamp_ns)
+            return self._left(stamp_ns, taking)
         if reader.finish_at_s is not None or reader.usage_ended or not reader._decoder._idle:
-            return self._left(stamp_ns)
+            return self._left(stamp_ns, taking)
         head, tail = self._head, self._tail
         if not data.startswith(head):
-            return self._left(stamp_ns)
+            return self._left(stamp_ns, taking)
         match = _ascii_text(data, len(head), len(data) - len(tail))
         if match is not None and data.endswith(tail):
             text = match[0].decode("ascii")  # printable ASCII from the head to the tail: the usual token
         elif data.isascii():
-            return self._left(stamp_ns)  # several events, escaped or other text: no more to check
+            return self._left(stamp_ns, taking)  # several events, escaped or other text: no more to check
         else:
             other = self._other_text(data)
             if other is None:
-                return self._left(stamp_ns)
+                return self._left(stamp_ns, taking)
             text = other
         age_ns = time.time_ns() - stamp_ns
         arrived_s = self._clock() - self._t0 - (age_ns * 1e-9 if age_ns > 0 else 0.0)
@@ -461,10 +474,13 @@ class LoopTokens:
         self.size += len(data)
         self._lags.append(0.0)
         self._acc.add_token(text, t, self._has_content)
+        self._taking = True
         return True
 
-    def _left(self, stamp_ns: int) -> bool | None:
-        """Bytes left to the reader: False, or None (wake it at once) when they arrived past the total timeout."""
+    def _left(self, stamp_ns: int, at_once: bool) -> bool | None:
+        """Bytes left to the reader: False, or None (wake it at once) when ``at_once`` or past the total timeout."""
+        if at_once:
+            return None
         age_ns = time.time_ns() - stamp_ns
         arrived_s = self._clock() - self._t0 - (age_ns * 1e-9 if age_ns > 0 else 0.0)
         return None if arrived_s > self._deadline_s or self.t > self._deadline_s else False

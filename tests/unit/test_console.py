@@ -108,6 +108,18 @@ def test_issue19_summary_warns_of_a_request_whose_send_the_kernel_held_with_ever
     assert "or the kernel held the client while it sent" in text
 
 
+def test_issue19_summary_warning_gives_the_largest_request_lag_beside_a_high_read_lag_p99():
+    # reads late at P99 (4 ms) and one request's send held 15 ms: the warning's max is the 15 ms
+    stats = LLMStats.empty()
+    stats.add(_with_reads([0.0005] * 90 + [0.004] * 10, 0))
+    held = _with_reads([0.0005], 0)
+    held.send_lag_s = 0.015
+    stats.add(held)
+    text = "\n".join(summary_lines(_results(stats)))
+    assert "Requests maybe > 10 ms off:             1 of 2" in text
+    assert "WARNING: latencies may include up to 4.0 ms (P99; max 15.0 ms) of client delay" in text
+
+
 def test_issue19_summary_of_a_run_read_in_time_has_no_lag_warning():
     stats = LLMStats.empty()
     stats.add(_with_reads([0.0002, 0.0003], 0))

@@ -180,6 +180,30 @@ def test_issue19_loop_tokens_leave_every_other_receive_to_the_reader():
     assert not tap.take(sse(T(" b")), stamp_ns)
 
 
+def test_issue19_loop_tokens_wake_the_reader_at_once_for_the_first_receive_left_after_accounted_ones():
+    # A busy process let the kernel merge two events into one receive in the middle of a reply whose
+    # tokens were accounted in the loop. Woken at the batch time (100 ms later), the user would have
+    # every receive until then queued behind that one and decoded in its greenlet; woken at once, it
+    # decodes that one and the loop accounts the next again. Left ones that follow stay batched.
+    reader = ReplyReader()
+    reader.feed(sse(T("a")), 1.0)
+    tap, _ = _loop_tokens(reader)
+    stamp_ns = time.time_ns()
+    assert tap.take(sse(T(" b")), stamp_ns) is True
+    assert tap.take(sse(T(" c"), T(" d")), stamp_ns) is None  # the first left after an accounted one: now
+    assert tap.take(sse(T(" e"), T(" f")), stamp_ns) is False  # left again: the batched wake-up
+    assert tap.take(sse(T(" g")), stamp_ns, queued=True) is False  # queued behind them
+    reader.feed(sse(T(" c"), T(" d"), T(" e"), T(" f"), T(" g")), 2.0)  # the user took them
+    assert tap.take(sse(T(" h")), stamp_ns) is True  # accounted in the loop again
+    assert tap.take(sse(T(' "q"')), stamp_ns) is None  # escaped text right after: the reader, at once
+    assert reader.acc.pieces == ["a", " b", " c", " d", " e", " f", " g", " h"]
+    # several events per write from the start: every receive is left, none at once (batched)
+    merged = ReplyReader()
+    merged.feed(sse(T("a")), 1.0)
+    tap, _ = _loop_tokens(merged)
+    assert [tap.take(sse(T(" b"), T(" c")), stamp_ns) for _ in range(3)] == [False] * 3
+
+
 def test_issue19_loop_tokens_leave_tokens_after_a_finish_or_past_the_total_timeout_to_the_reader():
     reader = ReplyReader()
     reader.feed(sse(T("a"), TF("length")), 1.0)
