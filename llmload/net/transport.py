@@ -121,7 +121,7 @@ import gevent.ssl
 from gevent.hub import Waiter
 from geventhttpclient import HTTPClient
 from geventhttpclient._parser import HTTPResponseParser
-from geventhttpclient.response import HTTPParseError, HTTPResponse, HTTPSocketPoolResponse
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPResponse, HTTPSocketPoolResponse
 
 from llmload.errors import (
     ConfigError,
@@ -156,6 +156,7 @@ _monotonic = time.monotonic
 # of a reply to HEAD, a method this transport never sends (one Python frame less per receive).
 _parse = HTTPResponseParser.feed
 _RECV_BYTES = 16 * 1024  # the most one receive takes; SSE events are ~100-500 bytes
+_EOF_IN_HEADERS = "Invalid EOF state"  # llhttp's reason (HPE_INVALID_EOF_STATE) for a close inside the headers
 
 
 class _BufferParts:
@@ -1023,6 +1024,14 @@ class GeventHTTPTransport:
             head = self._stamps.first
             if foreign_protocol(head) is not None or (head and not starts_like_http1(head)):
                 raise WrongProtocolError(f"{where}: {not_http1_message(head)}") from exc
+            # nothing malformed: the answer stopped (a close before any byte; llhttp's end-of-input error inside
+            # the headers)
+            if isinstance(exc, HTTPConnectionClosed) or _parse_error(exc) == _EOF_IN_HEADERS:
+                said = "before any byte of an answer" if not head else "in the middle of the answer's headers"
+                raise TransportError(
+                    f"{where} failed: the server closed the connection {said} (the request was sent; "
+                    "the server's log may say why)"
+                ) from exc
             raise TransportError(f"{where} failed: malformed HTTP/1.1 answer ({_parse_error(exc)})") from exc
         except (OSError, HTTPException, RuntimeError, ValueError) as exc:
             # RuntimeError: name did not resolve to any address; ValueError: invalid path or header.

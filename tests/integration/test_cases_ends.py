@@ -664,6 +664,26 @@ def test_nc29_a_malformed_header_of_a_real_http1_answer_is_not_called_another_pr
     assert "', " not in str(refused.value)  # the parser's reason, not its (reason, code) tuple
 
 
+@pytest.mark.parametrize(
+    ("writes", "said"),
+    [
+        ([], "before any byte of an answer"),
+        ([W(1, b"HTTP/1.1 200 OK\r\nContent-")], "in the middle of the answer's headers"),
+    ],
+    ids=["nothing", "part-of-the-headers"],
+)
+def test_a_connection_closed_before_the_answer_is_said_so_not_called_malformed(run_scripted, writes, said):
+    # found by a fresh-helper walk: a server that closed the connection after reading the request
+    # was reported as "malformed HTTP/1.1 answer (connection closed.)", though nothing malformed came
+    run = run_scripted(Reply(writes=writes, raw=True))
+    record = run.record
+    assert record.outcome is Outcome.TRANSPORT_ERROR
+    assert record.error is not None
+    assert f"the server closed the connection {said} (the request was sent" in record.error.message
+    assert "malformed" not in record.error.message
+    assert len(run.requests) == 1  # a fresh connection: never sent twice
+
+
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "no-stream"])
 def test_status_200_json_with_only_a_fastapi_detail_is_a_server_error_that_quotes_it(run_scripted, stream):
     # found by a new-user run: filed as "empty response: no generated token" without the server's words
