@@ -235,7 +235,9 @@ def test_nc21_kind_close_after_finish_is_the_end_of_the_reply(gevent_ready, usag
     records, _, connections, ends = _run_three(reply)
     assert [r.outcome for r in records] == [Outcome.OK] * 3, records[0].error
     assert [r.completion_tokens.source for r in records] == [TokenSource.SERVER if usage else TokenSource.CHUNKS] * 3
-    assert all(0.045 < (r.e2e_s or 0) < 0.1 for r in records)
+    # the last write at 50 ms ends it, not FINISH_WAIT_S (1 s) later; the upper bound leaves room for a
+    # server thread held by a loaded machine (CI's coverage pass beside its edge tests once held it > 50 ms)
+    assert all(0.045 < (r.e2e_s or 0) < FINISH_WAIT_S / 2 for r in records)
     assert ends == [ReplyEnd.USAGE if usage else ReplyEnd.CLOSE] * 3
     assert connections == 3  # not reused
 
