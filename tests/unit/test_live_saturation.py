@@ -8,7 +8,7 @@ from llmload.exporters.window import DEFAULT_WINDOW_S, SlidingWindow, saturation
 from llmload.request.record import RequestRecord, TokenCount, TokenSource
 
 
-def _stats(*lags_s: float) -> LLMStats:
+def _stats(*lags_s: float, send_lag_s: float | None = None) -> LLMStats:
     stats = LLMStats.empty()
     stats.add(
         RequestRecord(
@@ -20,6 +20,7 @@ def _stats(*lags_s: float) -> LLMStats:
             end_s=0.07,
             completion_tokens=TokenCount(2, TokenSource.SERVER),
             read_lags_s=list(lags_s),
+            send_lag_s=send_lag_s,
         )
     )
     return stats
@@ -50,20 +51,7 @@ def test_a_send_the_kernel_held_sets_the_live_gauge_by_the_request_lags():
     """Issue 19: a request whose hand-over to the kernel took 12 ms (reads on time) saturates the gauge too."""
     now = [0.0]
     window = SlidingWindow(clock=lambda: now[0])
-    run = LLMStats.empty()
-    run.add(
-        RequestRecord(
-            endpoint="completions",
-            model="m",
-            started_at_unix=1000.0,
-            token_times_s=[0.05, 0.06],
-            first_content_s=0.05,
-            end_s=0.07,
-            completion_tokens=TokenCount(2, TokenSource.SERVER),
-            read_lags_s=[0.0001, 0.0002],
-            send_lag_s=0.012,
-        )
-    )
+    run = _stats(0.0001, 0.0002, send_lag_s=0.012)
     window.add(run, "local")
     reads = saturation_read_lag(run, window.view(), ended=False)
     requests = saturation_read_lag(run, window.view(), ended=False, name="request_lag_s")
