@@ -437,31 +437,31 @@ class LoopTokens:
         so these are only left to it (at once if past the total timeout).
         """
         if queued:
-            return self._left(stamp_ns, False)
-        taking, self._taking = self._taking, False
+            self._taking = False  # receives went past this (a process behind): the next left is not "right after"
+            return self._left(stamp_ns)
         reader = self._reader
         if reader._template is not self._template:
             template = self._template = reader._template
             if template is None:
-                return self._left(stamp_ns, taking)
+                return self._left_after(stamp_ns)
             self._head, self._tail = template.event_head_bytes, template.event_tail_bytes
             self._has_content = template.has_content
         elif self._template is None:
-            return self._left(stamp_ns, taking)
+            return self._left_after(stamp_ns)
         if reader.finish_at_s is not None or reader.usage_ended or not reader._decoder._idle:
-            return self._left(stamp_ns, taking)
+            return self._left_after(stamp_ns)
         head, tail = self._head, self._tail
         if not data.startswith(head):
-            return self._left(stamp_ns, taking)
+            return self._left_after(stamp_ns)
         match = _ascii_text(data, len(head), len(data) - len(tail))
         if match is not None and data.endswith(tail):
             text = match[0].decode("ascii")  # printable ASCII from the head to the tail: the usual token
         elif data.isascii():
-            return self._left(stamp_ns, taking)  # several events, escaped or other text: no more to check
+            return self._left_after(stamp_ns)  # several events, escaped or other text: no more to check
         else:
             other = self._other_text(data)
             if other is None:
-                return self._left(stamp_ns, taking)
+                return self._left_after(stamp_ns)
             text = other
         age_ns = time.time_ns() - stamp_ns
         arrived_s = self._clock() - self._t0 - (age_ns * 1e-9 if age_ns > 0 else 0.0)
@@ -477,10 +477,15 @@ class LoopTokens:
         self._taking = True
         return True
 
-    def _left(self, stamp_ns: int, at_once: bool) -> bool | None:
-        """Bytes left to the reader: False, or None (wake it at once) when ``at_once`` or past the total timeout."""
-        if at_once:
+    def _left_after(self, stamp_ns: int) -> bool | None:
+        """Bytes left to the reader as they came: None (wake it at once) right after bytes accounted here."""
+        if self._taking:
+            self._taking = False
             return None
+        return self._left(stamp_ns)
+
+    def _left(self, stamp_ns: int) -> bool | None:
+        """Bytes left to the reader: False, or None (wake it at once) when they arrived past the total timeout."""
         age_ns = time.time_ns() - stamp_ns
         arrived_s = self._clock() - self._t0 - (age_ns * 1e-9 if age_ns > 0 else 0.0)
         return None if arrived_s > self._deadline_s or self.t > self._deadline_s else False

@@ -196,7 +196,12 @@ def test_issue19_loop_tokens_wake_the_reader_at_once_for_the_first_receive_left_
     reader.feed(sse(T(" c"), T(" d"), T(" e"), T(" f"), T(" g")), 2.0)  # the user took them
     assert tap.take(sse(T(" h")), stamp_ns) is True  # accounted in the loop again
     assert tap.take(sse(T(' "q"')), stamp_ns) is None  # escaped text right after: the reader, at once
-    assert reader.acc.pieces == ["a", " b", " c", " d", " e", " f", " g", " h"]
+    reader.feed(sse(T(' "q"')), 2.5)
+    assert tap.take(sse(T(" i")), stamp_ns) is True
+    assert tap.take(sse(T(" j")), stamp_ns, queued=True) is False  # receives queued past the loop meanwhile:
+    reader.feed(sse(T(" j")), 3.0)
+    assert tap.take(sse(T(" k"), T(" l")), stamp_ns) is False  # the next one left is not "right after"
+    assert reader.acc.pieces == ["a", " b", " c", " d", " e", " f", " g", " h", ' "q"', " i", " j"]
     # several events per write from the start: every receive is left, none at once (batched)
     merged = ReplyReader()
     merged.feed(sse(T("a")), 1.0)
