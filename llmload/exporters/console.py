@@ -615,7 +615,7 @@ def ttft_split_row(server: Mapping[str, Any]) -> tuple[str, str]:
         return "TTFT client − server:", f"n/a, not comparable: {split['not_comparable']}"
     if split["mean"] is None:
         return "TTFT client − server:", "n/a: the client timed no first token (no successful streamed request)"
-    parts = [f"{split['mean'] * 1e3:+.2f}", "n/a" if split["p50"] is None else f"{split['p50'] * 1e3:+.2f}"]
+    parts = [_signed_ms(split["mean"]), "n/a" if split["p50"] is None else _signed_ms(split["p50"])]
     resolution = split.get("p50_resolution_s")
     if split["p50"] is None:
         parts[1] += (
@@ -626,10 +626,15 @@ def ttft_split_row(server: Mapping[str, Any]) -> tuple[str, str]:
     return "TTFT client − server mean / p50 (ms):", f"{' / '.join(parts)} {_split_gloss(split)}"
 
 
+def _signed_ms(value_s: float) -> str:
+    """``value_s`` in ms with its sign and two decimals; a value that rounds to zero is ``+0.00``, never ``-0.00``."""
+    return f"{round(value_s * 1e3, 2) + 0.0:+.2f}"
+
+
 def _split_gloss(split: Any) -> str:
     """What a client − server TTFT difference over the same requests is; a negative mean is not network time."""
     mean = split.get("mean")
-    if mean is not None and mean < 0:
+    if mean is not None and round(mean * 1e3, 2) < 0:  # as printed: "-0.00" would be a sign on nothing
         return "(negative: the server's TTFT spans more than the client's, e.g. its clock starts earlier)"
     return "(network + HTTP + client time)"
 

@@ -299,3 +299,18 @@ def test_open_loop_summary_with_an_unlimited_rate_says_the_users_bounded_concurr
         for line in summary_lines({**results, "load": one})
     )
     assert not any(line.startswith("Concurrency bound:") for line in summary_lines(results))  # a finite rate
+
+
+def test_ttft_split_of_a_difference_that_rounds_to_zero_has_no_minus_sign_and_no_negative_gloss():
+    # found by a new-user walk: "-0.00 / n/a ... (negative: the server's TTFT spans more ...)"
+    from llmload.exporters.console import ttft_split_row
+
+    def row(mean_s: float) -> str:
+        split = {"mean": mean_s, "p50": None, "p50_resolution_s": 0.1}
+        return ttft_split_row({"cross_check": {"ttft_client_minus_server_s": split}})[1]
+
+    assert row(-0.000001).startswith("+0.00 / n/a")
+    assert row(-0.000001).endswith("(network + HTTP + client time)")
+    assert row(-0.00002).startswith("-0.02 / n/a")
+    assert "(negative: the server's TTFT spans more" in row(-0.00002)
+    assert row(0.0123).startswith("+12.30 / n/a")
